@@ -1,0 +1,67 @@
+# graphir developer tasks. Needs only python3 (>= 3.11) and make: everything else is installed
+# into .venv from pyproject.toml (the `dev` extra) on first use.
+#
+#   make demo     run graphir-opt on the example SqueezeNet model
+#   make test     lint, pytest (tests/unit) and lit golden tests (tests/filecheck)
+#   make lint     ruff check + ruff format --check
+#   make format   ruff format + ruff check --fix
+#   make bench    core benchmarks (tools/bench_core.py)
+#   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Re-run `pip install -e '.[dev]'` only when pyproject.toml changes.
+STAMP := $(VENV)/.installed-stamp
+# Folders that exist among these are linted (examples/ may hold no Python yet).
+LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
+FILECHECK_DIR := tests/filecheck
+
+.DEFAULT_GOAL := help
+.PHONY: help venv demo test lint format bench clean distclean
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/graphir-opt examples/squeezenet.onnx --emit=summary
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
+
+format: $(STAMP)
+	$(BIN)/ruff format $(LINT_PATHS)
+	$(BIN)/ruff check --fix $(LINT_PATHS)
+
+# lit runs graphir-opt and filecheck by name: put the venv's bin first on PATH (lit.cfg.py does
+# the same for the test environment). lit fails when it finds no test at all, so an empty
+# tests/filecheck is reported and skipped rather than failing the build.
+test: lint
+	$(BIN)/python -m pytest -q
+	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
+		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \
+		PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR); \
+	else \
+		echo "lit: no .gir tests under $(FILECHECK_DIR) yet: skipping the golden tests"; \
+	fi
+
+bench: $(STAMP)
+	$(BIN)/python tools/bench_core.py
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
+	find $(FILECHECK_DIR) \( -name Output -type d -o -name .lit_test_times.txt \) -prune -print0 | xargs -0 rm -rf
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -print0 | xargs -0 rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""Backends: emitters that turn a module into files (JSON cost graph, summary, later TF and reports)."""

@@ -1,0 +1,65 @@
+"""``--emit=summary``: a readable overview of a module.
+
+Counts of nodes, edges and values, op types (most frequent first), parameter (constant) bytes,
+activation bytes, and when annotated: total and critical-path compute time, groups, devices.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from graphir.attributes import format_bytes, format_duration
+from graphir.emit import register_emitter
+from graphir.ir import Module
+from graphir.passes.critical_path import longest_path
+
+
+def _human_bytes(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.2f} {unit} ({count} B)"
+    return f"{count} B"
+
+
+@register_emitter("summary", "human-readable overview: counts, op types, bytes, costs")
+def summarize(module: Module) -> str:
+    """The summary text."""
+    graph = module.graph
+    index = graph.index()
+    params = sum(v.nbytes for v in graph.constants)
+    activations = int(index.value_bytes.sum())
+    lines = [
+        f"module @{module.name} (graph @{graph.name})",
+        f"  cluster:          {module.cluster.spec} ({len(module.cluster.devices)} devices)",
+        f"  nodes:            {index.num_nodes}",
+        f"  edges:            {index.num_edges}",
+        f"  inputs:           {len(graph.inputs)}",
+        f"  outputs:          {len(graph.outputs)}",
+        f"  constants:        {len(graph.constants)}",
+        f"  parameter bytes:  {_human_bytes(params)}",
+        f"  activation bytes: {_human_bytes(activations)}",
+    ]
+    times = index.times()
+    costed = int(np.count_nonzero(~np.isnan(times)))
+    if costed:
+        clean = np.nan_to_num(times, nan=0.0)
+        critical = longest_path(clean, index.pred_offsets, index.pred)
+        lines.append(f"  costed nodes:     {costed}/{index.num_nodes}")
+        lines.append(f"  total compute:    {format_duration(float(clean.sum()))}")
+        lines.append(f"  critical path:    {format_duration(float(critical.max()))}")
+    persistent = int(index.persistent_bytes().sum())
+    if persistent:
+        lines.append(f"  persistent mem:   {format_bytes(persistent)}")
+    groups = index.groups()
+    if (groups >= 0).any():
+        lines.append(f"  groups:           {index.quotient().num_groups} (quotient nodes)")
+    placed = Counter(n.device for n in index.nodes if n.device is not None)
+    if placed:
+        lines.append("  placement:        " + ", ".join(f"{d}: {c}" for d, c in sorted(placed.items())))
+    ops = Counter(node.op for node in index.nodes)
+    lines.append(f"  op types ({len(ops)}):")
+    for op, count in sorted(ops.items(), key=lambda item: (-item[1], item[0])):
+        lines.append(f"    {count:7d}  {op}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,249 @@
+"""Frozen attribute values used in op params and constants, and their exact text forms.
+
+Param values are plain Python scalars (``int``, ``float``, ``str``, ``bool``), tuples of them,
+:class:`~graphir.types.TensorType`, :class:`DenseTensor` (a small or large constant tensor held as
+raw bytes) or :class:`Opaque` (a blob the IR does not interpret, such as an ONNX subgraph).
+
+Durations and byte sizes print with units (``41.5us``, ``3MiB``) and re-parse to exactly the same
+number: the printer chooses the shortest decimal that round-trips through the parser's arithmetic.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+
+from graphir.types import DType, TensorType
+
+_NUMPY_DTYPES: dict[DType, Any] = {
+    DType.F16: np.float16,
+    DType.F32: np.float32,
+    DType.F64: np.float64,
+    DType.I8: np.int8,
+    DType.I16: np.int16,
+    DType.I32: np.int32,
+    DType.I64: np.int64,
+    DType.U8: np.uint8,
+    DType.U16: np.uint16,
+    DType.U32: np.uint32,
+    DType.U64: np.uint64,
+    DType.BOOL: np.bool_,
+    DType.C64: np.complex64,
+    DType.C128: np.complex128,
+}
+
+INLINE_ELEMENTS = 16
+"""Tensors with at most this many elements print their values as a list; larger ones as base64."""
+
+
+def numpy_dtype(dtype: DType) -> Any:
+    """The numpy dtype for ``dtype``; raises ``KeyError`` for types numpy cannot hold (bf16, str)."""
+    return _NUMPY_DTYPES[dtype]
+
+
+def dtype_from_numpy(np_dtype: Any) -> DType:
+    """The graphir dtype for a numpy dtype; raises ``KeyError`` when there is none."""
+    np_dtype = np.dtype(np_dtype)
+    for dtype, candidate in _NUMPY_DTYPES.items():
+        if np.dtype(candidate) == np_dtype:
+            return dtype
+    raise KeyError(str(np_dtype))
+
+
+@attrs.frozen
+class DenseTensor:
+    """A constant tensor: its type and its raw little-endian bytes (or a list of strings).
+
+    Attributes:
+        type: static tensor type.
+        data: raw bytes in C order for numeric types; a tuple of ``str`` for ``DType.STRING``.
+    """
+
+    type: TensorType
+    data: bytes | tuple[str, ...]
+
+    @classmethod
+    def from_numpy(cls, array: np.ndarray) -> DenseTensor:
+        """Wrap a numpy array (copied into bytes, little-endian, C order)."""
+        if array.dtype.kind in "OUS":
+            flat = tuple(str(x.decode() if isinstance(x, bytes) else x) for x in array.reshape(-1))
+            return cls(TensorType(DType.STRING, array.shape), flat)
+        dtype = dtype_from_numpy(array.dtype)
+        little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        return cls(TensorType(dtype, array.shape), little.tobytes())
+
+    def numpy(self) -> np.ndarray:
+        """The value as a numpy array."""
+        shape = self.type.shape or ()
+        if isinstance(self.data, tuple):
+            return np.array(self.data, dtype=object).reshape(shape)
+        np_dtype = np.dtype(numpy_dtype(self.type.dtype)).newbyteorder("<")
+        return np.frombuffer(self.data, dtype=np_dtype).reshape(shape)
+
+
+@attrs.frozen
+class Opaque:
+    """An uninterpreted blob (an ONNX subgraph, a TF function...), kept so nothing is lost.
+
+    Attributes:
+        kind: what the bytes are, e.g. ``"onnx.GraphProto"``.
+        data: the serialized bytes.
+    """
+
+    kind: str
+    data: bytes
+
+
+ParamValue = int | float | str | bool | tuple[Any, ...] | TensorType | DenseTensor | Opaque
+
+
+# ---------------------------------------------------------------- durations and byte sizes
+
+TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
+"""Unit name -> divisor: ``seconds = number / divisor``."""
+
+BYTE_UNITS: dict[str, int] = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def seconds_from(number: float, unit: str) -> float:
+    """Convert ``number`` in ``unit`` to seconds exactly as the parser does."""
+    divisor = TIME_UNITS[unit]
+    return number if divisor == 1.0 else number / divisor
+
+
+def format_duration(seconds: float) -> str:
+    """Shortest text ``<number><unit>`` that parses back to exactly ``seconds``."""
+    if seconds == 0:
+        return "0s"
+    if not math.isfinite(seconds):
+        return f"{seconds!r}s"
+    magnitude = abs(seconds)
+    if magnitude < 1e-6:
+        unit = "ns"
+    elif magnitude < 1e-3:
+        unit = "us"
+    elif magnitude < 1.0:
+        unit = "ms"
+    else:
+        unit = "s"
+    scaled = seconds * TIME_UNITS[unit]
+    for digits in range(1, 18):
+        text = _trim_number(format(scaled, f".{digits}g"))
+        if seconds_from(float(text), unit) == seconds:
+            return text + unit
+    return f"{seconds!r}s"
+
+
+def _trim_number(text: str) -> str:
+    """Python's ``g`` format may give ``1e-05``; keep it, but drop a redundant ``+`` in exponents."""
+    return text.replace("e+", "e")
+
+
+def format_bytes(count: int) -> str:
+    """An exact byte size with the largest binary unit that divides it (``3MiB``, ``1536B``)."""
+    if count == 0:
+        return "0B"
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        size = BYTE_UNITS[unit]
+        if count % size == 0:
+            return f"{count // size}{unit}"
+    return f"{count}B"
+
+
+def format_float(value: float) -> str:
+    """A float that reads back exactly and never looks like an int (``1.0``, ``1e+20``, ``inf``)."""
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return repr(float(value))
+
+
+def b64encode(data: bytes) -> str:
+    """Base64 text of ``data``."""
+    return base64.b64encode(data).decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    """Bytes of base64 ``text``; raises ``ValueError`` when malformed."""
+    return base64.b64decode(text.encode("ascii"), validate=True)
+
+
+@attrs.frozen
+class Duration:
+    """A time in seconds as written in text with a unit (``41.5us``)."""
+
+    seconds: float
+
+
+@attrs.frozen
+class ByteSize:
+    """A byte count as written in text with a unit (``3MiB``)."""
+
+    count: int
+
+
+def format_string(text: str) -> str:
+    """A double-quoted string with JSON-style escapes."""
+    out = ['"']
+    for ch in text:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def format_value(value: Any) -> str:
+    """Text of a param or annotation value; the parser reads it back to an equal value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format_float(value)
+    if isinstance(value, str):
+        return format_string(value)
+    if isinstance(value, Duration):
+        return format_duration(value.seconds)
+    if isinstance(value, ByteSize):
+        return format_bytes(value.count)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {format_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, TensorType):
+        return f"type<{value}>"
+    if isinstance(value, DenseTensor):
+        return f"dense<{value.type} = {format_tensor_data(value)}>"
+    if isinstance(value, Opaque):
+        return f"opaque<{format_string(value.kind)}, b64{format_string(b64encode(value.data))}>"
+    raise TypeError(f"cannot print attribute value {value!r} of type {type(value).__name__}")
+
+
+def format_tensor_data(tensor: DenseTensor) -> str:
+    """Inline list of values for small tensors, ``b64"..."`` of the raw bytes for large ones."""
+    if isinstance(tensor.data, tuple):
+        return format_value(tensor.data)
+    count = tensor.type.num_elements or 0
+    if count <= INLINE_ELEMENTS and tensor.type.dtype in _NUMPY_DTYPES:
+        flat = tensor.numpy().reshape(-1)
+        if tensor.type.dtype in (DType.C64, DType.C128):
+            return f"b64{format_string(b64encode(tensor.data))}"
+        if flat.dtype.kind == "f":
+            return "[" + ", ".join(format_float(float(x)) for x in flat) + "]"
+        return "[" + ", ".join(str(int(x)) for x in flat) + "]"
+    return f"b64{format_string(b64encode(tensor.data))}"

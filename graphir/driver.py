@@ -1,0 +1,209 @@
+"""``graphir-opt``: import a model, run a pass pipeline, emit the result.
+
+Examples::
+
+    graphir-opt model.onnx --emit=summary
+    graphir-opt model.gir --passes='dce,strip-annotations{keys=device,order}' -o out.gir
+    graphir-opt model.onnx --passes=critical-path --load-plugin=examples/uniform_cost.py --stats
+
+User errors (bad input file, bad pipeline, verifier failures) print one line
+``where: error: what`` (then, for text inputs, the source line and a caret) and exit 1; no output
+file is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from graphir.cluster import DEFAULT_CLUSTER, resolve_cluster
+from graphir.emit import load_builtin_emitters
+from graphir.errors import GraphIRError
+from graphir.importers import load_module
+from graphir.ir import Module
+from graphir.parser import parse_module
+from graphir.pass_infra import PassContext, load_builtin_passes, load_plugin, pass_options
+from graphir.pass_manager import PassManager
+from graphir.pipeline import parse_pipeline
+
+SPLIT_MARKER = "// -----"
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        prog="graphir-opt",
+        description=(
+            "Import a model (.onnx or .gir text; '-' reads .gir from stdin), run a pass pipeline over its "
+            "typed graph IR, and emit the result."
+        ),
+        epilog=(
+            "Pipelines use the xDSL/MLIR grammar: 'a,b{key=value list=x,y},c'. Missing prerequisites "
+            f"(facts a pass requires) are produced by the pass that provides them. Default cluster: {DEFAULT_CLUSTER}. "
+            "Exit status: 0 on success, 1 on a user error (reported in one line)."
+        ),
+    )
+    parser.add_argument("input", nargs="?", help="model file (.onnx, .gir) or '-' for .gir on stdin")
+    parser.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline to run")
+    parser.add_argument("--cluster", metavar="SPEC", help=f"cluster shorthand or TOML file (default {DEFAULT_CLUSTER})")
+    parser.add_argument("--emit", default="gir", metavar="FORMAT", help="output format (see --list-emitters)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write output to FILE instead of stdout")
+    parser.add_argument("--seed", type=int, default=0, help="seed for randomised passes (default 0)")
+    parser.add_argument("--split-input-file", action="store_true", help=f"process chunks separated by '{SPLIT_MARKER}'")
+    parser.add_argument("--no-verify", action="store_true", help="do not run the verifier after each pass")
+    parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
+    parser.add_argument(
+        "--print-ir-after", action="append", default=[], metavar="PASS", help="print the IR after PASS (repeatable)"
+    )
+    parser.add_argument("--timing", action="store_true", help="print a pass timing report to stderr")
+    parser.add_argument("--stats", action="store_true", help="print pass statistics to stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help="progress and auto-inserted passes on stderr")
+    parser.add_argument(
+        "--load-plugin", action="append", default=[], metavar="MODULE", help="import a pass plugin (module or .py file)"
+    )
+    parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")
+    parser.add_argument("--list-emitters", action="store_true", help="list output formats and exit")
+    return parser
+
+
+def list_passes() -> str:
+    """Every registered pass with its description, requirements and typed options."""
+    lines = []
+    for name, cls in sorted(load_builtin_passes().items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        lines.append(f"{name}: {doc}")
+        if cls.requires:
+            lines.append(f"    requires: {', '.join(cls.requires)}")
+        if cls.provides:
+            lines.append(f"    provides: {', '.join(cls.provides)}")
+        for option in pass_options(cls).values():
+            default = option.default
+            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            lines.append(f"    {option.name}: {option.type_text} = {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file, so failures leave no partial file."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
+    """The input as one module, or as `.gir` chunks (text, first line number) with --split-input-file."""
+    if args.input == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    elif args.split_input_file:
+        path = Path(args.input)
+        try:
+            text, name = path.read_text(), str(path)
+        except OSError as exc:
+            raise GraphIRError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    else:
+        return load_module(args.input)
+    args.input_name = name
+    if not args.split_input_file:
+        return [(text, 0)]
+    chunks: list[tuple[str, int]] = []
+    current: list[str] = []
+    first_line = 0
+    for number, line in enumerate(text.splitlines(keepends=True)):
+        if line.strip() == SPLIT_MARKER:
+            chunks.append(("".join(current), first_line))
+            current, first_line = [], number + 1
+        else:
+            current.append(line)
+    chunks.append(("".join(current), first_line))
+    return chunks
+
+
+def _process(module: Module, args: argparse.Namespace) -> str:
+    if args.cluster:
+        module.set_cluster(resolve_cluster(args.cluster))
+    passes = parse_pipeline(args.passes)
+    manager = PassManager(
+        passes,
+        verify_each=not args.no_verify,
+        print_ir_after_all=args.print_ir_after_all,
+        print_ir_after=frozenset(n for item in args.print_ir_after for n in item.split(",")),
+    )
+    ctx = PassContext(seed=args.seed, verbose=args.verbose)
+    try:
+        manager.run(module, ctx)
+    finally:
+        if args.timing:
+            print(manager.timing_report(), file=sys.stderr)
+        if args.stats and manager.records:
+            print(manager.stats_report(), file=sys.stderr)
+    emitters = load_builtin_emitters()
+    return emitters[args.emit].emit(module)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    args = build_arg_parser().parse_args(argv)
+    try:
+        for plugin in args.load_plugin:
+            load_plugin(plugin)
+        if args.list_passes:
+            sys.stdout.write(list_passes())
+            return 0
+        emitters = load_builtin_emitters()
+        if args.list_emitters:
+            for name, emitter in sorted(emitters.items()):
+                print(f"{name}: {emitter.help}")
+            return 0
+        if args.input is None:
+            raise GraphIRError("no input file given (try 'graphir-opt --help')")
+        if args.emit not in emitters:
+            raise GraphIRError(f"unknown output format '{args.emit}' (known: {', '.join(sorted(emitters))})")
+        if args.cluster:
+            resolve_cluster(args.cluster)
+        parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
+        loaded = _load_inputs(args)
+        if isinstance(loaded, Module):
+            output = _process(loaded, args)
+            failed = False
+        else:
+            output, failed = _process_chunks(loaded, args)
+        if args.output and not failed:
+            _write_atomically(Path(args.output), output)
+        elif not args.output:
+            sys.stdout.write(output)
+        return 1 if failed else 0
+    except GraphIRError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("graphir-opt: interrupted", file=sys.stderr)
+        return 130
+
+
+def _process_chunks(chunks: list[tuple[str, int]], args: argparse.Namespace) -> tuple[str, bool]:
+    """Run every chunk; errors are reported per chunk and make the run fail at the end."""
+    outputs: list[str] = []
+    failed = False
+    for text, first_line in chunks:
+        try:
+            module = parse_module("\n" * first_line + text, args.input_name)
+            outputs.append(_process(module, args))
+        except GraphIRError as exc:
+            print(exc.render(), file=sys.stderr)
+            failed = True
+    return f"{SPLIT_MARKER}\n".join(outputs), failed
+
+
+def main() -> None:
+    """Console-script entry point."""
+    sys.exit(run())

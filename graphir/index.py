@@ -1,0 +1,238 @@
+"""The array view of a graph: topological numbering, CSR adjacency, bytes, costs and groups.
+
+Built once per structural version of the graph (:meth:`graphir.ir.Graph.index`) and shared by
+every heavy pass. Edges are data dependencies between nodes, one per (producer, consumer, value)
+triple; an edge's bytes are the size of the value it carries. Annotation-derived arrays (times,
+memory, groups) are cached separately and recomputed when any annotation changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from graphir.errors import Location, VerifyError
+from graphir.topo import csr, find_cycle, stable_topological_order
+
+if TYPE_CHECKING:
+    from graphir.ir import Graph, Node, Value
+
+
+class GraphIndex:
+    """Array snapshot of a :class:`~graphir.ir.Graph`.
+
+    Attributes:
+        version: the graph version it was built from.
+        nodes: nodes in topological order; node ``i`` below means ``nodes[i]``.
+        edge_src, edge_dst: int64 arrays, edges sorted by (src, dst).
+        edge_value: int64 index into ``values`` of the value each edge carries.
+        edge_bytes: int64 bytes of each edge.
+        succ_offsets, succ: CSR successors (``succ[succ_offsets[u]:succ_offsets[u+1]]``).
+        succ_edge: edge id of each ``succ`` entry.
+        pred_offsets, pred, pred_edge: CSR predecessors likewise.
+        values: node results, grouped by producer in topological order.
+        value_bytes: int64 bytes per value; value_producer: int64 producer node per value.
+    """
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.version = graph._version
+        self.nodes: list[Node] = []
+        self.values: list[Value] = []
+        self._annotation_version = -1
+        self._cache: dict[object, object] = {}
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return len(self.nodes)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of edges."""
+        return len(self.edge_src)
+
+    @classmethod
+    def build(cls, graph: Graph) -> GraphIndex:
+        """Number the nodes topologically and build the CSR arrays.
+
+        Raises:
+            VerifyError: the graph has a cycle (the message names the cycle's nodes).
+        """
+        index = cls(graph)
+        insertion = list(graph.nodes)
+        for position, node in enumerate(insertion):
+            node._index_pos = position
+        src: list[int] = []
+        dst: list[int] = []
+        carried: list[Value] = []
+        for position, node in enumerate(insertion):
+            inputs = node.inputs
+            if len(inputs) > 1 and len(set(inputs)) != len(inputs):
+                inputs = list(dict.fromkeys(inputs))
+            for value in inputs:
+                producer = value.producer
+                if producer is not None:
+                    src.append(producer._index_pos)
+                    dst.append(position)
+                    carried.append(value)
+        src_arr = np.asarray(src, dtype=np.int64)
+        dst_arr = np.asarray(dst, dtype=np.int64)
+        order = stable_topological_order(len(insertion), src_arr, dst_arr)
+        if order is None:
+            cycle = find_cycle(len(insertion), src_arr, dst_arr)
+            names = [insertion[u].name for u in cycle]
+            first = insertion[cycle[0]]
+            loc = first.loc if first.loc is not None else Location(node=first.name)
+            raise VerifyError(f"graph '{graph.name}' has a cycle: {' -> '.join(names + names[:1])}", loc)
+        rank = np.empty(len(insertion), dtype=np.int64)
+        rank[order] = np.arange(len(insertion), dtype=np.int64)
+        index.nodes = [insertion[u] for u in order.tolist()]
+        for position, node in enumerate(index.nodes):
+            node._index_pos = position
+        # Values: results of nodes in topological order; edges refer to them by number.
+        values: list[Value] = []
+        for node in index.nodes:
+            values.extend(node.outputs)
+        index.values = values
+        value_number = {id(v): k for k, v in enumerate(values)}
+        index.value_bytes = np.fromiter((v.nbytes for v in values), dtype=np.int64, count=len(values))
+        index.value_producer = np.fromiter(
+            (v.producer._index_pos for v in values),  # type: ignore[union-attr]
+            dtype=np.int64,
+            count=len(values),
+        )
+        edge_value = np.fromiter((value_number[id(v)] for v in carried), dtype=np.int64, count=len(carried))
+        src_t = rank[src_arr] if len(src_arr) else src_arr
+        dst_t = rank[dst_arr] if len(dst_arr) else dst_arr
+        sort = np.lexsort((edge_value, dst_t, src_t))
+        index.edge_src = src_t[sort]
+        index.edge_dst = dst_t[sort]
+        index.edge_value = edge_value[sort]
+        index.edge_bytes = index.value_bytes[index.edge_value] if len(sort) else np.zeros(0, np.int64)
+        n = len(index.nodes)
+        index.succ_offsets, index.succ, index.succ_edge = csr(n, index.edge_src, index.edge_dst)
+        index.pred_offsets, index.pred, index.pred_edge = csr(n, index.edge_dst, index.edge_src)
+        return index
+
+    # ----------------------------------------------------------------- lookups
+    def position(self, node: Node) -> int:
+        """Topological number of ``node`` in this index."""
+        if self.graph._version != self.version or node.graph is not self.graph:
+            raise ValueError("stale graph index: the graph changed after it was built")
+        return node._index_pos
+
+    def successors(self, u: int) -> np.ndarray:
+        """Successor numbers of node ``u`` (with repeats when several values flow)."""
+        return self.succ[self.succ_offsets[u] : self.succ_offsets[u + 1]]
+
+    def predecessors(self, u: int) -> np.ndarray:
+        """Predecessor numbers of node ``u``."""
+        return self.pred[self.pred_offsets[u] : self.pred_offsets[u + 1]]
+
+    def out_bytes(self) -> np.ndarray:
+        """Total bytes of each node's results (int64 per node)."""
+        return np.bincount(self.value_producer, weights=self.value_bytes, minlength=self.num_nodes).astype(np.int64)
+
+    # ----------------------------------------------------------------- annotation arrays
+    def _annotation_cached(self, key: object, build: object) -> np.ndarray:
+        if self._annotation_version != self.graph._annotation_version:
+            self._cache.clear()
+            self._annotation_version = self.graph._annotation_version
+        if key not in self._cache:
+            self._cache[key] = build()  # type: ignore[operator]
+        return self._cache[key]  # type: ignore[return-value]
+
+    def times(self, kind: str | None = None) -> np.ndarray:
+        """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
+
+        def build() -> np.ndarray:
+            out = np.full(self.num_nodes, np.nan)
+            for i, node in enumerate(self.nodes):
+                cost = node.cost
+                if cost is not None:
+                    value = cost.time(kind)
+                    if value is not None:
+                        out[i] = value
+            return out
+
+        return self._annotation_cached(("times", kind), build)
+
+    def persistent_bytes(self) -> np.ndarray:
+        """Persistent bytes per node from ``mem`` (0 where absent)."""
+
+        def build() -> np.ndarray:
+            return np.fromiter(
+                (0 if n.mem is None else n.mem.persistent for n in self.nodes), dtype=np.int64, count=self.num_nodes
+            )
+
+        return self._annotation_cached("persistent", build)
+
+    def groups(self) -> np.ndarray:
+        """Group id per node, -1 where the node has no ``group``."""
+
+        def build() -> np.ndarray:
+            return np.fromiter(
+                (-1 if n.group is None else n.group for n in self.nodes), dtype=np.int64, count=self.num_nodes
+            )
+
+        return self._annotation_cached("groups", build)
+
+    def quotient(self) -> Quotient:
+        """The coarse graph in which each ``group`` is one node (ungrouped nodes stay alone)."""
+        return self._annotation_cached("quotient", lambda: Quotient.build(self))  # type: ignore[return-value]
+
+
+class Quotient:
+    """The quotient graph of the ``group`` annotation, as arrays.
+
+    Attributes:
+        num_groups: number of coarse nodes; numbered by the first topological position of a member.
+        node_group: coarse node of each fine node.
+        group_ids: the ``group`` annotation value of each coarse node (-1 for a singleton).
+        edge_src, edge_dst, edge_bytes: coarse edges (deduplicated); bytes count each value once
+            per destination group.
+        order: a topological order of the coarse nodes, or ``None`` when the quotient has a cycle.
+    """
+
+    @classmethod
+    def build(cls, index: GraphIndex) -> Quotient:
+        """Compute the quotient of ``index``'s graph under its current groups."""
+        q = cls()
+        n = index.num_nodes
+        groups = index.groups()
+        keys = np.where(groups >= 0, groups, -1 - np.arange(n, dtype=np.int64) - (1 << 40))
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        rank_by_first = np.argsort(np.argsort(first, kind="stable"), kind="stable")
+        q.node_group = rank_by_first[inverse.reshape(-1)]
+        q.num_groups = len(first)
+        group_ids = np.empty(q.num_groups, dtype=np.int64)
+        group_ids[q.node_group] = groups
+        q.group_ids = group_ids
+        gs = q.node_group[index.edge_src]
+        gd = q.node_group[index.edge_dst]
+        cross = gs != gd
+        gs, gd, val = gs[cross], gd[cross], index.edge_value[cross]
+        # A value crosses into a destination group once, whatever number of members use it.
+        triples = np.unique(np.stack([gs, gd, val]), axis=1) if len(gs) else np.zeros((3, 0), np.int64)
+        pair = triples[0] * max(q.num_groups, 1) + triples[1]
+        pairs, pair_inverse = np.unique(pair, return_inverse=True)
+        q.edge_src = pairs // max(q.num_groups, 1)
+        q.edge_dst = pairs % max(q.num_groups, 1)
+        q.edge_bytes = np.bincount(
+            pair_inverse.reshape(-1), weights=index.value_bytes[triples[2]], minlength=len(pairs)
+        ).astype(np.int64)
+        q.order = stable_topological_order(q.num_groups, q.edge_src, q.edge_dst)
+        q._index = index
+        return q
+
+    def members(self) -> list[list[int]]:
+        """Fine node numbers of each coarse node."""
+        order = np.argsort(self.node_group, kind="stable")
+        bounds = np.searchsorted(self.node_group[order], np.arange(self.num_groups + 1))
+        return [order[bounds[g] : bounds[g + 1]].tolist() for g in range(self.num_groups)]
+
+    def cycle(self) -> list[int]:
+        """One cycle of coarse nodes (empty when acyclic)."""
+        return [] if self.order is not None else find_cycle(self.num_groups, self.edge_src, self.edge_dst)

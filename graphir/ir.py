@@ -1,0 +1,451 @@
+"""The IR core: values, nodes, graphs and modules, with use lists kept exact under mutation.
+
+A :class:`Graph` is one flat DAG. Its values are graph inputs, constants (weights, with their data
+held by reference) and node results. A :class:`Node` is an op (``onnx.Conv``, ``tf.MatMul``,
+``graphir.split``) with input values, output values, frozen ``params`` (the op's semantics) and
+typed annotations (facts added by passes). Heavy algorithms never walk these objects edge by edge:
+they use :meth:`Graph.index`, a cached array snapshot invalidated by every mutation.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from graphir.annotations import ANNOTATIONS, Cost, Mem
+from graphir.attributes import DenseTensor, ParamValue
+from graphir.errors import Location
+from graphir.types import TensorType
+
+if TYPE_CHECKING:
+    from graphir.cluster import Cluster
+    from graphir.index import GraphIndex
+
+
+class ValueKind(enum.Enum):
+    """Where a value comes from."""
+
+    INPUT = "input"
+    CONSTANT = "const"
+    RESULT = "result"
+
+
+@attrs.frozen(eq=False)
+class ExternalTensor:
+    """Constant data kept outside the IR text (weights): a type and a loader, read on demand.
+
+    The importer wraps each large initializer without copying it; ``load`` returns a numpy array.
+    After a round trip through `.gir` text the loader is ``None``: the text records only that the
+    data is external.
+    """
+
+    type: TensorType
+    loader: Callable[[], Any] | None = None
+
+    def numpy(self) -> Any:
+        """The data as a numpy array; raises ``ValueError`` when it is not available."""
+        if self.loader is None:
+            raise ValueError("the data of this constant is not available (it was printed as 'external')")
+        return self.loader()
+
+
+ConstData = DenseTensor | ExternalTensor
+
+
+class Value:
+    """One tensor: a name unique in its graph, a type, where it comes from, and its uses.
+
+    ``uses`` lists ``(node, operand_index)`` pairs and is maintained by the mutation API; never
+    edit it directly.
+    """
+
+    __slots__ = ("name", "type", "kind", "producer", "output_index", "uses", "const", "graph")
+
+    def __init__(self, name: str, type: TensorType, kind: ValueKind):
+        self.name = name
+        self.type = type
+        self.kind = kind
+        self.producer: Node | None = None
+        self.output_index = 0
+        self.uses: list[tuple[Node, int]] = []
+        self.const: ConstData | None = None
+        self.graph: Graph | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """Size in bytes (0 when the shape is not static)."""
+        return self.type.nbytes_or(0)
+
+    @property
+    def users(self) -> list[Node]:
+        """Distinct consuming nodes, in use order."""
+        seen: dict[Node, None] = {}
+        for node, _ in self.uses:
+            seen.setdefault(node, None)
+        return list(seen)
+
+    def replace_all_uses_with(self, other: Value) -> None:
+        """Make every user of this value use ``other`` instead (use lists stay exact)."""
+        if other is self:
+            return
+        for node, operand in list(self.uses):
+            node.set_input(operand, other)
+        if self.graph is not None:
+            self.graph.outputs = [other if v is self else v for v in self.graph.outputs]
+            self.graph._touch()
+
+    def __repr__(self) -> str:
+        return f"Value(%{self.name}: {self.type})"
+
+
+def _annotation_property(key: str, doc: str) -> property:
+    def getter(node: Node) -> Any:
+        return node._annotations.get(key)
+
+    def setter(node: Node, value: Any) -> None:
+        node.set_annotation(key, value)
+
+    def deleter(node: Node) -> None:
+        node.del_annotation(key)
+
+    return property(getter, setter, deleter, doc)
+
+
+class Node:
+    """An op: dialect-qualified name, inputs, outputs, params and annotations.
+
+    ``loc`` records where the node came from (a `.gir` line, or an imported node name) so
+    diagnostics can point at it.
+
+    Nodes compare by identity. Build them with :meth:`Graph.add_node`; change inputs with
+    :meth:`set_input` so use lists stay right.
+    """
+
+    __slots__ = ("op", "name", "inputs", "outputs", "params", "_annotations", "graph", "_seq", "_index_pos", "loc")
+
+    def __init__(self, op: str, name: str, params: Mapping[str, ParamValue] | None = None):
+        self.op = op
+        self.name = name
+        self.inputs: list[Value] = []
+        self.outputs: list[Value] = []
+        self.params: dict[str, ParamValue] = dict(params or {})
+        self._annotations: dict[str, Any] = {}
+        self.graph: Graph | None = None
+        self._seq = 0
+        self._index_pos = -1
+        self.loc: Location | None = None
+
+    # ----------------------------------------------------------------- annotations
+    cost: Cost | None = _annotation_property("cost", "compute time (Cost), or None")  # type: ignore[assignment]
+    mem: Mem | None = _annotation_property("mem", "memory (Mem), or None")  # type: ignore[assignment]
+    affinity: tuple[str, ...] | None = _annotation_property("affinity", "allowed device kinds")  # type: ignore[assignment]
+    group: int | None = _annotation_property("group", "fusion group id")  # type: ignore[assignment]
+    colocate: str | None = _annotation_property("colocate", "colocation class")  # type: ignore[assignment]
+    device: str | None = _annotation_property("device", "assigned device name")  # type: ignore[assignment]
+    order: int | None = _annotation_property("order", "position in the device sequence")  # type: ignore[assignment]
+    start: float | None = _annotation_property("start", "simulated start (s)")  # type: ignore[assignment]
+    finish: float | None = _annotation_property("finish", "simulated finish (s)")  # type: ignore[assignment]
+
+    @property
+    def annotations(self) -> Mapping[str, Any]:
+        """Read-only view of the annotations (use the accessors or :meth:`set_annotation` to change)."""
+        return self._annotations
+
+    def set_annotation(self, key: str, value: Any) -> None:
+        """Set a registered annotation, validated by its declaration; ``None`` removes it."""
+        if value is None:
+            self.del_annotation(key)
+            return
+        kind = ANNOTATIONS.get(key)
+        if kind is None:
+            raise KeyError(f"unknown annotation '{key}' (known: {', '.join(sorted(ANNOTATIONS))})")
+        self._annotations[key] = kind.check(value)
+        if self.graph is not None:
+            self.graph._annotation_version += 1
+
+    def del_annotation(self, key: str) -> None:
+        """Remove an annotation if present."""
+        if self._annotations.pop(key, None) is not None and self.graph is not None:
+            self.graph._annotation_version += 1
+
+    def clear_annotations(self) -> None:
+        """Remove every annotation."""
+        if self._annotations:
+            self._annotations.clear()
+            if self.graph is not None:
+                self.graph._annotation_version += 1
+
+    # ----------------------------------------------------------------- structure
+    def set_input(self, operand: int, value: Value) -> None:
+        """Replace input ``operand`` by ``value``, updating both use lists."""
+        old = self.inputs[operand]
+        old.uses.remove((self, operand))
+        self.inputs[operand] = value
+        value.uses.append((self, operand))
+        if self.graph is not None:
+            self.graph._touch()
+
+    def add_input(self, value: Value) -> None:
+        """Append ``value`` as a new last operand."""
+        self.inputs.append(value)
+        value.uses.append((self, len(self.inputs) - 1))
+        if self.graph is not None:
+            self.graph._touch()
+
+    @property
+    def predecessors(self) -> list[Node]:
+        """Distinct producer nodes of the inputs, in operand order."""
+        seen: dict[Node, None] = {}
+        for value in self.inputs:
+            if value.producer is not None:
+                seen.setdefault(value.producer, None)
+        return list(seen)
+
+    @property
+    def successors(self) -> list[Node]:
+        """Distinct consumer nodes of the outputs."""
+        seen: dict[Node, None] = {}
+        for value in self.outputs:
+            for node, _ in value.uses:
+                seen.setdefault(node, None)
+        return list(seen)
+
+    @property
+    def dialect(self) -> str:
+        """The dialect prefix of ``op`` (``onnx`` in ``onnx.Conv``)."""
+        return self.op.split(".", 1)[0] if "." in self.op else ""
+
+    def __repr__(self) -> str:
+        return f"Node({self.op} '{self.name}')"
+
+
+class Graph:
+    """One flat DAG of nodes with inputs, constants and outputs.
+
+    Value and node names are unique within the graph (:meth:`unique_name` makes new ones).
+    Every structural mutation invalidates the cached :meth:`index`.
+    """
+
+    def __init__(self, name: str = "main"):
+        self.name = name
+        self._nodes: dict[Node, None] = {}
+        self.inputs: list[Value] = []
+        self.constants: list[Value] = []
+        self.outputs: list[Value] = []
+        self._values: dict[str, Value] = {}
+        self._node_names: dict[str, Node] = {}
+        self._node_name_counters: dict[str, int] = {}
+        self._value_name_counters: dict[str, int] = {}
+        self._seq = itertools.count()
+        self._version = 0
+        self._annotation_version = 0
+        self._index: GraphIndex | None = None
+
+    # ----------------------------------------------------------------- queries
+    @property
+    def nodes(self) -> Iterator[Node]:
+        """Nodes in insertion order (not necessarily topological: use ``index().nodes``)."""
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node: object) -> bool:
+        return node in self._nodes
+
+    def value(self, name: str) -> Value:
+        """The value called ``name``; raises ``KeyError``."""
+        return self._values[name]
+
+    def get_value(self, name: str) -> Value | None:
+        """The value called ``name`` or ``None``."""
+        return self._values.get(name)
+
+    def node(self, name: str) -> Node:
+        """The node called ``name``; raises ``KeyError``."""
+        return self._node_names[name]
+
+    def get_node(self, name: str) -> Node | None:
+        """The node called ``name`` or ``None``."""
+        return self._node_names.get(name)
+
+    @property
+    def values(self) -> Iterator[Value]:
+        """Every value: inputs, constants, then node results in insertion order."""
+        yield from self.inputs
+        yield from self.constants
+        for node in self._nodes:
+            yield from node.outputs
+
+    def unique_name(self, base: str, *, for_node: bool = False) -> str:
+        """``base`` if no value (or node) has that name yet, else ``base_1``, ``base_2``...
+
+        A per-base counter remembers the last suffix handed out, so naming n nodes after one op
+        type stays O(n) overall.
+        """
+        taken = self._node_names if for_node else self._values
+        if base not in taken:
+            return base
+        counters = self._node_name_counters if for_node else self._value_name_counters
+        k = counters.get(base, 0)
+        while True:
+            k += 1
+            candidate = f"{base}_{k}"
+            if candidate not in taken:
+                counters[base] = k
+                return candidate
+
+    def index(self) -> GraphIndex:
+        """The cached array view (topological numbering, CSR, bytes); rebuilt after mutation."""
+        from graphir.index import GraphIndex
+
+        if self._index is None or self._index.version != self._version:
+            self._index = GraphIndex.build(self)
+        return self._index
+
+    # ----------------------------------------------------------------- mutation
+    def _touch(self) -> None:
+        self._version += 1
+
+    def _register_value(self, value: Value) -> Value:
+        if value.name in self._values:
+            raise ValueError(f"value name '%{value.name}' is already defined in graph '{self.name}'")
+        self._values[value.name] = value
+        value.graph = self
+        return value
+
+    def add_input(self, name: str, type: TensorType) -> Value:
+        """Add a graph input."""
+        value = self._register_value(Value(name, type, ValueKind.INPUT))
+        self.inputs.append(value)
+        self._touch()
+        return value
+
+    def add_constant(self, name: str, type: TensorType, data: ConstData | None = None) -> Value:
+        """Add a constant (weight) value; ``data`` is held by reference, never copied."""
+        value = self._register_value(Value(name, type, ValueKind.CONSTANT))
+        value.const = data
+        self.constants.append(value)
+        self._touch()
+        return value
+
+    def add_node(
+        self,
+        op: str,
+        inputs: Sequence[Value],
+        output_types: Sequence[TensorType],
+        *,
+        name: str | None = None,
+        output_names: Sequence[str] | None = None,
+        params: Mapping[str, ParamValue] | None = None,
+    ) -> Node:
+        """Create a node using ``inputs`` and producing one new value per output type.
+
+        Args:
+            op: dialect-qualified op name (``onnx.Relu``).
+            inputs: operand values; they must belong to this graph.
+            output_types: one type per result.
+            name: node name (default: the first output's name, or the op name), made unique.
+            output_names: result names (default: derived from the node name), must be unused.
+            params: the op's params, kept in the given order.
+        """
+        if output_names is not None and len(output_names) != len(output_types):
+            raise ValueError(f"{len(output_names)} output names for {len(output_types)} outputs")
+        base = name or (output_names[0] if output_names else op.rsplit(".", 1)[-1].lower())
+        node = Node(op, self.unique_name(base, for_node=True), params)
+        for i, value in enumerate(inputs):
+            if value.graph is not self:
+                raise ValueError(f"input #{i} '%{value.name}' of '{node.name}' is not a value of graph '{self.name}'")
+            node.inputs.append(value)
+            value.uses.append((node, i))
+        for i, out_type in enumerate(output_types):
+            if output_names is not None:
+                out_name = output_names[i]
+            else:
+                out_name = self.unique_name(node.name if i == 0 else f"{node.name}#{i}")
+            value = self._register_value(Value(out_name, out_type, ValueKind.RESULT))
+            value.producer = node
+            value.output_index = i
+            node.outputs.append(value)
+        node.graph = self
+        node._seq = next(self._seq)
+        self._nodes[node] = None
+        self._node_names[node.name] = node
+        self._touch()
+        return node
+
+    def remove_node(self, node: Node) -> None:
+        """Remove ``node``; its results must be unused and not graph outputs."""
+        if node not in self._nodes:
+            raise ValueError(f"node '{node.name}' is not in graph '{self.name}'")
+        for value in node.outputs:
+            if value.uses:
+                users = ", ".join(sorted({n.name for n, _ in value.uses}))
+                raise ValueError(f"cannot remove '{node.name}': result '%{value.name}' is used by {users}")
+            if any(v is value for v in self.outputs):
+                raise ValueError(f"cannot remove '{node.name}': result '%{value.name}' is a graph output")
+        for operand, value in enumerate(node.inputs):
+            value.uses.remove((node, operand))
+        for value in node.outputs:
+            del self._values[value.name]
+            value.graph = None
+        del self._nodes[node]
+        del self._node_names[node.name]
+        node.graph = None
+        self._touch()
+
+    def remove_value(self, value: Value) -> None:
+        """Remove an unused graph input or constant."""
+        if value.uses or any(v is value for v in self.outputs):
+            raise ValueError(f"cannot remove '%{value.name}': it is still used")
+        if value.kind is ValueKind.INPUT:
+            self.inputs.remove(value)
+        elif value.kind is ValueKind.CONSTANT:
+            self.constants.remove(value)
+        else:
+            raise ValueError(f"'%{value.name}' is a node result: remove its producer instead")
+        del self._values[value.name]
+        value.graph = None
+        self._touch()
+
+    def set_outputs(self, values: Iterable[Value]) -> None:
+        """Set the graph outputs."""
+        self.outputs = list(values)
+        self._touch()
+
+
+@attrs.define(eq=False)
+class Module:
+    """A graph, the cluster it is placed on (a spec string) and metadata.
+
+    Attributes:
+        name: module name (``@name`` in text).
+        graph: the graph.
+        cluster_spec: a cluster shorthand, preset name or TOML path; ``None`` means the default.
+        metadata: extra module attributes, printed in the module header (producer, opset...).
+    """
+
+    name: str
+    graph: Graph
+    cluster_spec: str | None = None
+    metadata: dict[str, ParamValue] = attrs.field(factory=dict)
+    _cluster: Cluster | None = attrs.field(default=None, alias="_cluster")
+
+    @property
+    def cluster(self) -> Cluster:
+        """The resolved cluster (:data:`graphir.cluster.DEFAULT_CLUSTER` when no spec is set)."""
+        from graphir.cluster import DEFAULT_CLUSTER, resolve_cluster
+
+        spec = self.cluster_spec or DEFAULT_CLUSTER
+        if self._cluster is None or self._cluster.spec != spec:
+            self._cluster = resolve_cluster(spec)
+        return self._cluster
+
+    def set_cluster(self, cluster: Cluster) -> None:
+        """Attach an already resolved cluster (its spec is recorded in ``cluster_spec``)."""
+        self._cluster = cluster
+        self.cluster_spec = cluster.spec

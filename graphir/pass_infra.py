@@ -1,0 +1,263 @@
+"""Passes: the base class, results, context, typed options and the registry.
+
+A pass is a frozen dataclass with a kebab-case ``name``, typed option fields with defaults, and
+``run(module, ctx) -> PassResult``. It declares the facts (annotation keys) it ``requires`` and
+``provides``; the pass manager runs a provider with its default options when a requirement is
+missing. Passes register with :func:`register_pass`; third-party passes come through the entry-point
+group ``graphir.passes`` or ``graphir-opt --load-plugin=module_or_file.py``::
+
+    @register_pass
+    @dataclasses.dataclass(frozen=True)
+    class UniformCost(Pass):
+        \"\"\"Give every node the same compute time. Provides: cost.\"\"\"
+
+        name: ClassVar[str] = "uniform-cost"
+        provides: ClassVar[tuple[str, ...]] = ("cost",)
+        seconds: float = 1e-6
+
+        def run(self, module: Module, ctx: PassContext) -> PassResult:
+            ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+import types
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TextIO
+
+import numpy as np
+
+from graphir.errors import GraphIRError
+from graphir.ir import Module
+
+Stat = int | float | str
+
+
+@dataclasses.dataclass(frozen=True)
+class PassResult:
+    """What a pass reports: whether it changed the module, and named statistics."""
+
+    changed: bool = False
+    stats: dict[str, Stat] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class PassContext:
+    """Per-run state shared by the passes of one pipeline.
+
+    Attributes:
+        seed: the pipeline seed; :meth:`rng` derives each pass's generator from it.
+        verbose: print progress and auto-run notices to ``log_stream``.
+        log_stream: where progress goes (stderr by default).
+    """
+
+    seed: int = 0
+    verbose: bool = False
+    log_stream: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
+    pass_position: int = 0
+
+    def rng(self) -> np.random.Generator:
+        """A generator seeded by the pipeline seed and the pass position: deterministic per run."""
+        return np.random.default_rng([self.seed, self.pass_position])
+
+    def log(self, message: str) -> None:
+        """Progress output (only with ``--verbose``)."""
+        if self.verbose:
+            print(message, file=self.log_stream, flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """Base of all passes (subclasses are frozen dataclasses)."""
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[tuple[str, ...]] = ()
+    provides: ClassVar[tuple[str, ...]] = ()
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Transform or analyse ``module`` in place."""
+        raise NotImplementedError
+
+    def spec(self) -> str:
+        """The pipeline text of this pass with its non-default options (``fuse{window=4}``)."""
+        parts = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value != field.default:
+                parts.append(f"{_kebab(field.name)}={_format_option(value)}")
+        return self.name + ("{" + " ".join(parts) + "}" if parts else "")
+
+
+def _kebab(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _format_option(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(_format_option(v) for v in value)
+    if isinstance(value, str) and (not value or any(c in value for c in ' ,{}"=')):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(value)
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionInfo:
+    """One pass option, as shown by ``--list-passes``."""
+
+    name: str  # kebab-case
+    field: str
+    type_text: str
+    default: Any
+    convert: Callable[[str | list[str]], Any]
+
+
+def _scalar_converter(tp: Any) -> tuple[str, Callable[[str], Any]]:
+    if tp is bool:
+
+        def to_bool(text: str) -> bool:
+            if text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError("expected true or false")
+
+        return "bool", to_bool
+    if tp is int:
+        return "int", lambda text: int(text, 0)
+    if tp is float:
+        return "float", float
+    if tp is str:
+        return "str", str
+    if typing.get_origin(tp) is Literal:
+        choices = typing.get_args(tp)
+
+        def to_choice(text: str) -> str:
+            if text not in choices:
+                raise ValueError(f"expected one of {', '.join(choices)}")
+            return text
+
+        return "|".join(choices), to_choice
+    raise TypeError(f"unsupported option type {tp!r}")
+
+
+def _option_converter(tp: Any) -> tuple[str, Callable[[str | list[str]], Any]]:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        inner = next(a for a in args if a is not type(None))
+        text, conv = _option_converter(inner)
+
+        def optional(raw: str | list[str]) -> Any:
+            return None if raw in ("none", "None") else conv(raw)
+
+        return text + "?", optional
+    if origin is tuple:
+        elem_text, elem = _scalar_converter(args[0])
+
+        def to_tuple(raw: str | list[str]) -> tuple[Any, ...]:
+            items = raw if isinstance(raw, list) else [raw] if raw != "" else []
+            return tuple(elem(item) for item in items)
+
+        return f"list<{elem_text}>", to_tuple
+    scalar_text, scalar = _scalar_converter(tp)
+
+    def single(raw: str | list[str]) -> Any:
+        if isinstance(raw, list):
+            raise ValueError("expected a single value, not a list")
+        return scalar(raw)
+
+    return scalar_text, single
+
+
+def pass_options(cls: type[Pass]) -> dict[str, OptionInfo]:
+    """The options of a pass class keyed by kebab-case name."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, OptionInfo] = {}
+    for field in dataclasses.fields(cls):
+        type_text, convert = _option_converter(hints[field.name])
+        default = field.default if field.default is not dataclasses.MISSING else None
+        out[_kebab(field.name)] = OptionInfo(_kebab(field.name), field.name, type_text, default, convert)
+    return out
+
+
+# --------------------------------------------------------------------------- registry
+
+PASSES: dict[str, type[Pass]] = {}
+_LOADED_BUILTINS = False
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    """Class decorator: make a pass available to pipelines under ``cls.name``."""
+    if not cls.name:
+        raise TypeError(f"pass {cls.__name__} has no 'name'")
+    existing = PASSES.get(cls.name)
+    if existing is not None and existing.__qualname__ != cls.__qualname__:
+        raise TypeError(f"pass name '{cls.name}' is already taken by {existing.__module__}.{existing.__qualname__}")
+    pass_options(cls)  # fail at registration on unsupported option types
+    PASSES[cls.name] = cls
+    return cls
+
+
+def load_builtin_passes() -> dict[str, type[Pass]]:
+    """Import the built-in passes and those of installed plugins (entry-point group ``graphir.passes``)."""
+    global _LOADED_BUILTINS
+    if not _LOADED_BUILTINS:
+        _LOADED_BUILTINS = True
+        importlib.import_module("graphir.passes")
+        for entry in importlib.metadata.entry_points(group="graphir.passes"):
+            try:
+                entry.load()
+            except Exception as exc:  # a broken plugin must not hide the built-ins
+                raise GraphIRError(f"cannot load pass plugin '{entry.name}' ({entry.value}): {exc}") from exc
+    return PASSES
+
+
+def load_plugin(spec: str) -> None:
+    """Import a plugin by module name (``my_pkg.passes``) or file path (``examples/my_pass.py``)."""
+    try:
+        if spec.endswith(".py") or "/" in spec:
+            path = Path(spec)
+            if not path.is_file():
+                raise GraphIRError(f"plugin file '{spec}' does not exist")
+            module_name = f"graphir_plugin_{path.stem}"
+            loader_spec = importlib.util.spec_from_file_location(module_name, path)
+            assert loader_spec is not None and loader_spec.loader is not None
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[module_name] = module
+            loader_spec.loader.exec_module(module)
+        else:
+            importlib.import_module(spec)
+    except GraphIRError:
+        raise
+    except Exception as exc:
+        raise GraphIRError(f"cannot load plugin '{spec}': {exc.__class__.__name__}: {exc}") from exc
+
+
+def providers_of(fact: str) -> list[type[Pass]]:
+    """Registered passes that provide ``fact``, in registration order."""
+    return [cls for cls in PASSES.values() if fact in cls.provides]
+
+
+FactCheck = Callable[[Module], bool]
+FACT_CHECKS: dict[str, FactCheck] = {}
+"""Custom checks for facts that are not simply 'every node has this annotation'."""
+
+
+def fact_holds(module: Module, fact: str) -> bool:
+    """Whether ``fact`` holds: a custom check, or every node carries the annotation ``fact``."""
+    check = FACT_CHECKS.get(fact)
+    if check is not None:
+        return check(module)
+    return all(fact in node.annotations for node in module.graph.nodes)

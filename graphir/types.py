@@ -1,0 +1,118 @@
+"""Tensor types: element types and shapes with static or symbolic dimensions.
+
+Types are frozen value objects; two equal types compare and hash equal. A dimension is a
+non-negative ``int`` or a symbol name (``"batch"``); ``None`` stands for a dimension nothing is
+known about (printed ``?``). A ``TensorType`` whose shape is ``None`` has unknown rank (``f32[*]``).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+import attrs
+
+
+class DType(enum.Enum):
+    """Element types, with the short name used in `.gir` text and their size in bytes."""
+
+    F16 = ("f16", 2)
+    BF16 = ("bf16", 2)
+    F32 = ("f32", 4)
+    F64 = ("f64", 8)
+    I8 = ("i8", 1)
+    I16 = ("i16", 2)
+    I32 = ("i32", 4)
+    I64 = ("i64", 8)
+    U8 = ("u8", 1)
+    U16 = ("u16", 2)
+    U32 = ("u32", 4)
+    U64 = ("u64", 8)
+    BOOL = ("i1", 1)
+    C64 = ("c64", 8)
+    C128 = ("c128", 16)
+    STRING = ("str", 0)
+    RESOURCE = ("resource", 0)
+    VARIANT = ("variant", 0)
+    F8E4M3 = ("f8e4m3", 1)
+    F8E5M2 = ("f8e5m2", 1)
+    I4 = ("i4", 1)
+    U4 = ("u4", 1)
+    TOKEN = ("token", 0)
+
+    def __init__(self, short: str, itemsize: int):
+        self.short = short
+        self.itemsize = itemsize
+
+    @classmethod
+    def from_short(cls, short: str) -> DType:
+        """Look a dtype up by its text name (``f32``); raises ``KeyError`` when unknown."""
+        return _BY_SHORT[short]
+
+    def __repr__(self) -> str:
+        return f"DType.{self.name}"
+
+
+_BY_SHORT = {d.short: d for d in DType}
+
+Dim = int | str | None
+
+
+def _check_shape(_inst: object, _attr: object, shape: tuple[Dim, ...] | None) -> None:
+    if shape is None:
+        return
+    for dim in shape:
+        if isinstance(dim, bool) or not (dim is None or isinstance(dim, (int, str))):
+            raise TypeError(f"dimension {dim!r} must be an int, a symbol name or None")
+        if isinstance(dim, int) and dim < 0:
+            raise ValueError(f"dimension {dim} is negative")
+
+
+@attrs.frozen
+class TensorType:
+    """A tensor of ``dtype`` with ``shape`` (``None``: unknown rank).
+
+    ``TensorType(DType.F32, (1, "batch", 224))`` prints as ``f32[1,batch,224]``.
+    """
+
+    dtype: DType
+    shape: tuple[Dim, ...] | None = attrs.field(
+        converter=lambda s: None if s is None else tuple(s), validator=_check_shape
+    )
+
+    @property
+    def rank(self) -> int | None:
+        """Number of dimensions, or ``None`` when unknown."""
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dimension is a known integer."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def num_elements(self) -> int | None:
+        """Element count when the shape is static, else ``None``."""
+        if not self.is_static:
+            return None
+        assert self.shape is not None
+        return math.prod(self.shape)  # type: ignore[arg-type]
+
+    @property
+    def nbytes(self) -> int | None:
+        """Size in bytes when the shape is static (sub-byte types round up), else ``None``."""
+        count = self.num_elements
+        if count is None:
+            return None
+        return count * self.dtype.itemsize
+
+    def nbytes_or(self, default: int = 0) -> int:
+        """Size in bytes, or ``default`` when the shape is not static."""
+        size = self.nbytes
+        return default if size is None else size
+
+    def __str__(self) -> str:
+        if self.shape is None:
+            return f"{self.dtype.short}[*]"
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        return f"{self.dtype.short}[{dims}]"

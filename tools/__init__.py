@@ -1,0 +1,1 @@
+"""Command-line entry points and developer tools (benchmarks, model generators)."""
