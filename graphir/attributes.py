@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from typing import Any
 
 import attrs
@@ -163,6 +164,13 @@ def format_float(value: float) -> str:
     return repr(float(value))
 
 
+def _format_numpy_float(value: Any) -> str:
+    if not np.isfinite(value):
+        return format_float(float(value))
+    text = str(value)
+    return text if any(c in text for c in ".einf") else text + ".0"
+
+
 def b64encode(data: bytes) -> str:
     """Base64 text of ``data``."""
     return base64.b64encode(data).decode("ascii")
@@ -207,6 +215,15 @@ def format_string(text: str) -> str:
     return "".join(out)
 
 
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.$]*$")
+_RESERVED_KEYS = frozenset({"true", "false", "inf", "nan", "type", "dense", "opaque", "external"})
+
+
+def format_key(key: str) -> str:
+    """A param/attribute key: bare when it is an identifier, quoted otherwise."""
+    return key if _KEY.match(key) and key not in _RESERVED_KEYS else format_string(key)
+
+
 def format_value(value: Any) -> str:
     """Text of a param or annotation value; the parser reads it back to an equal value."""
     if isinstance(value, bool):
@@ -224,7 +241,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, tuple):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {format_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in value.items()) + "}"
     if isinstance(value, TensorType):
         return f"type<{value}>"
     if isinstance(value, DenseTensor):
@@ -244,6 +261,8 @@ def format_tensor_data(tensor: DenseTensor) -> str:
         if tensor.type.dtype in (DType.C64, DType.C128):
             return f"b64{format_string(b64encode(tensor.data))}"
         if flat.dtype.kind == "f":
-            return "[" + ", ".join(format_float(float(x)) for x in flat) + "]"
+            # str() of a numpy scalar is the shortest text that reads back to the same value in
+            # its own precision (0.02 for float32, not 0.019999999552965164).
+            return "[" + ", ".join(_format_numpy_float(x) for x in flat) + "]"
         return "[" + ", ".join(str(int(x)) for x in flat) + "]"
     return f"b64{format_string(b64encode(tensor.data))}"

@@ -8,6 +8,7 @@ with ``file:line:col`` and the source line.
 
 from __future__ import annotations
 
+import gc
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -329,6 +330,15 @@ class _Parser:
         dtype_from_numpy(array.dtype)
         return DenseTensor.from_numpy(array)
 
+    def parse_key(self) -> tuple[str, int]:
+        """A key: an identifier or a quoted string; returns it with its column."""
+        tok = self.peek()
+        if tok is not None and tok.kind == "string":
+            self.take()
+            return _unquote(tok.text), tok.col
+        tok = self.expect_kind("ident", "a key")
+        return tok.text, tok.col
+
     def parse_dict(self, opened: bool = False) -> dict[str, Any]:
         if not opened:
             self.expect("{")
@@ -336,11 +346,11 @@ class _Parser:
         if self.accept("}"):
             return out
         while True:
-            key = self.expect_kind("ident", "a key")
-            if key.text in out:
-                raise self.error(f"duplicate key '{key.text}'", key.col)
-            self.expect("=", f"'=' after '{key.text}'")
-            out[key.text] = self.parse_value()
+            key, key_col = self.parse_key()
+            if key in out:
+                raise self.error(f"duplicate key '{key}'", key_col)
+            self.expect("=", f"'=' after '{key}'")
+            out[key] = self.parse_value()
             if self.accept("}"):
                 return out
             self.expect(",", "',' or '}'")
@@ -351,12 +361,12 @@ class _Parser:
         if self.accept(close):
             return out
         while True:
-            key = self.expect_kind("ident", "a key")
-            if key.text in out:
-                raise self.error(f"duplicate key '{key.text}'", key.col)
-            self.expect("=", f"'=' after '{key.text}'")
-            col = self.peek().col if self.peek() else key.col
-            out[key.text] = (self.parse_value(), col)
+            key, key_col = self.parse_key()
+            if key in out:
+                raise self.error(f"duplicate key '{key}'", key_col)
+            self.expect("=", f"'=' after '{key}'")
+            col = self.peek().col if self.peek() else key_col
+            out[key] = (self.parse_value(), col)
             if self.accept(close):
                 return out
             self.expect(",", f"',' or '{close}'")
@@ -605,4 +615,12 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     Raises:
         ParseError: with the file, line, column and source line of the first problem.
     """
-    return _Parser(text, filename).parse()
+    # Parsing allocates millions of small objects that never form cycles: pausing the cyclic
+    # garbage collector roughly halves the time on 100k-node graphs.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Parser(text, filename).parse()
+    finally:
+        if was_enabled:
+            gc.enable()

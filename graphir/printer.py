@@ -23,7 +23,7 @@ import re
 from typing import TextIO
 
 from graphir.annotations import ANNOTATIONS
-from graphir.attributes import DenseTensor, format_string, format_value
+from graphir.attributes import DenseTensor, format_key, format_string, format_value
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import TensorType
 
@@ -72,7 +72,7 @@ def print_node(node: Node, type_text: _TypeText | None = None) -> str:
         parts.append(" @" + format_name(node.name))
     parts.append("(" + ", ".join("%" + format_name(v.name) for v in node.inputs) + ")")
     if node.params:
-        parts.append(" {" + ", ".join(f"{k} = {format_value(v)}" for k, v in node.params.items()) + "}")
+        parts.append(" {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}")
     parts.append(" : (" + ", ".join(ttext(v.type) for v in node.inputs) + ") -> ")
     if len(node.outputs) == 1:
         parts.append(ttext(node.outputs[0].type))
@@ -117,7 +117,7 @@ def print_module(module: Module, out: TextIO | None = None) -> str:
     attributes.update(module.metadata)
     header = f"module @{format_name(module.name)}"
     if attributes:
-        header += " {" + ", ".join(f"{k} = {format_value(v)}" for k, v in attributes.items()) + "}"
+        header += " {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in attributes.items()) + "}"
     buffer.write(header + " {\n")
     print_graph(module.graph, buffer)
     buffer.write("}\n")
