@@ -4,7 +4,7 @@ Schema (stable keys; times in seconds, sizes in bytes)::
 
     {"graph": str,
      "nodes": [{"id", "op", "time", "times", "mem", "out_bytes", "group", "device", "order"}],
-     "edges": [{"src", "dst", "bytes"}],
+     "edges": [{"src", "dst", "bytes", "control"}],
      "devices": [{"name", "kind", "memory"}],
      "links": [{"src", "dst", "latency", "bandwidth"}],
      "makespan": float | null}
@@ -12,7 +12,8 @@ Schema (stable keys; times in seconds, sizes in bytes)::
 Node ids are the node names (unique and stable across runs); nodes appear in the graph index's
 topological order. ``time`` is the time on the first device of the cluster (for heterogeneous
 clusters), ``times`` the time on every device; both are null when the node has no cost. An edge
-joins two nodes and carries the total bytes of the distinct values flowing between them.
+joins two nodes and carries the total bytes of the distinct values flowing between them;
+``control`` is true when the two are joined only by control dependencies (zero bytes).
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ def cost_graph(module: Module) -> dict[str, Any]:
         pair = index.edge_src * max(index.num_nodes, 1) + index.edge_dst
         pairs, inverse = np.unique(pair, return_inverse=True)
         totals = np.bincount(inverse.reshape(-1), weights=index.edge_bytes, minlength=len(pairs)).astype(np.int64)
+        data_edges = np.bincount(inverse.reshape(-1), weights=~index.edge_control, minlength=len(pairs))
         names = [node.name for node in index.nodes]
         n = max(index.num_nodes, 1)
-        for key, total in zip(pairs.tolist(), totals.tolist(), strict=True):
-            edges.append({"src": names[key // n], "dst": names[key % n], "bytes": total})
+        for key, total, data in zip(pairs.tolist(), totals.tolist(), data_edges.tolist(), strict=True):
+            edges.append({"src": names[key // n], "dst": names[key % n], "bytes": total, "control": data == 0})
     return {
         "graph": module.name,
         "nodes": nodes,

@@ -17,6 +17,7 @@ Built-in keys:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,8 +34,8 @@ def _sorted_times(times: Mapping[str, float] | tuple[tuple[str, float], ...]) ->
     out = []
     for kind, seconds in items:
         seconds = float(seconds)
-        if not seconds >= 0:
-            raise ValueError(f"cost for '{kind}' must be a non-negative time, got {seconds}")
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError(f"cost for '{kind}' must be a finite non-negative time, got {seconds}")
         out.append((str(kind), seconds))
     return tuple(sorted(out))
 
@@ -139,8 +140,8 @@ def _check_str(name: str) -> Callable[[Any], str]:
 
 def _check_seconds(name: str) -> Callable[[Any], float]:
     def check(value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"'{name}' must be a time in seconds, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"'{name}' must be a finite time in seconds, got {value!r}")
         return float(value)
 
     return check
@@ -224,7 +225,8 @@ def _affinity_from_generic(value: Any) -> tuple[str, ...]:
 def _typed_generic(name: str, kind: type) -> Callable[[Any], Any]:
     def convert(value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, kind):
-            raise ValueError(f"'{name}' expects a {kind.__name__}")
+            article = "an" if kind.__name__[0] in "aeiou" else "a"
+            raise ValueError(f"'{name}' expects {article} {kind.__name__}")
         return value
 
     return convert

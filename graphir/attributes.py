@@ -133,15 +133,10 @@ def format_duration(seconds: float) -> str:
         unit = "s"
     scaled = seconds * TIME_UNITS[unit]
     for digits in range(1, 18):
-        text = _trim_number(format(scaled, f".{digits}g"))
+        text = np.format_float_positional(scaled, precision=digits, unique=False, fractional=False, trim="-")
         if seconds_from(float(text), unit) == seconds:
             return text + unit
     return f"{seconds!r}s"
-
-
-def _trim_number(text: str) -> str:
-    """Python's ``g`` format may give ``1e-05``; keep it, but drop a redundant ``+`` in exponents."""
-    return text.replace("e+", "e")
 
 
 def format_bytes(count: int) -> str:
@@ -207,7 +202,7 @@ def format_string(text: str) -> str:
             out.append("\\n")
         elif ch == "\t":
             out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F or ch in "\u0085\u2028\u2029":
             out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
@@ -259,6 +254,9 @@ def format_tensor_data(tensor: DenseTensor) -> str:
     if count <= INLINE_ELEMENTS and tensor.type.dtype in _NUMPY_DTYPES:
         flat = tensor.numpy().reshape(-1)
         if tensor.type.dtype in (DType.C64, DType.C128):
+            return f"b64{format_string(b64encode(tensor.data))}"
+        if flat.dtype.kind == "f" and np.isnan(flat).any():
+            # NaNs go to base64 so their sign and payload bits survive.
             return f"b64{format_string(b64encode(tensor.data))}"
         if flat.dtype.kind == "f":
             # str() of a numpy scalar is the shortest text that reads back to the same value in

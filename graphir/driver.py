@@ -19,6 +19,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from graphir.cluster import DEFAULT_CLUSTER, resolve_cluster
 from graphir.emit import load_builtin_emitters
@@ -26,16 +27,33 @@ from graphir.errors import GraphIRError
 from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes, load_plugin, pass_options
+from graphir.pass_infra import PassContext, format_option, load_builtin_passes, load_plugin, pass_options
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 
 SPLIT_MARKER = "// -----"
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seed '{text}': expected an integer >= 0") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid seed '{text}': expected an integer >= 0")
+    return value
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """Usage errors are user errors too: one line, exit status 1 (argparse's default is 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_arg_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    parser = argparse.ArgumentParser(
+    parser = _ArgumentParser(
         prog="graphir-opt",
         description=(
             "Import a model (.onnx or .gir text; '-' reads .gir from stdin), run a pass pipeline over its "
@@ -52,7 +70,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cluster", metavar="SPEC", help=f"cluster shorthand or TOML file (default {DEFAULT_CLUSTER})")
     parser.add_argument("--emit", default="gir", metavar="FORMAT", help="output format (see --list-emitters)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write output to FILE instead of stdout")
-    parser.add_argument("--seed", type=int, default=0, help="seed for randomised passes (default 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed (>= 0) for randomised passes (default 0)")
     parser.add_argument("--split-input-file", action="store_true", help=f"process chunks separated by '{SPLIT_MARKER}'")
     parser.add_argument("--no-verify", action="store_true", help="do not run the verifier after each pass")
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
@@ -81,8 +99,7 @@ def list_passes() -> str:
         if cls.provides:
             lines.append(f"    provides: {', '.join(cls.provides)}")
         for option in pass_options(cls).values():
-            default = option.default
-            shown = ",".join(map(str, default)) if isinstance(default, tuple) else default
+            shown = "none" if option.default is None else format_option(option.default)
             lines.append(f"    {option.name}: {option.type_text} = {shown}")
     return "\n".join(lines) + "\n"
 
@@ -90,11 +107,20 @@ def list_passes() -> str:
 def _write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file, so failures leave no partial file."""
     directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise GraphIRError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise GraphIRError(f"cannot write '{path}': {exc.strerror or exc}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -152,7 +178,10 @@ def _process(module: Module, args: argparse.Namespace) -> str:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
-    args = build_arg_parser().parse_args(argv)
+    try:
+        args = build_arg_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error already reported in one line
+        return exc.code if isinstance(exc.code, int) else 1
     try:
         for plugin in args.load_plugin:
             load_plugin(plugin)

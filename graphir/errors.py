@@ -61,6 +61,7 @@ class GraphIRError(Exception):
         self.message = message
         self.loc = loc
         self.notes = notes
+        self.pass_context = False  # set once a pass manager has prefixed the failing pass
 
     def one_line(self) -> str:
         """The error as a single line: ``prefix: error: message``."""

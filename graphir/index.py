@@ -1,8 +1,9 @@
 """The array view of a graph: topological numbering, CSR adjacency, bytes, costs and groups.
 
 Built once per structural version of the graph (:meth:`graphir.ir.Graph.index`) and shared by
-every heavy pass. Edges are data dependencies between nodes, one per (producer, consumer, value)
-triple; an edge's bytes are the size of the value it carries. Annotation-derived arrays (times,
+every heavy pass. Edges are dependencies between nodes: one per (producer, consumer, value)
+triple, whose bytes are the size of the value it carries, plus one zero-byte control edge per
+control input (``edge_control``). Annotation-derived arrays (times,
 memory, groups) are cached separately and recomputed when any annotation changes.
 """
 
@@ -26,8 +27,10 @@ class GraphIndex:
         version: the graph version it was built from.
         nodes: nodes in topological order; node ``i`` below means ``nodes[i]``.
         edge_src, edge_dst: int64 arrays, edges sorted by (src, dst).
-        edge_value: int64 index into ``values`` of the value each edge carries.
-        edge_bytes: int64 bytes of each edge.
+        edge_value: int64 index into ``values`` of the value each edge carries; -1 for a control
+            edge (a dependency without data).
+        edge_control: bool, True for control edges.
+        edge_bytes: int64 bytes of each edge (0 for control edges).
         succ_offsets, succ: CSR successors (``succ[succ_offsets[u]:succ_offsets[u+1]]``).
         succ_edge: edge id of each ``succ`` entry.
         pred_offsets, pred, pred_edge: CSR predecessors likewise.
@@ -66,7 +69,7 @@ class GraphIndex:
             node._index_pos = position
         src: list[int] = []
         dst: list[int] = []
-        carried: list[Value] = []
+        carried: list[Value | None] = []  # None marks a control edge
         for position, node in enumerate(insertion):
             inputs = node.inputs
             if len(inputs) > 1 and len(set(inputs)) != len(inputs):
@@ -77,6 +80,10 @@ class GraphIndex:
                     src.append(producer._index_pos)
                     dst.append(position)
                     carried.append(value)
+            for control in node.control_inputs:
+                src.append(control._index_pos)
+                dst.append(position)
+                carried.append(None)
         src_arr = np.asarray(src, dtype=np.int64)
         dst_arr = np.asarray(dst, dtype=np.int64)
         order = stable_topological_order(len(insertion), src_arr, dst_arr)
@@ -97,6 +104,7 @@ class GraphIndex:
             values.extend(node.outputs)
         index.values = values
         value_number = {id(v): k for k, v in enumerate(values)}
+        value_number[id(None)] = -1
         index.value_bytes = np.fromiter((v.nbytes for v in values), dtype=np.int64, count=len(values))
         index.value_producer = np.fromiter(
             (v.producer._index_pos for v in values),  # type: ignore[union-attr]
@@ -110,7 +118,12 @@ class GraphIndex:
         index.edge_src = src_t[sort]
         index.edge_dst = dst_t[sort]
         index.edge_value = edge_value[sort]
-        index.edge_bytes = index.value_bytes[index.edge_value] if len(sort) else np.zeros(0, np.int64)
+        index.edge_control = index.edge_value < 0
+        index.edge_bytes = (
+            np.where(index.edge_control, 0, index.value_bytes[np.maximum(index.edge_value, 0)])
+            if len(values)
+            else np.zeros(len(sort), np.int64)
+        )
         n = len(index.nodes)
         index.succ_offsets, index.succ, index.succ_edge = csr(n, index.edge_src, index.edge_dst)
         index.pred_offsets, index.pred, index.pred_edge = csr(n, index.edge_dst, index.edge_src)
@@ -220,9 +233,14 @@ class Quotient:
         pairs, pair_inverse = np.unique(pair, return_inverse=True)
         q.edge_src = pairs // max(q.num_groups, 1)
         q.edge_dst = pairs % max(q.num_groups, 1)
-        q.edge_bytes = np.bincount(
-            pair_inverse.reshape(-1), weights=index.value_bytes[triples[2]], minlength=len(pairs)
-        ).astype(np.int64)
+        carried_bytes = (
+            np.where(triples[2] >= 0, index.value_bytes[np.maximum(triples[2], 0)], 0)
+            if len(index.value_bytes)
+            else np.zeros(triples.shape[1], np.int64)
+        )
+        q.edge_bytes = np.bincount(pair_inverse.reshape(-1), weights=carried_bytes, minlength=len(pairs)).astype(
+            np.int64
+        )
         q.order = stable_topological_order(q.num_groups, q.edge_src, q.edge_dst)
         q._index = index
         return q

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -119,13 +120,29 @@ class Node:
     """An op: dialect-qualified name, inputs, outputs, params and annotations.
 
     ``loc`` records where the node came from (a `.gir` line, or an imported node name) so
-    diagnostics can point at it.
+    diagnostics can point at it. ``control_inputs`` are nodes that must finish before this one
+    starts without passing data (TensorFlow's ``^name`` inputs): edges of zero bytes, marked as
+    control in the array view. Change them with :meth:`add_control_input` /
+    :meth:`remove_control_input` so ``control_users`` stays right.
 
     Nodes compare by identity. Build them with :meth:`Graph.add_node`; change inputs with
     :meth:`set_input` so use lists stay right.
     """
 
-    __slots__ = ("op", "name", "inputs", "outputs", "params", "_annotations", "graph", "_seq", "_index_pos", "loc")
+    __slots__ = (
+        "op",
+        "name",
+        "inputs",
+        "outputs",
+        "params",
+        "_annotations",
+        "graph",
+        "_seq",
+        "_index_pos",
+        "loc",
+        "control_inputs",
+        "control_users",
+    )
 
     def __init__(self, op: str, name: str, params: Mapping[str, ParamValue] | None = None):
         self.op = op
@@ -138,6 +155,8 @@ class Node:
         self._seq = 0
         self._index_pos = -1
         self.loc: Location | None = None
+        self.control_inputs: list[Node] = []
+        self.control_users: list[Node] = []
 
     # ----------------------------------------------------------------- annotations
     cost: Cost | None = _annotation_property("cost", "compute time (Cost), or None")  # type: ignore[assignment]
@@ -153,7 +172,7 @@ class Node:
     @property
     def annotations(self) -> Mapping[str, Any]:
         """Read-only view of the annotations (use the accessors or :meth:`set_annotation` to change)."""
-        return self._annotations
+        return types.MappingProxyType(self._annotations)
 
     def set_annotation(self, key: str, value: Any) -> None:
         """Set a registered annotation, validated by its declaration; ``None`` removes it."""
@@ -193,6 +212,24 @@ class Node:
         """Append ``value`` as a new last operand."""
         self.inputs.append(value)
         value.uses.append((self, len(self.inputs) - 1))
+        if self.graph is not None:
+            self.graph._touch()
+
+    def add_control_input(self, node: Node) -> None:
+        """Make this node run after ``node`` (a control dependency); duplicates are ignored."""
+        if node.graph is not self.graph:
+            raise ValueError(f"control input '{node.name}' of '{self.name}' is not in the same graph")
+        if node in self.control_inputs:
+            return
+        self.control_inputs.append(node)
+        node.control_users.append(self)
+        if self.graph is not None:
+            self.graph._touch()
+
+    def remove_control_input(self, node: Node) -> None:
+        """Drop the control dependency on ``node``."""
+        self.control_inputs.remove(node)
+        node.control_users.remove(self)
         if self.graph is not None:
             self.graph._touch()
 
@@ -379,7 +416,11 @@ class Graph:
         return node
 
     def remove_node(self, node: Node) -> None:
-        """Remove ``node``; its results must be unused and not graph outputs."""
+        """Remove ``node``.
+
+        Its results must be unused and not graph outputs, and no node may depend on it by a
+        control edge; its own control inputs are detached.
+        """
         if node not in self._nodes:
             raise ValueError(f"node '{node.name}' is not in graph '{self.name}'")
         for value in node.outputs:
@@ -388,6 +429,12 @@ class Graph:
                 raise ValueError(f"cannot remove '{node.name}': result '%{value.name}' is used by {users}")
             if any(v is value for v in self.outputs):
                 raise ValueError(f"cannot remove '{node.name}': result '%{value.name}' is a graph output")
+        if node.control_users:
+            users = ", ".join(sorted(n.name for n in node.control_users))
+            raise ValueError(f"cannot remove '{node.name}': {users} depend on it by control edges")
+        for control in node.control_inputs:
+            control.control_users.remove(node)
+        node.control_inputs = []
         for operand, value in enumerate(node.inputs):
             value.uses.remove((node, operand))
         for value in node.outputs:

@@ -33,9 +33,9 @@ _TOKEN = re.compile(
     r"""
     \s*(?:
     (?P<comment>//.*)
-  | (?P<pname>%(?:[A-Za-z0-9_.$\#/-]+|"(?:[^"\\]|\\.)*"))
-  | (?P<aname>@(?:[A-Za-z0-9_.$\#/-]+|"(?:[^"\\]|\\.)*"))
-  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<pname>%(?:[A-Za-z0-9_.$\#/-]+|"(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^u])*"))
+  | (?P<aname>@(?:[A-Za-z0-9_.$\#/-]+|"(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^u])*"))
+  | (?P<string>"(?:[^"\\]|\\u[0-9a-fA-F]{4}|\\[^u])*")
   | (?P<arrow>->)
   | (?P<number>-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)(?P<unit>ns|us|ms|s|KiB|MiB|GiB|TiB|B)?(?![A-Za-z0-9_])
   | (?P<type>[a-z][a-z0-9]*\[[^\]]*\])
@@ -85,10 +85,11 @@ class _NodeRecord:
     name_col: int
     outputs: list[tuple[str, int]]
     inputs: list[tuple[str, int]]
+    controls: list[tuple[str, int]]
     params: dict[str, Any]
     input_types: list[tuple[TensorType, int]]
     output_types: list[TensorType]
-    annotations: dict[str, tuple[Any, int]]
+    annotations: dict[str, tuple[Any, int, int]]
     line: int
     source: str
 
@@ -105,7 +106,9 @@ class _Line:
 class _Parser:
     def __init__(self, text: str, filename: str):
         self.filename = filename
-        self.lines = text.splitlines()
+        # Only "\n" ends a line: str.splitlines would also split at U+2028 and friends, which may
+        # appear (escaped by the printer, but raw in hand-written text) inside string literals.
+        self.lines = [line.rstrip("\r") for line in text.split("\n")]
         self.line_no = 0
         self.cur: _Line | None = None
         self.type_cache: dict[str, TensorType] = {}
@@ -355,9 +358,9 @@ class _Parser:
                 return out
             self.expect(",", "',' or '}'")
 
-    def parse_keyed(self, close: str) -> dict[str, tuple[Any, int]]:
-        """``key = value, ...`` up to ``close``, keeping each value's column."""
-        out: dict[str, tuple[Any, int]] = {}
+    def parse_keyed(self, close: str) -> dict[str, tuple[Any, int, int]]:
+        """``key = value, ...`` up to ``close``, keeping the columns of each value and key."""
+        out: dict[str, tuple[Any, int, int]] = {}
         if self.accept(close):
             return out
         while True:
@@ -366,7 +369,7 @@ class _Parser:
                 raise self.error(f"duplicate key '{key}'", key_col)
             self.expect("=", f"'=' after '{key}'")
             col = self.peek().col if self.peek() else key_col
-            out[key] = (self.parse_value(), col)
+            out[key] = (self.parse_value(), col, key_col)
             if self.accept(close):
                 return out
             self.expect(",", f"',' or '{close}'")
@@ -378,7 +381,7 @@ class _Parser:
             raise self.error("empty input: expected 'module @name {'")
         self.expect("module", "'module'")
         name = self.sigil_name(self.expect_kind("aname", "the module name '@name'"))
-        attributes: dict[str, tuple[Any, int]] = {}
+        attributes: dict[str, tuple[Any, int, int]] = {}
         if self.peek() is not None and self.peek().text == "{" and self._brace_is_attributes():  # type: ignore[union-attr]
             self.take()
             attributes = self.parse_keyed("}")
@@ -386,7 +389,7 @@ class _Parser:
         self.expect_end()
         cluster = None
         metadata: dict[str, Any] = {}
-        for key, (value, col) in attributes.items():
+        for key, (value, col, _) in attributes.items():
             if key == "cluster":
                 if not isinstance(value, str):
                     raise self.error("'cluster' must be a string", col, line)
@@ -528,6 +531,16 @@ class _Parser:
                 if self.accept(")"):
                     break
                 self.expect(",", "',' or ')'")
+        controls: list[tuple[str, int]] = []
+        if self.accept("ctrl"):
+            self.expect("(", "'(' opening the control inputs")
+            if not self.accept(")"):
+                while True:
+                    tok = self.expect_kind("aname", "a control input '@node'")
+                    controls.append((self.sigil_name(tok), tok.col))
+                    if self.accept(")"):
+                        break
+                    self.expect(",", "',' or ')'")
         params: dict[str, Any] = {}
         if self.peek() is not None and self.peek().text == "{":  # type: ignore[union-attr]
             params = self.parse_dict()
@@ -557,12 +570,12 @@ class _Parser:
             raise self.error(f"{len(outputs)} results named but {len(output_types)} result types given", types_col)
         if len(input_types) != len(inputs):
             raise self.error(f"{len(inputs)} operands but {len(input_types)} operand types", op_tok.col)
-        annotations: dict[str, tuple[Any, int]] = {}
+        annotations: dict[str, tuple[Any, int, int]] = {}
         if self.accept("["):
             annotations = self.parse_keyed("]")
         self.expect_end()
         return _NodeRecord(
-            op_tok.text, node_name, name_col, outputs, inputs, params, input_types, output_types,
+            op_tok.text, node_name, name_col, outputs, inputs, controls, params, input_types, output_types,
             annotations, self.cur.number, self.cur.text,
         )  # fmt: skip
 
@@ -583,10 +596,11 @@ class _Parser:
             )
             indent = len(record.source) - len(record.source.lstrip())
             node.loc = Location(self.filename, record.line, indent + 1, record.source)
-            for key, (value, col) in record.annotations.items():
+            for key, (value, col, key_col) in record.annotations.items():
                 kind = ANNOTATIONS.get(key)
                 if kind is None:
-                    raise self.error(f"unknown annotation '{key}' (known: {', '.join(sorted(ANNOTATIONS))})", col, line)
+                    known = ", ".join(sorted(ANNOTATIONS))
+                    raise self.error(f"unknown annotation '{key}' (known: {known})", key_col, line)
                 try:
                     node.set_annotation(key, kind.from_generic(value))
                 except ValueError as exc:
@@ -607,6 +621,13 @@ class _Parser:
                         line,
                     )
                 node.add_input(value)
+            for control_name, col in record.controls:
+                control = graph.get_node(control_name)
+                if control is None:
+                    raise self.error(f"control input '@{control_name}' is not a node of this graph", col, line)
+                if control in node.control_inputs:
+                    raise self.error(f"control input '@{control_name}' is listed twice", col, line)
+                node.add_control_input(control)
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

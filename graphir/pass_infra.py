@@ -91,7 +91,7 @@ class Pass:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if value != field.default:
-                parts.append(f"{_kebab(field.name)}={_format_option(value)}")
+                parts.append(f"{_kebab(field.name)}={format_option(value)}")
         return self.name + ("{" + " ".join(parts) + "}" if parts else "")
 
 
@@ -99,12 +99,13 @@ def _kebab(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _format_option(value: Any) -> str:
+def format_option(value: Any) -> str:
+    """An option value as pipeline text (re-parses to the same value)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
-        return ",".join(_format_option(v) for v in value)
-    if isinstance(value, str) and (not value or any(c in value for c in ' ,{}"=')):
+        return ",".join(format_option(v) for v in value) if value else '""'
+    if isinstance(value, str) and (not value or any(c in ',{}"=\\' or c.isspace() for c in value)):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return str(value)
 
@@ -203,7 +204,7 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
     if not cls.name:
         raise TypeError(f"pass {cls.__name__} has no 'name'")
     existing = PASSES.get(cls.name)
-    if existing is not None and existing.__qualname__ != cls.__qualname__:
+    if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
         raise TypeError(f"pass name '{cls.name}' is already taken by {existing.__module__}.{existing.__qualname__}")
     pass_options(cls)  # fail at registration on unsupported option types
     PASSES[cls.name] = cls

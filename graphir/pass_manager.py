@@ -94,9 +94,14 @@ class PassManager:
         try:
             result = pass_.run(module, ctx)
         except GraphIRError as exc:
-            if isinstance(exc, PassError) and "pass '" in exc.message:
-                raise
-            raise PassError(f"pass '{pass_.name}' failed {self._before()}: {exc.message}", exc.loc, exc.notes) from exc
+            if getattr(exc, "pass_context", False):
+                raise  # already names the failing pass (a nested pipeline)
+            wrapped = PassError(f"pass '{pass_.name}' failed {self._before()}: {exc.message}", exc.loc, exc.notes)
+            wrapped.pass_context = True
+            raise wrapped from exc
+        except Exception as exc:
+            # A bug in the pass, not a user error: keep the traceback (chained) but say where.
+            raise RuntimeError(f"internal error in pass '{pass_.name}' ({self._before()}): {exc!r}") from exc
         seconds = time.perf_counter() - started
         self.records.append(PassRecord(pass_, auto, result, seconds))
         if self.verify_each:

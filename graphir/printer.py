@@ -11,7 +11,8 @@ Layout::
       }
     }
 
-Nodes print in the graph index's stable topological order, params in their stored order and
+Control dependencies print after the operands as ``ctrl(@node, ...)``. Nodes print in the graph
+index's stable topological order, params in their stored order and
 annotations sorted by key inside the trailing ``[...]``, so golden tests can match them alone. A
 node's ``@name`` is printed only when it differs from its first result's name.
 """
@@ -71,6 +72,8 @@ def print_node(node: Node, type_text: _TypeText | None = None) -> str:
     if not node.outputs or node.outputs[0].name != node.name:
         parts.append(" @" + format_name(node.name))
     parts.append("(" + ", ".join("%" + format_name(v.name) for v in node.inputs) + ")")
+    if node.control_inputs:
+        parts.append(" ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")")
     if node.params:
         parts.append(" {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}")
     parts.append(" : (" + ", ".join(ttext(v.type) for v in node.inputs) + ") -> ")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 
 import attrs
 
@@ -56,6 +57,7 @@ class DType(enum.Enum):
 _BY_SHORT = {d.short: d for d in DType}
 
 Dim = int | str | None
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _check_shape(_inst: object, _attr: object, shape: tuple[Dim, ...] | None) -> None:
@@ -66,6 +68,8 @@ def _check_shape(_inst: object, _attr: object, shape: tuple[Dim, ...] | None) ->
             raise TypeError(f"dimension {dim!r} must be an int, a symbol name or None")
         if isinstance(dim, int) and dim < 0:
             raise ValueError(f"dimension {dim} is negative")
+        if isinstance(dim, str) and not _SYMBOL.fullmatch(dim):
+            raise ValueError(f"symbolic dimension {dim!r} must be an identifier ([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @attrs.frozen

@@ -51,6 +51,9 @@ def _check_uses(graph: Graph) -> None:
                 raise _err(node, f"operand #{k} '%{value.name}' has no producer in graph '{graph.name}'")
             if (node, k) not in value.uses:
                 raise _err(node, f"operand #{k} '%{value.name}' is missing from its use list")
+        for control in node.control_inputs:
+            if control.graph is not graph or node not in control.control_users:
+                raise _err(node, f"control input '{control.name}' is not a node of graph '{graph.name}'")
         for value in node.outputs:
             for user, k in value.uses:
                 if user.graph is not graph or k >= len(user.inputs) or user.inputs[k] is not value:

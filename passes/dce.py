@@ -1,8 +1,8 @@
 """``dce``: dead-code elimination.
 
 Removes every node none of whose results reaches a graph output (side-effect ops are kept when
-their op name is listed in ``keep``), then constants and inputs left without uses when
-``prune-constants`` is set. Requires nothing; provides nothing.
+their op name is listed in ``keep``), then constants left without uses when ``prune-constants``
+is set (graph inputs are part of the signature and stay). Requires nothing; provides nothing.
 """
 
 from __future__ import annotations

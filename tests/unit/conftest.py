@@ -1,0 +1,87 @@
+"""Shared fixtures for the unit tests: small hand-built graphs, `.gir` helpers, registry isolation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from graphir.ir import Graph, Module, Node
+from graphir.parser import parse_module
+from graphir.pass_infra import FACT_CHECKS, PASSES, load_builtin_passes
+from graphir.types import DType, TensorType
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Property tests must stay fast and deterministic: no deadline (CI machines vary), derandomized
+# so a failure reproduces, and a modest number of examples (the whole unit suite runs in seconds).
+settings.register_profile(
+    "graphir-unit",
+    deadline=None,
+    derandomize=True,
+    max_examples=60,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("graphir-unit")
+
+
+def f32(*dims: int | str | None) -> TensorType:
+    """``f32[dims]``."""
+    return TensorType(DType.F32, dims)
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture
+def chain() -> tuple[Module, Node, Node, Node]:
+    """``x -> a -> b -> c`` (Relu chain on f32[4]) in a module on ``2xV100``."""
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    a = graph.add_node("onnx.Relu", [x], [f32(4)], name="a")
+    b = graph.add_node("onnx.Relu", [a.outputs[0]], [f32(4)], name="b")
+    c = graph.add_node("onnx.Relu", [b.outputs[0]], [f32(4)], name="c")
+    graph.set_outputs(c.outputs)
+    return Module("m", graph, "2xV100"), a, b, c
+
+
+def wrap_gir(body: str) -> str:
+    """A module ``@m`` with graph ``@main(%x : f32[4])`` around ``body`` (indented four spaces)."""
+    lines = ["module @m {", "  graph @main(%x : f32[4]) {"]
+    lines += ["    " + line for line in body.strip("\n").splitlines()]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture
+def parse_param() -> Callable[[str], object]:
+    """Parse one param value's text, as it appears in ``{v = TEXT}`` on a node line."""
+
+    def parse(text: str) -> object:
+        body = f"%y = test.Op(%x) {{v = {text}}} : (f32[4]) -> f32[4]\nreturn %y"
+        module = parse_module(wrap_gir(body))
+        return module.graph.node("y").params["v"]
+
+    return parse
+
+
+@pytest.fixture
+def isolated_registry() -> Iterator[dict]:
+    """Snapshot the pass registry and the fact checks; restore them after the test.
+
+    The built-in passes are loaded first so the snapshot contains them (loading is memoised).
+    """
+    load_builtin_passes()
+    saved_passes = dict(PASSES)
+    saved_facts = dict(FACT_CHECKS)
+    try:
+        yield PASSES
+    finally:
+        PASSES.clear()
+        PASSES.update(saved_passes)
+        FACT_CHECKS.clear()
+        FACT_CHECKS.update(saved_facts)
