@@ -13,6 +13,7 @@ A package can ship passes the same way through the ``graphir.passes`` entry-poin
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 from graphir.annotations import Cost
@@ -38,8 +39,8 @@ class UniformCost(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Set ``cost`` on every node (keeping existing ones unless ``overwrite``)."""
-        if self.seconds < 0:
-            raise PassError(f"'seconds' must be >= 0, got {self.seconds}")
+        if not (math.isfinite(self.seconds) and self.seconds >= 0):
+            raise PassError(f"'seconds' must be a finite time >= 0, got {self.seconds}")
         changed = 0
         for node in module.graph.nodes:
             if node.cost is None or self.overwrite:

@@ -9,6 +9,7 @@ with ``file:line:col`` and the source line.
 from __future__ import annotations
 
 import gc
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -250,7 +251,10 @@ class _Parser:
                     if not re.fullmatch(r"-?\d+", tok.text):
                         raise self.error("byte sizes must be whole numbers", tok.col)
                     return ByteSize(int(tok.text) * BYTE_UNITS[tok.unit])
-                return Duration(seconds_from(number, tok.unit))
+                seconds = seconds_from(number, tok.unit)
+                if not math.isfinite(seconds):
+                    raise self.error(f"duration '{tok.text}{tok.unit}' is not finite", tok.col)
+                return Duration(seconds)
             if re.fullmatch(r"-?\d+", tok.text):
                 return int(tok.text)
             return float(tok.text)
@@ -581,11 +585,24 @@ class _Parser:
 
     def build_nodes(self, graph: Graph, records: list[_NodeRecord]) -> None:
         nodes = []
+        # Names the text gives (``@name`` or the first result) are reserved before any node is
+        # created, so a node that names nothing cannot take a name a later line spells out.
+        explicit = {
+            record.name if record.name is not None else record.outputs[0][0]
+            for record in records
+            if record.name is not None or record.outputs
+        }
         for record in records:
             line = _Line(record.line, record.source, [])
             name = record.name if record.name is not None else (record.outputs[0][0] if record.outputs else None)
             if name is not None and graph.get_node(name) is not None:
                 raise self.error(f"redefinition of node '@{name}'", record.name_col, line)
+            if name is None:
+                base = record.op.rsplit(".", 1)[-1].lower()
+                name, k = base, 0
+                while name in explicit or graph.get_node(name) is not None:
+                    k += 1
+                    name = f"{base}_{k}"
             node = graph.add_node(
                 record.op,
                 [],

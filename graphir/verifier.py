@@ -142,10 +142,11 @@ def _check_annotations(module: Module) -> None:
             if first is None:
                 colocated[node.colocate] = (device, node)
             elif first[0] != device:
+                where = f"on '{device}'" if device is not None else "unplaced"
+                other = f"on '{first[0]}'" if first[0] is not None else "unplaced"
                 raise _err(
                     node,
-                    f"is on '{device}' but its colocation class '{node.colocate}' "
-                    f"puts '{first[1].name}' on '{first[0]}'",
+                    f"is {where} but its colocation class '{node.colocate}' has '{first[1].name}' {other}",
                 )
     for device, entries in sorted(by_device.items()):
         entries.sort(key=lambda e: e[0])

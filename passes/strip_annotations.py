@@ -6,7 +6,6 @@ import dataclasses
 from typing import ClassVar
 
 from graphir.annotations import ANNOTATIONS
-from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
 
@@ -23,11 +22,16 @@ class StripAnnotations(Pass):
     name: ClassVar[str] = "strip-annotations"
     keys: tuple[str, ...] = ()
 
-    def run(self, module: Module, ctx: PassContext) -> PassResult:
-        """Delete the selected annotation keys on every node."""
+    def __post_init__(self) -> None:
+        """Reject unknown keys when the pipeline is parsed (the error points at the pass)."""
         unknown = [k for k in self.keys if k not in ANNOTATIONS]
         if unknown:
-            raise PassError(f"unknown annotation key(s) {', '.join(unknown)} (known: {', '.join(sorted(ANNOTATIONS))})")
+            raise ValueError(
+                f"unknown annotation key(s) {', '.join(unknown)} (known: {', '.join(sorted(ANNOTATIONS))})"
+            )
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Delete the selected annotation keys on every node."""
         removed = 0
         for node in module.graph.nodes:
             keys = list(node.annotations) if not self.keys else [k for k in self.keys if k in node.annotations]
