@@ -163,11 +163,21 @@ def test_unknown_emitter_and_no_input(files, capsys):
     assert code == 1 and one_error(err) == "error: no input file given (try 'graphir-opt --help')"
 
 
-def test_pass_failure_exit_code(files, capsys):
+def test_pass_failure_exit_code(files, capsys, repo_root, isolated_registry):
+    plugin = str(repo_root / "examples" / "uniform_cost.py")
+    code, out, err = cli(capsys, "ok.gir", "--load-plugin", plugin, "--passes=dce,uniform-cost{seconds=-1}")
+    assert code == 1 and out == ""
+    assert (
+        one_error(err)
+        == "error: pass 'uniform-cost' failed after 'dce': 'seconds' must be a finite time >= 0, got -1.0"
+    )
+
+
+def test_option_rejected_by_the_pass_is_a_pipeline_error(files, capsys):
     code, out, err = cli(capsys, "ok.gir", "--passes=dce,strip-annotations{keys=colour}")
     assert code == 1 and out == ""
     assert one_error(err).startswith(
-        "error: pass 'strip-annotations' failed after 'dce': unknown annotation key(s) colour (known: "
+        "<pipeline>:1:5: error: invalid options for pass 'strip-annotations': unknown annotation key(s) colour"
     )
 
 
@@ -384,7 +394,7 @@ def test_load_plugin_explicit_options_and_timing(files, capsys, repo_root, isola
     assert "===- Pass execution timing report -===" in err
     assert "uniform-cost{seconds=2e-06}" in err and "critical-path" in err
     code, _, err = cli(capsys, "ok.gir", "--load-plugin", plugin, "--passes=uniform-cost{seconds=-1}")
-    assert code == 1 and "'seconds' must be >= 0, got -1.0" in one_error(err)
+    assert code == 1 and "'seconds' must be a finite time >= 0, got -1.0" in one_error(err)
 
 
 def test_load_plugin_listed(files, capsys, repo_root, isolated_registry):

@@ -407,10 +407,20 @@ def test_pass_failure_names_earlier_passes(chain):
 def test_graphir_errors_from_passes_are_wrapped_once(chain):
     module, *_ = chain
     with pytest.raises(PassError) as info:
-        PassManager(parse_pipeline("strip-annotations{keys=colour}")).run(module)
-    assert info.value.message.startswith("pass 'strip-annotations' failed as the first pass: unknown annotation key")
+        PassManager([_FailsWithUserError()]).run(module)
+    assert info.value.message.startswith("pass 'test-fails' failed as the first pass: bad budget")
     assert info.value.message.count("failed") == 1
     assert isinstance(info.value, GraphIRError)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailsWithUserError(Pass):
+    """Fails the way a pass fails on valid input it cannot handle."""
+
+    name: ClassVar[str] = "test-fails"
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        raise PassError("bad budget")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -128,7 +128,7 @@ def test_colocation_names_both_nodes(chain):
     module, a, b, _ = chain
     a.device, b.device = "gpu0", "gpu1"
     a.colocate = b.colocate = "emb"
-    fails(module, r"'b' is on 'gpu1' but its colocation class 'emb' puts 'a' on 'gpu0'")
+    fails(module, r"'b' is on 'gpu1' but its colocation class 'emb' has 'a' on 'gpu0'")
     b.device = "gpu0"
     verify(module)
 
