@@ -1,7 +1,9 @@
 """``--emit=summary``: a readable overview of a module.
 
 Counts of nodes, edges and values, op types (most frequent first), parameter (constant) bytes,
-activation bytes, and when annotated: total and critical-path compute time, groups, devices.
+activation bytes, and when annotated: total and critical-path compute time (and per device kind on
+heterogeneous clusters), the number of ops the analytical cost model can only estimate from their
+bytes (its fallback), persistent memory, groups, devices.
 """
 
 from __future__ import annotations
@@ -10,10 +12,19 @@ from collections import Counter
 
 import numpy as np
 
-from graphir.attributes import format_bytes, format_duration
+from graphir.attributes import format_bytes
+from graphir.costmodel import estimate_node
 from graphir.emit import register_emitter
 from graphir.ir import Module
 from graphir.passes.critical_path import longest_path
+
+
+def _human_duration(seconds: float) -> str:
+    """Four significant digits with a unit (the exact value is in the .gir/JSON output)."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds * 1e9:.4g} ns" if seconds else "0 s"
 
 
 def _human_bytes(count: int) -> str:
@@ -47,8 +58,14 @@ def summarize(module: Module) -> str:
         clean = np.nan_to_num(times, nan=0.0)
         critical = longest_path(clean, index.pred_offsets, index.pred)
         lines.append(f"  costed nodes:     {costed}/{index.num_nodes}")
-        lines.append(f"  total compute:    {format_duration(float(clean.sum()))}")
-        lines.append(f"  critical path:    {format_duration(float(critical.max()))}")
+        lines.append(f"  total compute:    {_human_duration(float(clean.sum()))}")
+        lines.append(f"  critical path:    {_human_duration(float(critical.max()))}")
+        kinds = module.cluster.kinds
+        if len(kinds) > 1:
+            per_kind = (f"{k} {_human_duration(float(np.nansum(index.times(k))))}" for k in kinds)
+            lines.append("  compute per kind: " + ", ".join(per_kind))
+        fallback = sum(estimate_node(node)[3] for node in index.nodes)
+        lines.append(f"  fallback-costed:  {fallback} ops (no analytical estimator: bytes-only estimate)")
     persistent = int(index.persistent_bytes().sum())
     if persistent:
         lines.append(f"  persistent mem:   {format_bytes(persistent)}")

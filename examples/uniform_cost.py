@@ -5,9 +5,11 @@ Load it into ``graphir-opt`` without installing anything::
     graphir-opt model.onnx --load-plugin=examples/uniform_cost.py \\
         --passes='uniform-cost{seconds=2e-6},critical-path' --stats
 
-Because ``uniform-cost`` declares ``provides = ("cost",)``, a pipeline that only asks for
-``critical-path`` (which requires ``cost``) gets ``uniform-cost`` run first automatically.
-A package can ship passes the same way through the ``graphir.passes`` entry-point group.
+``uniform-cost`` declares ``provides = ("cost",)``: it is a provider of ``cost`` like the built-in
+``profile``. When a pipeline needs a fact that is missing, the pass manager runs the first
+registered provider (built-in passes register before plugins, so ``profile`` wins); name
+``uniform-cost`` in the pipeline to use it instead. A package can ship passes the same way through
+the ``graphir.passes`` entry-point group.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ number: the printer chooses the shortest decimal that round-trips through the pa
 from __future__ import annotations
 
 import base64
+import decimal
 import math
 import re
 from typing import Any
@@ -104,16 +105,19 @@ ParamValue = int | float | str | bool | tuple[Any, ...] | TensorType | DenseTens
 
 # ---------------------------------------------------------------- durations and byte sizes
 
-TIME_UNITS: dict[str, float] = {"ns": 1e9, "us": 1e6, "ms": 1e3, "s": 1.0}
-"""Unit name -> divisor: ``seconds = number / divisor``."""
+TIME_UNITS: dict[str, int] = {"ns": -9, "us": -6, "ms": -3, "s": 0}
+"""Unit name -> decimal exponent: ``1.5us`` is the decimal 1.5e-6."""
 
 BYTE_UNITS: dict[str, int] = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
 
-def seconds_from(number: float, unit: str) -> float:
-    """Convert ``number`` in ``unit`` to seconds exactly as the parser does."""
-    divisor = TIME_UNITS[unit]
-    return number if divisor == 1.0 else number / divisor
+def seconds_from(text: str, unit: str) -> float:
+    """The float nearest to the decimal ``text`` scaled by ``unit`` (``"1.112", "us"`` -> 1.112e-6).
+
+    Scaling the decimal exactly before rounding once (rather than dividing a rounded float) makes
+    ``1.112us`` read as the same float as the literal ``1.112e-6``.
+    """
+    return float(decimal.Decimal(text).scaleb(TIME_UNITS[unit]))
 
 
 def format_duration(seconds: float) -> str:
@@ -131,10 +135,10 @@ def format_duration(seconds: float) -> str:
         unit = "ms"
     else:
         unit = "s"
-    scaled = seconds * TIME_UNITS[unit]
+    scaled = float(decimal.Decimal(seconds).scaleb(-TIME_UNITS[unit]))
     for digits in range(1, 18):
         text = np.format_float_positional(scaled, precision=digits, unique=False, fractional=False, trim="-")
-        if seconds_from(float(text), unit) == seconds:
+        if seconds_from(text, unit) == seconds:
             return text + unit
     return f"{seconds!r}s"
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from graphir.cluster import DEFAULT_CLUSTER, resolve_cluster
+from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
 from graphir.emit import load_builtin_emitters
 from graphir.errors import GraphIRError
 from graphir.importers import load_module
@@ -72,6 +73,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", metavar="FILE", help="write output to FILE instead of stdout")
     parser.add_argument("--seed", type=_seed, default=0, help="seed (>= 0) for randomised passes (default 0)")
     parser.add_argument("--split-input-file", action="store_true", help=f"process chunks separated by '{SPLIT_MARKER}'")
+    parser.add_argument(
+        "--verify-diagnostics",
+        action="store_true",
+        help="check errors against '// expected-error@+N {{text}}' comments in the .gir input (exit 0 when all match)",
+    )
     parser.add_argument("--no-verify", action="store_true", help="do not run the verifier after each pass")
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
     parser.add_argument(
@@ -85,6 +91,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")
     parser.add_argument("--list-emitters", action="store_true", help="list output formats and exit")
+    parser.add_argument("--list-clusters", action="store_true", help="list cluster presets and shorthands and exit")
     return parser
 
 
@@ -130,7 +137,7 @@ def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
     """The input as one module, or as `.gir` chunks (text, first line number) with --split-input-file."""
     if args.input == "-":
         text, name = sys.stdin.read(), "<stdin>"
-    elif args.split_input_file:
+    elif args.split_input_file or args.verify_diagnostics:
         path = Path(args.input)
         try:
             text, name = path.read_text(), str(path)
@@ -158,6 +165,10 @@ def _process(module: Module, args: argparse.Namespace) -> str:
     if args.cluster:
         module.set_cluster(resolve_cluster(args.cluster))
     passes = parse_pipeline(args.passes)
+    known = load_builtin_passes()
+    for name in (n for item in args.print_ir_after for n in item.split(",")):
+        if name not in known:
+            raise GraphIRError(f"--print-ir-after: unknown pass '{name}' (known passes: {', '.join(sorted(known))})")
     manager = PassManager(
         passes,
         verify_each=not args.no_verify,
@@ -173,7 +184,7 @@ def _process(module: Module, args: argparse.Namespace) -> str:
         if args.stats and manager.records:
             print(manager.stats_report(), file=sys.stderr)
     emitters = load_builtin_emitters()
-    return emitters[args.emit].emit(module)
+    return emitters[args.emit].run(module, Path(args.output) if args.output else None)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -187,6 +198,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             load_plugin(plugin)
         if args.list_passes:
             sys.stdout.write(list_passes())
+            return 0
+        if args.list_clusters:
+            sys.stdout.write(list_clusters())
             return 0
         emitters = load_builtin_emitters()
         if args.list_emitters:
@@ -207,7 +221,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             output, failed = _process_chunks(loaded, args)
         if args.output and not failed:
-            _write_atomically(Path(args.output), output)
+            _write_atomically(emitters[args.emit].text_path(Path(args.output)), output)
         elif not args.output:
             sys.stdout.write(output)
         return 1 if failed else 0
@@ -219,11 +233,49 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+_EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
+
+
+def _verify_chunk(text: str, first_line: int, args: argparse.Namespace) -> bool:
+    """``--verify-diagnostics``: the chunk's error must be the one its comments announce.
+
+    ``// expected-error {{text}}`` expects an error on its own line whose message contains
+    ``text``; ``// expected-error@+1 {{text}}`` (or ``@-2``) on a line relative to the comment. A
+    chunk that announces nothing must succeed. Mismatches are reported as errors; matched ones
+    print nothing.
+    """
+    expected: list[tuple[int, str, int]] = []  # (target line, text, comment line)
+    for number, line in enumerate(text.splitlines(), start=first_line + 1):
+        for match in _EXPECTED.finditer(line):
+            offset = int(match.group(1)) if match.group(1) else 0
+            expected.append((number + offset, match.group(2), number))
+    error: GraphIRError | None = None
+    try:
+        _process(parse_module("\n" * first_line + text, args.input_name), args)
+    except GraphIRError as exc:
+        error = exc
+    ok = True
+    if error is not None:
+        hit = next((e for e in expected if e[0] == error.loc.line and e[1] in error.message), None)
+        if hit is None:
+            print(f"{args.input_name}:{error.loc.line}: error: unexpected error: {error.one_line()}", file=sys.stderr)
+            ok = False
+        else:
+            expected.remove(hit)
+    for _, message, comment_line in expected:
+        print(f"{args.input_name}:{comment_line}: error: expected error '{message}' was not produced", file=sys.stderr)
+        ok = False
+    return ok
+
+
 def _process_chunks(chunks: list[tuple[str, int]], args: argparse.Namespace) -> tuple[str, bool]:
     """Run every chunk; errors are reported per chunk and make the run fail at the end."""
     outputs: list[str] = []
     failed = False
     for text, first_line in chunks:
+        if args.verify_diagnostics:
+            failed |= not _verify_chunk(text, first_line, args)
+            continue
         try:
             module = parse_module("\n" * first_line + text, args.input_name)
             outputs.append(_process(module, args))

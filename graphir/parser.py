@@ -246,12 +246,11 @@ class _Parser:
         tok = self.take()
         if tok.kind == "number":
             if tok.unit is not None:
-                number = float(tok.text)
                 if tok.unit in BYTE_UNITS:
                     if not re.fullmatch(r"-?\d+", tok.text):
                         raise self.error("byte sizes must be whole numbers", tok.col)
                     return ByteSize(int(tok.text) * BYTE_UNITS[tok.unit])
-                seconds = seconds_from(number, tok.unit)
+                seconds = seconds_from(tok.text, tok.unit)
                 if not math.isfinite(seconds):
                     raise self.error(f"duration '{tok.text}{tok.unit}' is not finite", tok.col)
                 return Duration(seconds)

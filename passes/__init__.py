@@ -1,5 +1,27 @@
-"""Built-in passes, one per module; importing this package registers them all."""
+"""Built-in passes, one per module; importing this package registers them all.
 
-from graphir.passes import critical_path, dce, strip_annotations
+``profile`` is imported first: it is the first registered provider of ``cost`` and ``mem``, so the
+pass manager runs it (analytical mode) when a pipeline needs costs that are missing.
+"""
 
-__all__ = ["critical_path", "dce", "strip_annotations"]
+from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
+from graphir.passes import (
+    calibrate_comm,
+    critical_path,
+    dce,
+    place,
+    schedule,
+    simulate,
+    strip_annotations,
+)
+
+__all__ = [
+    "calibrate_comm",
+    "critical_path",
+    "dce",
+    "place",
+    "profile",
+    "schedule",
+    "simulate",
+    "strip_annotations",
+]

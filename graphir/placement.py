@@ -1,0 +1,294 @@
+"""What every placer shares: the coarse problem as arrays, constraints, expansion, scheduling.
+
+A placer never walks IR objects. :meth:`PlacementProblem.from_module` builds, from the graph's
+array view, the graph the placer works on: the quotient graph of ``group`` annotations when groups
+exist (each group is one coarse node, its compute time the sum of its members'), else the graph
+itself. Per coarse node it holds the compute time on every device (per device kind), the memory it
+needs, the devices it may use (``affinity``), and its colocation class (``colocate``: a class is
+pinned to the device its first placed member went to). Communication between devices follows the
+cluster's links: ``latency + bytes / bandwidth`` (zero on the same device).
+
+A placer returns a device per coarse node and, when it schedules, a start time per coarse node;
+:func:`write_placement` expands that to every member node as ``device`` and ``order``
+annotations (members of one coarse node run consecutively, in topological order).
+:func:`list_schedule` derives start times from a device assignment for placers that only place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from graphir.errors import PassError
+from graphir.ir import Module
+from graphir.topo import csr
+
+
+@dataclasses.dataclass
+class PlacementProblem:
+    """The coarse graph and the cluster, as arrays.
+
+    Attributes:
+        num_nodes: number of coarse nodes, numbered in a topological order.
+        num_devices: number of devices.
+        device_names: device names in cluster order.
+        edge_src, edge_dst, edge_bytes: coarse edges (deduplicated; bytes of distinct values).
+        succ_offsets, succ, succ_edge: CSR successors (``succ_edge`` indexes the edge arrays).
+        pred_offsets, pred, pred_edge: CSR predecessors.
+        times: ``(num_nodes, num_devices)`` compute seconds of each coarse node on each device.
+        memory: bytes each coarse node needs on its device (persistent + activation).
+        persistent: persistent bytes of each coarse node.
+        capacity: memory bytes of each device.
+        allowed: ``(num_nodes, num_devices)`` bool, the devices each node may run on.
+        colocation: colocation class per coarse node (-1: none); one class, one device.
+        latency, bandwidth: ``(num_devices, num_devices)`` link parameters.
+        members: fine node numbers (graph index numbering) of each coarse node, topological.
+        node_group: coarse node of each fine node.
+    """
+
+    num_nodes: int
+    num_devices: int
+    device_names: tuple[str, ...]
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    succ_offsets: np.ndarray
+    succ: np.ndarray
+    succ_edge: np.ndarray
+    pred_offsets: np.ndarray
+    pred: np.ndarray
+    pred_edge: np.ndarray
+    times: np.ndarray
+    memory: np.ndarray
+    persistent: np.ndarray
+    capacity: np.ndarray
+    allowed: np.ndarray
+    colocation: np.ndarray
+    latency: np.ndarray
+    bandwidth: np.ndarray
+    members: list[list[int]]
+    node_group: np.ndarray
+
+    @classmethod
+    def from_module(cls, module: Module) -> PlacementProblem:
+        """Build the problem from the module's quotient graph and cluster.
+
+        Raises:
+            PassError: a node has no cost for some device kind of the cluster, or a coarse node's
+                allowed devices are empty (affinities of its members do not intersect).
+        """
+        graph = module.graph
+        index = graph.index()
+        quotient = index.quotient()
+        cluster = module.cluster
+        devices = cluster.devices
+        num_devices = len(devices)
+        n = quotient.num_groups
+        # Renumber coarse nodes topologically so placers can sweep 0..n-1.
+        order = quotient.order
+        assert order is not None, "the verifier guarantees an acyclic quotient graph"
+        rank = np.empty(n, dtype=np.int64)
+        rank[order] = np.arange(n, dtype=np.int64)
+        node_group = rank[quotient.node_group]
+        edge_src = rank[quotient.edge_src]
+        edge_dst = rank[quotient.edge_dst]
+        edge_bytes = quotient.edge_bytes.astype(np.float64)
+        succ_offsets, succ, succ_edge = csr(n, edge_src, edge_dst)
+        pred_offsets, pred, pred_edge = csr(n, edge_dst, edge_src)
+
+        times = np.zeros((n, num_devices))
+        for k, device in enumerate(devices):
+            fine = index.times(device.kind)
+            if np.isnan(fine).any():
+                node = index.nodes[int(np.flatnonzero(np.isnan(fine))[0])]
+                raise PassError(f"node '{node.name}' has no cost for device kind '{device.kind}': run 'profile' first")
+            times[:, k] = np.bincount(node_group, weights=fine, minlength=n)
+        persistent_fine = index.persistent_bytes().astype(np.float64)
+        activation_fine = np.fromiter(
+            (0 if node.mem is None else node.mem.activation for node in index.nodes),
+            dtype=np.float64,
+            count=len(index.nodes),
+        )
+        no_mem = np.fromiter((node.mem is None for node in index.nodes), dtype=bool, count=len(index.nodes))
+        if no_mem.any():
+            activation_fine[no_mem] = index.out_bytes()[no_mem]
+        persistent = np.bincount(node_group, weights=persistent_fine, minlength=n)
+        memory = persistent + np.bincount(node_group, weights=activation_fine, minlength=n)
+
+        kinds = [d.kind for d in devices]
+        allowed = np.ones((n, num_devices), dtype=bool)
+        class_members: dict[str, list[int]] = {}
+        for u, node in enumerate(index.nodes):
+            g = int(node_group[u])
+            if node.affinity is not None:
+                allowed[g] &= np.asarray([kind in node.affinity for kind in kinds])
+            if node.colocate is not None:
+                class_members.setdefault(node.colocate, []).append(g)
+        # Coarse nodes holding members of one class must share a device; a coarse node may hold
+        # members of several classes, which then become one class (union-find over coarse nodes).
+        parent = list(range(n))
+
+        def find(a: int) -> int:
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        for groups in class_members.values():
+            for g in groups[1:]:
+                ra, rb = find(groups[0]), find(g)
+                if ra != rb:
+                    parent[max(ra, rb)] = min(ra, rb)
+        colocation = np.full(n, -1, dtype=np.int64)
+        for groups in class_members.values():
+            for g in groups:
+                colocation[g] = find(g)
+        # A colocation class may only use devices every member allows.
+        for root in np.unique(colocation[colocation >= 0]).tolist():
+            same = colocation == root
+            allowed[same] = allowed[same].all(axis=0)
+        bad = np.flatnonzero(~allowed.any(axis=1))
+        if len(bad):
+            members = [index.nodes[u].name for u in np.flatnonzero(node_group == bad[0])[:3]]
+            raise PassError(
+                f"no device of cluster '{cluster.spec}' may run {', '.join(members)}: "
+                "their affinities and colocation classes exclude every device"
+            )
+
+        names = cluster.device_names
+        latency = np.zeros((num_devices, num_devices))
+        bandwidth = np.full((num_devices, num_devices), np.inf)
+        for link in cluster.links:
+            a, b = names.index(link.src), names.index(link.dst)
+            latency[a, b] = link.latency
+            bandwidth[a, b] = link.bandwidth
+        member_order = np.argsort(node_group, kind="stable")
+        bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
+        members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]
+        return cls(
+            num_nodes=n,
+            num_devices=num_devices,
+            device_names=names,
+            edge_src=edge_src,
+            edge_dst=edge_dst,
+            edge_bytes=edge_bytes,
+            succ_offsets=succ_offsets,
+            succ=succ,
+            succ_edge=succ_edge,
+            pred_offsets=pred_offsets,
+            pred=pred,
+            pred_edge=pred_edge,
+            times=times,
+            memory=memory,
+            persistent=persistent,
+            capacity=np.asarray([d.memory for d in devices], dtype=np.float64),
+            allowed=allowed,
+            colocation=colocation,
+            latency=latency,
+            bandwidth=bandwidth,
+            members=members,
+            node_group=node_group,
+        )
+
+    def comm_time(self, nbytes: float, src: int, dst: int) -> float:
+        """Seconds to move ``nbytes`` from device ``src`` to ``dst`` (0 on one device)."""
+        if src == dst:
+            return 0.0
+        return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
+
+    def mean_comm_times(self) -> np.ndarray:
+        """Per coarse edge, the transfer time averaged over ordered device pairs (for priorities)."""
+        if self.num_devices < 2:
+            return np.zeros(len(self.edge_bytes))
+        off = ~np.eye(self.num_devices, dtype=bool)
+        latency = float(self.latency[off].mean())
+        inverse_bandwidth = float((1.0 / self.bandwidth[off]).mean())
+        return latency + self.edge_bytes * inverse_bandwidth
+
+
+def write_placement(module: Module, problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> None:
+    """Annotate every fine node with its coarse node's device and a per-device ``order``.
+
+    Coarse nodes run on their device in increasing ``start`` (ties: topological number); the
+    members of a coarse node run consecutively in topological order.
+    """
+    index = module.graph.index()
+    names = problem.device_names
+    sequence = np.lexsort((np.arange(problem.num_nodes), start, device))
+    position = np.zeros(problem.num_devices, dtype=np.int64)
+    for g in sequence.tolist():
+        d = int(device[g])
+        for u in problem.members[g]:
+            node = index.nodes[u]
+            node.device = names[d]
+            node.order = int(position[d])
+            position[d] += 1
+
+
+def upward_rank(problem: PlacementProblem, comm: np.ndarray | None = None) -> np.ndarray:
+    """HEFT's rank_u: mean compute time plus the longest mean-communication path to an exit.
+
+    ``rank_u(v) = w̄(v) + max over successors s of (c̄(v, s) + rank_u(s))`` (Topcuoglu et al.;
+    FastT §5.1 uses the same priority).
+    """
+    mean_time = problem.times.mean(axis=1)
+    comm = problem.mean_comm_times() if comm is None else comm
+    rank = mean_time.copy()
+    offsets = problem.succ_offsets.tolist()
+    succ = problem.succ.tolist()
+    succ_edge = problem.succ_edge.tolist()
+    comm_list = comm.tolist()
+    rank_list = rank.tolist()
+    mean_list = mean_time.tolist()
+    for v in range(problem.num_nodes - 1, -1, -1):
+        best = 0.0
+        for k in range(offsets[v], offsets[v + 1]):
+            candidate = comm_list[succ_edge[k]] + rank_list[succ[k]]
+            if candidate > best:
+                best = candidate
+        rank_list[v] = mean_list[v] + best
+    return np.asarray(rank_list)
+
+
+def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and finish times for a fixed device assignment (non-insertion list scheduling).
+
+    Ready nodes are taken in decreasing ``rank_u`` (ties: topological number); each starts when its
+    device is free and its inputs have arrived (congestion-free estimate; the simulator is the
+    judge).
+    """
+    n = problem.num_nodes
+    rank = upward_rank(problem)
+    indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
+    start = np.zeros(n)
+    finish = np.zeros(n)
+    device_free = np.zeros(problem.num_devices)
+    ready_heap = [(-rank[v], v) for v in range(n) if indegree[v] == 0]
+    heapq.heapify(ready_heap)
+    pred_offsets = problem.pred_offsets.tolist()
+    pred = problem.pred.tolist()
+    pred_edge = problem.pred_edge.tolist()
+    succ_offsets = problem.succ_offsets.tolist()
+    succ = problem.succ.tolist()
+    dev = device.tolist()
+    while ready_heap:
+        _, v = heapq.heappop(ready_heap)
+        d = dev[v]
+        arrive = 0.0
+        for k in range(pred_offsets[v], pred_offsets[v + 1]):
+            u = pred[k]
+            t = finish[u] + problem.comm_time(problem.edge_bytes[pred_edge[k]], dev[u], d)
+            if t > arrive:
+                arrive = t
+        begin = max(arrive, device_free[d])
+        start[v] = begin
+        finish[v] = begin + problem.times[v, d]
+        device_free[d] = finish[v]
+        for k in range(succ_offsets[v], succ_offsets[v + 1]):
+            s = succ[k]
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(ready_heap, (-rank[s], s))
+    return start, finish

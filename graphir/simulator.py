@@ -1,0 +1,291 @@
+"""The simulator: the one ruler for every placer, benchmark and report.
+
+Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
+
+* Each device runs its nodes one at a time in their ``order``; a node starts when its device has
+  finished the previous node in that order and every input has arrived on its device.
+* A node's duration is its ``cost`` for the kind of the device it is placed on (heterogeneous
+  clusters get per-kind times).
+* A value consumed on another device is sent once per (value, destination device), when its
+  producer finishes, over the FIFO channel of that ordered device pair, taking
+  ``latency + bytes / bandwidth``. Each ordered pair is one channel: transfers queue behind each
+  other in the order they were requested (producer finish time; ties in the order the producers
+  started, then by destination node). Communication overlaps computation.
+* A control edge (a dependency without data) delays its consumer until the producer finished,
+  plus the link latency when the two are on different devices; it occupies no channel.
+* Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
+  live activations: a result occupies its producer's device from the producer's start until its
+  last local consumer finished and every transfer of it completed (graph outputs stay to the end);
+  a received copy occupies the destination from the transfer's start until its last consumer
+  there finished; ``mem.temporary`` is held while the node runs. At equal times frees come before
+  allocations. A device whose peak exceeds its memory is reported as out of memory (OOM).
+
+The event loop is O((V + E) log V) over the graph's array view.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+
+import numpy as np
+
+from graphir.errors import PassError
+from graphir.ir import Module
+
+
+@dataclasses.dataclass
+class SimResult:
+    """What a simulation measured (times in seconds, sizes in bytes).
+
+    Attributes:
+        makespan: finish time of the last node (0 for an empty graph).
+        start, finish: per node, in the graph index's topological numbering.
+        device_names: devices of the cluster, in cluster order.
+        busy: compute seconds per device.
+        peak_memory: peak bytes per device (persistent + activations + temporaries).
+        persistent: persistent bytes per device.
+        memory_limit: capacity per device.
+        link_bytes: bytes moved per ordered pair ``(src, dst)`` (only pairs that moved data).
+        link_busy: seconds each used channel spent transferring.
+        transfers: number of tensor transfers.
+    """
+
+    makespan: float
+    start: np.ndarray
+    finish: np.ndarray
+    device_names: tuple[str, ...]
+    busy: np.ndarray
+    peak_memory: np.ndarray
+    persistent: np.ndarray
+    memory_limit: np.ndarray
+    link_bytes: dict[tuple[str, str], int]
+    link_busy: dict[tuple[str, str], float]
+    transfers: int
+
+    @property
+    def oom_devices(self) -> list[str]:
+        """Devices whose peak memory exceeds their capacity."""
+        limits = zip(self.device_names, self.peak_memory, self.memory_limit, strict=True)
+        return [name for name, peak, capacity in limits if peak > capacity]
+
+
+def simulate(module: Module) -> SimResult:
+    """Simulate the placed and ordered graph of ``module``.
+
+    Raises:
+        PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
+            per-device orders deadlock against the data dependencies.
+    """
+    graph = module.graph
+    index = graph.index()
+    cluster = module.cluster
+    n = index.num_nodes
+    names = cluster.device_names
+    device_of_name = {name: k for k, name in enumerate(names)}
+    num_devices = len(names)
+
+    device = np.empty(n, dtype=np.int64)
+    order = np.empty(n, dtype=np.int64)
+    for u, node in enumerate(index.nodes):
+        if node.device is None or node.order is None:
+            missing = "device" if node.device is None else "order"
+            raise PassError(f"node '{node.name}' has no '{missing}': place and schedule the graph first")
+        if node.device not in device_of_name:
+            raise PassError(f"node '{node.name}' is placed on unknown device '{node.device}'")
+        device[u] = device_of_name[node.device]
+        order[u] = node.order
+
+    # Durations on each node's own device kind.
+    duration = np.zeros(n)
+    kinds = [d.kind for d in cluster.devices]
+    for kind in sorted(set(kinds)):
+        times = index.times(kind)
+        on_kind = np.isin(device, [k for k, name in enumerate(kinds) if name == kind])
+        missing = on_kind & np.isnan(times)
+        if missing.any():
+            node = index.nodes[int(np.flatnonzero(missing)[0])]
+            raise PassError(f"node '{node.name}' has no cost for device kind '{kind}': run 'profile' first")
+        duration[on_kind] = times[on_kind]
+
+    # Per-device sequences.
+    sequence_order = np.lexsort((order, device))
+    bounds = np.searchsorted(device[sequence_order], np.arange(num_devices + 1))
+    sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
+
+    latency = np.zeros((num_devices, num_devices))
+    bandwidth = np.full((num_devices, num_devices), np.inf)
+    for link in cluster.links:
+        a, b = device_of_name[link.src], device_of_name[link.dst]
+        latency[a, b] = link.latency
+        bandwidth[a, b] = link.bandwidth
+
+    succ_offsets = index.succ_offsets.tolist()
+    succ_edge = index.succ_edge.tolist()
+    edge_dst = index.edge_dst.tolist()
+    edge_value = index.edge_value.tolist()
+    value_bytes = index.value_bytes.tolist()
+    dev = device.tolist()
+    dur = duration.tolist()
+    lat = latency.tolist()
+    bw = bandwidth.tolist()
+
+    pending = np.bincount(index.edge_dst, minlength=n).tolist() if index.num_edges else [0] * n
+    ready = [0.0] * n
+    start = [0.0] * n
+    finish = [0.0] * n
+    head = [0] * num_devices
+    busy_flag = [False] * num_devices
+    chan_free = [[0.0] * num_devices for _ in range(num_devices)]
+    arrival: dict[tuple[int, int], tuple[float, float]] = {}  # (value, dst device) -> (start, end)
+    link_bytes = np.zeros((num_devices, num_devices), dtype=np.int64)
+    link_busy = np.zeros((num_devices, num_devices))
+    events: list[tuple[float, int, int]] = []
+    seq = 0
+    done = 0
+
+    def try_start(d: int, now: float) -> None:
+        nonlocal seq
+        if busy_flag[d] or head[d] >= len(sequences[d]):
+            return
+        v = sequences[d][head[d]]
+        if pending[v]:
+            return
+        begin = ready[v] if ready[v] > now else now
+        start[v] = begin
+        busy_flag[d] = True
+        heapq.heappush(events, (begin + dur[v], seq, v))
+        seq += 1
+
+    for d in range(num_devices):
+        try_start(d, 0.0)
+    while events:
+        now, _, u = heapq.heappop(events)
+        finish[u] = now
+        done += 1
+        du = dev[u]
+        busy_flag[du] = False
+        head[du] += 1
+        touched: list[int] = []
+        for k in range(succ_offsets[u], succ_offsets[u + 1]):
+            e = succ_edge[k]
+            v = edge_dst[e]
+            dv = dev[v]
+            x = edge_value[e]
+            if dv == du:
+                when = now
+            elif x < 0:  # control edge: a zero-byte signal, no channel
+                when = now + lat[du][dv]
+            else:
+                key = (x, dv)
+                sent = arrival.get(key)
+                if sent is None:
+                    begin = chan_free[du][dv] if chan_free[du][dv] > now else now
+                    took = lat[du][dv] + value_bytes[x] / bw[du][dv]
+                    sent = (begin, begin + took)
+                    chan_free[du][dv] = begin + took
+                    arrival[key] = sent
+                    link_bytes[du, dv] += value_bytes[x]
+                    link_busy[du, dv] += took
+                when = sent[1]
+            if when > ready[v]:
+                ready[v] = when
+            pending[v] -= 1
+            if pending[v] == 0:
+                touched.append(dv)
+        try_start(du, now)
+        for dv in touched:
+            try_start(dv, now)
+    if done != n:
+        stuck = [index.nodes[sequences[d][head[d]]].name for d in range(num_devices) if head[d] < len(sequences[d])]
+        raise PassError(f"the per-device orders deadlock: nothing can run next among {', '.join(stuck)}")
+
+    start_arr = np.asarray(start)
+    finish_arr = np.asarray(finish)
+    makespan = float(finish_arr.max()) if n else 0.0
+    busy = np.bincount(device, weights=duration, minlength=num_devices) if n else np.zeros(num_devices)
+    persistent = np.bincount(device, weights=index.persistent_bytes(), minlength=num_devices).astype(np.int64)
+    peak = _peak_memory(module, index, device, start_arr, finish_arr, arrival, makespan, num_devices) + persistent
+    pairs = {(names[a], names[b]) for a, b in zip(*np.nonzero(link_bytes), strict=True)}
+    return SimResult(
+        makespan=makespan,
+        start=start_arr,
+        finish=finish_arr,
+        device_names=names,
+        busy=busy,
+        peak_memory=peak,
+        persistent=persistent,
+        memory_limit=np.asarray([d.memory for d in cluster.devices], dtype=np.int64),
+        link_bytes={p: int(link_bytes[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
+        link_busy={p: float(link_busy[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
+        transfers=len(arrival),
+    )
+
+
+def _peak_memory(
+    module: Module,
+    index: object,
+    device: np.ndarray,
+    start: np.ndarray,
+    finish: np.ndarray,
+    arrival: dict[tuple[int, int], tuple[float, float]],
+    makespan: float,
+    num_devices: int,
+) -> np.ndarray:
+    """Peak live activation + temporary bytes per device (see the module docstring)."""
+    from graphir.index import GraphIndex
+
+    assert isinstance(index, GraphIndex)
+    num_values = len(index.values)
+    producer = index.value_producer
+    # Local lifetime of each value: from its producer's start to the last local consumer's finish
+    # or the end of its last outgoing transfer, whichever is later.
+    local_end = finish[producer].copy() if num_values else np.zeros(0)
+    data = ~index.edge_control
+    src, dst, val = index.edge_src[data], index.edge_dst[data], index.edge_value[data]
+    same = device[src] == device[dst]
+    np.maximum.at(local_end, val[same], finish[dst[same]])
+    remote_end: dict[tuple[int, int], float] = {}
+    for v_dst, x in zip(dst[~same].tolist(), val[~same].tolist(), strict=True):
+        key = (x, int(device[v_dst]))
+        remote_end[key] = max(remote_end.get(key, 0.0), float(finish[v_dst]))
+    for (x, _), (_, end) in arrival.items():
+        if end > local_end[x]:
+            local_end[x] = end
+    for value in module.graph.outputs:
+        if value.producer is not None:
+            local_end[index.values.index(value)] = makespan
+    times: list[np.ndarray] = [start[producer], local_end]
+    deltas: list[np.ndarray] = [index.value_bytes.astype(np.float64), -index.value_bytes.astype(np.float64)]
+    devices: list[np.ndarray] = [device[producer], device[producer]]
+    if arrival:
+        keys = list(arrival)
+        xs = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+        ds = np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys))
+        begins = np.fromiter((arrival[k][0] for k in keys), dtype=np.float64, count=len(keys))
+        ends = np.fromiter((remote_end.get(k, arrival[k][1]) for k in keys), dtype=np.float64, count=len(keys))
+        sizes = index.value_bytes[xs].astype(np.float64)
+        times += [begins, ends]
+        deltas += [sizes, -sizes]
+        devices += [ds, ds]
+    temporary = np.fromiter(
+        (0 if node.mem is None else node.mem.temporary for node in index.nodes), dtype=np.float64, count=index.num_nodes
+    )
+    if temporary.any():
+        times += [start, finish]
+        deltas += [temporary, -temporary]
+        devices += [device, device]
+    all_times = np.concatenate(times)
+    all_deltas = np.concatenate(deltas)
+    all_devices = np.concatenate(devices)
+    # Frees (negative deltas) before allocations at the same instant.
+    sort = np.lexsort((all_deltas > 0, all_times, all_devices))
+    peak = np.zeros(num_devices, dtype=np.int64)
+    sorted_devices = all_devices[sort]
+    running = all_deltas[sort]
+    bounds = np.searchsorted(sorted_devices, np.arange(num_devices + 1))
+    for d in range(num_devices):
+        segment = running[bounds[d] : bounds[d + 1]]
+        if len(segment):
+            peak[d] = int(max(0.0, float(np.cumsum(segment).max())))
+    return peak

@@ -1,0 +1,426 @@
+"""``profile``: annotate every node with ``cost`` (compute time per device kind) and ``mem``.
+
+Modes (option ``mode``; each is one function in :data:`MODES`, so the measured TF mode and
+Celeritas's batch-size regression slot in as further entries with their own options):
+
+* ``analytical`` (default): the roofline model of :mod:`graphir.costmodel`, FLOPs and bytes from
+  shapes, ``max(flops/peak, bytes/bandwidth) + launch overhead`` for each device kind of the
+  module's cluster (Moirai §III-C's "operational intensity" estimate). Works on any graph;
+  nothing is run.
+* ``onnxruntime``: runs the model with onnxruntime's CPU provider and its profiler on this machine,
+  graph optimisations off (``ORT_DISABLE_ALL``) so every IR node is exactly one ORT kernel, and
+  annotates the median of each node's kernel time over ``iterations`` runs after ``warmup``
+  discarded runs (Pesto §3.1 and Celeritas §6 average per-op times over steps after warm-up; the
+  median resists outliers). The model is **re-exported from the IR** (ops, params, constants), so
+  it works for modules imported from ONNX and for `.gir` text alike; constants whose data is not
+  available (printed ``external``) and graph inputs get seeded random data (the ``--seed``), which
+  does not change the kernels' times. Symbolic dimensions run as 1.
+  **Semantics**: the times are measured on the host CPU; the same measured time is written for
+  every device kind of the module's cluster (use an ``Nxcpu`` cluster to place on this machine).
+  Nodes that ORT does not run as a kernel (e.g. ``Constant``, folded into an initializer at load)
+  get the analytical host-CPU time and are counted as ``unmeasured-ops``.
+
+In both modes ``mem`` comes from the analytical model (persistent weights attributed to their
+first user, activation = output bytes, temporary where known; see :mod:`graphir.costmodel`).
+
+Provides: cost, mem. Requires nothing. Statistics: ``fallback-ops`` (nodes costed by the
+bytes-only fallback) and ``fallback-op-types``, ``symbolic-ops``, ``total-flops``,
+``total-bytes``, ``compute-s.<kind>`` (sum of node times per kind), ``persistent-bytes``,
+``activation-bytes``; measured mode adds ``measured-run-s`` (median whole-model run),
+``measured-fastest-run-s``, ``measured-node-sum-s`` and ``unmeasured-ops``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import tempfile
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from graphir.annotations import Cost, Mem
+from graphir.attributes import DenseTensor, Opaque, numpy_dtype
+from graphir.cluster import Cluster, cpu_cluster
+from graphir.costmodel import GraphWork, analyze_graph
+from graphir.errors import PassError
+from graphir.ir import ExternalTensor, Module, Node, Value
+from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
+from graphir.types import DType, TensorType
+
+ProfileMode = Literal["analytical", "onnxruntime"]
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class Profile(Pass):
+    """Annotate cost (per device kind) and mem on every node. Provides: cost, mem.
+
+    Options:
+        mode: ``analytical`` (roofline from shapes) or ``onnxruntime`` (measured on this CPU).
+        iterations: measured runs whose per-node median is kept (measured modes).
+        warmup: runs discarded before measuring (measured modes).
+        threads: onnxruntime intra-op threads. 1 (default) gives per-kernel times that stay stable when
+            other processes load the host and models one of several logical CPU devices sharing it;
+            0 is onnxruntime's default (all cores).
+    """
+
+    name: ClassVar[str] = "profile"
+    provides: ClassVar[tuple[str, ...]] = ("cost", "mem")
+    mode: ProfileMode = "analytical"
+    iterations: int = 10
+    warmup: int = 2
+    threads: int = 1
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Dispatch to the mode's profiler, then write the annotations."""
+        if self.iterations < 1:
+            raise PassError(f"'iterations' must be >= 1, got {self.iterations}")
+        if self.warmup < 0 or self.threads < 0:
+            raise PassError("'warmup' and 'threads' must be >= 0")
+        return MODES[self.mode](self, module, ctx)
+
+
+# --------------------------------------------------------------------------- analytical
+
+
+def _fallback_stats(module: Module, work: GraphWork) -> dict[str, Stat]:
+    nodes = module.graph.index().nodes
+    types = Counter(nodes[i].op for i in np.flatnonzero(work.fallback).tolist())
+    return {
+        "nodes": len(nodes),
+        "fallback-ops": int(work.fallback.sum()),
+        "fallback-op-types": ",".join(sorted(types)),
+        "symbolic-ops": int(work.symbolic.sum()),
+        "total-flops": float(work.flops.sum()),
+        "total-bytes": float(work.bytes.sum()),
+        "persistent-bytes": int(work.persistent.sum()),
+        "activation-bytes": int(work.activation.sum()),
+    }
+
+
+def kind_times(cluster: Cluster, work: GraphWork) -> dict[str, np.ndarray]:
+    """Roofline time per node for each device kind of ``cluster`` (kinds sorted by name)."""
+    return {kind: work.times(cluster.kind_device(kind)) for kind in sorted(cluster.kinds)}
+
+
+def _annotate(module: Module, times: dict[str, np.ndarray], work: GraphWork) -> None:
+    """Write ``cost`` ({kind: seconds}, kinds sorted) and ``mem`` on every node, in index order."""
+    nodes = module.graph.index().nodes
+    kinds = list(times)  # already sorted: Cost keeps its items sorted by kind
+    # 12 significant digits: far finer than any measurement or model, and `.gir` then prints 1.112us
+    # rather than the 1.1119999999999999us a division may leave.
+    rows = [[float(f"{t:.12g}") for t in row] for row in np.stack([times[k] for k in kinds], axis=1).tolist()]
+    persistent = work.persistent.tolist()
+    activation = work.activation.tolist()
+    temporary = work.temporary.tolist()
+    for i, node in enumerate(nodes):
+        node.cost = Cost(tuple(zip(kinds, rows[i], strict=True)))
+        node.mem = Mem(persistent[i], activation[i], temporary[i])
+
+
+def _run_analytical(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    work = analyze_graph(module.graph)
+    times = kind_times(module.cluster, work)
+    _annotate(module, times, work)
+    stats = _fallback_stats(module, work)
+    for kind, values in times.items():
+        stats[f"compute-s.{kind}"] = float(values.sum())
+    ctx.log(f"profile: {stats['nodes']} nodes, {stats['fallback-ops']} by the bytes-only fallback")
+    return PassResult(True, stats)
+
+
+# --------------------------------------------------------------------------- onnxruntime
+
+
+@dataclasses.dataclass
+class MeasuredProfile:
+    """Result of running a module under onnxruntime's profiler.
+
+    Attributes:
+        node_times: median kernel seconds per node (nodes ORT did not run as a kernel are absent).
+        run_time: median seconds of a whole ``run`` (ORT's ``model_run`` event).
+        fastest_run: seconds of the fastest measured run, the one least disturbed by other processes
+            sharing the host (per-node medians filter such disturbances node by node, so their sum
+            compares with this one when the machine is busy).
+        iterations: measured runs.
+    """
+
+    node_times: dict[Node, float]
+    run_time: float
+    fastest_run: float
+    iterations: int
+
+
+_SKIPPED_PARAMS = frozenset({"_absent_inputs", "_absent_outputs", "_captured_inputs"})
+
+
+def _onnx_names(names: list[str], absent: Any) -> list[str]:
+    """Re-insert ``""`` at the ONNX positions the importer recorded in ``_absent_inputs``/``_absent_outputs``."""
+    if not isinstance(absent, tuple) or not absent:
+        return names
+    out: list[str] = []
+    pending = iter(names)
+    total = len(names) + len(absent)
+    for position in range(total):
+        out.append("" if position in absent else next(pending))
+    return out
+
+
+def _attribute(key: str, value: Any, where: str) -> Any:
+    """One IR param as an ``onnx.AttributeProto`` (the inverse of the ONNX importer's mapping)."""
+    import onnx
+    from onnx import AttributeProto, helper, numpy_helper
+
+    def tensor(item: DenseTensor) -> Any:
+        return numpy_helper.from_array(np.asarray(item.numpy()))
+
+    def opaque(item: Opaque) -> Any:
+        parsers = {
+            "onnx.GraphProto": onnx.GraphProto,
+            "onnx.SparseTensorProto": onnx.SparseTensorProto,
+            "onnx.TypeProto": onnx.TypeProto,
+        }
+        if item.kind == "onnx.bytes":
+            return item.data
+        if item.kind in parsers:
+            return parsers[item.kind].FromString(item.data)
+        raise PassError(f"{where}: param '{key}' holds {item.kind} data that cannot be exported to ONNX")
+
+    if isinstance(value, Opaque) and value.kind == "onnx.AttributeProto":
+        attr = AttributeProto.FromString(value.data)
+        attr.name = key
+        return attr
+    if isinstance(value, bool):
+        return helper.make_attribute(key, int(value))
+    if isinstance(value, (int, float, str)):
+        return helper.make_attribute(key, value)
+    if isinstance(value, DenseTensor):
+        return helper.make_attribute(key, tensor(value))
+    if isinstance(value, Opaque):
+        return helper.make_attribute(key, opaque(value))
+    if isinstance(value, tuple):
+        if not value:
+            return helper.make_attribute(key, [], attr_type=AttributeProto.INTS)
+        if all(isinstance(v, DenseTensor) for v in value):
+            return helper.make_attribute(key, [tensor(v) for v in value])
+        if all(isinstance(v, Opaque) for v in value):
+            return helper.make_attribute(key, [opaque(v) for v in value])
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            if all(isinstance(v, int) for v in value):
+                return helper.make_attribute(key, list(value))
+            return helper.make_attribute(key, [float(v) for v in value], attr_type=AttributeProto.FLOATS)
+        if all(isinstance(v, str) for v in value):
+            return helper.make_attribute(key, list(value))
+    raise PassError(f"{where}: param '{key}' = {value!r} has no ONNX attribute form")
+
+
+_ONNX_DTYPE_NAMES: dict[DType, str] = {
+    DType.F32: "FLOAT", DType.U8: "UINT8", DType.I8: "INT8", DType.U16: "UINT16", DType.I16: "INT16",
+    DType.I32: "INT32", DType.I64: "INT64", DType.STRING: "STRING", DType.BOOL: "BOOL", DType.F16: "FLOAT16",
+    DType.F64: "DOUBLE", DType.U32: "UINT32", DType.U64: "UINT64", DType.C64: "COMPLEX64",
+    DType.C128: "COMPLEX128", DType.BF16: "BFLOAT16", DType.F8E4M3: "FLOAT8E4M3FN", DType.F8E5M2: "FLOAT8E5M2",
+    DType.U4: "UINT4", DType.I4: "INT4",
+}  # fmt: skip
+
+
+def _onnx_dtype(dtype: DType) -> int:
+    from onnx import TensorProto
+
+    return int(getattr(TensorProto, _ONNX_DTYPE_NAMES.get(dtype, "UNDEFINED")))
+
+
+def _value_info(value: Value) -> Any:
+    from onnx import helper
+
+    shape = value.type.shape
+    dims = None if shape is None else [d if d is not None else None for d in shape]
+    return helper.make_tensor_value_info(value.name, _onnx_dtype(value.type.dtype), dims)
+
+
+def _random_array(type_: TensorType, rng: np.random.Generator) -> np.ndarray:
+    """Seeded data for a graph input or an unavailable constant (symbolic/unknown dims as 1)."""
+    shape = tuple(d if isinstance(d, int) else 1 for d in (type_.shape or ()))
+    np_dtype = np.dtype(numpy_dtype(type_.dtype))
+    if np_dtype.kind == "f":
+        return (rng.standard_normal(shape) * 0.1).astype(np_dtype)
+    if np_dtype.kind == "b":
+        return np.zeros(shape, dtype=np_dtype)
+    return np.zeros(shape, dtype=np_dtype)  # indices and shape operands: 0 is always in range
+
+
+def _opsets(module: Module) -> list[Any]:
+    from onnx import helper
+
+    text = module.metadata.get("opset")
+    imports: dict[str, int] = {}
+    if isinstance(text, str) and text:
+        for item in text.split(","):
+            domain, _, version = item.rpartition(":")
+            imports["" if domain in ("ai.onnx", "") else domain] = int(version)
+    imports.setdefault("", 17)
+    return [helper.make_opsetid(domain, version) for domain, version in imports.items()]
+
+
+def export_onnx(module: Module, rng: np.random.Generator) -> tuple[Any, dict[str, np.ndarray]]:
+    """Rebuild an ONNX model from an ONNX-dialect module, and seeded feeds for its inputs.
+
+    Node names are the IR node names (unique), so onnxruntime's profile events map back 1:1.
+
+    Raises:
+        PassError: a node is not an ONNX op, or a param has no ONNX form (one line, naming the node).
+    """
+    from onnx import FunctionProto, helper, numpy_helper
+
+    graph = module.graph
+    nodes = []
+    for node in graph.index().nodes:
+        if not node.op.startswith("onnx."):
+            raise PassError(
+                f"profile{{mode=onnxruntime}} runs ONNX ops only, but node '{node.name}' is '{node.op}' "
+                "(use mode=analytical)"
+            )
+        domain, _, op_type = node.op[len("onnx.") :].rpartition(".")
+        captured = node.params.get("_captured_inputs", 0)
+        inputs = [v.name for v in node.inputs]
+        if isinstance(captured, int) and captured:
+            inputs = inputs[:-captured]
+        attributes = [
+            _attribute(key, value, f"node '{node.name}'")
+            for key, value in node.params.items()
+            if key not in _SKIPPED_PARAMS
+        ]
+        proto = helper.make_node(
+            op_type,
+            _onnx_names(inputs, node.params.get("_absent_inputs")),
+            _onnx_names([v.name for v in node.outputs], node.params.get("_absent_outputs")),
+            name=node.name,
+            domain=domain,
+        )
+        proto.attribute.extend(attributes)
+        nodes.append(proto)
+    initializers = []
+    for value in graph.constants:
+        data = value.const
+        if isinstance(data, DenseTensor):
+            array = data.numpy()
+        elif isinstance(data, ExternalTensor) and data.loader is not None:
+            array = np.asarray(data.numpy())
+        else:
+            array = _random_array(value.type, rng)
+        initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
+    feeds = {value.name: _random_array(value.type, rng) for value in graph.inputs}
+    onnx_graph = helper.make_graph(
+        nodes,
+        graph.name,
+        [_value_info(v) for v in graph.inputs],
+        [_value_info(v) for v in graph.outputs],
+        initializer=initializers,
+    )
+    opsets = _opsets(module)
+    model = helper.make_model(onnx_graph, opset_imports=opsets)
+    model.ir_version = helper.find_min_ir_version_for(opsets, ignore_unknown=True)
+    functions = module.metadata.get("functions")
+    if isinstance(functions, tuple):
+        model.functions.extend(
+            FunctionProto.FromString(f.data)
+            for f in functions
+            if isinstance(f, Opaque) and f.kind == "onnx.FunctionProto"
+        )
+    return model, feeds
+
+
+def measure_onnxruntime(
+    module: Module, *, iterations: int = 10, warmup: int = 2, threads: int = 1, seed: int = 0
+) -> MeasuredProfile:
+    """Run ``module`` under onnxruntime's profiler; per-node median kernel times and the median run time.
+
+    Raises:
+        PassError: onnxruntime is not installed, cannot load the exported model, or fails to run.
+    """
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise PassError("profile{mode=onnxruntime} needs onnxruntime: pip install 'graphir[ort]'") from exc
+    model, feeds = export_onnx(module, np.random.default_rng(seed))
+    with tempfile.TemporaryDirectory(prefix="graphir-ort-") as tmp:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "profile")
+        options.log_severity_level = 3
+        if threads:
+            options.intra_op_num_threads = threads
+        try:
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            for _ in range(warmup + iterations):
+                session.run(None, feeds)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            message = " ".join(str(exc).split())
+            raise PassError(f"onnxruntime cannot run module '{module.name}': {message}") from exc
+        events = json.loads(Path(session.end_profiling()).read_text())
+    return _parse_profile(module, events, warmup, iterations)
+
+
+def _parse_profile(module: Module, events: list[dict[str, Any]], warmup: int, iterations: int) -> MeasuredProfile:
+    """Group ``<node>_kernel_time`` events by ``model_run`` window; median per node over measured runs."""
+    runs = sorted((e["ts"], e["ts"] + e["dur"], e["dur"]) for e in events if e.get("name") == "model_run")
+    measured = runs[warmup:]
+    if not measured:
+        raise PassError("onnxruntime's profile has no measured model_run events")
+    starts = [start for start, _, _ in runs]
+    by_node: dict[str, dict[int, float]] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        run = bisect_right(starts, event["ts"]) - 1
+        if run < warmup:
+            continue
+        per_run = by_node.setdefault(name[: -len("_kernel_time")], {})
+        per_run[run] = per_run.get(run, 0.0) + event["dur"] * 1e-6
+    graph = module.graph
+    node_times: dict[Node, float] = {}
+    for name, per_run in by_node.items():
+        node = graph.get_node(name)
+        if node is not None:
+            samples = [per_run.get(run, 0.0) for run in range(warmup, len(runs))]
+            node_times[node] = float(statistics.median(samples))
+    durations = [duration * 1e-6 for _, _, duration in measured]
+    return MeasuredProfile(node_times, float(statistics.median(durations)), min(durations), len(measured))
+
+
+def _run_onnxruntime(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    measured = measure_onnxruntime(
+        module, iterations=options.iterations, warmup=options.warmup, threads=options.threads, seed=ctx.seed
+    )
+    work = analyze_graph(module.graph)
+    nodes = module.graph.index().nodes
+    # Nodes onnxruntime did not run as kernels: the analytical time on the host CPU.
+    host = cpu_cluster(1).devices[0]
+    estimate = work.times(host)
+    seconds = np.array([measured.node_times.get(node, np.nan) for node in nodes])
+    unmeasured = np.isnan(seconds)
+    seconds = np.where(unmeasured, estimate, seconds)
+    times = {kind: seconds for kind in sorted(module.cluster.kinds)}
+    _annotate(module, times, work)
+    stats = _fallback_stats(module, work)
+    stats["unmeasured-ops"] = int(unmeasured.sum())
+    stats["unmeasured-op-types"] = ",".join(sorted({nodes[i].op for i in np.flatnonzero(unmeasured).tolist()}))
+    stats["measured-run-s"] = measured.run_time
+    stats["measured-fastest-run-s"] = measured.fastest_run
+    stats["measured-node-sum-s"] = float(seconds[~unmeasured].sum())
+    stats["iterations"] = measured.iterations
+    return PassResult(True, stats)
+
+
+MODES: dict[str, Callable[[Profile, Module, PassContext], PassResult]] = {
+    "analytical": _run_analytical,
+    "onnxruntime": _run_onnxruntime,
+}
+"""Mode name -> profiler. ``tf`` (TF RunMetadata) and ``regression`` (Celeritas §4.2.1) go here."""

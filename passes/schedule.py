@@ -1,0 +1,45 @@
+"""``schedule``: derive per-device ``order`` from an existing ``device`` placement.
+
+Requires ``cost`` and ``device``; provides ``order``. Runs the list scheduler of
+:func:`graphir.placement.list_schedule` (ready nodes by decreasing rank_u), so placements made
+elsewhere (a placement file, a hand-written `.gir`) can be simulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from graphir.errors import PassError
+from graphir.ir import Module
+from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
+from graphir.placement import PlacementProblem, list_schedule, write_placement
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class Schedule(Pass):
+    """Order each device's nodes by list scheduling the given placement."""
+
+    name: ClassVar[str] = "schedule"
+    requires: ClassVar[tuple[str, ...]] = ("cost", "device")
+    provides: ClassVar[tuple[str, ...]] = ("order",)
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Schedule and write ``order`` (devices stay as they are)."""
+        problem = PlacementProblem.from_module(module)
+        index = module.graph.index()
+        device = np.full(problem.num_nodes, -1, dtype=np.int64)
+        names = problem.device_names
+        for u, node in enumerate(index.nodes):
+            assert node.device is not None
+            g = int(problem.node_group[u])
+            d = names.index(node.device)
+            if device[g] >= 0 and device[g] != d:
+                raise PassError(f"node '{node.name}' is not on the device of the rest of its group {node.group}")
+            device[g] = d
+        start, finish = list_schedule(problem, device)
+        write_placement(module, problem, device, start)
+        return PassResult(True, {"estimated-makespan-s": float(finish.max()) if len(finish) else 0.0})

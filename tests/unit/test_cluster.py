@@ -1,0 +1,195 @@
+"""Clusters: shorthands, presets, TOML links and wires (multi-hop routes), the measured CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from graphir.cluster import (
+    CACHE_DIR_ENV,
+    CPU_MEASURE_ENV,
+    DEVICE_KINDS,
+    PRESETS,
+    ClusterError,
+    load_cluster_toml,
+    resolve_cluster,
+    widest_routes,
+)
+from graphir.driver import run
+
+
+@pytest.fixture(autouse=True)
+def fixed_cpu(monkeypatch, tmp_path):
+    monkeypatch.setenv(CPU_MEASURE_ENV, "0")
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("spec", "count", "kind", "bandwidth"),
+    [("4xV100", 4, "V100", 12e9), ("8xV100-nvlink", 8, "V100", 50e9), ("2xA100-nvlink", 2, "A100", 50e9)],
+)
+def test_gpu_shorthands(spec, count, kind, bandwidth):
+    cluster = resolve_cluster(spec)
+    assert len(cluster.devices) == count and cluster.kinds == (kind,)
+    assert cluster.devices[-1].tf_device == f"/device:GPU:{count - 1}"
+    assert len(cluster.links) == count * (count - 1)
+    assert {link.bandwidth for link in cluster.links} == {bandwidth}
+
+
+def test_h100_shorthand_uses_the_catalogue():
+    device = resolve_cluster("4xH100").devices[0]
+    assert (device.peak_flops, device.mem_bandwidth, device.memory) == (67e12, 3350e9, 80 << 30)
+
+
+def test_cpu_shorthand_fallback_is_fixed_and_documented():
+    cluster = resolve_cluster("4xcpu")
+    assert [d.tf_device for d in cluster.devices] == [f"/device:CPU:{i}" for i in range(4)]
+    assert cluster.kinds == ("cpu",)
+    device = cluster.devices[0]
+    assert (device.peak_flops, device.mem_bandwidth) == (100e9, 20e9)
+    assert device.launch_overhead < DEVICE_KINDS["V100"].launch_overhead
+
+
+def test_cpu_measurement_is_cached_per_machine(monkeypatch, tmp_path):
+    monkeypatch.setenv(CPU_MEASURE_ENV, "1")
+    first = resolve_cluster("2xcpu").devices[0]
+    cache = tmp_path / "cache" / "cpu-speed.json"
+    data = json.loads(cache.read_text())
+    assert data["peak_flops"] == first.peak_flops and first.peak_flops > 0
+    data["peak_flops"] = 1234.0  # a cached value is reused as is: runs stay deterministic
+    cache.write_text(json.dumps(data))
+    assert resolve_cluster("2xcpu").devices[0].peak_flops == 1234.0
+
+
+def test_presets_follow_the_papers():
+    celeritas = resolve_cluster("celeritas")
+    assert len(celeritas.devices) == 4 and {d.memory for d in celeritas.devices} == {32 << 30}
+    assert celeritas.link("gpu0", "gpu3").bandwidth == 12e9  # PCIe
+    fastt = resolve_cluster("fastt")
+    assert len(fastt.devices) == 8 and {d.memory for d in fastt.devices} == {16 << 30}
+    assert fastt.link("gpu0", "gpu7").bandwidth == 50e9  # NVLink
+    pesto = resolve_cluster("pesto")
+    assert [d.kind for d in pesto.devices] == ["V100", "V100", "cpu"]
+    assert pesto.link("gpu0", "gpu1").bandwidth == 50e9 and pesto.link("cpu0", "gpu1").bandwidth == 12e9
+    inter = resolve_cluster("moirai-inter")
+    assert [d.kind for d in inter.devices] == ["2080Ti", "T4", "P4", "3060Ti"]
+    assert [d.memory >> 30 for d in inter.devices] == [11, 16, 8, 8]
+    # Table III, row = sender, column = receiver, Gbps.
+    assert inter.link("gpu0", "gpu1").bandwidth == pytest.approx(44.26e9 / 8)
+    assert inter.link("gpu1", "gpu0").bandwidth == pytest.approx(42.39e9 / 8)
+    assert inter.link("gpu2", "gpu3").bandwidth == pytest.approx(32.95e9 / 8)
+    assert inter.devices[3].tf_device == "/job:worker/task:3/device:GPU:0"
+    intra = resolve_cluster("moirai-intra")
+    assert [d.kind for d in intra.devices] == ["V100-32GB", "V100-32GB", "P100", "P100"]
+    assert intra.link("gpu0", "gpu1").bandwidth == pytest.approx(1170.04e9 / 8)
+    assert intra.link("gpu3", "gpu2").bandwidth == pytest.approx(581.35e9 / 8)
+    assert set(PRESETS) == {"celeritas", "fastt", "pesto", "moirai-inter", "moirai-intra"}
+
+
+def test_multi_hop_route_uses_its_narrowest_link(tmp_path):
+    # Moirai Fig. 3: A - B - D - F is one indirect channel A -> F.
+    path = write(
+        tmp_path,
+        """
+[[device]]
+name = "A"
+[[device]]
+name = "B"
+[[device]]
+name = "D"
+[[device]]
+name = "F"
+[[wire]]
+a = "A"
+b = "B"
+latency = 1e-6
+bandwidth = 10e9
+[[wire]]
+a = "B"
+b = "D"
+latency = 2e-6
+bandwidth = 5e9
+[[wire]]
+a = "D"
+b = "F"
+latency = 3e-6
+bandwidth = 20e9
+""",
+    )
+    cluster = load_cluster_toml(path)
+    link = cluster.link("A", "F")
+    assert link.route == ("A", "B", "D", "F")
+    assert link.bandwidth == 5e9 and link.latency == pytest.approx(6e-6)
+    assert cluster.link("F", "A").bandwidth == 5e9  # wires are bidirectional by default
+    assert cluster.link("A", "B").route == () and cluster.link("A", "B").bandwidth == 10e9
+    # Moirai §III-C's example: 10 MB/s then 5 MB/s, 100 MB takes 20 s.
+    assert cluster.link("A", "D").transfer_time(100e6 * 1000) == pytest.approx(20.0, rel=1e-3)
+
+
+def test_widest_route_beats_the_shortest():
+    wires = {
+        ("a", "c"): (1e-6, 1e9),  # direct but narrow
+        ("a", "b"): (1e-6, 10e9),
+        ("b", "c"): (1e-6, 10e9),
+    }
+    routes = widest_routes(["a", "b", "c"], wires, "a")
+    assert routes["c"].bandwidth == 10e9 and routes["c"].route == ("a", "b", "c")
+
+
+def test_explicit_links_override_wires_and_unconnected_wires_fail(tmp_path):
+    base = '[[device]]\nname = "x"\n[[device]]\nname = "y"\n[[device]]\nname = "z"\n'
+    wires = '[[wire]]\na = "x"\nb = "y"\nbandwidth = 1e9\n'
+    with pytest.raises(ClusterError, match="the wires connect no route from 'x' to 'z'"):
+        load_cluster_toml(write(tmp_path, base + wires))
+    link = '[[link]]\nsrc = "x"\ndst = "z"\nlatency = 0.0\nbandwidth = 3e9\n'
+    more = '[[wire]]\na = "y"\nb = "z"\nbandwidth = 2e9\n'
+    cluster = load_cluster_toml(write(tmp_path, base + wires + more + link))
+    assert cluster.link("x", "z").bandwidth == 3e9 and cluster.link("z", "x").bandwidth == 3e9
+    assert cluster.link("y", "x").bandwidth == 1e9
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[[device]\n", "invalid TOML"),
+        ('[[device]]\nname = "a"\npeak_flops = "fast"\n', "'peak_flops' must be a number"),
+        ('[[device]]\nname = "a"\nkind = "TPU"\n', "missing key 'peak_flops'"),
+        ('[[device]]\nname = "a"\nmem_bandwidth = 0\n', "'mem_bandwidth' must be a finite number > 0"),
+        ('[[device]]\nname = "a"\n[[wire]]\na = "a"\nb = "q"\nbandwidth = 1.0\n', "wire #0 joins unknown devices"),
+        ('[[device]]\nname = "a"\nmemory = "lots"\n', "memory must be bytes"),
+        (
+            '[[device]]\nname = "a"\n[[device]]\nname = "b"\npeak_flops = 1e9\n',
+            "'a' and 'b' are both of kind 'V100' but differ",
+        ),
+        ("device = 3\n", "'device' must be an array of tables"),
+    ],
+)
+def test_bad_toml_is_one_clear_line(tmp_path, text, message):
+    with pytest.raises(ClusterError, match=message) as info:
+        load_cluster_toml(write(tmp_path, text))
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_spec_names_the_accepted_forms():
+    with pytest.raises(ClusterError) as info:
+        resolve_cluster("moirai")
+    text = str(info.value)
+    assert text.startswith("error: unknown cluster 'moirai': expected NxKIND[-pcie|-nvlink]")
+    assert "moirai-inter" in text and "--list-clusters" in text
+    with pytest.raises(ClusterError, match="no interconnect suffix"):
+        resolve_cluster("2xcpu-nvlink")
+
+
+def test_list_clusters_flag(capsys):
+    assert run(["--list-clusters"]) == 0
+    out = capsys.readouterr().out
+    for name in [*PRESETS, "NxKIND[-pcie|-nvlink]", "Nxcpu", "H100"]:
+        assert name in out
