@@ -1,35 +1,69 @@
 """Emitters: the output formats of ``graphir-opt --emit=NAME``, registered by name.
 
-An emitter takes the module and returns text (or writes files itself when it needs a path, such
-as a report with pictures). The driver writes the text to ``-o FILE`` atomically, so a failed run
-never leaves a partial output file behind.
+An emitter takes the module and returns text. The driver writes the text to ``-o FILE``
+atomically, so a failed run never leaves a partial output file behind.
+
+An emitter that also writes side files (the report's JSON, pictures and DOT) registers with
+``writes_files=True`` and is called as ``fn(module, output)``: ``output`` is the ``-o`` path, or
+``None`` when the text goes to stdout (then it writes no side file). It derives the side files'
+names from ``output`` and writes them itself (atomically, before the driver writes the text). For
+such an emitter ``-o`` may name an existing directory: the text then goes to ``DIR/<name>.txt``
+(:meth:`Emitter.text_path`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from graphir.ir import Module
 
 
 @dataclasses.dataclass(frozen=True)
 class Emitter:
-    """One output format: ``emit(module) -> text`` and a one-line description."""
+    """One output format.
+
+    Attributes:
+        name: the ``--emit`` name.
+        help: a one-line description.
+        emit: ``fn(module) -> text``, or ``fn(module, output) -> text`` when ``writes_files``.
+        writes_files: the emitter receives the ``-o`` path and writes side files next to it.
+    """
 
     name: str
     help: str
-    emit: Callable[[Module], str]
+    emit: Callable[..., str]
+    writes_files: bool = False
+
+    def run(self, module: Module, output: Path | None = None) -> str:
+        """The emitted text; a file-writing emitter also gets ``output`` (``None``: stdout)."""
+        if self.writes_files:
+            return self.emit(module, output)
+        return self.emit(module)
+
+    def text_path(self, output: Path) -> Path:
+        """Where ``-o output`` puts the text: ``output``, or ``output/<name>.txt`` for a directory."""
+        if self.writes_files and output.is_dir():
+            return output / f"{self.name}.txt"
+        return output
 
 
 EMITTERS: dict[str, Emitter] = {}
 
 
-def register_emitter(name: str, help: str) -> Callable[[Callable[[Module], str]], Callable[[Module], str]]:
-    """Decorator registering ``fn(module) -> str`` as ``--emit=name``."""
+def register_emitter(
+    name: str, help: str, *, writes_files: bool = False
+) -> Callable[[Callable[..., str]], Callable[..., str]]:
+    """Decorator registering ``fn(module) -> str`` as ``--emit=name``.
 
-    def decorate(fn: Callable[[Module], str]) -> Callable[[Module], str]:
-        EMITTERS[name] = Emitter(name, help, fn)
+    With ``writes_files=True`` the function is ``fn(module, output: Path | None) -> str`` (see the
+    module docstring).
+    """
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        EMITTERS[name] = Emitter(name, help, fn, writes_files)
         return fn
 
     return decorate
