@@ -178,7 +178,8 @@ def _check_order_respects_dependencies(graph: Graph, by_device: dict[str, list[t
     )
 
 
-def _check_quotient(graph: Graph) -> None:
+def check_quotient(graph: Graph) -> None:
+    """Raise :class:`VerifyError` naming a cycle of the quotient graph of ``group``s, if any."""
     index = graph.index()
     quotient = index.quotient()
     if quotient.order is not None:
@@ -200,4 +201,4 @@ def verify(module: Module) -> None:
     graph.index()  # raises on a cycle, naming it
     _check_types(graph)
     _check_annotations(module)
-    _check_quotient(graph)
+    check_quotient(graph)

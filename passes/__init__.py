@@ -5,23 +5,27 @@ pass manager runs it (analytical mode) when a pipeline needs costs that are miss
 """
 
 from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
-from graphir.passes import (
+from graphir.passes import (  # fuse also registers topo-order
     calibrate_comm,
     critical_path,
     dce,
+    fuse,
     place,
     schedule,
     simulate,
     strip_annotations,
+    verify_acyclic,
 )
 
 __all__ = [
     "calibrate_comm",
     "critical_path",
     "dce",
+    "fuse",
     "place",
     "profile",
     "schedule",
     "simulate",
     "strip_annotations",
+    "verify_acyclic",
 ]
