@@ -3,6 +3,8 @@
 #
 #   make demo     run graphir-opt on the example SqueezeNet model
 #   make test     lint, pytest (tests/unit) and lit golden tests (tests/filecheck)
+#   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
+#   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py)
@@ -18,7 +20,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test lint format bench clean distclean
+.PHONY: help venv demo test test-all lint format bench zoo clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -47,13 +49,22 @@ format: $(STAMP)
 # the same for the test environment). lit fails when it finds no test at all, so an empty
 # tests/filecheck is reported and skipped rather than failing the build.
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow"
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \
 		PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR); \
 	else \
 		echo "lit: no .gir tests under $(FILECHECK_DIR) yet: skipping the golden tests"; \
 	fi
+
+# The slow tests (@pytest.mark.slow: they build the big zoo models, minutes each) are deselected by
+# `make test` (-m "not slow") and run here.
+test-all: test
+	$(BIN)/python -m pytest -q -m slow
+
+# Builds every missing zoo entry (2 worker processes), then imports each and rewrites the table.
+zoo: $(STAMP)
+	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
 
 bench: $(STAMP)
 	$(BIN)/python tools/bench_core.py

@@ -158,12 +158,7 @@ class PlacementProblem:
             )
 
         names = cluster.device_names
-        latency = np.zeros((num_devices, num_devices))
-        bandwidth = np.full((num_devices, num_devices), np.inf)
-        for link in cluster.links:
-            a, b = names.index(link.src), names.index(link.dst)
-            latency[a, b] = link.latency
-            bandwidth[a, b] = link.bandwidth
+        latency, bandwidth = cluster.link_arrays()
         member_order = np.argsort(node_group, kind="stable")
         bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
         members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]

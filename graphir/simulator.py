@@ -113,12 +113,7 @@ def simulate(module: Module) -> SimResult:
     bounds = np.searchsorted(device[sequence_order], np.arange(num_devices + 1))
     sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
 
-    latency = np.zeros((num_devices, num_devices))
-    bandwidth = np.full((num_devices, num_devices), np.inf)
-    for link in cluster.links:
-        a, b = device_of_name[link.src], device_of_name[link.dst]
-        latency[a, b] = link.latency
-        bandwidth[a, b] = link.bandwidth
+    latency, bandwidth = cluster.link_arrays()
 
     succ_offsets = index.succ_offsets.tolist()
     succ_edge = index.succ_edge.tolist()

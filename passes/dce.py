@@ -1,8 +1,10 @@
 """``dce``: dead-code elimination.
 
-Removes every node none of whose results reaches a graph output (side-effect ops are kept when
-their op name is listed in ``keep``), then constants left without uses when ``prune-constants``
-is set (graph inputs are part of the signature and stay). Requires nothing; provides nothing.
+Removes every node none of whose results reaches a graph output, then constants left without
+uses when ``prune-constants`` is set (graph inputs are part of the signature and stay). Nodes with
+no results exist for their side effects (TensorFlow's ``ResourceApplyAdam``, ``AssignVariableOp``,
+``NoOp`` groups) and are kept, with everything they depend on; so are ops listed in ``keep``.
+Requires nothing; provides nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class DeadCodeElimination(Pass):
         live = np.zeros(index.num_nodes, dtype=bool)
         keep = set(self.keep)
         for u, node in enumerate(index.nodes):
-            if node.op in keep:
+            if node.op in keep or not node.outputs:
                 live[u] = True
         for value in graph.outputs:
             if value.producer is not None:

@@ -1,8 +1,10 @@
-"""Model importers, chosen by input kind: `.gir` text, `.onnx` files (later: TF graphs).
+"""Model importers, chosen by input kind: `.gir` text, `.onnx` files, TensorFlow graphs, zoo entries.
 
-Each importer is registered by file suffix in :data:`IMPORTERS` and returns a
+Each file importer is registered by file suffix in :data:`IMPORTERS` and returns a
 :class:`~graphir.ir.Module`; unreadable input raises :class:`~graphir.errors.ImportError_`
-(or :class:`~graphir.errors.ParseError` for `.gir`).
+(or :class:`~graphir.errors.ParseError` for `.gir`). :func:`load_module` also accepts a directory
+(a TensorFlow SavedModel) and ``zoo:<name>`` (a model-zoo entry, built on first use by
+:mod:`graphir.tools.zoo`). TensorFlow is imported only when a TF input is actually read.
 """
 
 from __future__ import annotations
@@ -43,17 +45,44 @@ def _import_onnx(path: Path) -> Module:
     return import_onnx(path)
 
 
+def _import_tf_graphdef(path: Path) -> Module:
+    from graphir.importers.tf import import_graphdef_file
+
+    return import_graphdef_file(path)
+
+
+def _import_saved_model(path: Path) -> Module:
+    from graphir.importers.tf import import_saved_model
+
+    return import_saved_model(path)
+
+
 IMPORTERS[".gir"] = _import_gir
 IMPORTERS[".onnx"] = _import_onnx
+IMPORTERS[".pb"] = _import_tf_graphdef
+IMPORTERS[".pbtxt"] = _import_tf_graphdef
+
+ZOO_PREFIX = "zoo:"
+"""``graphir-opt zoo:<name>`` imports a model-zoo entry (see ``tools/zoo.py``)."""
 
 
 def load_module(path: str | Path) -> Module:
-    """Import the model at ``path`` with the importer registered for its suffix."""
+    """Import the model at ``path``: a file by its suffix, a SavedModel directory, or ``zoo:<name>``."""
+    if isinstance(path, str) and path.startswith(ZOO_PREFIX):
+        from graphir.tools.zoo import load_entry
+
+        return load_entry(path[len(ZOO_PREFIX) :])
     path = Path(path)
+    if path.is_dir():
+        return _import_saved_model(path)
     importer = IMPORTERS.get(path.suffix)
     if importer is None:
         known = ", ".join(sorted(IMPORTERS))
-        raise ImportError_(f"'{path}': unknown input kind '{path.suffix}' (known: {known})")
+        if not path.exists():
+            raise ImportError_(f"'{path}': no such file or directory")
+        raise ImportError_(
+            f"'{path}': unknown input kind '{path.suffix}' (known: {known}, a SavedModel directory or zoo:<name>)"
+        )
     if not path.exists():
         raise ImportError_(f"'{path}': no such file")
     return importer(path)
