@@ -7,7 +7,7 @@
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check
 #   make format   ruff format + ruff check --fix
-#   make bench    core benchmarks (tools/bench_core.py)
+#   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -20,7 +20,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench zoo clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place zoo clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -66,8 +66,13 @@ test-all: test
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
 
-bench: $(STAMP)
+bench: bench-core bench-place
+
+bench-core: $(STAMP)
 	$(BIN)/python tools/bench_core.py
+
+bench-place: $(STAMP)
+	$(BIN)/graphir-bench --matrix benchmarks/matrix.toml
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -72,6 +72,8 @@ def register_emitter(
 def load_builtin_emitters() -> dict[str, Emitter]:
     """Import the built-in emitters (they register on import)."""
     import graphir.backends.json_export  # noqa: F401
+    import graphir.backends.placement  # noqa: F401
+    import graphir.backends.report  # noqa: F401
     import graphir.backends.summary  # noqa: F401
 
     if "gir" not in EMITTERS:

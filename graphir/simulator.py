@@ -49,6 +49,9 @@ class SimResult:
         link_bytes: bytes moved per ordered pair ``(src, dst)`` (only pairs that moved data).
         link_busy: seconds each used channel spent transferring.
         transfers: number of tensor transfers.
+        transfer_log: every transfer as ``(value, src device, dst device, start, end)`` (value in
+            the graph index's value numbering, devices by cluster position), in the order the
+            transfers were queued.
     """
 
     makespan: float
@@ -62,6 +65,7 @@ class SimResult:
     link_bytes: dict[tuple[str, str], int]
     link_busy: dict[tuple[str, str], float]
     transfers: int
+    transfer_log: list[tuple[int, int, int, float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def oom_devices(self) -> list[str]:
@@ -214,6 +218,9 @@ def simulate(module: Module) -> SimResult:
         link_bytes={p: int(link_bytes[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
         link_busy={p: float(link_busy[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
         transfers=len(arrival),
+        transfer_log=[
+            (x, int(device[index.value_producer[x]]), dst, begin, end) for (x, dst), (begin, end) in arrival.items()
+        ],
     )
 
 

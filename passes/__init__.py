@@ -1,16 +1,23 @@
 """Built-in passes, one per module; importing this package registers them all.
 
 ``profile`` is imported first: it is the first registered provider of ``cost`` and ``mem``, so the
-pass manager runs it (analytical mode) when a pipeline needs costs that are missing.
+pass manager runs it (analytical mode) when a pipeline needs costs that are missing. The
+``place_*`` modules register their algorithms with ``place{algo=...}``; ``fuse`` also registers
+the ``topo-order`` analysis pass.
 """
 
 from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
-from graphir.passes import (  # fuse also registers topo-order
+from graphir.passes import (
     calibrate_comm,
     critical_path,
     dce,
     fuse,
     place,
+    place_baechi,
+    place_celeritas,
+    place_expert,
+    place_fastt,
+    place_heft,
     schedule,
     simulate,
     strip_annotations,
@@ -23,6 +30,11 @@ __all__ = [
     "dce",
     "fuse",
     "place",
+    "place_baechi",
+    "place_celeritas",
+    "place_expert",
+    "place_fastt",
+    "place_heft",
     "profile",
     "schedule",
     "simulate",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -49,12 +47,10 @@ def test_tiny_and_invalid_sizes():
         make_synthetic_module(0)
 
 
-def test_100k_nodes_build_in_a_few_seconds():
-    start = time.perf_counter()
+def test_100k_nodes_build():
+    # Speed is measured by tools/bench_fuse.py (benchmarks/results/fuse.md), not asserted here.
     module = make_synthetic_module(100_000, seed=0)
-    elapsed = time.perf_counter() - start
     assert len(module.graph) == 100_000
-    assert elapsed < 10.0, f"100k nodes took {elapsed:.1f}s"
 
 
 def test_cli_writes_gir(tmp_path, capsys):

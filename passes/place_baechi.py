@@ -1,0 +1,556 @@
+"""Baechi's memory-constrained placers (Jeon et al., SoCC 2020): ``m-topo``, ``m-etf``, ``m-sct``.
+
+The papers in ``shared/papers`` describe them as baselines (Celeritas §2, §4.2.2 and §6; Moirai §II;
+Pesto §5); the rules below follow Baechi's paper and its open-source placer:
+
+* **m-TOPO** (:func:`place_m_topo`): walk Baechi's topological order (M-TOPO, a FIFO Kahn queue,
+  :func:`graphir.orders.m_topo`) and fill device 0, then device 1, ... each up to its *memory share*
+  ``total memory / number of devices + largest node memory`` (Baechi's uniform m-TOPO); a node that
+  does not fit on the current device moves the cursor to the next device for good. No schedule:
+  the framework's list scheduler orders each device.
+* **m-ETF** (:func:`place_m_etf`): earliest-task-first list scheduling (Hwang et al.) as Baechi
+  runs it, an event-driven simulation: a node is *ready* once all its predecessors have finished;
+  whenever devices are free, the (ready node, device) pair with the earliest schedulable start
+  ``max(data ready time on the device, device free time)`` is scheduled (ties: M-TOPO position,
+  then device number), provided the node's memory fits on the device.
+* **m-SCT** (:func:`place_m_sct`): m-ETF plus the *favourite child* of Hanen & Munier's SCT
+  algorithm. The favourite child comes from the LP relaxation of the small-communication-time
+  program (:func:`favourite_children`, solved with HiGHS through :func:`scipy.optimize.linprog`).
+  A free device whose last node's favourite child is ready, unplaced and can start earliest on this
+  device is *awake*: it runs only an *urgent* node (one whose start time is the same whatever device
+  it goes to, i.e. ``max over devices of the schedulable start <= now``) or waits for the
+  favourite child.
+
+Constraints, common to the three (and to ``expert``, see :mod:`graphir.passes.place_expert`):
+
+* **Affinity**: a node only goes to a device in ``problem.allowed``.
+* **Colocation**: the first placed member of a colocation class decides the device of the whole
+  class (Baechi's rule, Celeritas §6.1); the memory of the *whole class* must fit there, later
+  members follow without a memory check.
+* **Memory**: m-TOPO counts each node's memory (persistent + activation) for good, as Baechi's
+  m-TOPO does. m-ETF/m-SCT follow Baechi's ETF device model: running a node allocates its memory,
+  and a node's activation bytes are released once all its consumers have run (persistent bytes
+  stay). **Fallback** (Celeritas §6.1 "best effort"): when a node fits on no allowed device, it goes
+  to the allowed device with the most free memory (Baechi itself gives up); the simulator then
+  reports the OOM.
+
+Choices where the papers are vague (documented deviations):
+
+* Communication in the placers' own time estimates is congestion-free, ``latency + bytes /
+  bandwidth`` per coarse edge (ETF's model); Baechi's estimator also queues transfers per device.
+  The simulator (FIFO channel per device pair) judges the result either way.
+* Heterogeneous clusters: ETF/SCT use each device's own compute time; the SCT LP (which assumes
+  identical machines) uses the mean time over devices and the mean communication time over device
+  pairs (as :func:`graphir.placement.upward_rank` does).
+* LP rounding: an edge is a favourite-child edge when its relaxed variable is ``<= 0.5`` (Baechi
+  rounds with threshold 0.5). Rounding may give a node two favourite children (or a child two
+  favourite parents) at exact ties; Baechi lets the last edge win, here edges are accepted in
+  increasing LP value (ties: edge number) while both ends are free, so the result is a matching.
+* The memory share of m-TOPO is capped by each device's capacity (Baechi assumes the share fits).
+  A node whose affinity excludes the cursor device goes to the first allowed device, from the
+  cursor on (then wrapping), that has room, without moving the cursor.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+import numpy as np
+
+from graphir.errors import PassError
+from graphir.ir import Module
+from graphir.orders import m_topo, positions
+from graphir.passes.place import Place, Placement, register_placer
+from graphir.placement import PlacementProblem
+
+__all__ = [
+    "Constraints",
+    "favourite_children",
+    "place_m_etf",
+    "place_m_sct",
+    "place_m_topo",
+    "solve_favourite_lp",
+]
+
+
+class Constraints:
+    """Affinity, colocation pins and memory bookkeeping shared by the Baechi and Expert placers.
+
+    Attributes:
+        problem: the coarse problem.
+        used: bytes currently charged to each device.
+        pin: per coarse node, the device it must go to (-1: free); set for the whole colocation
+            class when its first member is placed, and for best-effort nodes.
+        need: per coarse node, the bytes checked when it is placed unpinned (the whole class's
+            memory for a colocation class member, else its own memory).
+        best_effort: number of nodes (or classes) placed by the fallback.
+    """
+
+    def __init__(self, problem: PlacementProblem):
+        """Prepare the bookkeeping for ``problem`` (nothing placed yet)."""
+        self.problem = problem
+        self.used = np.zeros(problem.num_devices)
+        self.pin = np.full(problem.num_nodes, -1, dtype=np.int64)
+        self.need = problem.memory.astype(np.float64).copy()
+        self.best_effort = 0
+        self._classes: dict[int, list[int]] = {}
+        colocation = problem.colocation
+        if (colocation >= 0).any():
+            for v in np.flatnonzero(colocation >= 0).tolist():
+                self._classes.setdefault(int(colocation[v]), []).append(v)
+            for members in self._classes.values():
+                self.need[members] = float(problem.memory[members].sum())
+
+    def fits(self, v: int, d: int, limit: np.ndarray | None = None) -> bool:
+        """Whether ``v`` may go to ``d``: allowed, compatible with its pin, and its memory fits.
+
+        Args:
+            v: coarse node.
+            d: device.
+            limit: per-device memory limit (default: the capacities).
+        """
+        problem = self.problem
+        if not problem.allowed[v, d]:
+            return False
+        pinned = int(self.pin[v])
+        if pinned >= 0:
+            return pinned == d
+        cap = problem.capacity if limit is None else limit
+        return bool(self.used[d] + self.need[v] <= cap[d])
+
+    def fallback_device(self, v: int) -> int:
+        """Celeritas's best effort: the allowed device with the most free memory (ties: lowest number)."""
+        pinned = int(self.pin[v])
+        if pinned >= 0:
+            return pinned
+        free = self.problem.capacity - self.used
+        free = np.where(self.problem.allowed[v], free, -np.inf)
+        return int(np.argmax(free))
+
+    def pin_class(self, v: int, d: int) -> None:
+        """Pin ``v`` and, when it starts a colocation class, every member of the class, to ``d``."""
+        root = int(self.problem.colocation[v])
+        if root >= 0:
+            self.pin[self._classes[root]] = d
+        else:
+            self.pin[v] = d
+
+    def place(self, v: int, d: int) -> None:
+        """Charge ``v``'s memory to ``d`` and pin its colocation class there."""
+        if self.pin[v] < 0:
+            self.pin_class(v, d)
+        self.used[d] += self.problem.memory[v]
+
+
+def _m_topo_priority(problem: PlacementProblem) -> np.ndarray:
+    """Position of each coarse node in Baechi's M-TOPO order (its tie-breaking priority)."""
+    return positions(m_topo(problem.num_nodes, problem.succ_offsets, problem.succ))
+
+
+# ---------------------------------------------------------------------------------------------
+# m-TOPO
+
+
+@register_placer("m-topo")
+def place_m_topo(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    """Baechi's m-TOPO: fill devices in order along the M-TOPO order up to an equal memory share.
+
+    Baechi (uniform m-TOPO): ``share = sum of node memory / number of devices + max node memory``;
+    nodes are taken in topological order and device ``d`` receives them until the next one does
+    not fit under the share, then the cursor moves to device ``d + 1`` and never comes back.
+    """
+    n = problem.num_nodes
+    num_devices = problem.num_devices
+    order = m_topo(n, problem.succ_offsets, problem.succ).tolist()
+    memory = problem.memory
+    share = (float(memory.sum()) / num_devices + float(memory.max())) if n else 0.0
+    limit = np.minimum(share, problem.capacity)
+    constraints = Constraints(problem)
+    device = np.full(n, -1, dtype=np.int64)
+    cursor = 0
+    for v in order:
+        d, cursor = _m_topo_device(constraints, v, cursor, limit)
+        if d < 0:
+            d = constraints.fallback_device(v)
+            constraints.best_effort += 1
+        constraints.place(v, d)
+        device[v] = d
+    return Placement(device, None, {"best-effort-nodes": constraints.best_effort, "memory-share-B": int(share)})
+
+
+def _m_topo_device(constraints: Constraints, v: int, cursor: int, limit: np.ndarray) -> tuple[int, int]:
+    """The device m-TOPO gives ``v`` and the new cursor (device -1: no allowed device has room)."""
+    problem = constraints.problem
+    pinned = int(constraints.pin[v])
+    if pinned >= 0:
+        return pinned, cursor  # a later member of a placed colocation class
+    num_devices = problem.num_devices
+    # Baechi's rule: the cursor device while the node fits under its share, else move the cursor
+    # on for good, as long as the node may run there.
+    while problem.allowed[v, cursor]:
+        if constraints.fits(v, cursor, limit):
+            return cursor, cursor
+        if cursor == num_devices - 1:
+            break
+        cursor += 1
+    # Affinity excludes the cursor device (or the last device is full): any allowed device with
+    # room, from the cursor on, then wrapping; the cursor stays.
+    for d in list(range(cursor, num_devices)) + list(range(cursor)):
+        if constraints.fits(v, d, limit):
+            return d, cursor
+    return -1, cursor
+
+
+# ---------------------------------------------------------------------------------------------
+# m-ETF and m-SCT: one event-driven scheduler
+
+
+class _ReadySet:
+    """Ready nodes in a dense array with O(1) insertion and removal (order is arbitrary)."""
+
+    def __init__(self, n: int):
+        self.nodes = np.zeros(max(n, 1), dtype=np.int64)
+        self.where = [-1] * n
+        self.count = 0
+
+    def add(self, v: int) -> None:
+        self.nodes[self.count] = v
+        self.where[v] = self.count
+        self.count += 1
+
+    def remove(self, v: int) -> None:
+        k = self.where[v]
+        last = int(self.nodes[self.count - 1])
+        self.nodes[k] = last
+        self.where[last] = k
+        self.where[v] = -1
+        self.count -= 1
+
+    def view(self) -> np.ndarray:
+        return self.nodes[: self.count]
+
+
+def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Baechi's ETF (``favourite is None``) or SCT event-driven placement and schedule.
+
+    Returns:
+        ``(device, start, best_effort)``: device and start time per coarse node, and the number of
+        nodes placed by the memory fallback.
+    """
+    n = problem.num_nodes
+    num_devices = problem.num_devices
+    times = problem.times
+    capacity = problem.capacity
+    allowed = problem.allowed
+    activation = (problem.memory - problem.persistent).tolist()
+    latency = problem.latency
+    inverse_bandwidth = np.where(np.isinf(problem.bandwidth), 0.0, 1.0 / problem.bandwidth)
+    np.fill_diagonal(inverse_bandwidth, 0.0)
+    priority = _m_topo_priority(problem)
+    constraints = Constraints(problem)
+    pin = constraints.pin
+    need = constraints.need
+
+    pred_offsets = problem.pred_offsets.tolist()
+    pred = problem.pred
+    pred_edge = problem.pred_edge
+    succ_offsets = problem.succ_offsets.tolist()
+    succ = problem.succ.tolist()
+    edge_bytes = problem.edge_bytes
+    pending = np.diff(problem.pred_offsets).tolist()
+    consumers_left = np.diff(problem.succ_offsets).tolist()
+    device_arange = np.arange(num_devices)
+
+    device = np.full(n, -1, dtype=np.int64)
+    start = np.zeros(n)
+    finish = np.zeros(n)
+    data_ready = np.zeros((n, num_devices))  # per ready node: when all its inputs can be on each device
+    free_at = np.zeros(num_devices)  # Baechi's next_available_ts
+    last_op = [-1] * num_devices
+    ready = _ReadySet(n)
+    is_ready = [False] * n
+    events: list[tuple[float, int, int]] = []  # (finish time, sequence, node)
+    for v in range(n):
+        if pending[v] == 0:
+            ready.add(v)
+            is_ready[v] = True
+    fav = favourite.tolist() if favourite is not None else None
+
+    def make_ready(v: int) -> None:
+        lo, hi = pred_offsets[v], pred_offsets[v + 1]
+        producers = pred[lo:hi]
+        where = device[producers]
+        # ETF's data ready time: max over inputs of producer finish + transfer (0 on one device).
+        arrive = (
+            finish[producers][:, None]
+            + latency[where]
+            + edge_bytes[pred_edge[lo:hi]][:, None] * inverse_bandwidth[where]
+        )
+        data_ready[v] = arrive.max(axis=0)
+        ready.add(v)
+        is_ready[v] = True
+
+    def run(v: int, d: int, begin: float) -> None:
+        device[v] = d
+        start[v] = begin
+        end = begin + float(times[v, d])
+        finish[v] = end
+        free_at[d] = end
+        last_op[d] = v
+        heapq.heappush(events, (end, v, v))
+        ready.remove(v)
+        is_ready[v] = False
+        constraints.place(v, d)
+        # Baechi's ETF device: a producer's outputs are released once all its consumers ran.
+        for k in range(pred_offsets[v], pred_offsets[v + 1]):
+            u = int(pred[k])
+            consumers_left[u] -= 1
+            if consumers_left[u] == 0:
+                constraints.used[device[u]] -= activation[u]
+
+    now = 0.0
+    scheduled = 0
+    while scheduled < n:
+        while events and events[0][0] <= now:
+            _, _, u = heapq.heappop(events)
+            for k in range(succ_offsets[u], succ_offsets[u + 1]):
+                s = succ[k]
+                pending[s] -= 1
+                if pending[s] == 0:
+                    make_ready(s)
+        nodes = ready.view()
+        if not len(nodes):
+            if not events:
+                raise PassError("internal error: the ETF scheduler ran out of ready nodes")
+            now = events[0][0]
+            continue
+        # Feasibility of every (ready node, device): affinity, colocation pin, memory.
+        pinned = pin[nodes]
+        feasible = allowed[nodes] & np.where(
+            (pinned >= 0)[:, None],
+            device_arange[None, :] == pinned[:, None],
+            need[nodes][:, None] + constraints.used[None, :] <= capacity[None, :],
+        )
+        schedulable = np.where(feasible, np.maximum(data_ready[nodes], free_at[None, :]), np.inf)
+        free = free_at <= now
+        pick, upcoming = _choose(schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready)
+        if pick is not None:
+            row, d = pick
+            run(int(nodes[row]), d, float(schedulable[row, d]))
+            scheduled += 1
+            continue
+        if events and (upcoming is None or events[0][0] < upcoming):
+            upcoming = events[0][0]
+        if upcoming is not None:
+            now = upcoming
+            continue
+        # Nothing can ever run: every ready node fits on no device. Best effort (Celeritas §6.1).
+        row = int(np.argmin(priority[nodes]))
+        v = int(nodes[row])
+        constraints.pin_class(v, constraints.fallback_device(v))
+        constraints.best_effort += 1
+    return device, start, constraints.best_effort
+
+
+def _choose(
+    schedulable: np.ndarray,
+    feasible: np.ndarray,
+    nodes: np.ndarray,
+    priority: np.ndarray,
+    free: np.ndarray,
+    now: float,
+    fav: list[int] | None,
+    last_op: list[int],
+    is_ready: list[bool],
+    pin: np.ndarray,
+    ready: _ReadySet,
+) -> tuple[tuple[int, int] | None, float | None]:
+    """One ETF/SCT decision at time ``now``.
+
+    Returns:
+        ``((row, device), None)`` for the pair to schedule now (the row indexes ``nodes``), or
+        ``(None, t)`` with the earliest later time at which a free device could act (``None``:
+        never, unless a running node finishes).
+    """
+    prio = priority[nodes]
+    urgent: np.ndarray | None = None
+    best: tuple[float, int, int, int] | None = None  # (start, priority, device, row)
+    upcoming: float | None = None
+    for d in np.flatnonzero(free).tolist():
+        column = schedulable[:, d]
+        awake_row = -1
+        if fav is not None and last_op[d] >= 0:
+            f = fav[last_op[d]]
+            # Baechi's SCT: awake when the favourite child is ready, unplaced, and this device
+            # is one of those where it can start earliest.
+            if f >= 0 and is_ready[f] and pin[f] < 0:
+                r = ready.where[f]
+                if feasible[r, d] and schedulable[r, d] == schedulable[r].min():
+                    awake_row = r
+        if awake_row >= 0:
+            if urgent is None:
+                # Urgent time: the start the node gets whatever device it goes to (max over devices).
+                urgent = np.where(feasible, schedulable, -np.inf).max(axis=1)
+                urgent[~feasible.any(axis=1)] = np.inf
+            candidates = np.where(feasible[:, d], urgent, np.inf)
+            first = _argmin_key(candidates, prio)
+            if first >= 0 and candidates[first] <= now:
+                row = first
+            elif column[awake_row] <= now:
+                row = awake_row
+            else:
+                later = min(float(column[awake_row]), float(candidates[first]) if first >= 0 else np.inf)
+                upcoming = later if upcoming is None else min(upcoming, later)
+                continue
+        else:
+            row = _argmin_key(column, prio)
+            if row < 0:
+                continue
+            if column[row] > now:
+                upcoming = float(column[row]) if upcoming is None else min(upcoming, float(column[row]))
+                continue
+        key = (float(column[row]), int(prio[row]), d, row)
+        if best is None or key < best:
+            best = key
+    if best is not None:
+        return (best[3], best[2]), None
+    return None, upcoming
+
+
+def _argmin_key(values: np.ndarray, prio: np.ndarray) -> int:
+    """Row with the smallest finite value (ties: smallest priority); -1 when none is finite."""
+    low = values.min() if len(values) else np.inf
+    if not np.isfinite(low):
+        return -1
+    rows = np.flatnonzero(values == low)
+    return int(rows[np.argmin(prio[rows])])
+
+
+@register_placer("m-etf")
+def place_m_etf(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule."""
+    device, start, best_effort = _etf_schedule(problem, None)
+    return Placement(device, start, {"best-effort-nodes": best_effort})
+
+
+# ---------------------------------------------------------------------------------------------
+# m-SCT: the favourite child LP
+
+
+def solve_favourite_lp(problem: PlacementProblem) -> tuple[np.ndarray, float]:
+    """Solve the LP relaxation of the SCT program (Baechi §m-SCT, after Hanen & Munier).
+
+    Variables: ``x_e`` in [0, 1] per coarse edge (0: the edge's head is its tail's favourite
+    child, so no communication is paid), start ``s_v >= 0`` per node, makespan ``w``::
+
+        minimise w
+        s_u + p_u + c_uv * x_uv <= s_v           for every edge u -> v
+        sum_{v in succ(u)} x_uv >= |succ(u)| - 1  (at most one favourite child)
+        sum_{u in pred(v)} x_uv >= |pred(v)| - 1  (at most one favourite parent)
+        s_v + p_v <= w                            (sinks suffice: the others are implied)
+
+    ``p`` is the mean compute time over devices and ``c`` the mean transfer time over device pairs.
+
+    Returns:
+        ``(x, w)``: the relaxed edge variables and the LP makespan.
+
+    Raises:
+        PassError: HiGHS did not find an optimum.
+    """
+    from scipy.optimize import linprog
+    from scipy.sparse import csr_matrix
+
+    n = problem.num_nodes
+    num_edges = len(problem.edge_src)
+    p = problem.times.mean(axis=1)
+    c = problem.mean_comm_times()
+    src, dst = problem.edge_src, problem.edge_dst
+    s_col = num_edges + np.arange(n)
+    w_col = num_edges + n
+    edge_ids = np.arange(num_edges)
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    vals: list[np.ndarray] = []
+    rhs: list[np.ndarray] = []
+    # Precedence: s_u - s_v + c_e x_e <= -p_u.
+    rows += [edge_ids, edge_ids, edge_ids]
+    cols += [s_col[src], s_col[dst], edge_ids]
+    vals += [np.ones(num_edges), -np.ones(num_edges), c]
+    rhs.append(-p[src])
+    next_row = num_edges
+    # At most one favourite child / parent: -sum x <= 1 - degree (only degree >= 2 binds).
+    for offsets, by_node in ((problem.succ_offsets, problem.succ_edge), (problem.pred_offsets, problem.pred_edge)):
+        degree = np.diff(offsets)
+        nodes = np.flatnonzero(degree >= 2)
+        if len(nodes):
+            counts = degree[nodes]
+            row_of = next_row + np.repeat(np.arange(len(nodes)), counts)
+            starts = offsets[nodes]
+            entries = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
+            rows.append(row_of)
+            cols.append(by_node[entries])
+            vals.append(-np.ones(len(row_of)))
+            rhs.append(1.0 - counts)
+            next_row += len(nodes)
+    # Makespan: s_v - w <= -p_v for sinks.
+    sinks = np.flatnonzero(np.diff(problem.succ_offsets) == 0)
+    sink_rows = next_row + np.arange(len(sinks))
+    rows += [sink_rows, sink_rows]
+    cols += [s_col[sinks], np.full(len(sinks), w_col)]
+    vals += [np.ones(len(sinks)), -np.ones(len(sinks))]
+    rhs.append(-p[sinks])
+    next_row += len(sinks)
+    matrix = csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(next_row, num_edges + n + 1)
+    )
+    objective = np.zeros(num_edges + n + 1)
+    objective[w_col] = 1.0
+    bounds = np.zeros((num_edges + n + 1, 2))
+    bounds[:num_edges, 1] = 1.0
+    bounds[num_edges:, 1] = np.inf
+    result = linprog(objective, A_ub=matrix, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
+    if result.status != 0 or result.x is None:
+        raise PassError(f"m-sct: the favourite-child LP failed: {result.message}")
+    return np.clip(result.x[:num_edges], 0.0, 1.0), float(result.x[w_col])
+
+
+def favourite_children(problem: PlacementProblem, x: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+    """Round the LP's edge variables into at most one favourite child per node.
+
+    An edge is a candidate when ``x <= threshold`` (Baechi rounds at 0.5); candidates are accepted
+    in increasing ``x`` (ties: edge number) when neither the tail already has a favourite child nor
+    the head a favourite parent.
+
+    Returns:
+        the favourite child of every coarse node (-1: none).
+    """
+    favourite = np.full(problem.num_nodes, -1, dtype=np.int64)
+    has_parent = np.zeros(problem.num_nodes, dtype=bool)
+    candidates = np.flatnonzero(x <= threshold)
+    candidates = candidates[np.lexsort((candidates, x[candidates]))]
+    src = problem.edge_src
+    dst = problem.edge_dst
+    for e in candidates.tolist():
+        u, v = int(src[e]), int(dst[e])
+        if favourite[u] < 0 and not has_parent[v]:
+            favourite[u] = v
+            has_parent[v] = True
+    return favourite
+
+
+@register_placer("m-sct")
+def place_m_sct(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    """Baechi's m-SCT: m-ETF that keeps a device awake for the LP favourite child."""
+    started = time.perf_counter()
+    x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
+    favourite = favourite_children(problem, x)
+    lp_seconds = time.perf_counter() - started
+    device, start, best_effort = _etf_schedule(problem, favourite)
+    stats = {
+        "best-effort-nodes": best_effort,
+        "favourite-children": int((favourite >= 0).sum()),
+        "lp-makespan-s": lp_makespan,
+        "lp-wall-s": lp_seconds,
+    }
+    return Placement(device, start, stats)

@@ -1,0 +1,352 @@
+"""The machinery shared by the list-scheduling placers: Celeritas, FastT DPOS and HEFT.
+
+Every one of these placers visits the coarse nodes one at a time in a priority order, computes for
+each device the earliest time the node could start there, picks a device by its own rule and
+books the node on that device's timeline. What they share lives here, once:
+
+- :class:`DeviceTimeline`: the busy intervals of one device, kept sorted so that the *insertion*
+  policy (HEFT; FastT §5.1 ``avail[j]``; Celeritas §5.2 ``d_ava[d_k]``) is a bisect plus a short
+  scan: a node may start in the first idle slot after its data-ready time that is long enough to
+  hold it. Touching intervals are merged, so a densely packed device costs one block, not
+  thousands, and the scan only visits real gaps.
+- :class:`ListScheduler`: the incremental state (device, start and finish per placed node, free
+  memory per device, colocation pins, timelines) and the earliest-start computation
+  ``EST(v, d) = max(pre_t(v, d), d_ava[d])`` — Celeritas eq. (7) and FastT's EST formula, which
+  are the same equation: ``pre_t(v, d) = max_{p in pred(v)} Fin_t[p] + I(d_p != d) c_{p,v}``.
+
+Conventions every placer inherits (the papers leave them open):
+
+- ``c_{p,v}`` is the transfer time of the coarse edge on the actual link ``d_p -> d``:
+  ``latency + bytes / bandwidth`` (0 on one device), i.e. a congestion-free estimate; the
+  simulator, which serialises transfers on FIFO channels, is the judge.
+- Memory (Celeritas Algorithm 2 ``Ava_m``, FastT "memory need exceeds capacity"): a node needs
+  ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
+  freed, as in both papers. The first placed member of a colocation class must find room for the
+  *whole* class (the rest of the class will follow it there); later members go to the pinned
+  device whether it has room or not.
+- Affinity: a device a node may not use gets ``EST = +inf``, exactly like a full device.
+- Best effort (Celeritas §5.2: "the device with the lowest memory usage"): when no allowed device
+  has room, the allowed device with the most free memory (ties: lowest number). Algorithm 2 line
+  20 prints ``argmin Ava_m``, which contradicts its own text; we follow the text.
+- Ties between devices go to the lowest device number; between nodes, to the lowest coarse
+  node number (a topological number), so every placer is deterministic.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from graphir.pass_infra import Stat
+from graphir.passes.place import Placement
+from graphir.placement import PlacementProblem
+
+INF = math.inf
+
+
+class DeviceTimeline:
+    """The busy intervals of one device, as sorted, disjoint, merged ``[start, end)`` blocks.
+
+    Attributes:
+        starts: block start times, increasing.
+        ends: block end times, increasing (``ends[i] <= starts[i + 1]``).
+    """
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    @property
+    def available(self) -> float:
+        """When the device finishes its last booked node (0 when idle): the non-insertion policy."""
+        return self.ends[-1] if self.ends else 0.0
+
+    def earliest_start(self, ready: float, duration: float) -> float:
+        """The start of the first idle slot at or after ``ready`` that holds ``duration`` seconds.
+
+        This is the insertion policy of HEFT and FastT (``avail[j]``) and Celeritas's ``d_ava[d_k]``
+        ("a time slot to insert v_i after pre_t(v_i)"): a gap between two booked blocks qualifies
+        when ``t + duration <= next start``; otherwise the node goes after the last block.
+        """
+        starts = self.starts
+        ends = self.ends
+        i = bisect_right(ends, ready)  # blocks before i end at or before `ready`
+        t = ready
+        count = len(starts)
+        while i < count:
+            if t + duration <= starts[i]:
+                return t
+            if ends[i] > t:
+                t = ends[i]
+            i += 1
+        return t
+
+    def reserve(self, start: float, end: float) -> None:
+        """Book ``[start, end)``, which must lie in an idle slot; zero-length bookings are no-ops.
+
+        A zero-length node occupies nothing: booking it would split a gap that a later node could
+        still use.
+        """
+        if end <= start:
+            return
+        starts = self.starts
+        ends = self.ends
+        i = bisect_right(starts, start)
+        merge_prev = i > 0 and ends[i - 1] == start
+        merge_next = i < len(starts) and starts[i] == end
+        if merge_prev and merge_next:
+            ends[i - 1] = ends[i]
+            del starts[i]
+            del ends[i]
+        elif merge_prev:
+            ends[i - 1] = end
+        elif merge_next:
+            starts[i] = start
+        else:
+            starts.insert(i, start)
+            ends.insert(i, end)
+
+
+class ListScheduler:
+    """Incremental state of a list scheduler on a :class:`PlacementProblem`.
+
+    Hot loops read plain Python lists built once here, never IR objects or numpy scalars.
+
+    Attributes:
+        problem: the coarse problem.
+        num_devices: number of devices.
+        device: device per coarse node (-1 while unplaced).
+        start, finish: scheduled start and finish per coarse node (``Fin_t`` of Celeritas).
+        free_memory: bytes still free per device (``Ava_m``); negative after a best-effort overflow.
+        timelines: one :class:`DeviceTimeline` per device.
+        best_effort_nodes: how many nodes the all-devices-full fallback placed.
+    """
+
+    def __init__(self, problem: PlacementProblem) -> None:
+        self.problem = problem
+        n = problem.num_nodes
+        num_devices = problem.num_devices
+        self.num_devices = num_devices
+        self.device = [-1] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.free_memory = problem.capacity.astype(np.float64).tolist()
+        self.timelines = [DeviceTimeline() for _ in range(num_devices)]
+        self.best_effort_nodes = 0
+        self.times = problem.times.tolist()
+        self.memory = problem.memory.tolist()
+        self.allowed = problem.allowed.tolist()
+        self.pred_offsets = problem.pred_offsets.tolist()
+        self.pred = problem.pred.tolist()
+        self.pred_edge = problem.pred_edge.tolist()
+        self.succ_offsets = problem.succ_offsets.tolist()
+        self.succ_edge = problem.succ_edge.tolist()
+        self.edge_bytes = problem.edge_bytes.tolist()
+        inverse = np.zeros((num_devices, num_devices))
+        np.divide(1.0, problem.bandwidth, out=inverse, where=np.isfinite(problem.bandwidth))
+        np.fill_diagonal(inverse, 0.0)
+        latency = problem.latency.copy()
+        np.fill_diagonal(latency, 0.0)
+        self.latency = latency.tolist()
+        self.seconds_per_byte = inverse.tolist()
+        # Colocation: class root per node (-1: none), the class's total memory, its pinned device.
+        self.colocation = problem.colocation.tolist()
+        self.class_memory: dict[int, float] = {}
+        for v, root in enumerate(self.colocation):
+            if root >= 0:
+                self.class_memory[root] = self.class_memory.get(root, 0.0) + self.memory[v]
+        self.pin: dict[int, int] = {}
+        self.devices = list(range(num_devices))
+
+    # ---- constraints -------------------------------------------------------------------------
+
+    def pinned(self, v: int) -> int:
+        """The device ``v``'s colocation class is pinned to (its first placed member's), else -1."""
+        root = self.colocation[v]
+        if root < 0:
+            return -1
+        return self.pin.get(root, -1)
+
+    def memory_need(self, v: int) -> float:
+        """Bytes ``v`` must find free: the whole class for a colocation class's first member."""
+        root = self.colocation[v]
+        if root >= 0 and root not in self.pin:
+            return self.class_memory[root]
+        return self.memory[v]
+
+    def fits(self, v: int, d: int) -> bool:
+        """Whether ``d`` may run ``v`` and has room for it (Algorithm 2 line 9, negated)."""
+        return self.allowed[v][d] and self.free_memory[d] >= self.memory_need(v)
+
+    def best_effort(self, v: int) -> int:
+        """Celeritas's fallback when every device is full: the allowed device with the most free memory."""
+        allowed = self.allowed[v]
+        best = -1
+        for d in self.devices:
+            if allowed[d] and (best < 0 or self.free_memory[d] > self.free_memory[best]):
+                best = d
+        assert best >= 0, "PlacementProblem guarantees an allowed device"
+        return best
+
+    # ---- times -------------------------------------------------------------------------------
+
+    def comm_time(self, nbytes: float, src: int, dst: int) -> float:
+        """``latency + bytes / bandwidth`` on the link ``src -> dst`` (0 when ``src == dst``)."""
+        return self.latency[src][dst] + nbytes * self.seconds_per_byte[src][dst]
+
+    def data_ready(self, v: int) -> list[float]:
+        """``pre_t(v, d)`` for every device ``d`` (Celeritas eq. (7), FastT's inner max).
+
+        ``pre_t(v, d) = max_{p in pred(v)} Fin_t[p] + I(d_p != d) * c_{p,v}`` where ``c_{p,v}`` is
+        the transfer time on the link ``d_p -> d``. Every predecessor must already be placed.
+        """
+        ready = [0.0] * self.num_devices
+        finish = self.finish
+        device = self.device
+        edge_bytes = self.edge_bytes
+        devices = self.devices
+        pred = self.pred
+        pred_edge = self.pred_edge
+        for k in range(self.pred_offsets[v], self.pred_offsets[v + 1]):
+            p = pred[k]
+            dp = device[p]
+            assert dp >= 0, "a predecessor is placed before its successors"
+            done = finish[p]
+            nbytes = edge_bytes[pred_edge[k]]
+            latency = self.latency[dp]
+            per_byte = self.seconds_per_byte[dp]
+            for d in devices:
+                t = done + latency[d] + nbytes * per_byte[d]
+                if t > ready[d]:
+                    ready[d] = t
+        return ready
+
+    def earliest_starts(self, v: int) -> list[float]:
+        """``EST(v, d)`` on every device with insertion, ``+inf`` where ``v`` may not go.
+
+        ``EST(v, d) = max(pre_t(v, d), d_ava[d])`` where ``d_ava[d]`` is the start of the first idle
+        slot of ``d`` after ``pre_t`` long enough for ``v`` (Celeritas eq. (7) and §5.2; FastT §5.1).
+        ``+inf`` marks a device that ``v``'s affinity excludes, that is full (Algorithm 2 lines
+        9-10, FastT Algorithm 1 lines 13-14), or that is not
+        the device ``v``'s colocation class is pinned to. A pinned node gets a finite EST on its pin
+        even when that device is full: it has nowhere else to go.
+        """
+        ready = self.data_ready(v)
+        est = [INF] * self.num_devices
+        times = self.times[v]
+        pin = self.pinned(v)
+        if pin >= 0:
+            est[pin] = self.timelines[pin].earliest_start(ready[pin], times[pin])
+            return est
+        allowed = self.allowed[v]
+        need = self.memory_need(v)
+        free = self.free_memory
+        for d in self.devices:
+            if not allowed[d] or free[d] < need:
+                continue
+            est[d] = self.timelines[d].earliest_start(ready[d], times[d])
+        return est
+
+    def start_on(self, v: int, d: int) -> float:
+        """``EST(v, d)`` on one device, with insertion, ignoring memory (the device is chosen)."""
+        ready = self.data_ready(v)
+        return self.timelines[d].earliest_start(ready[d], self.times[v][d])
+
+    # ---- booking -----------------------------------------------------------------------------
+
+    def commit(self, v: int, d: int, start: float) -> float:
+        """Place ``v`` on ``d`` starting at ``start``; book the slot and the memory; return the finish.
+
+        The first placed member of a colocation class pins the class to ``d``.
+        """
+        end = start + self.times[v][d]
+        self.device[v] = d
+        self.start[v] = start
+        self.finish[v] = end
+        self.free_memory[d] -= self.memory[v]  # Algorithm 2 line 21
+        root = self.colocation[v]
+        if root >= 0 and root not in self.pin:
+            self.pin[root] = d
+        self.timelines[d].reserve(start, end)
+        return end
+
+    def book(self, v: int, d: int) -> float:
+        """Place ``v`` on ``d`` at its earliest start there (insertion); return the start."""
+        start = self.start_on(v, d)
+        self.commit(v, d, start)
+        return start
+
+    def book_best_effort(self, v: int) -> int:
+        """Place ``v`` by the all-devices-full fallback (see :meth:`best_effort`); return the device."""
+        d = self.best_effort(v)
+        self.best_effort_nodes += 1
+        self.book(v, d)
+        return d
+
+    def book_min_eft(self, v: int) -> int:
+        """Place ``v`` on the device of minimum ``EFT(v, d) = EST(v, d) + w_{v,d}``; return the device.
+
+        HEFT's device selection and FastT Algorithm 1 lines 12-20: ``EST`` with insertion, ``+inf`` on
+        full or excluded devices; when every device is ``+inf``, the best-effort fallback.
+        """
+        est = self.earliest_starts(v)
+        times = self.times[v]
+        d = argmin([s + t for s, t in zip(est, times, strict=True)])
+        if d < 0:
+            return self.book_best_effort(v)
+        self.commit(v, d, est[d])
+        return d
+
+    def placement(self, stats: dict[str, Stat] | None = None) -> Placement:
+        """The answer for :mod:`graphir.passes.place`: devices, start times and statistics."""
+        assert all(d >= 0 for d in self.device), "every node is placed"
+        out: dict[str, Stat] = {
+            "estimated-makespan-s": max(self.finish, default=0.0),
+            "best-effort-nodes": self.best_effort_nodes,
+        }
+        if stats:
+            out.update(stats)
+        return Placement(np.asarray(self.device, dtype=np.int64), np.asarray(self.start), out)
+
+
+def argmin(values: list[float]) -> int:
+    """Index of the smallest value, the lowest index on ties (``+inf`` only: -1)."""
+    best = -1
+    best_value = INF
+    for d, value in enumerate(values):
+        if value < best_value:
+            best = d
+            best_value = value
+    return best
+
+
+def ready_order(problem: PlacementProblem, priority: np.ndarray) -> list[int]:
+    """Nodes by decreasing ``priority`` among the ready ones (ties: lowest node number).
+
+    With a priority such as rank_u that never increases along an edge, this is the plain sort by
+    decreasing priority (HEFT's and FastT's list), and it stays a topological order whatever
+    floating-point rounding does to equal ranks.
+    """
+    n = problem.num_nodes
+    indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
+    key = (-np.asarray(priority, dtype=np.float64)).tolist()
+    heap = [(key[v], v) for v in range(n) if indegree[v] == 0]
+    heapq.heapify(heap)
+    offsets = problem.succ_offsets.tolist()
+    succ = problem.succ.tolist()
+    order: list[int] = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for k in range(offsets[v], offsets[v + 1]):
+            s = succ[k]
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(heap, (key[s], s))
+    assert len(order) == n, "the coarse graph is acyclic"
+    return order

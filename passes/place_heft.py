@@ -1,0 +1,33 @@
+"""HEFT, insertion-based (Topcuoglu, Hariri and Wu, TPDS 2002): ``place{algo=heft}``.
+
+1. Priority: ``rank_u(n_i) = w̄_i + max_{n_j in succ(n_i)} (c̄_{i,j} + rank_u(n_j))`` with ``w̄`` the
+   compute time averaged over the devices and ``c̄`` the transfer time averaged over ordered device
+   pairs (:func:`graphir.placement.upward_rank`).
+2. The nodes are taken by decreasing ``rank_u`` (ties: lowest node number; always a topological
+   order, see :func:`graphir.passes.place_common.ready_order`).
+3. Each goes to the device of minimum ``EFT(n_i, p_j) = w_{i,j} + EST(n_i, p_j)`` where
+   ``EST(n_i, p_j) = max(avail[j], max_{n_m in pred(n_i)} (AFT(n_m) + c_{m,i}))`` and ``avail[j]`` is
+   found by the *insertion* policy: the first idle slot after the data-ready time long enough to
+   hold the node (ties between devices: lowest number).
+
+HEFT knows no memory, affinity or colocation; graphir's placers all honour them, so a device that is
+full or excluded gets ``EFT = +inf``, a colocation class follows its first placed member, and a node
+that fits nowhere goes to the allowed device with the most free memory (the shared rules of
+:mod:`graphir.passes.place_common`). Without memory pressure or constraints this is plain HEFT.
+"""
+
+from __future__ import annotations
+
+from graphir.ir import Module
+from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place_common import ListScheduler, ready_order
+from graphir.placement import PlacementProblem, upward_rank
+
+
+@register_placer("heft")
+def place_heft(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    """Insertion-based HEFT: rank_u priority, minimum EFT device."""
+    scheduler = ListScheduler(problem)
+    for v in ready_order(problem, upward_rank(problem)):
+        scheduler.book_min_eft(v)
+    return scheduler.placement()

@@ -1,0 +1,253 @@
+"""HEFT (place{algo=heft}), the shared list-scheduling machinery, and the placers' property test.
+
+``random_module`` and ``check_placer`` are reused by test_place_celeritas.py and test_place_fastt.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graphir.annotations import Cost, Mem
+from graphir.errors import PassError
+from graphir.ir import Graph, Module
+from graphir.pass_infra import PassContext
+from graphir.passes.place import PLACERS, Place
+from graphir.passes.place_common import DeviceTimeline, ListScheduler, argmin, ready_order
+from graphir.placement import PlacementProblem
+from graphir.simulator import simulate
+from graphir.types import DType, TensorType
+from graphir.verifier import verify
+
+OPS = ["tf.MatMul", "tf.Relu", "tf.AddV2", "tf.Conv2D", "tf.Mul"]
+GiB = 1 << 30
+ALL_PLACERS = ["order-place", "adjusting", "dpos", "heft"]
+
+
+def random_module(
+    seed: int,
+    num_nodes: int,
+    cluster: str = "2xV100",
+    *,
+    group_fraction: float = 0.0,
+    colocate_fraction: float = 0.0,
+    affinity_fraction: float = 0.0,
+    heavy_fraction: float = 0.0,
+) -> Module:
+    """A random DAG with costs, tensor bytes and optional groups, colocation, affinity and weights.
+
+    Nodes are created in a topological order; groups are contiguous runs of that order, so their
+    quotient is acyclic. On ``moirai-intra`` (V100-32GB and P100) costs are per kind and an
+    affinity, when drawn, is ``["P100"]`` (never empty once intersected).
+    """
+    rng = np.random.default_rng(seed)
+    hetero = cluster == "moirai-intra"
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (16,)))
+    values = [x]
+    nodes = []
+    for i in range(num_nodes):
+        k = int(rng.integers(0, 4))
+        local = max(0, len(values) - 12)
+        inputs = list(dict.fromkeys(values[int(rng.integers(local, len(values)))] for _ in range(k)))
+        size = int(rng.integers(1, 1 << 20))
+        node = graph.add_node(str(rng.choice(OPS)), inputs, [TensorType(DType.F32, (size,))], name=f"n{i}")
+        seconds = float(rng.exponential(1e-4))
+        node.cost = Cost({"V100-32GB": seconds, "P100": seconds * float(rng.uniform(1, 3))}) if hetero else seconds
+        if rng.random() < heavy_fraction:
+            node.mem = Mem(persistent=int(rng.integers(1, 12)) * GiB, activation=4 * size)
+        if rng.random() < colocate_fraction:
+            node.colocate = f"c{int(rng.integers(0, 3))}"
+        elif hetero and rng.random() < affinity_fraction:
+            node.affinity = ("P100",)
+        values.append(node.outputs[0])
+        nodes.append(node)
+    group = 0
+    i = 0
+    while i < num_nodes:
+        length = int(rng.integers(1, 6))
+        if rng.random() < group_fraction and length > 1:
+            for node in nodes[i : i + length]:
+                node.group = group
+            group += 1
+        i += length
+    graph.set_outputs([values[-1]])
+    return Module("random", graph, cluster)
+
+
+def lower_bounds(module: Module) -> tuple[float, float]:
+    """(critical path with the fastest device's times and free communication, total work / devices)."""
+    index = module.graph.index()
+    kinds = sorted({d.kind for d in module.cluster.devices})
+    fastest = np.min(np.stack([index.times(kind) for kind in kinds]), axis=0)
+    longest = fastest.copy()
+    for u in range(index.num_nodes):  # nodes are numbered topologically
+        preds = index.predecessors(u)
+        if len(preds):
+            longest[u] = fastest[u] + longest[preds].max()
+    return float(longest.max(initial=0.0)), float(fastest.sum()) / len(module.cluster.devices)
+
+
+def check_placer(module: Module, algo: str) -> Place:
+    """Place with ``algo``, verify, simulate and check the lower bounds; return the pass."""
+    placer = Place(algo=algo)
+    result = placer.run(module, PassContext())
+    assert result.changed
+    verify(module)
+    sim = simulate(module)
+    critical, work = lower_bounds(module)
+    assert sim.makespan >= critical * (1 - 1e-9) - 1e-15
+    assert sim.makespan >= work * (1 - 1e-9) - 1e-15
+    return placer
+
+
+def placement_of(module: Module) -> list[tuple[str | None, int | None]]:
+    return [(node.device, node.order) for node in module.graph.index().nodes]
+
+
+@st.composite
+def random_case(draw: st.DrawFn) -> tuple[Module, str]:
+    seed = draw(st.integers(0, 2**31 - 1))
+    num_nodes = draw(st.integers(1, 60))
+    cluster = draw(st.sampled_from(["2xV100", "3xV100", "4xV100", "moirai-intra"]))
+    module = random_module(
+        seed,
+        num_nodes,
+        cluster,
+        group_fraction=draw(st.sampled_from([0.0, 0.3, 0.7])),
+        colocate_fraction=draw(st.sampled_from([0.0, 0.1])),
+        affinity_fraction=draw(st.sampled_from([0.0, 0.2])),
+        heavy_fraction=draw(st.sampled_from([0.0, 0.3])),
+    )
+    return module, cluster
+
+
+@given(random_case())
+def test_heft_property(case: tuple[Module, str]) -> None:
+    module, _ = case
+    check_placer(module, "heft")
+
+
+# ---- DeviceTimeline -------------------------------------------------------------------------
+
+
+def test_timeline_insertion_and_merging() -> None:
+    line = DeviceTimeline()
+    assert line.earliest_start(3.0, 5.0) == 3.0 and line.available == 0.0
+    line.reserve(0.0, 2.0)
+    line.reserve(5.0, 6.0)
+    assert line.earliest_start(0.0, 3.0) == 2.0  # the gap [2, 5) holds 3
+    assert line.earliest_start(0.0, 3.5) == 6.0  # too long for the gap: after the last block
+    assert line.earliest_start(1.0, 1.0) == 2.0  # ready inside a block: starts at its end
+    assert line.earliest_start(4.5, 0.5) == 4.5
+    line.reserve(2.0, 5.0)  # fills the gap exactly: the three blocks merge
+    assert (line.starts, line.ends) == ([0.0], [6.0])
+    line.reserve(8.0, 8.0)  # zero-length: occupies nothing
+    assert (line.starts, line.ends) == ([0.0], [6.0])
+    assert line.earliest_start(7.0, 0.0) == 7.0 and line.available == 6.0
+
+
+def test_timeline_merges_next_block() -> None:
+    line = DeviceTimeline()
+    line.reserve(4.0, 5.0)
+    line.reserve(1.0, 2.0)
+    line.reserve(3.0, 4.0)
+    assert (line.starts, line.ends) == ([1.0, 3.0], [2.0, 5.0])
+    assert line.earliest_start(0.0, 1.0) == 0.0
+    assert line.earliest_start(0.5, 1.0) == 2.0
+
+
+def test_argmin_and_ready_order() -> None:
+    assert argmin([3.0, 1.0, 1.0]) == 1
+    assert argmin([float("inf")] * 2) == -1
+    module = random_module(3, 20)
+    problem = PlacementProblem.from_module(module)
+    order = ready_order(problem, np.zeros(problem.num_nodes))  # equal priorities: topological
+    position = np.empty(problem.num_nodes, dtype=np.int64)
+    position[order] = np.arange(problem.num_nodes)
+    assert (position[problem.edge_src] < position[problem.edge_dst]).all()
+
+
+# ---- HEFT -----------------------------------------------------------------------------------
+
+
+def heterogeneous_fork() -> Module:
+    """a -> {b, c} on moirai-intra: b is 4x faster on a P100, c 4x faster on a V100."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    a = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (4,))], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="b")
+    c = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="c")
+    a.cost = 1e-3
+    b.cost = Cost({"V100-32GB": 4e-3, "P100": 1e-3})
+    c.cost = Cost({"V100-32GB": 1e-3, "P100": 4e-3})
+    graph.set_outputs([b.outputs[0], c.outputs[0]])
+    return Module("fork", graph, "moirai-intra")
+
+
+def test_heft_picks_minimum_eft_per_device_kind() -> None:
+    module = heterogeneous_fork()
+    check_placer(module, "heft")
+    nodes = {node.name: node for node in module.graph.nodes}
+    assert nodes["a"].device == "gpu0"
+    assert nodes["c"].device == "gpu0"  # V100, 1ms after a, no transfer
+    assert nodes["b"].device == "gpu2"  # the first P100: 1ms + a tiny transfer beats 4ms
+
+
+def test_heft_honours_affinity_and_colocation() -> None:
+    module = heterogeneous_fork()
+    nodes = {node.name: node for node in module.graph.nodes}
+    nodes["c"].affinity = ("P100",)
+    nodes["a"].colocate = "k"
+    nodes["b"].colocate = "k"
+    check_placer(module, "heft")
+    assert nodes["c"].device in ("gpu2", "gpu3")
+    assert nodes["a"].device == nodes["b"].device
+
+
+def test_heft_memory_full_falls_back_to_most_free_device() -> None:
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    sizes = {"a": 10, "b": 12, "c": 8}
+    for name, gib in sizes.items():
+        node = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (4,))], name=name)
+        node.cost = 1e-3
+        node.mem = Mem(persistent=gib * GiB)
+    graph.set_outputs([node.outputs[0] for node in graph.nodes])
+    module = Module("full", graph, "2xV100")
+    problem = PlacementProblem.from_module(module)
+    placement = PLACERS["heft"](problem, Place(algo="heft"), module)
+    # a (10 GiB) -> gpu0, b (12 GiB) -> gpu1 (gpu0 full), c (8 GiB) fits nowhere: gpu0 has 6 GiB free.
+    assert placement.device.tolist() == [0, 1, 0]
+    assert placement.stats["best-effort-nodes"] == 1
+
+
+def test_pinned_node_ignores_memory() -> None:
+    module = heterogeneous_fork()
+    problem = PlacementProblem.from_module(module)
+    problem.colocation[:] = [0, 0, -1]
+    scheduler = ListScheduler(problem)
+    assert scheduler.memory_need(0) == problem.memory[0] + problem.memory[1]  # the whole class
+    scheduler.commit(0, 1, 0.0)
+    scheduler.free_memory[1] = -1.0  # full
+    est = scheduler.earliest_starts(1)
+    assert est[1] < float("inf") and all(t == float("inf") for d, t in enumerate(est) if d != 1)
+
+
+def test_heft_is_deterministic_and_empty_graph() -> None:
+    first, second = random_module(7, 40, "4xV100"), random_module(7, 40, "4xV100")
+    check_placer(first, "heft")
+    check_placer(second, "heft")
+    assert placement_of(first) == placement_of(second)
+    empty = Module("empty", Graph(), "2xV100")
+    for algo in ALL_PLACERS:
+        Place(algo=algo).run(empty, PassContext())
+
+
+def test_impossible_affinity_is_a_pass_error() -> None:
+    module = heterogeneous_fork()
+    next(iter(module.graph.nodes)).affinity = ("cpu",)
+    with pytest.raises(PassError, match="no device of cluster"):
+        Place(algo="heft").run(module, PassContext())
