@@ -15,6 +15,7 @@ import numpy as np
 from graphir.attributes import format_bytes
 from graphir.costmodel import estimate_node
 from graphir.emit import register_emitter
+from graphir.importers.tf import persistent_bytes as variable_bytes
 from graphir.ir import Module
 from graphir.passes.critical_path import longest_path
 
@@ -39,7 +40,9 @@ def summarize(module: Module) -> str:
     """The summary text."""
     graph = module.graph
     index = graph.index()
-    params = sum(v.nbytes for v in graph.constants)
+    # Parameters: weights held as constants (ONNX initializers, large TF Consts) plus TF variables
+    # (VarHandleOp dtype x shape; in training graphs the optimizer slots are variables too).
+    params = sum(v.nbytes for v in graph.constants) + sum(variable_bytes(node) for node in index.nodes)
     activations = int(index.value_bytes.sum())
     lines = [
         f"module @{module.name} (graph @{graph.name})",

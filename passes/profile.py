@@ -20,7 +20,14 @@ Celeritas's batch-size regression slot in as further entries with their own opti
   Nodes that ORT does not run as a kernel (e.g. ``Constant``, folded into an initializer at load)
   get the analytical host-CPU time and are counted as ``unmeasured-ops``.
 
-In both modes ``mem`` comes from the analytical model (persistent weights attributed to their
+* ``tf``: for TF-dialect modules, runs one step in a traced ``tf.compat.v1.Session``
+  (``RunOptions(trace_level=FULL_TRACE)``) and annotates per-node median kernel times and measured
+  output / temporary bytes; ``regression``: Celeritas's Standard Evaluation (§4.2.1), per-node
+  linear fits of memory and time against batch size measured at ``batches`` and predicted at
+  ``target``. Both are documented in :mod:`graphir.passes.profile_tf` (variables, inputs,
+  unmeasured nodes, re-batching, deviation statistics).
+
+In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
 first user, activation = output bytes, temporary where known; see :mod:`graphir.costmodel`).
 
 Provides: cost, mem. Requires nothing. Statistics: ``fallback-ops`` (nodes costed by the
@@ -53,7 +60,7 @@ from graphir.ir import ExternalTensor, Module, Node, Value
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.types import DType, TensorType
 
-ProfileMode = Literal["analytical", "onnxruntime"]
+ProfileMode = Literal["analytical", "onnxruntime", "tf", "regression"]
 
 
 @register_pass
@@ -62,12 +69,17 @@ class Profile(Pass):
     """Annotate cost (per device kind) and mem on every node. Provides: cost, mem.
 
     Options:
-        mode: ``analytical`` (roofline from shapes) or ``onnxruntime`` (measured on this CPU).
+        mode: ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
+            ``regression`` (Celeritas's Standard Evaluation: TF measurements at small batches, fitted
+            per node and predicted at ``target``; see :mod:`graphir.passes.profile_tf`).
         iterations: measured runs whose per-node median is kept (measured modes).
         warmup: runs discarded before measuring (measured modes).
-        threads: onnxruntime intra-op threads. 1 (default) gives per-kernel times that stay stable when
-            other processes load the host and models one of several logical CPU devices sharing it;
-            0 is onnxruntime's default (all cores).
+        threads: onnxruntime / TensorFlow intra-op (and TF inter-op) threads. 1 (default) gives
+            per-kernel times that stay stable when other processes load the host and models one of
+            several logical CPU devices sharing it; 0 is the runtime's default (all cores).
+        batches: ``regression``: the small batch sizes measured (at least two).
+        target: ``regression``: the batch size predicted (0: the module's own batch).
+        validate: ``regression``: also measure ``target`` and report per-node deviations.
     """
 
     name: ClassVar[str] = "profile"
@@ -76,6 +88,9 @@ class Profile(Pass):
     iterations: int = 10
     warmup: int = 2
     threads: int = 1
+    batches: tuple[int, ...] = (1, 2, 4)
+    target: int = 0
+    validate: bool = False
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Dispatch to the mode's profiler, then write the annotations."""
@@ -419,8 +434,22 @@ def _run_onnxruntime(options: Profile, module: Module, ctx: PassContext) -> Pass
     return PassResult(True, stats)
 
 
+def _run_tf(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    from graphir.passes.profile_tf import run_tf  # imports TensorFlow only when it runs
+
+    return run_tf(options, module, ctx)
+
+
+def _run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    from graphir.passes.profile_tf import run_regression
+
+    return run_regression(options, module, ctx)
+
+
 MODES: dict[str, Callable[[Profile, Module, PassContext], PassResult]] = {
     "analytical": _run_analytical,
     "onnxruntime": _run_onnxruntime,
+    "tf": _run_tf,
+    "regression": _run_regression,
 }
-"""Mode name -> profiler. ``tf`` (TF RunMetadata) and ``regression`` (Celeritas §4.2.1) go here."""
+"""Mode name -> profiler (``tf`` and ``regression`` live in :mod:`graphir.passes.profile_tf`)."""
