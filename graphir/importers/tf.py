@@ -52,10 +52,17 @@ Mapping:
   ``tf.VariableV2``...) whose params keep the variable's ``dtype`` and ``shape``; its output is a
   ``resource[]`` value. :func:`variable_type` returns the variable's ``TensorType`` for such a
   node and :func:`persistent_bytes` its size: a profile pass sums these as persistent memory.
-* **Graph outputs**: the signature's / concrete function's outputs; for a bare GraphDef, every
-  result of every sink node (a node with no data or control user).
+* **Graph outputs**: the signature's / concrete function's outputs. A GraphDef has no field for
+  outputs, so :func:`concrete_function_graphdef` records them on the producing nodes as the attr
+  ``_graphir_outputs = ["<position>:<output index>", ...]`` (TensorFlow ignores ``_``-prefixed
+  attrs; the importer drops it from params): the zoo's ``.pb`` files import with the same outputs as
+  :func:`from_concrete_function`. A GraphDef without that attr (any TF-written file) gets every
+  result of every sink node (a node with no data or control user), in node order.
 
-TensorFlow is imported lazily, inside the functions: importing this module does not load it.
+TensorFlow is imported lazily, inside the functions: importing this module does not load it. The
+first import (:func:`load_tensorflow`) sets ``TF_CPP_MIN_LOG_LEVEL=3`` unless set and silences
+standard error meanwhile: TensorFlow's native start-up banners (oneDNN, CUDA) would otherwise break
+the driver's one-line errors.
 Warnings go to standard error, one line each, as ``<source>: warning: ...``.
 """
 
@@ -63,6 +70,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -81,11 +89,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_OPS",
+    "OUTPUTS_ATTR",
     "VARIABLE_OPS",
+    "concrete_function_graphdef",
     "from_concrete_function",
     "import_graphdef",
     "import_graphdef_file",
     "import_saved_model",
+    "load_tensorflow",
     "persistent_bytes",
     "tf_tensor_name",
     "variable_type",
@@ -100,7 +111,10 @@ VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesO
 UNKNOWN_RANK = "*"
 """How a ``shape`` param of unknown rank is written."""
 
-_DROPPED_ATTRS = frozenset({"_output_shapes", "_class"})
+OUTPUTS_ATTR = "_graphir_outputs"
+"""NodeDef attr recording graph outputs in a GraphDef file: ``["<position>:<output index>", ...]``."""
+
+_DROPPED_ATTRS = frozenset({"_output_shapes", "_class", OUTPUTS_ATTR})
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _MAX_NAMES_IN_WARNING = 5
 
@@ -181,6 +195,25 @@ def _dtype_from_param(text: str) -> DType | None:
         return _GRAPHIR_BY_TF_NAME.get(text)
 
 
+def load_tensorflow() -> Any:
+    """Import TensorFlow quietly (native start-up log lines dropped) and return the module."""
+    module = sys.modules.get("tensorflow")
+    if module is not None:
+        return module
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    return tensorflow
+
+
 # --------------------------------------------------------------------------------- entry points
 
 
@@ -196,6 +229,7 @@ def import_graphdef_file(path: Path) -> Module:
     file = str(path)
     if not path.is_file():
         raise ImportError_("no such file" if not path.exists() else "not a file", Location(file=file))
+    load_tensorflow()
     from google.protobuf import text_format
     from tensorflow.core.framework import graph_pb2
 
@@ -230,6 +264,7 @@ def import_saved_model(path: Path, signature: str | None = None) -> Module:
     binary, text = path / "saved_model.pb", path / "saved_model.pbtxt"
     if not binary.is_file() and not text.is_file():
         raise ImportError_("not a SavedModel directory (no saved_model.pb or saved_model.pbtxt)", loc)
+    load_tensorflow()
     from google.protobuf import text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -283,7 +318,8 @@ def from_concrete_function(concrete_function: Any, name: str | None = None) -> M
 def concrete_function_graphdef(concrete_function: Any) -> graph_pb2.GraphDef:
     """The self-contained ``GraphDef`` of a concrete function: captures turned into graph nodes.
 
-    The result can be saved as a ``.pb`` and imported later with the same result as
+    The function's outputs are recorded in the attr :data:`OUTPUTS_ATTR` of their producers, so
+    the result can be saved as a ``.pb`` and imported later with the same result as
     :func:`from_concrete_function` (that is how the model zoo stores training graphs).
     """
     import tensorflow as tf
@@ -325,6 +361,9 @@ def concrete_function_graphdef(concrete_function: Any) -> graph_pb2.GraphDef:
             node.attr["dtype"].type = inner.dtype.as_datatype_enum
             node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(array))
         replacements[node.name] = node
+    marks: dict[str, list[str]] = {}
+    for position, tensor in enumerate(concrete_function.outputs):
+        marks.setdefault(tensor.op.name, []).append(f"{position}:{tensor.value_index}")
     for node in graph_def.node:
         replacement = replacements.get(node.name)
         if replacement is not None:
@@ -332,6 +371,8 @@ def concrete_function_graphdef(concrete_function: Any) -> graph_pb2.GraphDef:
             node.Clear()
             node.CopyFrom(replacement)
             node.device = device
+        if node.name in marks:
+            node.attr[OUTPUTS_ATTR].list.s.extend(mark.encode() for mark in marks[node.name])
     return graph_def
 
 
@@ -348,11 +389,15 @@ def import_graphdef(
         graph_def: the graph; not modified.
         name: the module name.
         source: how diagnostics name the input (a file name).
-        outputs: TF tensor names (``node:k``) of the graph outputs; default: every sink's results.
+        outputs: TF tensor names (``node:k``) of the graph outputs; default: those recorded in
+            :data:`OUTPUTS_ATTR` attrs, else every sink's results.
 
     Raises:
         ImportError_: an undefined input, an unknown op or function, or a graph TensorFlow rejects.
     """
+    load_tensorflow()
+    if outputs is None:
+        outputs = _recorded_outputs(graph_def, source)
     with _gc_paused():
         flattener = _Flattener(graph_def, source)
         flat = flattener.run()
@@ -396,6 +441,25 @@ def _function_module_name(raw: str | bytes) -> str:
     text = re.sub(r"^__inference_", "", text)
     text = re.sub(r"_\d+$", "", text)
     return _sanitize_identifier(text, "function")
+
+
+def _recorded_outputs(graph_def: graph_pb2.GraphDef, source: str) -> list[str] | None:
+    """The outputs recorded in :data:`OUTPUTS_ATTR` attrs (``None`` when no node has one)."""
+    found: dict[int, str] = {}
+    for node in graph_def.node:
+        if OUTPUTS_ATTR not in node.attr:
+            continue
+        for mark in node.attr[OUTPUTS_ATTR].list.s:
+            text = mark.decode("utf-8", "replace")
+            position, _, index = text.partition(":")
+            if not position.isdigit() or not index.isdigit() or int(position) in found:
+                raise ImportError_(f"bad {OUTPUTS_ATTR} entry '{text}'", Location(file=source, node=node.name))
+            found[int(position)] = f"{node.name}:{index}"
+    if not found:
+        return None
+    if sorted(found) != list(range(len(found))):
+        raise ImportError_(f"{OUTPUTS_ATTR} attrs do not number the outputs 0..{len(found) - 1}", Location(file=source))
+    return [found[k] for k in range(len(found))]
 
 
 def _check_graphdef(graph_def: graph_pb2.GraphDef, file: str) -> None:

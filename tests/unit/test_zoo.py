@@ -7,7 +7,9 @@ The slow tests build the real models (minutes of TensorFlow time); they run with
 from __future__ import annotations
 
 import os
+import stat
 
+import numpy as np
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -15,6 +17,7 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 tf = pytest.importorskip("tensorflow")
 
+from graphir.attributes import INLINE_ELEMENTS  # noqa: E402
 from graphir.driver import run  # noqa: E402
 from graphir.importers import load_module  # noqa: E402
 from graphir.importers.tf import CALL_OPS, import_graphdef  # noqa: E402
@@ -28,18 +31,26 @@ TRAIN_ENTRIES = sorted(name for name, entry in zoo.ENTRIES.items() if entry.mode
 INFER_ENTRIES = sorted(name for name, entry in zoo.ENTRIES.items() if entry.mode == "infer")
 
 
-def flat_op_count(graph_def) -> int:
+def flat_ops(graph_def) -> list:
+    """The ops of a GraphDef after function inlining, computed independently of the importer."""
     library = {f.signature.name: f for f in graph_def.library.function}
 
-    def count(nodes) -> int:
-        return sum(
-            count(library[n.attr["f"].func.name if n.op in CALL_OPS else n.op].node_def)
-            if (n.attr["f"].func.name if n.op in CALL_OPS else n.op) in library
-            else 1
-            for n in nodes
-        )
+    def expand(nodes) -> list:
+        out = []
+        for node in nodes:
+            callee = node.attr["f"].func.name if node.op in CALL_OPS else node.op
+            out.extend(expand(library[callee].node_def) if callee in library else [node])
+        return out
 
-    return count(graph_def.node)
+    return expand(graph_def.node)
+
+
+def is_large_const(node) -> bool:
+    """The importer's one exception to "one TF op, one IR node": a Const of more than INLINE_ELEMENTS
+    elements becomes a graph constant (a weight), not a node."""
+    if node.op != "Const":
+        return False
+    return int(np.prod([d.size for d in node.attr["value"].tensor.tensor_shape.dim])) > INLINE_ELEMENTS
 
 
 def test_entry_names():
@@ -89,6 +100,33 @@ def test_zoo_entry_through_the_driver(tmp_path, monkeypatch, capsys):
     assert "lstm_train" in out
 
 
+TINY_GPT = (("layers", 1), ("d_model", 16), ("heads", 2), ("d_ff", 32), ("vocab", 40), ("seq", 4))
+
+
+def test_external_weight_conversion_matches_the_frozen_one(tmp_path):
+    """The big inference entries keep their weights as external data, converted unfrozen: same
+    numbers as tf2onnx's frozen conversion, files 0644, weight-only ops folded. (Byte-identical
+    rebuilds need a fresh process each: see the slow determinism test.)"""
+    import onnx
+    import onnxruntime as ort
+
+    zoo.build_infer_onnx_external("gpt", 2, TINY_GPT, tmp_path / "a" / "gpt.onnx")
+    zoo.build_infer_onnx("gpt", 2, TINY_GPT, tmp_path / "frozen.onnx")
+    for suffix in (".onnx", ".onnx.data"):
+        assert stat.S_IMODE((tmp_path / "a" / f"gpt{suffix}").stat().st_mode) == zoo.FILE_MODE
+    assert stat.S_IMODE((tmp_path / "frozen.onnx").stat().st_mode) == zoo.FILE_MODE
+    external = onnx.load_model(str(tmp_path / "a" / "gpt.onnx"), load_external_data=False)
+    assert [i.name for i in external.graph.input] == ["input_0"]
+    initializers = {t.name for t in external.graph.initializer}
+    assert {"emb_tok/embeddings", "l0_ff1/bias"} <= initializers
+    assert not any(node.input and all(name in initializers for name in node.input) for node in external.graph.node)
+    tokens = np.random.default_rng(0).integers(0, 40, size=(2, 4)).astype(np.int32)
+    run_model = lambda path: ort.InferenceSession(str(path)).run(None, {"input_0": tokens})[0]  # noqa: E731
+    np.testing.assert_allclose(run_model(tmp_path / "a" / "gpt.onnx"), run_model(tmp_path / "frozen.onnx"), atol=1e-6)
+    module = load_module(tmp_path / "a" / "gpt.onnx")
+    assert len(module.graph) == len(external.graph.node)
+
+
 # --------------------------------------------------------------------------------- slow: the real zoo
 
 
@@ -100,8 +138,14 @@ def test_training_entry_imports_every_op_and_roundtrips(name):
     graph_def.ParseFromString(path.read_bytes())
     module = load_module(f"zoo:{name}")
     graph = module.graph
-    assert len(graph) == flat_op_count(graph_def) - len(graph.constants)
+    ops = flat_ops(graph_def)
+    large_consts = [op.name for op in ops if is_large_const(op)]
+    assert len(graph) == len(ops) - len(large_consts)
+    assert sorted(value.name for value in graph.constants) == sorted(large_consts)
+    assert not any(node.op in ("tf.PartitionedCall", "tf.StatefulPartitionedCall") for node in graph.nodes)
     assert any(node.op == "tf.ResourceApplyAdam" for node in graph.nodes)
+    # The function's one output (the loss), recorded in the .pb, not every sink.
+    assert len(graph.outputs) == 1 and graph.outputs[0].producer.op == "tf.Identity"
     text = print_module(module)
     assert print_module(parse_module(text)) == text
     if name == "inception_v3_train":
@@ -113,17 +157,23 @@ def test_training_entry_imports_every_op_and_roundtrips(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", INFER_ENTRIES)
 def test_inference_entry_imports_and_roundtrips(name):
+    import onnx
+
+    path = zoo.build_entry(name)
+    model = onnx.load_model(str(path), load_external_data=False)
     module = load_module(f"zoo:{name}")
-    assert len(module.graph) > 50
+    assert len(module.graph) == len(model.graph.node) > 40  # VGG19: 46
+    assert stat.S_IMODE(path.stat().st_mode) == zoo.FILE_MODE
     text = print_module(module)
     assert print_module(parse_module(text)) == text
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["lstm_train", "resnet50_infer"])
+@pytest.mark.parametrize("name", ["lstm_train", "resnet50_infer", "gpt_infer"])
 def test_building_an_entry_twice_is_byte_identical(name, tmp_path, capsys):
     first = zoo.build_entry(name, tmp_path / "a")
     second = zoo.build_entry(name, tmp_path / "b")
     assert "zoo: building" in capsys.readouterr().err
-    assert first.read_bytes() == second.read_bytes()
+    for a, b in zip(zoo.ENTRIES[name].files(tmp_path / "a"), zoo.ENTRIES[name].files(tmp_path / "b"), strict=True):
+        assert a.read_bytes() == b.read_bytes()
     assert print_module(load_module(first)) == print_module(load_module(second))
