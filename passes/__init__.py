@@ -18,8 +18,10 @@ from graphir.passes import (
     place_expert,
     place_fastt,
     place_heft,
+    place_os_dpos,
     schedule,
     simulate,
+    split,
     strip_annotations,
     verify_acyclic,
 )
@@ -35,9 +37,11 @@ __all__ = [
     "place_expert",
     "place_fastt",
     "place_heft",
+    "place_os_dpos",
     "profile",
     "schedule",
     "simulate",
+    "split",
     "strip_annotations",
     "verify_acyclic",
 ]

@@ -35,11 +35,14 @@ class Placement:
         device: device number per coarse node.
         start: start time per coarse node when the placer schedules, else ``None``.
         stats: extra statistics to report.
+        problem: the problem this placement answers when the placer rewrote the module (os-dpos
+            splits operations), else ``None``: the problem the placer was given.
     """
 
     device: np.ndarray
     start: np.ndarray | None = None
     stats: dict[str, Stat] = dataclasses.field(default_factory=dict)
+    problem: PlacementProblem | None = None
 
 
 PlacerFn = Callable[[PlacementProblem, "Place", Module], Placement]
@@ -87,6 +90,8 @@ class Place(Pass):
         problem = PlacementProblem.from_module(module)
         ctx.log(f"place: {self.algo} on {problem.num_nodes} coarse nodes, {problem.num_devices} devices")
         placement = PLACERS[self.algo](problem, self, module)
+        if placement.problem is not None:  # the placer rewrote the graph: its answer is for the new one
+            problem = placement.problem
         device = np.asarray(placement.device, dtype=np.int64)
         _check_constraints(problem, device)
         start = placement.start if placement.start is not None else list_schedule(problem, device)[0]

@@ -1,0 +1,162 @@
+"""FastT's Operation Splitting DPOS: ``place{algo=os-dpos}`` (FastT §5.2, Algorithm 2).
+
+1. Line 3: place with DPOS (:func:`graphir.passes.place_fastt.place_dpos`) and **simulate**
+   (:func:`graphir.simulator.simulate` is the judge, so ``FT(o_exit)`` is the simulated makespan).
+2. Lines 4-5: the critical path *of that placement*: from the node that finishes last, walk back
+   to whatever made each node start when it did: the input that arrived last (its producer's
+   finish plus the link's ``latency + bytes / bandwidth`` when it crossed devices) or the node
+   before it on its device, whichever is later (ties: the input). Its ops with a splitting rule
+   (:mod:`graphir.split`: Conv, MatMul, Gemm, pooling, elementwise...) are sorted by decreasing
+   compute time on their device (ties: topological position). Ops without a parallelisable
+   dimension (concatenations, softmax...) have nothing to try and are skipped, not counted as a
+   failure.
+3. Lines 7-14: for each op in turn, every parallelisable dimension ``d`` (``batch``, ``channel``)
+   and every split number ``n`` in ``2..|D|`` ("``n`` ∈ # of GPUs") the op accepts is tried on a
+   copy of the current graph: ``SplitOperation`` (:func:`graphir.split.split_node`, split and
+   concat nodes), analytical costs for the new nodes (:func:`graphir.split.annotate_split`), a new
+   placement problem, DPOS, simulation. The best trial (smallest makespan; ties: the order tried)
+   is kept only if it beats the current makespan, and then applied to the module; otherwise the
+   loop stops (line 12, "stop at the first that does not"). A trial whose simulation runs out of
+   memory counts as an infinite makespan.
+
+FastT's input graph is the model DAG, or a data-parallel replica graph when the model fits one
+device; here it is the module's graph as given (replicate it beforehand for FastT's data-parallel
+start). The graph must be the fine graph: an op in a fusion group (``group``) is not split.
+
+The placer **rewrites the module** (the split nodes replace the ops) and returns a
+:class:`~graphir.passes.place.Placement` for the rewritten graph together with its
+:class:`~graphir.placement.PlacementProblem` (``Placement.problem``), which ``place`` then expands.
+Statistics: ``splits``, ``split-list`` (``op:dim:n`` comma-separated), ``split-trials``,
+``split-candidates``, ``makespan-before-s`` (DPOS) and ``makespan-after-s`` (simulated), plus
+DPOS's own for the final graph.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from graphir.ir import Module, Node
+from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place_fastt import place_dpos
+from graphir.placement import PlacementProblem, write_placement
+from graphir.simulator import SimResult, simulate
+from graphir.split import annotate_split, clone_module, parallel_dims, split_node, split_reason
+
+
+def _simulated_makespan(module: Module, problem: PlacementProblem, placement: Placement) -> tuple[float, SimResult]:
+    """Write ``placement`` on ``module`` and simulate it; an out-of-memory run counts as ``inf``."""
+    assert placement.start is not None
+    write_placement(module, problem, np.asarray(placement.device, dtype=np.int64), placement.start)
+    result = simulate(module)
+    return (math.inf if result.oom_devices else result.makespan), result
+
+
+def simulated_critical_path(module: Module, result: SimResult) -> list[Node]:
+    """The chain of nodes that determined the simulated makespan, first to last (see the docstring)."""
+    index = module.graph.index()
+    n = index.num_nodes
+    if n == 0:
+        return []
+    names = result.device_names
+    device = np.asarray([names.index(node.device) for node in index.nodes], dtype=np.int64)  # type: ignore[arg-type]
+    order = np.asarray([node.order for node in index.nodes], dtype=np.int64)
+    previous = np.full(n, -1, dtype=np.int64)
+    sequence = np.lexsort((order, device))
+    for a, b in zip(sequence[:-1].tolist(), sequence[1:].tolist(), strict=True):
+        if device[a] == device[b]:
+            previous[b] = a
+    latency, bandwidth = module.cluster.link_arrays()
+    start, finish = result.start, result.finish
+    v = int(np.argmax(finish))
+    path = [v]
+    while start[v] > 0:
+        best, best_time = -1, -math.inf
+        for k in range(int(index.pred_offsets[v]), int(index.pred_offsets[v + 1])):
+            u = int(index.pred[k])
+            arrive = float(finish[u])
+            if device[u] != device[v]:
+                nbytes = float(index.edge_bytes[int(index.pred_edge[k])])
+                arrive += float(latency[device[u], device[v]] + nbytes / bandwidth[device[u], device[v]])
+            if arrive > best_time:
+                best, best_time = u, arrive
+        p = int(previous[v])
+        if p >= 0 and finish[p] > best_time:
+            best = p
+        if best < 0:
+            break
+        v = best
+        path.append(v)
+    return [index.nodes[u] for u in reversed(path)]
+
+
+def _candidates(module: Module, path: list[Node]) -> list[str]:
+    """Names of the path's splittable ops, by decreasing compute time on their device."""
+    index = module.graph.index()
+    kinds = {d.name: d.kind for d in module.cluster.devices}
+    rows = []
+    for node in path:
+        if not any(split_reason(node, dim, 2) is None for dim in parallel_dims(node)):
+            continue
+        cost = node.cost
+        seconds = 0.0 if cost is None else cost.time(kinds.get(node.device or "")) or 0.0
+        rows.append((-seconds, index.position(node), node.name))
+    return [name for _, _, name in sorted(rows)]
+
+
+def _trial(module: Module, name: str, dim: str, parts: int, options: Place) -> float:
+    """Makespan of DPOS on a copy of ``module`` with ``name`` split on ``dim`` into ``parts``."""
+    copy = clone_module(module)
+    result = split_node(copy.graph.node(name), dim, parts)
+    annotate_split(copy, result)
+    problem = PlacementProblem.from_module(copy)
+    makespan, _ = _simulated_makespan(copy, problem, place_dpos(problem, options, copy))
+    return makespan
+
+
+@register_placer("os-dpos")
+def place_os_dpos(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    """FastT OS-DPOS (Algorithm 2): DPOS, then split critical-path ops while the makespan improves."""
+    placement = place_dpos(problem, options, module)
+    makespan, result = _simulated_makespan(module, problem, placement)
+    before = makespan
+    candidates = _candidates(module, simulated_critical_path(module, result))
+    num_devices = problem.num_devices
+    applied: list[str] = []
+    trials = 0
+    for name in candidates:
+        node = module.graph.get_node(name)
+        if node is None:
+            continue
+        best: tuple[float, str, int] | None = None
+        for dim in parallel_dims(node):
+            for parts in range(2, num_devices + 1):
+                if split_reason(node, dim, parts) is not None:
+                    continue
+                trials += 1
+                trial = _trial(module, name, dim, parts, options)
+                if best is None or trial < best[0]:
+                    best = (trial, dim, parts)
+        if best is None:
+            continue
+        if not best[0] < makespan:
+            break  # Algorithm 2 line 12: stop at the first op whose best split does not help
+        _, dim, parts = best
+        annotate_split(module, split_node(node, dim, parts))
+        problem = PlacementProblem.from_module(module)
+        placement = place_dpos(problem, options, module)
+        makespan, _ = _simulated_makespan(module, problem, placement)
+        applied.append(f"{name}:{dim}:{parts}")
+    placement.stats.update(
+        {
+            "splits": len(applied),
+            "split-list": ",".join(applied),
+            "split-trials": trials,
+            "split-candidates": len(candidates),
+            "makespan-before-s": before,
+            "makespan-after-s": makespan,
+        }
+    )
+    placement.problem = problem
+    return placement
