@@ -75,6 +75,7 @@ def load_builtin_emitters() -> dict[str, Emitter]:
     import graphir.backends.placement  # noqa: F401
     import graphir.backends.report  # noqa: F401
     import graphir.backends.summary  # noqa: F401
+    import graphir.backends.tf  # noqa: F401  (registers tf-graphdef, tf-savedmodel; TensorFlow loads lazily)
 
     if "gir" not in EMITTERS:
         from graphir.printer import print_module

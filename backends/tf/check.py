@@ -1,0 +1,229 @@
+"""Prove a lowering: run it on logical CPU devices, compare with onnxruntime, check TF's placement.
+
+``python -m graphir.backends.tf.check MODEL.onnx... --cluster=4xcpu --passes=PIPELINE`` prints
+one JSON object per model (one line each):
+
+* ``max_rel_error``: the largest ``max |tf - ort| / max |ort|`` over every node result (the
+  norm-wise relative error of each tensor, robust to entries near zero where an element-wise ratio
+  means nothing; ``worst_value`` names the tensor), from the GraphDef run in a session;
+  ``output_rel_error``: the same over the graph outputs of the ``tf.function``;
+* ``placement_mismatches``: ops whose device in TensorFlow's partition graphs (``RunMetadata``
+  of a session run with soft placement, Grappler and the classic graph optimiser off, so ops are
+  neither moved, folded nor renamed) differs from the device graphir assigned to their node, or
+  which did not run at all; ``ops_checked`` counts the ops found;
+* ``devices``: nodes per assigned device.
+
+TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
+fresh process (:func:`configure_logical_cpus` first, which also turns oneDNN's graph rewrites
+off: they fuse ops under new names, e.g. a ``Pad`` into its ``Conv2D``). The tests call it through ``subprocess``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphir.errors import GraphIRError
+
+__all__ = [
+    "check_onnx_model",
+    "configure_logical_cpus",
+    "placement_mismatches",
+    "reference_values",
+    "relative_error",
+    "session_run",
+]
+
+
+def configure_logical_cpus(count: int) -> Any:
+    """Split the host CPU into ``count`` logical devices (before TensorFlow initialises them)."""
+    from graphir.importers.tf import load_tensorflow
+
+    # oneDNN's graph rewrite fuses ops (Pad into Conv2D) under new names, hiding their placement.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    tf = load_tensorflow()
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    return tf
+
+
+def relative_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
+    """``max |actual - expected| / max |expected|`` over all outputs (shapes must agree)."""
+    worst = 0.0
+    for got, want in zip(actual, expected, strict=True):
+        got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+        if got.shape != want.shape:
+            return float("inf")
+        scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
+        worst = max(worst, float(np.max(np.abs(got - want))) / scale if want.size else 0.0)
+    return worst
+
+
+def _same_device(actual: str, expected: str) -> bool:
+    """Whether TF's full device name ``actual`` is the (possibly partial) device ``expected``."""
+    from tensorflow.python.framework import device_spec
+
+    want = device_spec.DeviceSpecV2.from_string(expected)
+    got = device_spec.DeviceSpecV2.from_string(actual)
+    for field in ("job", "replica", "task", "device_type", "device_index"):
+        value = getattr(want, field)
+        if value is not None and value != getattr(got, field):
+            return False
+    return True
+
+
+def session_run(
+    lowered: Any, inputs: Sequence[np.ndarray], devices: int, fetches: Sequence[str] | None = None
+) -> tuple[list[np.ndarray], dict[str, str]]:
+    """Run the lowered GraphDef in a session; the fetched values and each op's device from ``RunMetadata``.
+
+    ``fetches`` are TF tensor names (default: the graph outputs).
+    """
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(lowered.graph_def(), name="")
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False, device_count={"CPU": devices})
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    # The classic graph optimiser would fold constant subgraphs (a ConstantOfShape's Fill) away.
+    optimizer = config.graph_options.optimizer_options
+    optimizer.opt_level = tf.compat.v1.OptimizerOptions.L0
+    optimizer.do_constant_folding = False
+    optimizer.do_common_subexpression_elimination = False
+    optimizer.do_function_inlining = False
+    options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+        feed = dict(zip(lowered.feeds, inputs, strict=True))
+        outputs = session.run(list(fetches or lowered.fetches), feed, options=options, run_metadata=metadata)
+    placed = {node.name: node.device for partition in metadata.partition_graphs for node in partition.node}
+    return [np.asarray(o) for o in outputs], placed
+
+
+def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, list[str]]:
+    """(ops checked, ``"op: expected X, got Y"`` lines) for every op lowered from a placed node and every constant."""
+    checked = 0
+    problems: list[str] = []
+    expected: list[tuple[str, str]] = []
+    for node, ops in lowered.node_ops.items():
+        device = lowered.node_devices.get(node, "")
+        if device:
+            expected.extend((op, device) for op in ops)
+    expected.extend((op, device) for op, device in lowered.const_devices.items() if device)
+    fed = {feed.rsplit(":", 1)[0] for feed in lowered.feeds}  # fed placeholders become session args
+    for op, device in expected:
+        if op in fed:
+            continue
+        actual = placed.get(op)
+        if actual is None:
+            problems.append(f"{op}: expected {device}, not run")
+            continue
+        checked += 1
+        if not _same_device(actual, device):
+            problems.append(f"{op}: expected {device}, got {actual}")
+    return checked, problems
+
+
+def reference_values(path: Path, names: Sequence[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value in ``names`` computed by onnxruntime (graph optimisations off, one thread)."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load_model(str(path))
+    present = {o.name for o in model.graph.output}
+    for name in names:
+        if name not in present:
+            model.graph.output.append(onnx.ValueInfoProto(name=name))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    wanted = [o.name for o in session.get_outputs() if o.name in set(names)]
+    return dict(zip(wanted, session.run(wanted, feeds), strict=True))
+
+
+def check_onnx_model(
+    path: Path, cluster: str, passes: str, enforce_order: bool, devices: int, seed: int = 0
+) -> dict[str, Any]:
+    """Import, run ``passes``, lower, run, compare with onnxruntime, check TF's placement.
+
+    The light models' weights are constant fills, so their final outputs are nearly uniform
+    (a softmax over equal logits) and comparing only them would prove little: every node result
+    (intermediate values included) is compared with onnxruntime's, through the GraphDef run in a
+    session; the graph outputs are also compared through the ``tf.function``.
+    """
+    from graphir.backends.tf import lower
+    from graphir.importers.onnx import import_onnx
+    from graphir.pass_infra import PassContext
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+
+    module = import_onnx(path)
+    module.cluster_spec = cluster
+    if passes:
+        PassManager(parse_pipeline(passes)).run(module, PassContext(seed=seed))
+    lowered = lower(module, enforce_order=enforce_order)
+    rng = np.random.default_rng(seed)
+    inputs = []
+    for value in module.graph.inputs:
+        shape = [d if isinstance(d, int) else 1 for d in (value.type.shape or ())]
+        inputs.append(rng.standard_normal(shape).astype(np.float32))
+    names = sorted(lowered.value_tensors)
+    feeds = {v.name: x for v, x in zip(module.graph.inputs, inputs, strict=True)}
+    expected = reference_values(path, [*names, *lowered.output_names], feeds)
+    compared = [n for n in names if n in expected]
+    actual = lowered(*inputs)
+    fetched, placed = session_run(lowered, inputs, devices, [lowered.value_tensors[n] for n in compared])
+    errors = {n: relative_error([got], [expected[n]]) for n, got in zip(compared, fetched, strict=True)}
+    worst = max(errors, key=errors.__getitem__) if errors else ""
+    checked, problems = placement_mismatches(lowered, placed)
+    counts: dict[str, int] = {}
+    for node in module.graph.nodes:
+        counts[node.device or ""] = counts.get(node.device or "", 0) + 1
+    return {
+        "model": path.name,
+        "nodes": len(module.graph),
+        "devices": dict(sorted(counts.items())),
+        "output_rel_error": relative_error(actual, [expected[n] for n in lowered.output_names]),
+        "values_compared": len(compared),
+        "max_rel_error": errors.get(worst, 0.0),
+        "worst_value": worst,
+        "ops_checked": checked,
+        "placement_mismatches": problems[:20],
+        "enforce_order": enforce_order,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m graphir.backends.tf.check", description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--cluster", default="4xcpu")
+    parser.add_argument("--passes", default="profile,fuse{algo=cpd-topo},place{algo=adjusting}")
+    parser.add_argument("--devices", type=int, default=4, help="logical CPU devices to create")
+    parser.add_argument("--enforce-order", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    configure_logical_cpus(args.devices)
+    status = 0
+    for model in args.models:
+        try:
+            result = check_onnx_model(model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed)
+        except GraphIRError as exc:
+            result = {"model": model.name, "error": exc.one_line()}
+            status = 1
+        print(json.dumps(result), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

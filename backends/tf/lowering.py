@@ -1,0 +1,417 @@
+"""Lower a placed module to TensorFlow: a callable ``tf.function`` and its ``GraphDef``.
+
+:func:`lower` pins every IR node's TensorFlow ops to the device string (``Device.tf_device``) of
+the node's ``device`` annotation, so the cluster's names (``/device:CPU:3``,
+``/job:worker/task:1/device:GPU:0``) reach TensorFlow unchanged. Two paths:
+
+* **ONNX-imported** modules (``onnx.*`` and ``graphir.split``/``graphir.concat`` nodes) are traced
+  into a ``tf.function`` through the op table of :mod:`graphir.backends.tf.onnx_ops`. Each node's
+  ops live in a name scope named after the node, which is how :attr:`LoweredGraph.node_ops` maps
+  IR nodes to TF ops.
+* **TF-imported** modules (``tf.*`` nodes) re-emit their own ops: the GraphDef is rebuilt from the
+  IR (:mod:`graphir.backends.tf.tf_graphdef`) with each NodeDef's ``device`` set, imported with
+  ``tf.graph_util.import_graph_def`` inside ``tf.compat.v1.wrap_function`` and pruned to the
+  ``Placeholder`` feeds and the graph outputs.
+
+Every op is checked against the table *before* TensorFlow is loaded: an op outside it is a one-line
+:class:`~graphir.errors.BackendError` naming the op type and the node, never a silent drop.
+
+Constants (weights) are created once, on the device of their first user in topological order (the
+node the profiler charges their persistent bytes to); other devices receive them through
+TensorFlow's own transfers, as with any other cross-device tensor.
+
+**Enforcing the order** (``enforce_order=True``): for every device, each node gets a control
+dependency on the node before it in that device's ``order`` annotation (Pesto's mechanism), so a
+node's first ops cannot start before the previous node's results on that device exist. FastT
+instead gives ops priorities that a modified TensorFlow executor uses to choose among *ready* ops;
+stock TensorFlow has no priority API, so priorities would need a patched runtime. Control
+dependencies work with any TensorFlow build and in any exported GraphDef/SavedModel; their cost is
+that they forbid the runtime from running a later-ordered node early when an earlier one is
+waiting for a transfer, which priorities would allow. Orders written by ``place``/``schedule``
+follow a schedule that respects the data dependencies, so they never form a cycle; an order that
+does is reported as a BackendError naming a node on the cycle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import heapq
+import re
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphir.backends.tf.onnx_ops import ONNX_OPS, OpContext, onnx_inputs, tf_dtype
+from graphir.errors import BackendError, Location
+from graphir.ir import Module, Node, Value, ValueKind
+
+__all__ = ["LoweredGraph", "check_supported", "lower", "lowering_sequence", "module_opset", "node_devices"]
+
+DEFAULT_OPSET = 13
+"""ONNX opset assumed when the module metadata has none (a hand-written `.gir`)."""
+
+_SCOPE_BAD = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+@dataclasses.dataclass
+class LoweredGraph:
+    """A module lowered to TensorFlow.
+
+    Attributes:
+        function: call it with one tensor (or array) per graph input, in order; returns the
+            outputs. A ``tf.function`` for ONNX modules, a pruned ``wrap_function`` for TF ones.
+        input_names: IR value names of the inputs (``Placeholder`` results for TF modules).
+        output_names: IR value names of the outputs.
+        feeds: TF tensor names, in :meth:`graph_def`, to feed with the inputs.
+        fetches: TF tensor names, in :meth:`graph_def`, of the outputs.
+        node_ops: IR node name -> names of the TF ops lowered from it.
+        node_devices: IR node name -> its TF device string (``""`` for an unplaced node).
+        const_devices: TF op name of each constant -> its TF device string.
+        value_tensors: IR value name of every node result -> its TF tensor name in :meth:`graph_def`
+            (to fetch intermediate values, e.g. to compare them one by one with a reference).
+        enforce_order: whether control dependencies follow each device's order.
+    """
+
+    function: Callable[..., Any]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    feeds: tuple[str, ...]
+    fetches: tuple[str, ...]
+    node_ops: dict[str, tuple[str, ...]]
+    node_devices: dict[str, str]
+    const_devices: dict[str, str]
+    value_tensors: dict[str, str]
+    enforce_order: bool
+    _graph_def: Callable[[], Any] = dataclasses.field(repr=False)
+
+    def graph_def(self) -> Any:
+        """A fresh ``tf.compat.v1.GraphDef`` of the lowered graph (devices set on every node)."""
+        return self._graph_def()
+
+    def __call__(self, *inputs: Any) -> list[np.ndarray]:
+        """Run the function on ``inputs`` (numpy arrays or tensors); the outputs as numpy arrays."""
+        if len(inputs) != len(self.input_names):
+            raise BackendError(f"the lowered graph takes {len(self.input_names)} inputs, got {len(inputs)}")
+        import tensorflow as tf
+
+        results = self.function(*(tf.convert_to_tensor(x) for x in inputs))
+        if not isinstance(results, (list, tuple)):
+            results = [results]
+        return [np.asarray(r) for r in results]
+
+
+# --------------------------------------------------------------------------------- analysis (no TF)
+
+
+def module_opset(module: Module) -> int:
+    """The default-domain opset from the metadata ``opset = "ai.onnx:9,..."`` (13 when absent)."""
+    text = module.metadata.get("opset")
+    if isinstance(text, str):
+        for entry in text.split(","):
+            domain, _, version = entry.partition(":")
+            if domain in ("ai.onnx", "") and version.isdigit():
+                return int(version)
+    return DEFAULT_OPSET
+
+
+def _is_tf_module(module: Module) -> bool:
+    return any(node.op.startswith("tf.") for node in module.graph.nodes)
+
+
+def check_supported(module: Module) -> None:
+    """Raise a :class:`BackendError` for the first node (in topological order) that cannot be lowered.
+
+    TF-imported modules accept ``tf.*`` nodes and split/concat; ONNX-imported ones the ops of
+    :data:`graphir.backends.tf.onnx_ops.ONNX_OPS`. Does not load TensorFlow.
+    """
+    tf_module = _is_tf_module(module)
+    for node in module.graph.index().nodes:
+        if tf_module:
+            if node.op.startswith("tf.") or node.op in ("graphir.split", "graphir.concat"):
+                continue
+            message = f"'{node.op}' op cannot be lowered: the module is TensorFlow-imported and has no lowering for it"
+            raise BackendError(message, Location(node=node.name))
+        if node.op not in ONNX_OPS:
+            raise BackendError(
+                f"'{node.op}' op has no TensorFlow lowering (not in the ONNX->TF op table)", Location(node=node.name)
+            )
+
+
+def node_devices(module: Module) -> dict[Node, str]:
+    """Each placed node -> the TF device string of its ``device`` annotation."""
+    cluster = None
+    result: dict[Node, str] = {}
+    for node in module.graph.nodes:
+        if node.device is None:
+            continue
+        if cluster is None:
+            cluster = module.cluster
+        try:
+            result[node] = cluster.device(node.device).tf_device
+        except KeyError:
+            raise BackendError(
+                f"is placed on '{node.device}', which cluster '{cluster.spec}' does not have", Location(node=node.name)
+            ) from None
+    return result
+
+
+def lowering_sequence(module: Module, enforce_order: bool) -> tuple[list[Node], dict[Node, Node]]:
+    """A topological order of the nodes, and with ``enforce_order`` each node's device-order predecessor.
+
+    The order respects data and control edges and, with ``enforce_order``, the per-device
+    ``order`` chains; ties follow the graph's stable topological numbering, so it is deterministic.
+
+    Raises:
+        BackendError: ``enforce_order`` on a module without placement, a placed node without
+            ``order``, or orders that contradict the data dependencies (a cycle).
+    """
+    index = module.graph.index()
+    position = {node: k for k, node in enumerate(index.nodes)}
+    order_prev: dict[Node, Node] = {}
+    if enforce_order:
+        by_device: dict[str, list[Node]] = defaultdict(list)
+        for node in index.nodes:
+            if node.device is None:
+                continue
+            if node.order is None:
+                raise BackendError(
+                    "enforce-order needs an 'order' annotation on every placed node (run place or schedule)",
+                    Location(node=node.name),
+                )
+            by_device[node.device].append(node)
+        if not by_device:
+            raise BackendError("enforce-order needs a placed module (run place first)")
+        for nodes in by_device.values():
+            nodes.sort(key=lambda n: (n.order, position[n]))
+            for before, after in zip(nodes, nodes[1:], strict=False):
+                order_prev[after] = before
+    indegree: dict[Node, int] = {}
+    successors: dict[Node, list[Node]] = defaultdict(list)
+    for node in index.nodes:
+        preds = set(node.predecessors) | set(node.control_inputs)
+        if node in order_prev:
+            preds.add(order_prev[node])
+        indegree[node] = len(preds)
+        for pred in preds:
+            successors[pred].append(node)
+    ready = [(position[n], n.name) for n, d in indegree.items() if d == 0]
+    heapq.heapify(ready)
+    by_position = index.nodes
+    sequence: list[Node] = []
+    while ready:
+        _, name = heapq.heappop(ready)
+        node = module.graph.node(name)
+        sequence.append(node)
+        for succ in successors[node]:
+            indegree[succ] -= 1
+            if indegree[succ] == 0:
+                heapq.heappush(ready, (position[succ], succ.name))
+    if len(sequence) != len(by_position):
+        stuck = next(n for n in by_position if indegree[n] > 0)
+        raise BackendError(
+            "the device orders contradict the data dependencies (a cycle); cannot enforce them",
+            Location(node=stuck.name),
+        )
+    return sequence, order_prev
+
+
+def _constant_devices(module: Module, devices: Mapping[Node, str]) -> dict[Value, str]:
+    """Each used constant -> the device of its first user in topological order (``""``: unplaced)."""
+    position = {node: k for k, node in enumerate(module.graph.index().nodes)}
+    result: dict[Value, str] = {}
+    for value in module.graph.constants:
+        users = [node for node, _ in value.uses]
+        if users:
+            result[value] = devices.get(min(users, key=position.__getitem__), "")
+    return result
+
+
+# --------------------------------------------------------------------------------- entry point
+
+
+def lower(module: Module, enforce_order: bool = False) -> LoweredGraph:
+    """Lower ``module`` to TensorFlow with every node on its assigned device.
+
+    Args:
+        module: an ONNX- or TF-imported module, usually placed (``device`` annotations); unplaced
+            nodes get no device (TensorFlow chooses).
+        enforce_order: add control dependencies along each device's ``order`` annotation.
+
+    Returns:
+        The :class:`LoweredGraph` (callable, GraphDef builder, node -> op and device maps).
+
+    Raises:
+        BackendError: an op outside the op table (naming the op type and node), a device the
+            cluster lacks, missing orders, or a node TensorFlow cannot build.
+    """
+    check_supported(module)
+    devices = node_devices(module)
+    sequence, order_prev = lowering_sequence(module, enforce_order)
+    from graphir.importers.tf import load_tensorflow
+
+    tf = load_tensorflow()
+    if _is_tf_module(module):
+        return _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
+    return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order)
+
+
+def _scope_name(name: str) -> str:
+    """A valid TensorFlow name scope for an IR name (``/`` and other characters become ``_``)."""
+    text = _SCOPE_BAD.sub("_", name)
+    if not text or not (text[0].isalnum() or text[0] == "."):
+        text = "n" + text
+    return text
+
+
+def _device_scope(tf: Any, device: str) -> contextlib.AbstractContextManager[Any]:
+    return tf.device(device) if device else contextlib.nullcontext()
+
+
+def _lower_onnx(
+    module: Module,
+    tf: Any,
+    sequence: Sequence[Node],
+    order_prev: Mapping[Node, Node],
+    devices: Mapping[Node, str],
+    enforce_order: bool,
+) -> LoweredGraph:
+    graph = module.graph
+    opset = module_opset(module)
+    const_device = _constant_devices(module, devices)
+    specs = []
+    taken: set[str] = set()
+    for value in graph.inputs:
+        try:
+            dtype = tf_dtype(tf, value.type)
+        except KeyError:
+            raise BackendError(
+                f"graph input '%{value.name}' has type {value.type}, which TensorFlow cannot feed"
+            ) from None
+        shape = None if value.type.shape is None else [d if isinstance(d, int) else None for d in value.type.shape]
+        name = _scope_name(value.name)
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        specs.append(tf.TensorSpec(shape, dtype, name=name))
+    scopes: dict[str, str] = {}  # TF name scope -> IR node name
+    const_ops: dict[str, str] = {}
+    value_tensors: dict[str, str] = {}
+
+    def build(*args: Any) -> list[Any]:
+        env: dict[Value, Any] = dict(zip(graph.inputs, args, strict=True))
+        for value, device in const_device.items():
+            data = value.const
+            try:
+                array = None if data is None else np.asarray(data.numpy())
+            except ValueError:
+                array = None
+            if array is None:
+                raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
+            with _device_scope(tf, device):
+                tensor = tf.constant(array, name=_scope_name(value.name))
+            env[value] = tensor
+            const_ops[tensor.op.name] = device
+        for node in sequence:
+            operands = [None if v is None else env[v] for v in onnx_inputs(node)]
+            deps = [env[v] for c in node.control_inputs for v in c.outputs[:1]]
+            prev = order_prev.get(node)
+            if prev is not None:
+                deps.extend(env[v] for v in prev.outputs)
+            with (
+                _device_scope(tf, devices.get(node, "")),
+                tf.name_scope(_scope_name(node.name)) as scope,
+                tf.control_dependencies(deps),
+            ):
+                scopes[scope] = node.name
+                try:
+                    results = ONNX_OPS[node.op](OpContext(tf, node, opset), operands)
+                except BackendError:
+                    raise
+                except Exception as exc:  # TensorFlow rejects a shape or dtype: name the node
+                    text = " ".join(str(exc).split())[:300]
+                    raise BackendError(
+                        f"'{node.op}' could not be lowered ({type(exc).__name__}: {text})", Location(node=node.name)
+                    ) from None
+                if len(results) != len(node.outputs):
+                    raise BackendError(
+                        f"'{node.op}' lowering gave {len(results)} results for {len(node.outputs)}",
+                        Location(node=node.name),
+                    )
+                results = [tf.identity(r) if r.op.name.split("/")[0] + "/" != scope else r for r in results]
+            env.update(zip(node.outputs, results, strict=True))
+            value_tensors.update((v.name, r.name) for v, r in zip(node.outputs, results, strict=True))
+        return [env[v] if v.kind is ValueKind.RESULT else tf.identity(env[v]) for v in graph.outputs]
+
+    function = tf.function(build, input_signature=specs, autograph=False)
+    concrete = function.get_concrete_function()
+    node_ops: dict[str, list[str]] = defaultdict(list)
+    for op in concrete.graph.get_operations():
+        owner = scopes.get(op.name.split("/")[0] + "/")
+        if owner is not None:
+            node_ops[owner].append(op.name)
+    feeds = tuple(t.name for t in concrete.inputs)
+    fetches = tuple(t.name for t in concrete.outputs)
+    return LoweredGraph(
+        function=concrete,
+        input_names=tuple(v.name for v in graph.inputs),
+        output_names=tuple(v.name for v in graph.outputs),
+        feeds=feeds,
+        fetches=fetches,
+        node_ops={name: tuple(ops) for name, ops in node_ops.items()},
+        node_devices={node.name: devices.get(node, "") for node in sequence},
+        const_devices=dict(const_ops),
+        value_tensors=dict(value_tensors),
+        enforce_order=enforce_order,
+        _graph_def=lambda: concrete.graph.as_graph_def(),
+    )
+
+
+def _lower_tf(
+    module: Module,
+    tf: Any,
+    sequence: Sequence[Node],
+    order_prev: Mapping[Node, Node],
+    devices: Mapping[Node, str],
+    enforce_order: bool,
+) -> LoweredGraph:
+    from graphir.backends.tf.tf_graphdef import build_graphdef
+
+    const_device = _constant_devices(module, devices)
+    rebuilt = build_graphdef(module, sequence, order_prev, devices, const_device, tf)
+
+    def import_all() -> None:
+        tf.graph_util.import_graph_def(rebuilt.graph_def, name="")
+
+    try:
+        wrapped = tf.compat.v1.wrap_function(import_all, [])
+        graph = wrapped.graph
+        function = wrapped.prune(
+            feeds=[graph.get_tensor_by_name(name) for name in rebuilt.feeds],
+            fetches=[graph.get_tensor_by_name(name) for name in rebuilt.fetches],
+        )
+    except Exception as exc:  # import_graph_def names the offending node in its message
+        text = " ".join(str(exc).split())[:300]
+        raise BackendError(f"TensorFlow rejects the rebuilt graph ({type(exc).__name__}: {text})") from None
+    graph_def = rebuilt.graph_def
+    return LoweredGraph(
+        function=function,
+        input_names=tuple(rebuilt.feed_values),
+        output_names=tuple(v.name for v in module.graph.outputs),
+        feeds=tuple(rebuilt.feeds),
+        fetches=tuple(rebuilt.fetches),
+        node_ops=rebuilt.node_ops,
+        node_devices={node.name: devices.get(node, "") for node in sequence},
+        const_devices=rebuilt.const_devices,
+        value_tensors=rebuilt.value_tensors,
+        enforce_order=enforce_order,
+        _graph_def=lambda: _copy_graph_def(graph_def),
+    )
+
+
+def _copy_graph_def(graph_def: Any) -> Any:
+    copy = type(graph_def)()
+    copy.CopyFrom(graph_def)
+    return copy

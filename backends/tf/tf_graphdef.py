@@ -1,0 +1,373 @@
+"""Rebuild a TensorFlow ``GraphDef`` from a TF-imported module, with every node on its device.
+
+The TF importer (:mod:`graphir.importers.tf`) keeps one node ``tf.<Op>`` per TensorFlow op, named
+after it, with the NodeDef's attrs as params. Param values lost their attr kind on import (a
+``type`` attr ``"f32"`` and a ``string`` attr look alike, a ``shape`` and a ``list(int)`` too), so the
+kind of every attr is read back from the op's registered ``OpDef``; private attrs (``_...``), which
+no OpDef declares, get the kind their Python value suggests. Conversions (inverse of the importer):
+
+* ``type`` / ``list(type)``: graphir short names (``"f32"``) or TensorFlow names (``"qint8"``);
+* ``shape``: a tuple of dims with ``-1`` unknown, ``"*"`` unknown rank;
+* ``tensor``: :class:`~graphir.attributes.DenseTensor` (raw bytes for bf16/float8/int4) or
+  ``Opaque("tf.TensorProto")``; ``func``: ``Opaque("tf.NameAttrList")``; other opaque attrs
+  (``tf.AttrValue``, ``tf.bytes``) are restored byte for byte.
+
+Large ``Const`` ops became graph constants on import; they are re-emitted as ``Const`` nodes of
+the same name, on the device of their first user in topological order (the node the profiler
+charges their persistent bytes to). Graph inputs (a module parsed from text may have some) become
+``Placeholder`` nodes. ``graphir.split`` / ``graphir.concat`` (operation splitting) become
+``SplitV`` / ``ConcatV2`` with their size and axis constants. Opaque functional control flow
+(``While``, ``If``...) works when the module metadata ``tf_library`` holds the function library,
+which the importer records in that case.
+
+Every node's ``device`` field is the TensorFlow device string of its ``device`` annotation (its
+requested ``_device`` param when it is not placed); ``enforce_order`` adds ``^prev`` control
+inputs along each device's ``order``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphir.attributes import DenseTensor, Opaque, ParamValue, numpy_dtype
+from graphir.errors import BackendError, Location
+from graphir.ir import Module, Node, Value
+from graphir.types import DType
+
+__all__ = ["TfGraph", "build_graphdef"]
+
+_TF_NAMES: dict[DType, str] = {
+    DType.F16: "float16",
+    DType.BF16: "bfloat16",
+    DType.F32: "float32",
+    DType.F64: "float64",
+    DType.I8: "int8",
+    DType.I16: "int16",
+    DType.I32: "int32",
+    DType.I64: "int64",
+    DType.U8: "uint8",
+    DType.U16: "uint16",
+    DType.U32: "uint32",
+    DType.U64: "uint64",
+    DType.BOOL: "bool",
+    DType.C64: "complex64",
+    DType.C128: "complex128",
+    DType.STRING: "string",
+    DType.RESOURCE: "resource",
+    DType.VARIANT: "variant",
+    DType.F8E4M3: "float8_e4m3fn",
+    DType.F8E5M2: "float8_e5m2",
+    DType.I4: "int4",
+    DType.U4: "uint4",
+}
+
+
+@dataclasses.dataclass
+class TfGraph:
+    """A rebuilt GraphDef and how to use it.
+
+    Attributes:
+        graph_def: the GraphDef, devices set.
+        feeds: TF tensor names to feed (``Placeholder`` outputs), in IR order.
+        feed_values: IR value names of the feeds.
+        fetches: TF tensor names of the graph outputs.
+        node_ops: IR node name -> the TF op names emitted for it.
+        const_devices: Const op name -> device string (re-emitted graph constants).
+        value_tensors: IR value name of every node result -> its TF tensor name.
+    """
+
+    graph_def: Any
+    feeds: list[str]
+    feed_values: list[str]
+    fetches: list[str]
+    node_ops: dict[str, tuple[str, ...]]
+    const_devices: dict[str, str]
+    value_tensors: dict[str, str]
+
+
+def _error(node: Node, message: str) -> BackendError:
+    return BackendError(f"'{node.op}' {message}", Location(node=node.name))
+
+
+def _ref(value: Value) -> str:
+    """The GraphDef input reference of an imported value (``n`` for output 0, ``n:k`` otherwise)."""
+    if value.producer is None:
+        return value.name
+    if value.output_index == 0:
+        return value.producer.name
+    return f"{value.producer.name}:{value.output_index}"
+
+
+def _tensor_name(ref: str) -> str:
+    return ref if ":" in ref else f"{ref}:0"
+
+
+class _AttrWriter:
+    """Turns params back into ``AttrValue``s, with the attr kinds from the op registry."""
+
+    def __init__(self, tf: Any):
+        from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2
+        from tensorflow.python.framework import op_def_registry
+
+        self.tf = tf
+        self.attr_value_pb2 = attr_value_pb2
+        self.tensor_pb2 = tensor_pb2
+        self.tensor_shape_pb2 = tensor_shape_pb2
+        self.registry = op_def_registry
+
+    def kinds(self, node: Node, op_type: str) -> dict[str, str]:
+        op_def = self.registry.get(op_type)
+        if op_def is None:
+            raise _error(node, f"op: TensorFlow has no op '{op_type}' registered, so it cannot be re-emitted")
+        return {attr.name: attr.type for attr in op_def.attr}
+
+    def dtype_enum(self, node: Node, text: Any) -> int:
+        if not isinstance(text, str):
+            raise _error(node, f"has a type attr {text!r} that is not a dtype name")
+        try:
+            name = _TF_NAMES[DType.from_short(text)]
+        except KeyError:
+            name = text  # quantized and other TensorFlow-only names are kept as TensorFlow spells them
+        try:
+            return self.tf.as_dtype(name).as_datatype_enum
+        except TypeError:
+            raise _error(node, f"has an unknown dtype '{text}'") from None
+
+    def shape(self, value: Any) -> Any:
+        proto = self.tensor_shape_pb2.TensorShapeProto()
+        if value == "*":
+            proto.unknown_rank = True
+            return proto
+        for dim in value:
+            proto.dim.add(size=int(dim))
+        return proto
+
+    def tensor(self, node: Node, value: Any) -> Any:
+        if isinstance(value, Opaque):
+            proto = self.tensor_pb2.TensorProto()
+            proto.ParseFromString(value.data)
+            return proto
+        if not isinstance(value, DenseTensor):
+            raise _error(node, f"has a tensor attr of unexpected kind {type(value).__name__}")
+        if isinstance(value.data, tuple):
+            return self.tf.make_tensor_proto(
+                np.array([s.encode() for s in value.data], dtype=object).reshape(value.type.shape or ())
+            )
+        try:
+            numpy_dtype(value.type.dtype)
+        except KeyError:  # bf16, float8, int4: the element bytes as tensor_content
+            proto = self.tensor_pb2.TensorProto(dtype=self.dtype_enum(node, value.type.dtype.short))
+            proto.tensor_shape.CopyFrom(self.shape(value.type.shape or ()))
+            proto.tensor_content = value.data
+            return proto
+        return self.tf.make_tensor_proto(value.numpy())
+
+    def func(self, value: Any) -> Any:
+        proto = self.attr_value_pb2.NameAttrList()
+        proto.ParseFromString(value.data)
+        return proto
+
+    def attr(self, node: Node, key: str, value: ParamValue, kind: str | None) -> Any:
+        """One ``AttrValue``; ``kind`` is the OpDef type (``None``: guess from the value)."""
+        attr = self.attr_value_pb2.AttrValue()
+        if isinstance(value, Opaque) and value.kind == "tf.AttrValue":
+            attr.ParseFromString(value.data)
+            return attr
+        if kind is None:
+            kind = _guess_kind(value)
+        if kind.startswith("list("):
+            inner = kind[5:-1]
+            items = value if isinstance(value, tuple) else (value,)
+            lst = attr.list
+            lst.SetInParent()
+            for item in items:
+                if inner == "type":
+                    lst.type.append(self.dtype_enum(node, item))
+                elif inner == "shape":
+                    lst.shape.add().CopyFrom(self.shape(item))
+                elif inner == "int":
+                    lst.i.append(int(item))
+                elif inner == "float":
+                    lst.f.append(float(item))
+                elif inner == "bool":
+                    lst.b.append(bool(item))
+                elif inner == "string":
+                    lst.s.append(item.data if isinstance(item, Opaque) else str(item).encode())
+                elif inner == "tensor":
+                    lst.tensor.add().CopyFrom(self.tensor(node, item))
+                elif inner == "func":
+                    lst.func.add().CopyFrom(self.func(item))
+                else:
+                    raise _error(node, f"has attr '{key}' of unsupported kind {kind}")
+            return attr
+        if kind == "type":
+            attr.type = self.dtype_enum(node, value)
+        elif kind == "shape":
+            attr.shape.CopyFrom(self.shape(value))
+        elif kind == "int":
+            attr.i = int(value)  # type: ignore[arg-type]
+        elif kind == "float":
+            attr.f = float(value)  # type: ignore[arg-type]
+        elif kind == "bool":
+            attr.b = bool(value)
+        elif kind == "string":
+            attr.s = value.data if isinstance(value, Opaque) else str(value).encode()
+        elif kind == "tensor":
+            attr.tensor.CopyFrom(self.tensor(node, value))
+        elif kind == "func":
+            attr.func.CopyFrom(self.func(value))
+        else:
+            raise _error(node, f"has attr '{key}' of unsupported kind {kind}")
+        return attr
+
+
+def _guess_kind(value: ParamValue) -> str:
+    """The attr kind a private attr's value suggests (no OpDef declares ``_``-prefixed attrs)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, DenseTensor) or (isinstance(value, Opaque) and value.kind == "tf.TensorProto"):
+        return "tensor"
+    if isinstance(value, Opaque) and value.kind == "tf.NameAttrList":
+        return "func"
+    if isinstance(value, tuple):
+        first = value[0] if value else ""
+        return f"list({_guess_kind(first)})"
+    return "string"
+
+
+def build_graphdef(
+    module: Module,
+    sequence: Sequence[Node],
+    order_prev: Mapping[Node, Node],
+    devices: Mapping[Node, str],
+    const_device: Mapping[Value, str],
+    tf: Any,
+) -> TfGraph:
+    """The GraphDef of a TF-imported module (see the module docstring).
+
+    Args:
+        module: the module (``tf.*`` nodes, graph constants, optional split/concat nodes).
+        sequence: the nodes in lowering order (a topological order).
+        order_prev: node -> its predecessor in its device's order (``enforce_order``), else empty.
+        devices: node -> TF device string of its placement (absent: unplaced).
+        const_device: constant value -> TF device string of its first user.
+        tf: the tensorflow module.
+    """
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import versions
+
+    writer = _AttrWriter(tf)
+    graph = module.graph
+    graph_def = graph_pb2.GraphDef()
+    graph_def.versions.producer = versions.GRAPH_DEF_VERSION
+    library = module.metadata.get("tf_library")
+    if isinstance(library, Opaque):
+        graph_def.library.ParseFromString(library.data)
+    feeds: list[str] = []
+    feed_values: list[str] = []
+    const_devices: dict[str, str] = {}
+    for value in graph.inputs:
+        node_def = graph_def.node.add(name=value.name, op="Placeholder")
+        node_def.attr["dtype"].type = _value_dtype(tf, value)
+        node_def.attr["shape"].shape.CopyFrom(writer.shape(_shape_param(value)))
+        feeds.append(f"{value.name}:0")
+        feed_values.append(value.name)
+    for value in graph.constants:
+        if not value.uses:
+            continue
+        try:
+            array = np.asarray(value.const.numpy()) if value.const is not None else None
+        except ValueError:
+            array = None
+        if array is None:
+            raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
+        node_def = graph_def.node.add(name=value.name, op="Const")
+        node_def.attr["dtype"].type = tf.as_dtype(array.dtype).as_datatype_enum
+        node_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(array))
+        node_def.device = const_device.get(value, "")
+        const_devices[value.name] = node_def.device
+    node_ops: dict[str, tuple[str, ...]] = {}
+    for node in sequence:
+        device = devices.get(node)
+        if node.op in ("graphir.split", "graphir.concat"):
+            node_ops[node.name] = _split_concat(graph_def, node, device or "", order_prev.get(node))
+            continue
+        if not node.op.startswith("tf."):
+            raise _error(node, "op cannot be emitted into a TensorFlow-imported graph (no TensorFlow lowering)")
+        op_type = node.op[3:]
+        kinds = writer.kinds(node, op_type)
+        node_def = graph_def.node.add(name=node.name, op=op_type)
+        node_def.input.extend(_ref(v) for v in node.inputs)
+        controls = [c.name for c in node.control_inputs]
+        prev = order_prev.get(node)
+        if prev is not None and prev.name not in controls:
+            controls.append(prev.name)
+        node_def.input.extend(f"^{name}" for name in controls)
+        requested = node.params.get("_device")
+        node_def.device = device if device is not None else (requested if isinstance(requested, str) else "")
+        for key, value in node.params.items():
+            if key == "_device":
+                continue
+            node_def.attr[key].CopyFrom(writer.attr(node, key, value, kinds.get(key)))
+        node_ops[node.name] = (node.name,)
+        if op_type == "Placeholder":
+            feeds.append(f"{node.name}:0")
+            feed_values.append(node.outputs[0].name)
+    fetches = [_tensor_name(_ref(v)) for v in graph.outputs]
+    value_tensors = {v.name: _tensor_name(_ref(v)) for node in sequence for v in node.outputs}
+    return TfGraph(graph_def, feeds, feed_values, fetches, node_ops, const_devices, value_tensors)
+
+
+def _value_dtype(tf: Any, value: Value) -> int:
+    return tf.as_dtype(_TF_NAMES[value.type.dtype]).as_datatype_enum
+
+
+def _shape_param(value: Value) -> Any:
+    if value.type.shape is None:
+        return "*"
+    return tuple(d if isinstance(d, int) else -1 for d in value.type.shape)
+
+
+def _split_concat(graph_def: Any, node: Node, device: str, prev: Node | None) -> tuple[str, ...]:
+    """``SplitV`` / ``ConcatV2`` (with their constants) for FastT's split and concat nodes."""
+    import tensorflow as tf
+
+    axis = node.params.get("axis")
+    if not isinstance(axis, int):
+        raise _error(node, "needs an integer 'axis'")
+    controls = [f"^{prev.name}"] if prev is not None else []
+    axis_name = f"{node.name}/axis"
+    axis_def = graph_def.node.add(name=axis_name, op="Const", device=device)
+    axis_def.attr["dtype"].type = tf.int32.as_datatype_enum
+    axis_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.int32(axis)))
+    dtype = tf.as_dtype(_TF_NAMES[node.outputs[0].type.dtype]).as_datatype_enum
+    if node.op == "graphir.split":
+        sizes = []
+        for value in node.outputs:
+            if not value.type.is_static:
+                raise _error(node, f"result has type {value.type}; splitting needs static shapes")
+            sizes.append(int(value.type.shape[axis]))  # type: ignore[index, arg-type]
+        sizes_name = f"{node.name}/sizes"
+        sizes_def = graph_def.node.add(name=sizes_name, op="Const", device=device)
+        sizes_def.attr["dtype"].type = tf.int64.as_datatype_enum
+        sizes_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(sizes, dtype=np.int64)))
+        split = graph_def.node.add(name=node.name, op="SplitV", device=device)
+        split.input.extend([_ref(node.inputs[0]), sizes_name, axis_name, *controls])
+        split.attr["T"].type = dtype
+        split.attr["Tlen"].type = tf.int64.as_datatype_enum
+        split.attr["num_split"].i = len(node.outputs)
+        return (axis_name, sizes_name, node.name)
+    concat = graph_def.node.add(name=node.name, op="ConcatV2", device=device)
+    concat.input.extend([*(_ref(v) for v in node.inputs), axis_name, *controls])
+    concat.attr["T"].type = dtype
+    concat.attr["Tidx"].type = tf.int32.as_datatype_enum
+    concat.attr["N"].i = len(node.inputs)
+    return (axis_name, node.name)

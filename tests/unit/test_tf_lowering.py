@@ -1,0 +1,233 @@
+"""TensorFlow lowering: ONNX light models and TF graphs on 4 logical CPUs, placement, emitters, errors.
+
+TensorFlow's logical devices must be configured before its runtime starts, and other tests of this
+process may have started it: every run that executes TensorFlow happens in a fresh process
+(``python -m graphir.backends.tf.check`` or a small script), which prints JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import onnx
+import pytest
+
+from graphir.backends.tf import lower
+from graphir.errors import BackendError
+from graphir.ir import Graph, Module
+from graphir.types import DType, TensorType
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+PIPELINE = "profile,fuse{algo=cpd-topo},place{algo=adjusting}"
+FAST = ["light_squeezenet.onnx", "light_shufflenet.onnx"]
+SLOW = sorted(p.name for p in LIGHT.glob("*.onnx") if p.name not in FAST)
+TOLERANCE = 1e-4
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "cache")
+    )
+
+
+def _json_lines(command: list[str], env: dict[str, str]) -> list[dict]:
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _check(models: list[str], env: dict[str, str], *extra: str) -> dict[str, dict]:
+    command = [sys.executable, "-m", "graphir.backends.tf.check", "--cluster=4xcpu", "--devices=4", *extra]
+    command += [str(LIGHT / m) for m in models]
+    return {r["model"]: r for r in _json_lines(command, env)}
+
+
+def _assert_proven(result: dict) -> None:
+    assert "error" not in result, result
+    assert result["values_compared"] >= result["nodes"]  # every node result, against onnxruntime
+    assert result["max_rel_error"] <= TOLERANCE, result
+    assert result["output_rel_error"] <= TOLERANCE, result
+    assert result["ops_checked"] >= result["nodes"], result
+    assert result["placement_mismatches"] == [], result
+
+
+@pytest.fixture(scope="module")
+def fast_results(tmp_path_factory) -> dict[str, dict]:
+    return _check(FAST, _env(tmp_path_factory.mktemp("tf")), f"--passes={PIPELINE}")
+
+
+def test_light_models_lower_and_match(fast_results):
+    for model in FAST:
+        _assert_proven(fast_results[model])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", SLOW)
+def test_light_model_lowers_and_matches(model, tmp_path):
+    _assert_proven(_check([model], _env(tmp_path), f"--passes={PIPELINE}")[model])
+
+
+def test_spread_placement_with_enforced_order(tmp_path):
+    # The adjusting placer keeps the light models on one CPU (transfers cost more than they
+    # save); m-topo without fusion spreads squeezenet over three devices.
+    result = _check(["light_squeezenet.onnx"], _env(tmp_path), "--passes=profile,place{algo=m-topo}", "--enforce-order")
+    result = result["light_squeezenet.onnx"]
+    _assert_proven(result)
+    assert len(result["devices"]) >= 3 and result["enforce_order"]
+
+
+_TF_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    from graphir.backends.tf.check import configure_logical_cpus, placement_mismatches, relative_error, session_run
+    tf = configure_logical_cpus(4)
+    from graphir.backends.tf import lower
+    from graphir.importers.tf import from_concrete_function
+    from graphir.ir import Graph, Module
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+    from graphir.types import DType, TensorType
+
+    rng = np.random.default_rng(0)
+    w1 = tf.constant(rng.standard_normal((3, 3, 3, 8)).astype(np.float32))
+    w2 = tf.constant(rng.standard_normal((8 * 8 * 8, 10)).astype(np.float32))
+
+    @tf.function
+    def model(x):
+        a = tf.nn.relu(tf.nn.conv2d(x, w1, 1, "SAME"))
+        b = tf.nn.max_pool2d(a, 2, 2, "VALID")
+        c = tf.math.tanh(b) + tf.math.sigmoid(b)
+        d = tf.reshape(c, [-1, 8 * 8 * 8])
+        return tf.nn.softmax(tf.matmul(d, w2)), tf.reduce_sum(a, axis=[1, 2])
+
+    cf = model.get_concrete_function(tf.TensorSpec([2, 16, 16, 3], tf.float32))
+    module = from_concrete_function(cf)
+    module.cluster_spec = "4xcpu"
+    PassManager(parse_pipeline("profile,place{algo=m-topo}")).run(module)
+    lowered = lower(module, enforce_order=True)
+    x = rng.standard_normal((2, 16, 16, 3)).astype(np.float32)
+    want = [o.numpy() for o in model(x)]
+    outs, placed = session_run(lowered, [x], 4)
+    checked, problems = placement_mismatches(lowered, placed)
+    graph_def = lowered.graph_def()
+    report = {
+        "tf_error": relative_error(lowered(x), want),
+        "tf_session_error": relative_error(outs, want),
+        "tf_devices": sorted({n.device for n in module.graph.nodes}),
+        "tf_checked": checked,
+        "tf_nodes": len(module.graph),
+        "tf_problems": problems,
+        "tf_unpinned": [n.name for n in graph_def.node if not n.device],
+        "tf_order_edges": sum(1 for n in graph_def.node for i in n.input if i.startswith("^")),
+    }
+
+    # graphir.split / graphir.concat (FastT operation splitting) in an ONNX-dialect graph.
+    f32 = lambda *dims: TensorType(DType.F32, dims)
+    graph = Graph()
+    inp = graph.add_input("x", f32(2, 6))
+    split = graph.add_node("graphir.split", [inp], [f32(2, 2), f32(2, 4)], name="split", params={"axis": 1})
+    left = graph.add_node("onnx.Relu", [split.outputs[0]], [f32(2, 2)], name="left")
+    right = graph.add_node("onnx.Neg", [split.outputs[1]], [f32(2, 4)], name="right")
+    parts = [left.outputs[0], right.outputs[0]]
+    cat = graph.add_node("graphir.concat", parts, [f32(2, 6)], name="cat", params={"axis": 1})
+    graph.set_outputs(cat.outputs)
+    small = Module("split", graph, "4xcpu")
+    for k, node in enumerate([split, left, right, cat]):
+        node.device = f"cpu{k}"
+    data = rng.standard_normal((2, 6)).astype(np.float32)
+    expected = np.concatenate([np.maximum(data[:, :2], 0), -data[:, 2:]], axis=1)
+    split_lowered = lower(small)
+    _, split_placed = session_run(split_lowered, [data], 4)
+    report["split_error"] = relative_error(split_lowered(data), [expected])
+    report["split_problems"] = placement_mismatches(split_lowered, split_placed)[1]
+    print(json.dumps(report))
+    """
+)
+
+
+def test_tf_imported_graph_and_split_concat(tmp_path):
+    (report,) = _json_lines([sys.executable, "-c", _TF_SCRIPT], _env(tmp_path))
+    assert report["tf_error"] <= TOLERANCE and report["tf_session_error"] <= TOLERANCE
+    assert len(report["tf_devices"]) >= 2  # m-topo spreads the small CNN
+    assert report["tf_problems"] == [] and report["tf_checked"] >= report["tf_nodes"]
+    assert report["tf_unpinned"] == []
+    assert report["tf_order_edges"] > 0
+    assert report["split_error"] <= TOLERANCE and report["split_problems"] == []
+
+
+_EMIT_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from graphir.backends.tf.check import configure_logical_cpus, reference_values, relative_error
+    tf = configure_logical_cpus(4)
+    from graphir.driver import run
+    model, out = sys.argv[1], sys.argv[2]
+    common = [model, "--cluster=4xcpu", "--passes=profile,place{algo=m-topo}"]
+    codes = [run([*common, "--emit=tf-graphdef", "-o", out + "/g.pb"]),
+             run([*common, "--emit=tf-savedmodel", "-o", out + "/sm"])]
+    graph_def = tf.compat.v1.GraphDef()
+    graph_def.ParseFromString(open(out + "/g.pb", "rb").read())
+    loaded = tf.saved_model.load(out + "/sm")
+    serve = loaded.signatures["serving_default"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    got = list(serve(tf.constant(x)).values())
+    want = reference_values(__import__("pathlib").Path(model), ["softmaxout_1"], {"data_0": x})["softmaxout_1"]
+    print(json.dumps({
+        "codes": codes,
+        "devices": sorted({n.device for n in graph_def.node if n.op not in ("Placeholder", "Identity", "NoOp")}),
+        "order_edges": sum(1 for n in graph_def.node for i in n.input if i.startswith("^")),
+        "saved_error": relative_error([got[0].numpy()], [want]),
+    }))
+    """
+)
+
+
+def test_emitters_write_graphdef_and_savedmodel(tmp_path):
+    command = [sys.executable, "-c", _EMIT_SCRIPT, str(LIGHT / "light_squeezenet.onnx"), str(tmp_path)]
+    (report,) = _json_lines(command, _env(tmp_path))
+    assert report["codes"] == [0, 0]
+    assert report["devices"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
+    assert report["order_edges"] > 0  # a placed, ordered module is emitted with its orders enforced
+    assert report["saved_error"] <= TOLERANCE
+    assert "feed %data_0 -> data_0:0" in (tmp_path / "g.pb.txt").read_text()
+    assert (tmp_path / "sm" / "saved_model.pb").is_file()
+
+
+def test_unknown_op_is_a_one_line_backend_error():
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    good = graph.add_node("onnx.Relu", [x], [TensorType(DType.F32, (4,))], name="good")
+    bad = graph.add_node("onnx.FancyOp", [good.outputs[0]], [TensorType(DType.F32, (4,))], name="weird")
+    graph.set_outputs(bad.outputs)
+    with pytest.raises(BackendError) as info:
+        lower(Module("m", graph))
+    assert info.value.one_line() == (
+        "node 'weird': error: 'onnx.FancyOp' op has no TensorFlow lowering (not in the ONNX->TF op table)"
+    )
+
+
+def test_enforce_order_needs_a_placement():
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    relu = graph.add_node("onnx.Relu", [x], [TensorType(DType.F32, (4,))], name="r")
+    graph.set_outputs(relu.outputs)
+    with pytest.raises(BackendError, match="enforce-order needs a placed module"):
+        lower(Module("m", graph), enforce_order=True)
+
+
+def test_importing_the_backend_does_not_load_tensorflow():
+    code = (
+        "import sys, graphir, graphir.emit; graphir.emit.load_builtin_emitters(); "
+        "import graphir.backends.tf, graphir.backends.tf.onnx_ops; "
+        "assert 'tensorflow' not in sys.modules; print(len(graphir.backends.tf.onnx_ops.ONNX_OPS))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) >= 40
