@@ -34,8 +34,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
+# The main job on the bundled model: what it is, then profile -> fuse -> place -> simulate, reported.
 demo: $(STAMP)
 	$(BIN)/graphir-opt examples/squeezenet.onnx --emit=summary
+	$(BIN)/graphir-opt examples/squeezenet.onnx --cluster=celeritas \
+		--passes='profile,fuse{algo=cpd-topo},place{algo=adjusting},simulate' --emit=report
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
