@@ -45,6 +45,14 @@ class Location:
 UNKNOWN = Location()
 
 
+def describe_exception(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of a library exception on one line (whitespace folded, long text cut)."""
+    text = " ".join(str(exc).split())
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 class GraphIRError(Exception):
     """Base of every user-facing graphir error.
 

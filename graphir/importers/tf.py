@@ -68,8 +68,6 @@ Warnings go to standard error, one line each, as ``<source>: warning: ...``.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import re
 import sys
@@ -80,7 +78,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy
-from graphir.errors import ImportError_, Location
+from graphir.errors import ImportError_, Location, describe_exception
+from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import Dim, DType, TensorType
 
@@ -241,7 +240,9 @@ def import_graphdef_file(path: Path) -> Module:
         else:
             graph_def.ParseFromString(data)
     except Exception as exc:  # DecodeError, ParseError, UnicodeDecodeError, OSError
-        raise ImportError_(f"not a readable TensorFlow GraphDef ({_one_line(exc)})", Location(file=file)) from None
+        raise ImportError_(
+            f"not a readable TensorFlow GraphDef ({describe_exception(exc)})", Location(file=file)
+        ) from None
     _check_graphdef(graph_def, file)
     return import_graphdef(graph_def, name=_sanitize_identifier(path.stem, "graph"), source=file)
 
@@ -275,7 +276,7 @@ def import_saved_model(path: Path, signature: str | None = None) -> Module:
         else:
             text_format.Parse(text.read_text(), saved)
     except Exception as exc:
-        raise ImportError_(f"not a readable SavedModel ({_one_line(exc)})", loc) from None
+        raise ImportError_(f"not a readable SavedModel ({describe_exception(exc)})", loc) from None
     if not saved.meta_graphs:
         raise ImportError_("SavedModel has no meta graph", loc)
     meta = next((m for m in saved.meta_graphs if "serve" in m.meta_info_def.tags), saved.meta_graphs[0])
@@ -398,7 +399,7 @@ def import_graphdef(
     load_tensorflow()
     if outputs is None:
         outputs = _recorded_outputs(graph_def, source)
-    with _gc_paused():
+    with gc_paused():
         flattener = _Flattener(graph_def, source)
         flat = flattener.run()
         if outputs is not None:
@@ -407,25 +408,6 @@ def import_graphdef(
 
 
 # --------------------------------------------------------------------------------- utilities
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while building a large object graph (see the ONNX importer)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    if len(text) > 300:
-        text = text[:297] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _sanitize_identifier(text: str, default: str) -> str:
@@ -830,7 +812,7 @@ class _TfImporter:
             with graph.as_default():
                 tf.graph_util.import_graph_def(self.flat, name="")
         except Exception as exc:  # ValueError/InvalidArgumentError naming the node
-            raise self.error(f"TensorFlow rejects the graph ({_one_line(exc)})") from None
+            raise self.error(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
         return graph
 
     def tensor_type(self, dtype_enum: int, shape: Any, name: str) -> TensorType:
@@ -908,7 +890,7 @@ class _TfImporter:
                 params[key] = self.attr_value(node_def.attr[key])
             except Exception as exc:  # a malformed tensor payload
                 raise self.error(
-                    f"cannot read attr '{key}' of '{node_def.op}' ({_one_line(exc)})", node_def.name
+                    f"cannot read attr '{key}' of '{node_def.op}' ({describe_exception(exc)})", node_def.name
                 ) from None
         if node_def.device:
             params["_device"] = node_def.device
