@@ -55,10 +55,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from graphir.attributes import DenseTensor, Opaque, numpy_dtype
-from graphir.errors import PassError
-from graphir.ir import ExternalTensor, Module
-from graphir.types import TensorType
+from graphir.attributes import DenseTensor, Opaque
+from graphir.errors import PassError, describe_exception
+from graphir.ir import Module
+from graphir.sampling import constant_array
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import graph_pb2
@@ -96,21 +96,7 @@ def _quiet() -> Iterator[None]:
     yield
 
 
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:300] + ("..." if len(text) > 300 else "")
-
-
 # --------------------------------------------------------------------------- IR -> GraphDef
-
-
-def random_array(type_: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """Seeded data of ``type_`` (floats: standard normal × 0.1; others: 0; symbolic/unknown dims as 1)."""
-    shape = tuple(d if isinstance(d, int) else 1 for d in (type_.shape or ()))
-    np_dtype = np.dtype(numpy_dtype(type_.dtype))
-    if np_dtype.kind == "f":
-        return (rng.standard_normal(shape) * 0.1).astype(np_dtype)
-    return np.zeros(shape, dtype=np_dtype)
 
 
 def _tf_dtype(text: str) -> Any:
@@ -256,13 +242,7 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
     if producer.startswith("tensorflow graphdef ") and producer.rsplit(" ", 1)[-1].isdigit():
         graph_def.versions.producer = int(producer.rsplit(" ", 1)[-1])  # the importer's record of it
     for value in graph.constants:
-        data = value.const
-        if isinstance(data, DenseTensor):
-            array = data.numpy()
-        elif isinstance(data, ExternalTensor) and data.loader is not None:
-            array = np.asarray(data.numpy())
-        else:
-            array = random_array(value.type, rng)
+        array = constant_array(value, rng)
         node = graph_def.node.add(name=value.name, op="Const")
         proto = tf.make_tensor_proto(array)
         node.attr["dtype"].type = proto.dtype
@@ -433,7 +413,7 @@ def measure_graphdef(
     except PassError:
         raise
     except Exception as exc:
-        raise PassError(f"TensorFlow rejects the graph ({_one_line(exc)})") from None
+        raise PassError(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
     feeds = _feeds(graph, np.random.default_rng(seed))
     options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     samples: dict[str, list[tuple[float, int, int]]] = {}
@@ -453,7 +433,7 @@ def measure_graphdef(
                 for name, stats in _node_stats(metadata).items():
                     samples.setdefault(name, []).append(stats)
     except Exception as exc:  # tf.errors.OpError and friends
-        raise PassError(f"TensorFlow cannot run the graph ({_one_line(exc)})") from None
+        raise PassError(f"TensorFlow cannot run the graph ({describe_exception(exc)})") from None
     _rename_feeds(samples, {op.name for op in feeds_ops(graph)})
     times = {name: float(statistics.median(s[0] for s in rows)) for name, rows in samples.items()}
     out_bytes = {name: int(statistics.median(s[1] for s in rows)) for name, rows in samples.items()}

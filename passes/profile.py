@@ -52,13 +52,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from graphir.annotations import Cost, Mem
-from graphir.attributes import DenseTensor, Opaque, numpy_dtype
+from graphir.attributes import DenseTensor, Opaque
 from graphir.cluster import Cluster, cpu_cluster
 from graphir.costmodel import GraphWork, analyze_graph
 from graphir.errors import PassError
-from graphir.ir import ExternalTensor, Module, Node, Value
+from graphir.ir import Module, Node, Value
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
-from graphir.types import DType, TensorType
+from graphir.sampling import constant_array, random_array
+from graphir.types import DType
 
 ProfileMode = Literal["analytical", "onnxruntime", "tf", "regression"]
 
@@ -258,17 +259,6 @@ def _value_info(value: Value) -> Any:
     return helper.make_tensor_value_info(value.name, _onnx_dtype(value.type.dtype), dims)
 
 
-def _random_array(type_: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """Seeded data for a graph input or an unavailable constant (symbolic/unknown dims as 1)."""
-    shape = tuple(d if isinstance(d, int) else 1 for d in (type_.shape or ()))
-    np_dtype = np.dtype(numpy_dtype(type_.dtype))
-    if np_dtype.kind == "f":
-        return (rng.standard_normal(shape) * 0.1).astype(np_dtype)
-    if np_dtype.kind == "b":
-        return np.zeros(shape, dtype=np_dtype)
-    return np.zeros(shape, dtype=np_dtype)  # indices and shape operands: 0 is always in range
-
-
 def _opsets(module: Module) -> list[Any]:
     from onnx import helper
 
@@ -321,15 +311,9 @@ def export_onnx(module: Module, rng: np.random.Generator) -> tuple[Any, dict[str
         nodes.append(proto)
     initializers = []
     for value in graph.constants:
-        data = value.const
-        if isinstance(data, DenseTensor):
-            array = data.numpy()
-        elif isinstance(data, ExternalTensor) and data.loader is not None:
-            array = np.asarray(data.numpy())
-        else:
-            array = _random_array(value.type, rng)
+        array = constant_array(value, rng)
         initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
-    feeds = {value.name: _random_array(value.type, rng) for value in graph.inputs}
+    feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
     onnx_graph = helper.make_graph(
         nodes,
         graph.name,
