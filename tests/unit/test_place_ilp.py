@@ -15,6 +15,9 @@ makespan itself, so objective, simulated makespan and brute-force optimum agree 
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -234,15 +237,35 @@ def test_ilp_is_deterministic() -> None:
     assert runs[0] == runs[1]
 
 
+_IN_PROCESS_RUN = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from graphir.passes import place_ilp
+from test_place_ilp import comm_heavy_module, run_ilp
+assert "tensorflow" not in sys.modules
+place_ilp.ISOLATE = False
+module = comm_heavy_module(4, 6, "2xV100")
+stats = run_ilp(module)
+print(json.dumps([stats["isolated"], stats["status"], stats["objective-s"],
+                  [[node.device, node.order] for node in module.graph.index().nodes]]))
+"""
+
+
 def test_ilp_isolated_solver_process_gives_the_same_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The subprocess path (used when TensorFlow is loaded) returns what the in-process solve does."""
+    """The subprocess path (used when TensorFlow is loaded) returns what the in-process solve does.
+
+    CP-SAT crashes in a process that has loaded TensorFlow, which the test session may have done,
+    so the in-process reference solve runs in a fresh interpreter without TensorFlow.
+    """
     from graphir.passes import place_ilp
 
-    runs = []
-    for isolate in (False, True):
-        monkeypatch.setattr(place_ilp, "ISOLATE", isolate)
-        module = comm_heavy_module(4, 6, "2xV100")
-        stats = run_ilp(module)
-        assert stats["isolated"] == int(isolate) and stats["status"] == "optimal"
-        runs.append(([(node.device, node.order) for node in module.graph.index().nodes], stats["objective-s"]))
-    assert runs[0] == runs[1]
+    script = _IN_PROCESS_RUN.format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    isolated, status, objective, schedule = json.loads(done.stdout.strip().splitlines()[-1])
+    assert isolated == 0 and status == "optimal"
+    monkeypatch.setattr(place_ilp, "ISOLATE", True)
+    module = comm_heavy_module(4, 6, "2xV100")
+    stats = run_ilp(module)
+    assert stats["isolated"] == 1 and stats["status"] == "optimal"
+    assert stats["objective-s"] == objective
+    assert [[node.device, node.order] for node in module.graph.index().nodes] == schedule
