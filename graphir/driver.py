@@ -45,6 +45,16 @@ def _seed(text: str) -> int:
     return value
 
 
+def _steps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid step count '{text}': expected an integer >= 1")
+    return value
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """Usage errors are user errors too: one line, exit status 1 (argparse's default is 2)."""
 
@@ -88,6 +98,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="progress and auto-inserted passes on stderr")
     parser.add_argument(
         "--load-plugin", action="append", default=[], metavar="MODULE", help="import a pass plugin (module or .py file)"
+    )
+    parser.add_argument(
+        "--run-tf",
+        type=_steps,
+        metavar="STEPS",
+        help="after the pipeline, run STEPS timed steps of the lowered graph on TensorFlow (the cluster's devices) "
+        "and print the median step time next to the simulated makespan on stderr",
     )
     parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")
     parser.add_argument("--list-emitters", action="store_true", help="list output formats and exit")
@@ -183,6 +200,10 @@ def _process(module: Module, args: argparse.Namespace) -> str:
             print(manager.timing_report(), file=sys.stderr)
         if args.stats and manager.records:
             print(manager.stats_report(), file=sys.stderr)
+    if args.run_tf:
+        from graphir.tools.run_tf import run_report
+
+        print(run_report(module, args.run_tf, seed=args.seed), file=sys.stderr)
     emitters = load_builtin_emitters()
     return emitters[args.emit].run(module, Path(args.output) if args.output else None)
 

@@ -23,6 +23,19 @@ which the importer records in that case.
 Every node's ``device`` field is the TensorFlow device string of its ``device`` annotation (its
 requested ``_device`` param when it is not placed); ``enforce_order`` adds ``^prev`` control
 inputs along each device's ``order``.
+
+**Training steps** (variables). A resource variable lives on the device of its ``VarHandleOp`` and
+TensorFlow runs every op that takes its handle (``ReadVariableOp``, ``ResourceApplyAdam``...) on that
+device, so a placement that puts a handle's user elsewhere cannot run as placed: :func:`build_graphdef`
+rejects it (one-line error naming the node), and :func:`colocate_resource_users`, run before placing,
+puts each variable and its users in one ``colocate`` class (which the placers and fusion honour).
+The importer keeps a variable's ``dtype``/``shape``/``shared_name`` but not its value, so values come
+from the caller: :func:`variables_graphdef` builds a companion GraphDef that re-creates the same
+handles (same node name, ``shared_name``, device) and either assigns given values
+(``AssignVariableOp`` from constants) or reads them (``ReadVariableOp``). Handles with one
+``shared_name`` on one device are one resource in TensorFlow's resource manager, so running the
+companion before (or after) the step initialises (or reads) exactly the variables the step uses;
+:func:`variable_values` resolves a user's ``{shared_name or node name: array}`` map.
 """
 
 from __future__ import annotations
@@ -38,7 +51,15 @@ from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value
 from graphir.types import DType
 
-__all__ = ["TfGraph", "build_graphdef"]
+__all__ = [
+    "TfGraph",
+    "VariablesGraph",
+    "build_graphdef",
+    "colocate_resource_users",
+    "variable_nodes",
+    "variable_values",
+    "variables_graphdef",
+]
 
 _TF_NAMES: dict[DType, str] = {
     DType.F16: "float16",
@@ -295,6 +316,7 @@ def build_graphdef(
         node_def.device = const_device.get(value, "")
         const_devices[value.name] = node_def.device
     node_ops: dict[str, tuple[str, ...]] = {}
+    _check_resource_devices(sequence, devices)
     for node in sequence:
         device = devices.get(node)
         if node.op in ("graphir.split", "graphir.concat"):
@@ -371,3 +393,187 @@ def _split_concat(graph_def: Any, node: Node, device: str, prev: Node | None) ->
     concat.attr["Tidx"].type = tf.int32.as_datatype_enum
     concat.attr["N"].i = len(node.inputs)
     return (axis_name, node.name)
+
+
+# --------------------------------------------------------------------------------- variables
+
+
+def _resource_inputs(node: Node) -> list[Value]:
+    return [v for v in node.inputs if v.type.dtype is DType.RESOURCE and v.producer is not None]
+
+
+def _check_resource_devices(sequence: Sequence[Node], devices: Mapping[Node, str]) -> None:
+    """A node must run where the resources it takes live (TensorFlow's placer enforces it)."""
+    for node in sequence:
+        for value in _resource_inputs(node):
+            mine, theirs = devices.get(node), devices.get(value.producer)  # type: ignore[arg-type]
+            if mine is not None and theirs is not None and mine != theirs:
+                raise BackendError(
+                    f"'{node.op}' is placed on {mine} but takes the resource '%{value.name}' that lives on {theirs}; "
+                    "run colocate_resource_users (graphir.backends.tf.tf_graphdef) before placing",
+                    Location(node=node.name),
+                )
+
+
+def colocate_resource_users(module: Module) -> int:
+    """Put every resource-producing node and the nodes taking its handle in one ``colocate`` class.
+
+    Classes already present (the importer's ``_class`` groups) are merged with the new ones; a
+    merged class is named after its alphabetically smallest existing class name, else its smallest
+    node name, so the result is deterministic. Run it before ``fuse``/``place``.
+
+    Returns:
+        The number of nodes whose ``colocate`` annotation changed.
+    """
+    parent: dict[str, str] = {}
+
+    def find(name: str) -> str:
+        parent.setdefault(name, name)
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    nodes = module.graph.index().nodes
+    touched: set[str] = set()
+    for node in nodes:
+        for value in _resource_inputs(node):
+            union("n:" + node.name, "n:" + value.producer.name)  # type: ignore[union-attr]
+            touched.update(("n:" + node.name, "n:" + value.producer.name))  # type: ignore[union-attr]
+    if not touched:
+        return 0
+    for node in nodes:
+        if node.colocate is not None:
+            union("n:" + node.name, "c:" + node.colocate)
+    names: dict[str, str] = {}
+    for key in sorted(parent):
+        root = find(key)
+        kind, _, text = key.partition(":")
+        best = names.get(root)
+        rank = (0 if kind == "c" else 1, text)
+        if best is None or rank < (0 if best.startswith("c:") else 1, best[2:]):
+            names[root] = key
+    touched_roots = {find(key) for key in touched}
+    changed = 0
+    for node in nodes:
+        key = "n:" + node.name
+        if key not in parent or find(key) not in touched_roots:
+            continue
+        name = names[find(key)][2:]
+        if node.colocate != name:
+            node.colocate = name
+            changed += 1
+    return changed
+
+
+def variable_nodes(module: Module) -> list[Node]:
+    """The ``tf.VarHandleOp`` nodes of a TF-imported module, in topological order."""
+    return [node for node in module.graph.index().nodes if node.op == "tf.VarHandleOp"]
+
+
+def _shared_name(node: Node) -> str:
+    shared = node.params.get("shared_name")
+    return shared if isinstance(shared, str) and shared else node.name
+
+
+def variable_values(module: Module, variables: Mapping[str, Any]) -> dict[Node, np.ndarray]:
+    """Resolve ``{shared_name or VarHandleOp node name: array}`` to the module's variable nodes.
+
+    Raises:
+        BackendError: a key that names no variable (or a shared name held by several handles),
+            or a value whose shape or dtype disagrees with the variable's.
+    """
+    from graphir.importers.tf import variable_type
+
+    by_name = {node.name: node for node in variable_nodes(module)}
+    by_shared: dict[str, list[Node]] = {}
+    for node in by_name.values():
+        by_shared.setdefault(_shared_name(node), []).append(node)
+    result: dict[Node, np.ndarray] = {}
+    for key in sorted(variables):
+        targets = [by_name[key]] if key in by_name else by_shared.get(key, [])
+        if not targets:
+            raise BackendError(f"variables: '{key}' is neither a variable's shared_name nor a VarHandleOp node")
+        for node in targets:
+            var_type = variable_type(node)
+            array = np.asarray(variables[key])
+            if var_type is not None:
+                want = numpy_dtype(var_type.dtype)
+                if var_type.shape is not None and not _shape_matches(array.shape, var_type.shape):
+                    raise BackendError(
+                        f"variables: '{key}' has shape {list(array.shape)}, the variable {var_type}",
+                        Location(node=node.name),
+                    )
+                array = array.astype(want, copy=False)
+            result[node] = array
+    return result
+
+
+def _shape_matches(shape: tuple[int, ...], want: Sequence[Any]) -> bool:
+    return len(shape) == len(want) and all(w is None or w == s for s, w in zip(shape, want, strict=True))
+
+
+@dataclasses.dataclass
+class VariablesGraph:
+    """A companion GraphDef that assigns or reads a module's variables.
+
+    Attributes:
+        graph_def: VarHandleOps (copies of the module's, same devices) and the assign or read ops.
+        targets: op names to run (assignments), empty when reading.
+        fetches: IR variable node name -> TF tensor name of its value (reading), empty when assigning.
+    """
+
+    graph_def: Any
+    targets: list[str]
+    fetches: dict[str, str]
+
+
+def variables_graphdef(
+    module: Module, devices: Mapping[Node, str], tf: Any, values: Mapping[Node, np.ndarray] | None = None
+) -> VariablesGraph:
+    """Re-create the module's variable handles; assign ``values`` to them, or (``None``) read them all.
+
+    The handles keep their node names, ``shared_name``, ``container`` and device (``devices``, else
+    the requested ``_device``), so they address the resources the lowered step uses. Import the
+    result under a name scope (``import_graph_def(..., name="init")``) next to the step graph.
+    """
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import versions
+
+    writer = _AttrWriter(tf)
+    graph_def = graph_pb2.GraphDef()
+    graph_def.versions.producer = versions.GRAPH_DEF_VERSION
+    targets: list[str] = []
+    fetches: dict[str, str] = {}
+    for node in variable_nodes(module):
+        if values is not None and node not in values:
+            continue
+        requested = node.params.get("_device")
+        device = devices.get(node, requested if isinstance(requested, str) else "")
+        handle = graph_def.node.add(name=node.name, op="VarHandleOp", device=device)
+        kinds = writer.kinds(node, "VarHandleOp")
+        for key, value in node.params.items():
+            if key != "_device" and not key.startswith("_"):
+                handle.attr[key].CopyFrom(writer.attr(node, key, value, kinds.get(key)))
+        if not handle.attr["shared_name"].s:
+            handle.attr["shared_name"].s = node.name.encode()
+        dtype = handle.attr["dtype"].type
+        if values is None:
+            read = graph_def.node.add(name=f"{node.name}/graphir_read", op="ReadVariableOp", device=device)
+            read.input.append(node.name)
+            read.attr["dtype"].type = dtype
+            fetches[node.name] = f"{read.name}:0"
+            continue
+        const = graph_def.node.add(name=f"{node.name}/graphir_value", op="Const", device=device)
+        const.attr["dtype"].type = dtype
+        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(values[node]))
+        assign = graph_def.node.add(name=f"{node.name}/graphir_assign", op="AssignVariableOp", device=device)
+        assign.input.extend([node.name, const.name])
+        assign.attr["dtype"].type = dtype
+        targets.append(assign.name)
+    return VariablesGraph(graph_def, targets, fetches)

@@ -1,0 +1,379 @@
+"""Run a lowered module: seeded inputs, variables, warm-up and timed steps, in a TensorFlow session.
+
+The runner imports the lowered GraphDef (:meth:`LoweredGraph.graph_def`) into a ``tf.Graph`` and
+runs it in a ``tf.compat.v1.Session``: locally on logical CPU devices, or against a
+``tf.distribute.Server`` (``target="grpc://..."``, see :mod:`graphir.backends.tf.distributed`), the
+same code either way. Grappler and the classic graph optimiser are off and soft placement is off, as
+in :mod:`graphir.backends.tf.check`: every op runs on the device graphir assigned, under its own
+name, so the measured step is the placement graphir evaluated (and ``RunMetadata`` can prove it).
+
+Variables (training graphs): the importer keeps no values, so the caller passes
+``variables={shared_name or VarHandleOp node name: array}``; the runner assigns them once before
+the first step through a companion graph (:func:`graphir.backends.tf.tf_graphdef.variables_graphdef`)
+and :meth:`SessionRunner.read_variables` reads every variable back. Without values, every variable
+gets seeded random values (:func:`random_variables`).
+
+**Logical devices**: ``tf.config.set_logical_device_configuration`` only works before TensorFlow
+initialises its devices (the first op, session or device listing). :func:`configure_cpus` is
+therefore the first TensorFlow call of :func:`run_module`; when TensorFlow was initialised earlier in
+the process with too few CPU devices, it is a one-line :class:`BackendError` (run in a fresh
+process). Importing this module does not load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphir.attributes import numpy_dtype
+from graphir.errors import BackendError
+from graphir.ir import Module, Value
+
+__all__ = [
+    "RunReport",
+    "SessionRunner",
+    "configure_cpus",
+    "is_multihost",
+    "local_cpu_count",
+    "random_inputs",
+    "random_variables",
+    "run_module",
+    "simulated_makespan",
+    "tasks_used",
+]
+
+_CPU_INDEX = re.compile(r"/device:CPU:(\d+)$", re.IGNORECASE)
+_TASK = re.compile(r"/job:([^/]+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def configure_cpus(count: int) -> Any:
+    """Give TensorFlow ``count`` logical CPU devices; must precede any other TensorFlow use.
+
+    Returns:
+        The ``tensorflow`` module.
+
+    Raises:
+        BackendError: TensorFlow was already initialised with fewer CPU devices.
+    """
+    from graphir.backends.tf.check import configure_logical_cpus
+    from graphir.importers.tf import load_tensorflow
+
+    try:
+        return configure_logical_cpus(max(count, 1))
+    except RuntimeError:  # "Virtual devices cannot be modified after being initialized"
+        tf = load_tensorflow()
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < count:
+            raise BackendError(
+                f"TensorFlow was initialised with {have} CPU device(s) before {count} logical devices could be "
+                "configured; run in a fresh process"
+            ) from None
+        return tf
+
+
+def is_multihost(module: Module) -> bool:
+    """Whether any device of the module's cluster names a job (``/job:worker/task:1/...``)."""
+    return any("/job:" in device.tf_device for device in module.cluster.devices)
+
+
+def local_cpu_count(module: Module) -> int:
+    """Logical CPU devices a local run needs: the highest ``/device:CPU:k`` index of the cluster, plus one."""
+    indices = [int(m.group(1)) for d in module.cluster.devices if (m := _CPU_INDEX.search(d.tf_device))]
+    return max(indices, default=0) + 1
+
+
+def tasks_used(placed: Mapping[str, str]) -> set[str]:
+    """``/job:J/task:K`` of every device in a ``{op: device}`` map (``RunMetadata`` partition graphs)."""
+    return {f"/job:{m.group(1)}/task:{m.group(2)}" for d in placed.values() if (m := _TASK.search(d))}
+
+
+def _values_by_name(module: Module) -> dict[str, Value]:
+    values = {v.name: v for v in module.graph.inputs}
+    for node in module.graph.nodes:
+        values.update((v.name, v) for v in node.outputs)
+    return values
+
+
+def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high: int = 2) -> list[np.ndarray]:
+    """Seeded inputs for the IR values ``names``: standard normal floats, integers in ``[0, int_high)``.
+
+    Unknown dims become 1. Integers stay small so that token ids and class labels are valid for
+    any vocabulary or class count of at least ``int_high``; booleans are random.
+    """
+    rng = np.random.default_rng(seed)
+    values = _values_by_name(module)
+    arrays = []
+    for name in names:
+        vtype = values[name].type
+        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (vtype.shape or ())]
+        try:
+            dtype = np.dtype(numpy_dtype(vtype.dtype))
+        except (KeyError, TypeError):
+            raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made") from None
+        if dtype.kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind in "iu":
+            arrays.append(rng.integers(0, int_high, size=shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, size=shape).astype(bool))
+        else:
+            raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made")
+    return arrays
+
+
+def random_variables(
+    module: Module, seed: int = 0, scale: float = 0.05, skip: set[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded values for every variable (keyed by VarHandleOp node name): ``scale``·N(0,1) floats, integer zeros.
+
+    Variables named in ``skip`` get none (the caller has their values); the others draw from one
+    generator in topological order.
+    """
+    from graphir.backends.tf.tf_graphdef import variable_nodes
+    from graphir.importers.tf import variable_type
+
+    rng = np.random.default_rng(seed + 1)
+    result: dict[str, np.ndarray] = {}
+    for node in variable_nodes(module):
+        vtype = variable_type(node)
+        if skip and node.name in skip:
+            continue
+        if vtype is None or vtype.shape is None or not all(isinstance(d, int) for d in vtype.shape):
+            raise BackendError("variable has no static shape: pass its value explicitly", _loc(node.name))
+        dtype = np.dtype(numpy_dtype(vtype.dtype))
+        shape = tuple(int(d) for d in vtype.shape)  # type: ignore[arg-type]
+        if dtype.kind == "f":
+            result[node.name] = (scale * rng.standard_normal(shape)).astype(dtype)
+        else:
+            result[node.name] = np.zeros(shape, dtype)
+    return result
+
+
+def _loc(node: str) -> Any:
+    from graphir.errors import Location
+
+    return Location(node=node)
+
+
+def session_config(tf: Any, cpu_devices: int | None = None) -> Any:
+    """No soft placement, Grappler off, graph optimiser at L0 (no folding, CSE or inlining)."""
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+    if cpu_devices is not None:
+        config.device_count["CPU"] = cpu_devices
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    optimizer = config.graph_options.optimizer_options
+    optimizer.opt_level = tf.compat.v1.OptimizerOptions.L0
+    optimizer.do_constant_folding = False
+    optimizer.do_common_subexpression_elimination = False
+    optimizer.do_function_inlining = False
+    return config
+
+
+class SessionRunner:
+    """A session holding a lowered graph, its variables assigned, ready to run steps.
+
+    Args:
+        module: the lowered module (to find its variables and their devices).
+        lowered: the :class:`~graphir.backends.tf.lowering.LoweredGraph`.
+        target: session target: ``""`` (in process) or ``grpc://host:port`` (a TF server).
+        cpu_devices: CPU devices of an in-process session (``None``: TensorFlow's default).
+        variables: ``{shared_name or VarHandleOp node name: array}``; variables left out keep
+            whatever the runtime holds (in a fresh runtime: uninitialised, an error when read).
+        timeout_s: per-run timeout (``RunOptions.timeout_in_ms``); ``None``: none.
+    """
+
+    def __init__(
+        self,
+        module: Module,
+        lowered: Any,
+        target: str = "",
+        cpu_devices: int | None = None,
+        variables: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+    ):
+        from graphir.backends.tf.lowering import node_devices
+        from graphir.backends.tf.tf_graphdef import variable_values, variables_graphdef
+        from graphir.importers.tf import load_tensorflow
+
+        tf = load_tensorflow()
+        self.tf = tf
+        self.lowered = lowered
+        self.timeout_ms = 0 if timeout_s is None else int(timeout_s * 1000)
+        devices = node_devices(module)
+        self.graph = tf.Graph()
+        reader = variables_graphdef(module, devices, tf)
+        init = variables_graphdef(module, devices, tf, variable_values(module, variables or {}))
+        with self.graph.as_default():
+            tf.graph_util.import_graph_def(lowered.graph_def(), name="")
+            tf.graph_util.import_graph_def(init.graph_def, name="graphir_init")
+            tf.graph_util.import_graph_def(reader.graph_def, name="graphir_read")
+        self.init_targets = [f"graphir_init/{name}" for name in init.targets]
+        self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
+        self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=session_config(tf, cpu_devices))
+        try:
+            if self.init_targets:
+                self.session.run(self.init_targets, options=self._options())
+        except Exception:
+            self.close()
+            raise
+
+    def _options(self, trace: bool = False) -> Any:
+        return self.tf.compat.v1.RunOptions(output_partition_graphs=trace, timeout_in_ms=self.timeout_ms)
+
+    def run(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> list[np.ndarray]:
+        """One step: feed ``inputs`` (one per graph feed), return the fetched values (default: the outputs)."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        outputs = self.session.run(list(fetches or self.lowered.fetches), feed, options=self._options())
+        return [np.asarray(o) for o in outputs]
+
+    def run_traced(
+        self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None
+    ) -> tuple[list[np.ndarray], dict[str, str]]:
+        """:meth:`run`, also returning each op's device from ``RunMetadata``'s partition graphs."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        metadata = self.tf.compat.v1.RunMetadata()
+        outputs = self.session.run(
+            list(fetches or self.lowered.fetches), feed, options=self._options(trace=True), run_metadata=metadata
+        )
+        placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
+        return [np.asarray(o) for o in outputs], placed
+
+    def read_variables(self) -> dict[str, np.ndarray]:
+        """Every variable's current value, keyed by its VarHandleOp node name."""
+        if not self.read_fetches:
+            return {}
+        names = sorted(self.read_fetches)
+        values = self.session.run([self.read_fetches[n] for n in names], options=self._options())
+        return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
+
+    def close(self) -> None:
+        """Close the session."""
+        self.session.close()
+
+    def __enter__(self) -> SessionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclasses.dataclass
+class RunReport:
+    """Measured steps of a lowered module.
+
+    Attributes:
+        steps: timed steps run.
+        warmup: untimed steps run first.
+        median_s: median wall time of a timed step (seconds).
+        times_s: every timed step's wall time.
+        simulated_s: the simulated makespan (``None`` when the module has no schedule to simulate).
+        devices: TF devices of the placed nodes.
+        tasks: ``/job:J/task:K`` of a multi-host run (empty locally).
+    """
+
+    steps: int
+    warmup: int
+    median_s: float
+    times_s: list[float]
+    simulated_s: float | None
+    devices: list[str]
+    tasks: list[str]
+
+    def line(self) -> str:
+        """One line for standard error: the measured step next to the simulated makespan."""
+        simulated = "n/a (no schedule)" if self.simulated_s is None else f"{self.simulated_s * 1e3:.3f} ms"
+        where = f"{len(self.devices)} device(s)" + (f" on {len(self.tasks)} task(s)" if self.tasks else "")
+        return (
+            f"run-tf: median step {self.median_s * 1e3:.3f} ms over {self.steps} step(s) "
+            f"({self.warmup} warm-up, {where}); simulated makespan {simulated}"
+        )
+
+
+def simulated_makespan(module: Module) -> float | None:
+    """The makespan graphir predicts: the latest ``finish`` annotation, else a fresh simulation, else ``None``."""
+    finishes = [node.finish for node in module.graph.nodes if node.finish is not None]
+    if finishes:
+        return max(finishes)
+    nodes = list(module.graph.nodes)
+    if not nodes or any(n.device is None or n.order is None or n.cost is None for n in nodes):
+        return None
+    from graphir.simulator import simulate
+
+    return simulate(module).makespan
+
+
+def time_steps(runner: SessionRunner, inputs: Sequence[np.ndarray], steps: int, warmup: int) -> list[float]:
+    """Run ``warmup`` untimed then ``steps`` timed steps; the wall time of each timed step."""
+    for _ in range(warmup):
+        runner.run(inputs)
+    times = []
+    for _ in range(steps):
+        begin = time.perf_counter()
+        runner.run(inputs)
+        times.append(time.perf_counter() - begin)
+    return times
+
+
+def run_module(
+    module: Module,
+    steps: int,
+    warmup: int = 2,
+    seed: int = 0,
+    variables: Mapping[str, Any] | None = None,
+    enforce_order: bool | None = None,
+    timeout_s: float = 300.0,
+) -> RunReport:
+    """Lower ``module`` and time it on its cluster's devices (see the module docstring).
+
+    A cluster whose devices name jobs (``/job:worker/task:k/...``) runs on local
+    ``tf.distribute.Server`` processes (:mod:`graphir.backends.tf.distributed`), one per task;
+    otherwise in process on ``local_cpu_count(module)`` logical CPU devices (a GPU cluster's
+    device strings need those GPUs).
+
+    Args:
+        module: a placed module (unplaced nodes run where TensorFlow chooses).
+        steps: timed steps (>= 1).
+        warmup: untimed steps first.
+        seed: seed of the inputs and of variables not given in ``variables``.
+        variables: initial variable values (``{shared_name or node name: array}``).
+        enforce_order: add the order control dependencies (default: when every placed node has one).
+        timeout_s: bound of each session run, and of the servers' start-up.
+    """
+    if steps < 1:
+        raise BackendError(f"--run-tf needs at least one step, got {steps}")
+    if not is_multihost(module):
+        configure_cpus(local_cpu_count(module))  # the first TensorFlow call: logical devices
+    from graphir.backends.tf import lower
+
+    if enforce_order is None:
+        placed = [n for n in module.graph.nodes if n.device is not None]
+        enforce_order = bool(placed) and all(n.order is not None for n in placed)
+    lowered = lower(module, enforce_order=enforce_order)
+    from graphir.backends.tf.tf_graphdef import variable_values
+
+    given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
+    values = {**random_variables(module, seed, skip=set(given)), **given}
+    inputs = random_inputs(module, lowered.input_names, seed)
+    devices = sorted({d for d in lowered.node_devices.values() if d})
+    simulated = simulated_makespan(module)
+    if is_multihost(module):
+        from graphir.backends.tf.distributed import start_local_servers
+
+        with (
+            start_local_servers(module.cluster, timeout_s=timeout_s) as servers,
+            SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner,
+        ):
+            _, placed_ops = runner.run_traced(inputs)
+            times = time_steps(runner, inputs, steps, max(warmup - 1, 0))
+        tasks = sorted(tasks_used(placed_ops))
+    else:
+        with SessionRunner(module, lowered, "", local_cpu_count(module), values, timeout_s) as runner:
+            times = time_steps(runner, inputs, steps, warmup)
+        tasks = []
+    return RunReport(steps, warmup, statistics.median(times), times, simulated, devices, tasks)

@@ -1,0 +1,126 @@
+"""``--run-tf=STEPS`` / ``tools/run_tf.py``: timed steps of the lowered graph next to the simulated makespan.
+
+Runs that execute TensorFlow happen in fresh processes (logical devices are configured before
+TensorFlow initialises); the helpers that do not need TensorFlow are tested in process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from graphir.backends.tf.run import local_cpu_count, random_inputs, random_variables, run_module, tasks_used
+from graphir.backends.tf.tf_graphdef import colocate_resource_users, variable_values
+from graphir.cluster import resolve_cluster
+from graphir.driver import run
+from graphir.errors import BackendError
+from graphir.ir import Graph, Module
+from graphir.types import DType, TensorType
+
+MODEL = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+PIPELINE = "profile,place{algo=m-topo},simulate"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+
+
+def test_driver_run_tf_reports_measured_and_simulated_times(tmp_path):
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from graphir.driver import run; sys.exit(run(sys.argv[1:]))",
+        str(MODEL),
+        "--cluster=4xcpu",
+        f"--passes={PIPELINE}",
+        "--run-tf=3",
+        "--emit=summary",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("run-tf:")]
+    assert "over 3 step(s) (2 warm-up, 3 device(s)); simulated makespan" in line, line
+    assert line.endswith(" ms") and "n/a" not in line
+    assert result.stdout  # the emitter still runs after the measurement
+
+
+def test_run_tf_tool_json(tmp_path):
+    command = [sys.executable, "-m", "graphir.tools.run_tf", str(MODEL), "--steps=2", "--warmup=1", "--json"]
+    command += ["--cluster=2xcpu", "--passes=profile,place{algo=single}"]
+    result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert len(report["times_s"]) == 2 and report["median_s"] > 0
+    assert report["simulated_s"] > 0  # no simulate in the pipeline: the placed, ordered module is simulated
+    assert report["devices"] == ["/device:CPU:0"] and report["tasks"] == []
+
+
+def test_run_tf_flag_validates_steps(capsys):
+    assert run([str(MODEL), "--run-tf=0"]) == 1
+    assert "invalid step count '0': expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_run_module_needs_a_step():
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (2,)))
+    graph.set_outputs([x])
+    with pytest.raises(BackendError, match="at least one step"):
+        run_module(Module("m", graph), 0)
+
+
+def _training_like_module() -> Module:
+    """A VarHandleOp read by one node and updated by another, plus a feed."""
+    graph = Graph()
+    resource = TensorType(DType.RESOURCE, ())
+    handle = graph.add_node(
+        "tf.VarHandleOp", [], [resource], name="w", params={"dtype": "f32", "shape": (2, 3), "shared_name": "dense/w"}
+    )
+    feed = graph.add_node("tf.Placeholder", [], [TensorType(DType.I32, (4,))], name="tokens", params={"dtype": "i32"})
+    read = graph.add_node("tf.ReadVariableOp", [handle.outputs[0]], [TensorType(DType.F32, (2, 3))], name="read")
+    update = graph.add_node("tf.AssignAddVariableOp", [handle.outputs[0], read.outputs[0]], [], name="update")
+    update.colocate = "update_group"
+    graph.set_outputs([read.outputs[0], feed.outputs[0]])
+    return Module("train", graph, "4xcpu")
+
+
+def test_colocate_resource_users_and_variable_values():
+    module = _training_like_module()
+    assert colocate_resource_users(module) == 2  # 'update' was in its class already
+    assert {n.name: n.colocate for n in module.graph.nodes if n.colocate} == {
+        "w": "update_group",
+        "read": "update_group",
+        "update": "update_group",
+    }
+    assert colocate_resource_users(module) == 0  # idempotent
+    values = variable_values(module, {"dense/w": np.ones((2, 3), np.float64)})
+    ((node, array),) = values.items()
+    assert node.name == "w" and array.dtype == np.float32
+    with pytest.raises(BackendError, match="'dense/b' is neither a variable's shared_name nor a VarHandleOp node"):
+        variable_values(module, {"dense/b": np.ones(3)})
+    with pytest.raises(BackendError, match=r"has shape \[3\], the variable f32\[2,3\]"):
+        variable_values(module, {"w": np.ones(3)})
+
+
+def test_seeded_inputs_and_variables():
+    module = _training_like_module()
+    first = random_inputs(module, ["tokens"], seed=3)
+    assert first[0].dtype == np.int32 and set(first[0].tolist()) <= {0, 1}
+    assert np.array_equal(first[0], random_inputs(module, ["tokens"], seed=3)[0])
+    variables = random_variables(module, seed=3)
+    assert variables["w"].shape == (2, 3) and variables["w"].dtype == np.float32
+    assert random_variables(module, seed=3, skip={"w"}) == {}
+
+
+def test_device_helpers():
+    module = _training_like_module()
+    module.set_cluster(resolve_cluster("4xcpu"))
+    assert local_cpu_count(module) == 4
+    placed = {"a": "/job:worker/replica:0/task:1/device:CPU:0", "b": "/job:localhost/replica:0/task:0/device:CPU:2"}
+    assert tasks_used(placed) == {"/job:worker/task:1", "/job:localhost/task:0"}
