@@ -18,7 +18,9 @@ Every op is checked against the table *before* TensorFlow is loaded: an op outsi
 
 Constants (weights) are created once, on the device of their first user in topological order (the
 node the profiler charges their persistent bytes to); other devices receive them through
-TensorFlow's own transfers, as with any other cross-device tensor.
+TensorFlow's own transfers, as with any other cross-device tensor. A constant that converters only
+read as static data (``Pad``'s pads, ``Slice``'s starts) stays unconsumed, is pruned by the
+runtime, and is left out of :attr:`LoweredGraph.const_devices`.
 
 **Enforcing the order** (``enforce_order=True``): for every device, each node gets a control
 dependency on the node before it in that device's ``order`` annotation (Pesto's mechanism), so a
@@ -313,7 +315,6 @@ def _lower_onnx(
             with _device_scope(tf, device):
                 tensor = tf.constant(array, name=_scope_name(value.name))
             env[value] = tensor
-            const_ops[tensor.op.name] = device
         for node in sequence:
             operands = [None if v is None else env[v] for v in onnx_inputs(node)]
             deps = [env[v] for c in node.control_inputs for v in c.outputs[:1]]
@@ -343,7 +344,13 @@ def _lower_onnx(
                 results = [tf.identity(r) if r.op.name.split("/")[0] + "/" != scope else r for r in results]
             env.update(zip(node.outputs, results, strict=True))
             value_tensors.update((v.name, r.name) for v, r in zip(node.outputs, results, strict=True))
-        return [env[v] if v.kind is ValueKind.RESULT else tf.identity(env[v]) for v in graph.outputs]
+        outputs = [env[v] if v.kind is ValueKind.RESULT else tf.identity(env[v]) for v in graph.outputs]
+        # A constant read only as static data (Pad's pads, Slice's starts) has no consumer: the
+        # runtime prunes it, so it is not recorded as a placed op.
+        for value, device in const_device.items():
+            if env[value].consumers():
+                const_ops[env[value].op.name] = device
+        return outputs
 
     function = tf.function(build, input_signature=specs, autograph=False)
     concrete = function.get_concrete_function()

@@ -11,7 +11,12 @@ Semantics follow the ONNX operator docs for the opset in the module metadata (``
 and ``Squeeze`` read ``axes`` from an attribute before 13 and from an input from 13, ``Clip`` from
 attributes before 11. ``Dropout`` is the inference identity. ``graphir.split`` / ``graphir.concat``
 (FastT operation splitting) split and join along their ``axis``, with the part sizes taken from the
-IR types.
+IR types. ``Pad``'s pads and axes and ``Slice``'s starts, ends, axes and steps must be constants
+(initializers or ``Constant`` nodes): they are read at lowering time, not fed to TensorFlow.
+Where TensorFlow lacks a kernel variant, the lowering composes an exact equivalent: strided
+*and* dilated convolutions run dense and subsample, dilated ``MaxPool`` takes the maximum of one
+strided slice per window offset, ``edge`` padding gathers clamped indices, and ``ConvTranspose``
+runs a VALID transposed convolution, then crops ``pads`` and appends ``output_padding``.
 
 TensorFlow is not imported here: converters receive it through :class:`OpContext`, so importing
 this module (or asking :data:`ONNX_OPS` which ops are supported) does not load TensorFlow.
@@ -282,7 +287,12 @@ def _softmax(cx: OpContext, operands: list[Any]) -> list[Any]:
     rank = cx.rank()
     fn = tf.nn.softmax if cx.node.op == "onnx.Softmax" else tf.nn.log_softmax
     if cx.opset >= 13:
-        return [fn(x, axis=_norm_axis(int(cx.param("axis", -1)), rank))]
+        axis = _norm_axis(int(cx.param("axis", -1)), rank)
+        if axis == rank - 1:
+            return [fn(x, axis=-1)]  # a non-last axis makes TF build a Rank op it never runs
+        perm = [*range(axis), *range(axis + 1, rank), axis]
+        inverse = [perm.index(k) for k in range(rank)]
+        return [tf.transpose(fn(tf.transpose(x, perm), axis=-1), inverse)]
     # Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
     axis = _norm_axis(int(cx.param("axis", 1)), rank)
     if axis == rank - 1:
@@ -385,19 +395,24 @@ def _conv(cx: OpContext, operands: list[Any]) -> list[Any]:
         x = tf.pad(x, [(0, 0), *pads, (0, 0)])
     # ONNX weights [M, C/group, k...] -> TensorFlow filters [k..., C/group, M].
     w = tf.transpose(w, [*range(2, rank), 1, 0])
+    # TensorFlow rejects strides > 1 together with dilations > 1: convolve densely, then subsample.
+    subsample = any(s > 1 for s in strides) and any(d > 1 for d in dilations)
+    run_strides = [1] * len(strides) if subsample else strides
     if rank == 4:
         # Conv2D infers the group count from C / (C/group): grouped convolution runs on CPU too.
-        y = tf.nn.conv2d(x, w, strides=strides, padding="VALID", dilations=dilations)
+        y = tf.nn.conv2d(x, w, strides=run_strides, padding="VALID", dilations=dilations)
     elif group == 1:
-        y = tf.nn.convolution(x, w, strides=strides, padding="VALID", dilations=dilations)
+        y = tf.nn.convolution(x, w, strides=run_strides, padding="VALID", dilations=dilations)
     else:
         xs = tf.split(x, group, axis=-1)
         ws = tf.split(w, group, axis=-1)
         parts = [
-            tf.nn.convolution(xi, wi, strides=strides, padding="VALID", dilations=dilations)
+            tf.nn.convolution(xi, wi, strides=run_strides, padding="VALID", dilations=dilations)
             for xi, wi in zip(xs, ws, strict=True)
         ]
         y = tf.concat(parts, axis=-1)
+    if subsample:
+        y = y[(slice(None), *(slice(None, None, s) for s in strides), slice(None))]
     if bias is not None:
         y = y + bias
     return [tf.transpose(y, to_first)]
@@ -423,12 +438,14 @@ def _pool(cx: OpContext, operands: list[Any]) -> list[Any]:
         raise cx.error("with an Indices output is not supported by the TensorFlow lowering")
     kernel = [int(k) for k in cx.param("kernel_shape")]
     strides, dilations = _spatial_params(cx, kernel)
-    if any(d != 1 for d in dilations):
+    if any(d != 1 for d in dilations) and cx.node.op != "onnx.MaxPool":
         raise cx.error("with dilations is not supported by the TensorFlow lowering")
     spatial = cx.static_shape(0)[2:]
     pads = _explicit_pads(cx, spatial, kernel, strides, dilations)
     if int(cx.param("ceil_mode", 0)):
-        extra = [_ceil_extra(n, p, k, s, 1) for n, p, k, s in zip(spatial, pads, kernel, strides, strict=True)]
+        extra = [
+            _ceil_extra(n, p, k, s, d) for n, p, k, s, d in zip(spatial, pads, kernel, strides, dilations, strict=True)
+        ]
     else:
         extra = [0] * len(kernel)
     padding = [(0, 0), *((b, e + x_) for (b, e), x_ in zip(pads, extra, strict=True)), (0, 0)]
@@ -439,7 +456,10 @@ def _pool(cx: OpContext, operands: list[Any]) -> list[Any]:
         if padded:
             low = x.dtype.min if not x.dtype.is_floating else -math.inf
             x = tf.pad(x, padding, constant_values=low)
-        y = tf.nn.max_pool(x, kernel, strides, "VALID")
+        if any(d != 1 for d in dilations):
+            y = _dilated_max_pool(tf, x, kernel, strides, dilations)
+        else:
+            y = tf.nn.max_pool(x, kernel, strides, "VALID")
         return [tf.transpose(y, to_first)]
     if padded:
         x = tf.pad(x, padding)
@@ -452,6 +472,21 @@ def _pool(cx: OpContext, operands: list[Any]) -> list[Any]:
         scale = math.prod(kernel) / counts
         y = y * tf.constant(scale.reshape((1, *scale.shape, 1)), dtype=y.dtype)
     return [tf.transpose(y, to_first)]
+
+
+def _dilated_max_pool(tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> Any:
+    """VALID max pooling of channels-last ``x`` with dilations: the maximum of one strided slice per window offset."""
+    sizes = [int(n) for n in x.shape[1:-1]]
+    outs = [(n - ((k - 1) * d + 1)) // s + 1 for n, k, d, s in zip(sizes, kernel, dilations, strides, strict=True)]
+    result = None
+    for offset in np.ndindex(*kernel):
+        index = tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s)
+            for o, d, m, s in zip(offset, dilations, outs, strides, strict=True)
+        )
+        part = x[(slice(None), *index, slice(None))]
+        result = part if result is None else tf.math.maximum(result, part)
+    return result
 
 
 def _pool_counts(
@@ -688,3 +723,216 @@ def _make_reduce(path: str, op_type: str) -> Converter:
 
 for _name, _path in _REDUCE.items():
     _register(_name)(_make_reduce(_path, _name))
+
+
+# ------------------------------------------------------------------------------- constant operands
+
+
+def _const_array(cx: OpContext, position: int) -> np.ndarray | None:
+    """The value of ONNX input ``position`` when it is a constant (an initializer or a ``Constant`` node)."""
+    inputs = onnx_inputs(cx.node)
+    value = inputs[position] if position < len(inputs) else None
+    if value is None:
+        return None
+    if value.const is not None:
+        try:
+            return np.asarray(value.const.numpy())
+        except ValueError:
+            return None
+    producer = value.producer
+    if producer is not None and producer.op == "onnx.Constant":
+        data = producer.params.get("value")
+        if isinstance(data, DenseTensor):
+            return np.asarray(data.numpy())
+        for key, dtype in (("value_int", np.int64), ("value_ints", np.int64), ("value_float", np.float32)):
+            if key in producer.params:
+                return np.asarray(producer.params[key], dtype=dtype)
+    return None
+
+
+def _required_const(cx: OpContext, position: int, what: str) -> list[int]:
+    array = _const_array(cx, position)
+    if array is None:
+        raise cx.error(f"needs constant {what} (input #{position}) to be lowered")
+    return [int(v) for v in array.reshape(-1)]
+
+
+# ------------------------------------------------------------------------------- more elementwise
+
+
+@_register("PRelu")
+def _prelu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, slope = operands
+    rank, slope_rank = cx.rank(0), cx.rank(1)
+    if cx.opset < 7 and slope_rank == 1 and rank > 2:
+        slope = _per_channel(tf, slope, rank)  # before opset 7 a [C] slope applies per channel
+    return [tf.where(x < 0, x * slope, x)]
+
+
+@_register("Selu")
+def _selu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    alpha = float(cx.param("alpha", 1.67326319217681884765625))
+    gamma = float(cx.param("gamma", 1.05070102214813232421875))
+    return [tf.where(x > 0, gamma * x, (gamma * alpha) * (tf.math.exp(x) - 1))]
+
+
+@_register("Tile")
+def _tile(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    if cx.opset < 6:
+        raise cx.error("before opset 6 (tiles/axis inputs) is not supported by the TensorFlow lowering")
+    return [tf.tile(operands[0], tf.cast(operands[1], tf.int64))]
+
+
+@_register("InstanceNormalization")
+def _instance_norm(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, scale, bias = operands[:3]
+    rank = cx.rank(0)
+    eps = float(cx.param("epsilon", 1e-5))
+    mean, var = tf.nn.moments(x, axes=list(range(2, rank)), keepdims=True)
+    normed = (x - mean) * tf.math.rsqrt(var + eps)
+    return [normed * _per_channel(tf, scale, rank) + _per_channel(tf, bias, rank)]
+
+
+# ------------------------------------------------------------------------------- padding and slicing
+
+
+def _edge_pad(tf: Any, x: Any, pads: Sequence[tuple[int, int]]) -> Any:
+    """Pad by repeating the border values (ONNX ``edge`` mode)."""
+    for axis, (begin, end) in enumerate(pads):
+        if begin == 0 and end == 0:
+            continue
+        size = tf.shape(x)[axis]
+        index = tf.clip_by_value(tf.range(-begin, size + end), 0, size - 1)
+        x = tf.gather(x, index, axis=axis)
+    return x
+
+
+@_register("Pad")
+def _pad(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    mode = cx.param("mode", "constant")
+    if cx.opset < 11:
+        flat = [int(p) for p in cx.param("pads", cx.param("paddings", ()))]
+        fill: Any = float(cx.param("value", 0.0))
+        axes = list(range(rank))
+    else:
+        flat = _required_const(cx, 1, "pads")
+        value = _arg(operands, 2)
+        fill = None if value is None else tf.reshape(tf.cast(value, x.dtype), [])
+        axes_array = _const_array(cx, 3)
+        if _arg(operands, 3) is not None and axes_array is None:
+            raise cx.error("needs constant axes (input #3) to be lowered")
+        axes = list(range(rank)) if axes_array is None else [_norm_axis(int(a), rank) for a in axes_array.reshape(-1)]
+    count = len(axes)
+    if len(flat) != 2 * count:
+        raise cx.error(f"has {len(flat)} pads for {count} axes")
+    pads = [(0, 0)] * rank
+    for k, axis in enumerate(axes):
+        pads[axis] = (flat[k], flat[k + count])
+    grow = [(max(b, 0), max(e, 0)) for b, e in pads]
+    if any(p != (0, 0) for p in grow):
+        if mode == "constant":
+            x = tf.pad(x, grow, constant_values=0 if fill is None else fill)
+        elif mode == "reflect":
+            x = tf.pad(x, grow, mode="REFLECT")
+        elif mode == "edge":
+            x = _edge_pad(tf, x, grow)
+        else:
+            raise cx.error(f"has mode '{mode}', which the TensorFlow lowering does not support")
+    if any(b < 0 or e < 0 for b, e in pads):  # negative pads crop
+        shape = cx.static_shape(0)
+        index = tuple(
+            slice(-min(b, 0), size + max(b, 0) + max(e, 0) + min(e, 0))
+            for (b, e), size in zip(pads, shape, strict=True)
+        )
+        x = x[index]
+    return [x]
+
+
+@_register("Slice")
+def _slice(cx: OpContext, operands: list[Any]) -> list[Any]:
+    shape = cx.static_shape(0)
+    rank = len(shape)
+    if cx.opset < 10:
+        starts = [int(v) for v in cx.param("starts")]
+        ends = [int(v) for v in cx.param("ends")]
+        axes = [int(v) for v in cx.param("axes", range(len(starts)))]
+        steps = [1] * len(starts)
+    else:
+        starts = _required_const(cx, 1, "starts")
+        ends = _required_const(cx, 2, "ends")
+        axes = _required_const(cx, 3, "axes") if _arg(operands, 3) is not None else list(range(len(starts)))
+        steps = _required_const(cx, 4, "steps") if _arg(operands, 4) is not None else [1] * len(starts)
+    index = [slice(None)] * rank
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+        if step == 0:
+            raise cx.error("has a zero step")
+        axis = _norm_axis(axis, rank)
+        begin, stop, stride = slice(start, end, step).indices(shape[axis])
+        # slice.indices gives stop -1 for "before index 0" with a negative step; that is an end mask.
+        index[axis] = slice(begin, None if stop < 0 else stop, stride)
+    return [operands[0][tuple(index)]]
+
+
+# ------------------------------------------------------------------------------- transposed convolution
+
+
+@_register("ConvTranspose")
+def _conv_transpose(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, w, bias = operands[0], operands[1], _arg(operands, 2)
+    rank = cx.rank(0)
+    if rank not in (3, 4, 5):
+        raise cx.error(f"has a rank-{rank} input; only 1-D, 2-D and 3-D transposed convolutions are lowered")
+    in_shape, w_shape = cx.static_shape(0), cx.static_shape(1)
+    kernel = [int(k) for k in cx.param("kernel_shape", w_shape[2:])]
+    strides, dilations = _spatial_params(cx, kernel)
+    group = int(cx.param("group", 1))
+    count = len(kernel)
+    out_padding = [int(p) for p in cx.param("output_padding", (0,) * count)]
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    full = [(n - 1) * s + span for n, s, span in zip(in_shape[2:], strides, spans, strict=True)]
+    out_spatial = cx.out_shape(0)[2:]
+    auto_pad = cx.param("auto_pad", "NOTSET")
+    if cx.param("output_shape") is not None or auto_pad not in ("NOTSET", ""):
+        # The pads follow from the requested size; onnxruntime puts the odd cell at the end for
+        # SAME_UPPER (and NOTSET) and at the beginning for SAME_LOWER.
+        pads = []
+        for size, extra, want in zip(full, out_padding, out_spatial, strict=True):
+            total = size + extra - want
+            small, large = total // 2, total - total // 2
+            pads.append((large, small) if auto_pad == "SAME_LOWER" else (small, large))
+    else:
+        flat = [int(p) for p in cx.param("pads", (0,) * (2 * count))]
+        pads = [(flat[i], flat[i + count]) for i in range(count)]
+    to_last, to_first = _channels_last(rank)
+    x = tf.transpose(x, to_last)
+    # ONNX weights [C, M/group, k...] -> TensorFlow transposed filters [k..., M/group, C].
+    w = tf.transpose(w, [*range(2, rank), 1, 0])
+    batch = in_shape[0]
+    per_group = w_shape[1]
+    xs = tf.split(x, group, axis=-1) if group > 1 else [x]
+    ws = tf.split(w, group, axis=-1) if group > 1 else [w]
+    parts = [
+        tf.nn.conv_transpose(xi, wi, [batch, *full, per_group], strides=strides, padding="VALID", dilations=dilations)
+        for xi, wi in zip(xs, ws, strict=True)
+    ]
+    y = tf.concat(parts, axis=-1) if group > 1 else parts[0]
+    if any(out_padding):
+        y = tf.pad(y, [(0, 0), *((0, p) for p in out_padding), (0, 0)])
+    index = (
+        slice(None),
+        *(slice(b, size + extra - e) for (b, e), size, extra in zip(pads, full, out_padding, strict=True)),
+        slice(None),
+    )
+    y = y[index]
+    if bias is not None:
+        y = y + bias
+    return [tf.transpose(y, to_first)]
