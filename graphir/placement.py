@@ -247,6 +247,31 @@ def upward_rank(problem: PlacementProblem, comm: np.ndarray | None = None) -> np
     return np.asarray(rank_list)
 
 
+def keyed_topological_order(problem: PlacementProblem, key: np.ndarray) -> list[int]:
+    """Kahn's algorithm over the coarse graph taking, among ready nodes, the smallest ``key``.
+
+    Ties go to the lowest node number. The result is always a topological order, whatever the key.
+    """
+    n = problem.num_nodes
+    indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
+    keys = np.asarray(key, dtype=np.float64).tolist()
+    heap = [(keys[v], v) for v in range(n) if indegree[v] == 0]
+    heapq.heapify(heap)
+    offsets = problem.succ_offsets.tolist()
+    succ = problem.succ.tolist()
+    order: list[int] = []
+    while heap:
+        _, v = heapq.heappop(heap)
+        order.append(v)
+        for k in range(offsets[v], offsets[v + 1]):
+            s = succ[k]
+            indegree[s] -= 1
+            if indegree[s] == 0:
+                heapq.heappush(heap, (keys[s], s))
+    assert len(order) == n, "the coarse graph is acyclic"
+    return order
+
+
 def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and finish times for a fixed device assignment (non-insertion list scheduling).
 

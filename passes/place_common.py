@@ -34,7 +34,6 @@ Conventions every placer inherits (the papers leave them open):
 
 from __future__ import annotations
 
-import heapq
 import math
 from bisect import bisect_right
 
@@ -42,7 +41,7 @@ import numpy as np
 
 from graphir.pass_infra import Stat
 from graphir.passes.place import Placement
-from graphir.placement import PlacementProblem
+from graphir.placement import PlacementProblem, keyed_topological_order
 
 INF = math.inf
 
@@ -332,21 +331,4 @@ def ready_order(problem: PlacementProblem, priority: np.ndarray) -> list[int]:
     decreasing priority (HEFT's and FastT's list), and it stays a topological order whatever
     floating-point rounding does to equal ranks.
     """
-    n = problem.num_nodes
-    indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
-    key = (-np.asarray(priority, dtype=np.float64)).tolist()
-    heap = [(key[v], v) for v in range(n) if indegree[v] == 0]
-    heapq.heapify(heap)
-    offsets = problem.succ_offsets.tolist()
-    succ = problem.succ.tolist()
-    order: list[int] = []
-    while heap:
-        _, v = heapq.heappop(heap)
-        order.append(v)
-        for k in range(offsets[v], offsets[v + 1]):
-            s = succ[k]
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                heapq.heappush(heap, (key[s], s))
-    assert len(order) == n, "the coarse graph is acyclic"
-    return order
+    return keyed_topological_order(problem, -np.asarray(priority, dtype=np.float64))

@@ -70,7 +70,6 @@ is reproducible.
 
 from __future__ import annotations
 
-import heapq
 import math
 import pickle
 import subprocess
@@ -83,7 +82,7 @@ from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Stat
 from graphir.passes.place import PLACERS, Place, Placement, register_placer
-from graphir.placement import PlacementProblem, list_schedule, write_placement
+from graphir.placement import PlacementProblem, keyed_topological_order, list_schedule, write_placement
 from graphir.simulator import simulate
 
 WARM_START_PLACERS = ("heft", "dpos", "adjusting", "m-etf")
@@ -430,29 +429,13 @@ def _fits_memory(problem: PlacementProblem, device: np.ndarray, memory: np.ndarr
 def _coarse_sequence(problem: PlacementProblem, fine_start: np.ndarray) -> list[int]:
     """A topological order of the coarse nodes that follows simulated starts where it can.
 
-    Kahn's algorithm taking, among the ready coarse nodes, the one whose first member started
-    first (ties: topological number). On an ungrouped graph this is the simulated start order; on a
-    grouped one it is a valid order close to it (the members of two groups may interleave).
+    Among the ready coarse nodes, the one whose first member started first (ties: topological
+    number). On an ungrouped graph this is the simulated start order; on a grouped one it is a
+    valid order close to it (the members of two groups may interleave).
     """
-    n = problem.num_nodes
-    first = np.full(n, np.inf)
+    first = np.full(problem.num_nodes, np.inf)
     np.minimum.at(first, problem.node_group, fine_start)
-    key = first.tolist()
-    indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
-    heap = [(key[g], g) for g in range(n) if indegree[g] == 0]
-    heapq.heapify(heap)
-    offsets = problem.succ_offsets.tolist()
-    succ = problem.succ.tolist()
-    order: list[int] = []
-    while heap:
-        _, g = heapq.heappop(heap)
-        order.append(g)
-        for k in range(offsets[g], offsets[g + 1]):
-            h = succ[k]
-            indegree[h] -= 1
-            if indegree[h] == 0:
-                heapq.heappush(heap, (key[h], h))
-    return order
+    return keyed_topological_order(problem, first)
 
 
 def warm_start(
