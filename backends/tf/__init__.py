@@ -10,10 +10,13 @@ Python API::
 Emitters (registered on import; TensorFlow is loaded only when one runs):
 
 * ``--emit=tf-graphdef -o g.pb``: the binary GraphDef (``-o g.pbtxt``: text format; without ``-o``
-  the text format goes to stdout). The emitted text (a manifest: feeds, fetches, devices) goes to
+  the text format goes to stdout). Large weights, held as variables by the lowering, are embedded
+  as ``Const`` ops so the file is self-contained (more than 2 GB of weights: an error, use a
+  SavedModel). The emitted text (a manifest: feeds, fetches, devices) goes to
   ``g.pb.txt``.
-* ``--emit=tf-savedmodel -o DIR``: a SavedModel with the signature ``serving_default``; the
-  manifest goes to ``DIR/tf-savedmodel.txt``.
+* ``--emit=tf-savedmodel -o DIR``: a SavedModel with the signature ``serving_default``; the large
+  weights are its variables (checkpoint shards, devices kept); the manifest goes to
+  ``DIR/tf-savedmodel.txt``.
 
 Both enforce each device's ``order`` with control dependencies when the module is ordered (every
 placed node has ``order``), so the exported graph runs the schedule graphir evaluated.
@@ -41,11 +44,14 @@ if TYPE_CHECKING:
 __all__ = ["LoweredGraph", "lower", "manifest"]
 
 
-def lower(module: Module, enforce_order: bool = False) -> LoweredGraph:
-    """Lower ``module`` to TensorFlow (see :func:`graphir.backends.tf.lowering.lower`)."""
+def lower(module: Module, enforce_order: bool = False, large_weight_bytes: int | None = 1 << 20) -> LoweredGraph:
+    """Lower ``module`` to TensorFlow (see :func:`graphir.backends.tf.lowering.lower`).
+
+    Constants above ``large_weight_bytes`` are held as resource variables outside the graph.
+    """
     from graphir.backends.tf.lowering import lower as lower_module
 
-    return lower_module(module, enforce_order=enforce_order)
+    return lower_module(module, enforce_order=enforce_order, large_weight_bytes=large_weight_bytes)
 
 
 def __getattr__(name: str) -> Any:
@@ -74,6 +80,10 @@ def manifest(module: Module, lowered: LoweredGraph, what: str) -> str:
         lines.append(f"fetch %{value} -> {fetch}")
     for device in sorted(counts):
         lines.append(f"device {device}: {counts[device]} nodes")
+    weights = getattr(lowered, "weights", {})
+    if weights:
+        size = sum(w.variable.shape.num_elements() * w.variable.dtype.size for w in weights.values())
+        lines.append(f"large weights: {len(weights)} ({size} bytes), held as variables by the lowering")
     return "\n".join(lines) + "\n"
 
 
@@ -94,7 +104,12 @@ def _replace_atomically(path: Path, data: bytes) -> None:
 def emit_tf_graphdef(module: Module, output: Path | None) -> str:
     """``--emit=tf-graphdef``: write the GraphDef to ``output``; return the manifest (stdout: the pbtxt)."""
     lowered = lower(module, enforce_order=_is_ordered(module))
-    graph_def = lowered.graph_def()
+    graph_def = lowered.graph_def()  # large weights embedded as Const ops: a self-contained file
+    if graph_def.ByteSize() >= 2**31:
+        raise BackendError(
+            "--emit=tf-graphdef: the weights make the GraphDef exceed protobuf's 2 GB limit; "
+            "use --emit=tf-savedmodel (weights in variable shards)"
+        )
     if output is None:
         from google.protobuf import text_format
 
@@ -126,6 +141,8 @@ def emit_tf_savedmodel(module: Module, output: Path | None) -> str:
     try:
         holder = tf.Module()
         holder.serve = lowered.function
+        # The large weights are variables: tracked here, the SavedModel stores them in its shards.
+        holder.weights = [weight.variable for weight in lowered.weights.values()]
         options = tf.saved_model.SaveOptions(experimental_variable_policy="save_variable_devices")
         tf.saved_model.save(holder, str(staging), signatures=lowered.function, options=options)
         umask = os.umask(0)

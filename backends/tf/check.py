@@ -11,7 +11,9 @@ one JSON object per model (one line each):
   of a session run with soft placement, Grappler and the classic graph optimiser off, so ops are
   neither moved, folded nor renamed) differs from the device graphir assigned to their node, or
   which did not run at all; ``ops_checked`` counts the ops found;
-* ``devices``: nodes per assigned device.
+* ``devices``: nodes per assigned device;
+* ``weights``: constants held as variables outside the graph (above 1 MiB), ``graphdef_bytes`` the
+  size of the session's GraphDef (weights referenced, not embedded).
 
 TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
 fresh process (:func:`configure_logical_cpus` first, which also turns oneDNN's graph rewrites
@@ -90,7 +92,8 @@ def session_run(
 
     graph = tf.Graph()
     with graph.as_default():
-        tf.graph_util.import_graph_def(lowered.graph_def(), name="")
+        # Large weights stay variables (VarHandleOp), filled once below: the GraphDef stays small.
+        tf.graph_util.import_graph_def(lowered.graph_def(embed_weights=False), name="")
     config = tf.compat.v1.ConfigProto(allow_soft_placement=False, device_count={"CPU": devices})
     config.graph_options.rewrite_options.disable_meta_optimizer = True
     # The classic graph optimiser would fold constant subgraphs (a ConstantOfShape's Fill) away.
@@ -102,6 +105,7 @@ def session_run(
     options = tf.compat.v1.RunOptions(output_partition_graphs=True)
     metadata = tf.compat.v1.RunMetadata()
     with tf.compat.v1.Session(graph=graph, config=config) as session:
+        lowered.initialize_weights(session)
         feed = dict(zip(lowered.feeds, inputs, strict=True))
         outputs = session.run(list(fetches or lowered.fetches), feed, options=options, run_metadata=metadata)
     placed = {node.name: node.device for partition in metadata.partition_graphs for node in partition.node}
@@ -109,7 +113,10 @@ def session_run(
 
 
 def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, list[str]]:
-    """(ops checked, ``"op: expected X, got Y"`` lines) for every op lowered from a placed node and every constant."""
+    """(ops checked, ``"op: expected X, got Y"`` lines) for every op lowered from a placed node and every constant.
+
+    Large weights count twice: their ``ReadVariableOp`` (in ``const_devices``) and their ``VarHandleOp``.
+    """
     checked = 0
     problems: list[str] = []
     expected: list[tuple[str, str]] = []
@@ -118,6 +125,7 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
         if device:
             expected.extend((op, device) for op in ops)
     expected.extend((op, device) for op, device in lowered.const_devices.items() if device)
+    expected.extend((op, weight.device) for op, weight in getattr(lowered, "weights", {}).items() if weight.device)
     fed = {feed.rsplit(":", 1)[0] for feed in lowered.feeds}  # fed placeholders become session args
     for op, device in expected:
         if op in fed:
@@ -200,6 +208,8 @@ def check_onnx_model(
         "ops_checked": checked,
         "placement_mismatches": problems[:20],
         "enforce_order": enforce_order,
+        "weights": len(lowered.weights),
+        "graphdef_bytes": lowered.graph_def(embed_weights=False).ByteSize(),
     }
 
 

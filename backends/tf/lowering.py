@@ -22,6 +22,21 @@ TensorFlow's own transfers, as with any other cross-device tensor. A constant th
 read as static data (``Pad``'s pads, ``Slice``'s starts) stays unconsumed, is pruned by the
 runtime, and is left out of :attr:`LoweredGraph.const_devices`.
 
+**Large weights live outside the graph.** A constant of more than :data:`LARGE_WEIGHT_BYTES`
+(1 MiB) on a device of this process becomes a non-trainable resource variable, created once on
+the constant's device from the constant's (lazy) loader; the ``tf.function`` captures it and reads
+it with one ``ReadVariableOp`` named like the constant (the op :attr:`LoweredGraph.const_devices`
+records). Smaller constants, and any on a remote task, stay graph ``Const`` ops. Variables rather
+than captured eager tensors because a SavedModel stores variables in its checkpoint shards (with
+their devices, ``save_variable_devices``), while captured eager tensors are folded into the saved
+graph as constants again, which brings back the copies and TensorFlow's 2 GB GraphDef limit. The
+weight data is read once: the loader's array initialises the variable and is dropped; neither the
+trace nor the GraphDef holds a copy. :meth:`LoweredGraph.graph_def` embeds the weights as ``Const``
+ops by default (a self-contained GraphDef, what ``--emit=tf-graphdef`` writes; it must stay under
+2 GB); ``graph_def(embed_weights=False)`` references them instead: each captured handle becomes a
+``VarHandleOp`` (``shared_name`` = its node name, on the weight's device), which
+:meth:`LoweredGraph.initialize_weights` fills in a session one weight at a time.
+
 **Enforcing the order** (``enforce_order=True``): for every device, each node gets a control
 dependency on the node before it in that device's ``order`` annotation (Pesto's mechanism), so a
 node's first ops cannot start before the previous node's results on that device exist. FastT
@@ -55,6 +70,9 @@ __all__ = ["LoweredGraph", "check_supported", "lower", "lowering_sequence", "mod
 DEFAULT_OPSET = 13
 """ONNX opset assumed when the module metadata has none (a hand-written `.gir`)."""
 
+LARGE_WEIGHT_BYTES = 1 << 20
+"""Constants larger than this become resource variables outside the graph (see the module docstring)."""
+
 _SCOPE_BAD = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
@@ -75,6 +93,8 @@ class LoweredGraph:
         value_tensors: IR value name of every node result -> its TF tensor name in :meth:`graph_def`
             (to fetch intermediate values, e.g. to compare them one by one with a reference).
         enforce_order: whether control dependencies follow each device's order.
+        weights: TF op name of each large weight's captured handle (in ``graph_def(embed_weights=False)``)
+            -> the :class:`Weight` holding it (variable, device, ``ReadVariableOp`` name).
     """
 
     function: Callable[..., Any]
@@ -88,10 +108,63 @@ class LoweredGraph:
     value_tensors: dict[str, str]
     enforce_order: bool
     _graph_def: Callable[[], Any] = dataclasses.field(repr=False)
+    weights: dict[str, Weight] = dataclasses.field(default_factory=dict)
 
-    def graph_def(self) -> Any:
-        """A fresh ``tf.compat.v1.GraphDef`` of the lowered graph (devices set on every node)."""
-        return self._graph_def()
+    def graph_def(self, embed_weights: bool = True) -> Any:
+        """A fresh ``tf.compat.v1.GraphDef`` of the lowered graph (devices set on every node).
+
+        With ``embed_weights`` the large weights are ``Const`` ops (named like their reads, on their
+        devices); without, their handles are ``VarHandleOp`` ops to fill with :meth:`initialize_weights`.
+        """
+        graph_def = self._graph_def()
+        if not self.weights:
+            return graph_def
+        from tensorflow.python.framework import tensor_util
+
+        reads = {weight.read_op: weight for weight in self.weights.values()}
+        nodes = list(graph_def.node)
+        del graph_def.node[:]
+        for node in nodes:
+            weight = self.weights.get(node.name)
+            if weight is not None:
+                if embed_weights:
+                    continue  # the handle placeholder: its read becomes the constant
+                handle = graph_def.node.add(name=node.name, op="VarHandleOp", device=weight.device)
+                handle.attr["dtype"].type = weight.variable.dtype.as_datatype_enum
+                handle.attr["shape"].shape.CopyFrom(weight.variable.shape.as_proto())
+                handle.attr["shared_name"].s = node.name.encode()
+                handle.attr["container"].s = b""
+                continue
+            weight = reads.get(node.name) if embed_weights else None
+            if weight is None:
+                graph_def.node.add().CopyFrom(node)
+                continue
+            const = graph_def.node.add(name=node.name, op="Const", device=node.device)
+            const.input.extend(i for i in node.input if i.startswith("^"))
+            const.attr["dtype"].type = weight.variable.dtype.as_datatype_enum
+            const.attr["value"].tensor.CopyFrom(tensor_util.make_tensor_proto(_weight_array(weight)))
+        return graph_def
+
+    def initialize_weights(self, session: Any) -> None:
+        """Fill the weights' ``VarHandleOp`` variables of ``graph_def(embed_weights=False)``, imported with ``name=""``.
+
+        Adds one placeholder and ``AssignVariableOp`` per weight (on its device) to the session's
+        graph and runs them one weight at a time, so at most one extra weight copy is alive.
+        """
+        if not self.weights:
+            return
+        import tensorflow as tf
+
+        graph = session.graph
+        assigns = []
+        with graph.as_default():
+            for name, weight in self.weights.items():
+                with _device_scope(tf, weight.device), tf.name_scope("graphir_init_weights"):
+                    value = tf.compat.v1.placeholder(weight.variable.dtype, weight.variable.shape)
+                    assign = tf.raw_ops.AssignVariableOp(resource=graph.get_tensor_by_name(name + ":0"), value=value)
+                assigns.append((assign, value, weight))
+        for assign, value, weight in assigns:
+            session.run(assign, {value: _weight_array(weight)})
 
     def __call__(self, *inputs: Any) -> list[np.ndarray]:
         """Run the function on ``inputs`` (numpy arrays or tensors); the outputs as numpy arrays."""
@@ -103,6 +176,31 @@ class LoweredGraph:
         if not isinstance(results, (list, tuple)):
             results = [results]
         return [np.asarray(r) for r in results]
+
+
+@dataclasses.dataclass(frozen=True)
+class Weight:
+    """A large constant held as a resource variable outside the graph.
+
+    Attributes:
+        value: IR value name of the constant.
+        variable: the non-trainable ``tf.Variable`` (created on ``device``).
+        device: its TF device string (``""``: TensorFlow's choice).
+        read_op: the ``ReadVariableOp`` in the function graph that every user of the weight reads.
+    """
+
+    value: str
+    variable: Any = dataclasses.field(repr=False)
+    device: str
+    read_op: str
+
+
+def _weight_array(weight: Weight) -> np.ndarray:
+    """The weight's value (read eagerly, even inside a ``Graph``/``Session`` context)."""
+    from tensorflow.python.eager import context
+
+    with context.eager_mode():
+        return weight.variable.numpy()
 
 
 # --------------------------------------------------------------------------------- analysis (no TF)
@@ -234,13 +332,17 @@ def _constant_devices(module: Module, devices: Mapping[Node, str]) -> dict[Value
 # --------------------------------------------------------------------------------- entry point
 
 
-def lower(module: Module, enforce_order: bool = False) -> LoweredGraph:
+def lower(
+    module: Module, enforce_order: bool = False, large_weight_bytes: int | None = LARGE_WEIGHT_BYTES
+) -> LoweredGraph:
     """Lower ``module`` to TensorFlow with every node on its assigned device.
 
     Args:
         module: an ONNX- or TF-imported module, usually placed (``device`` annotations); unplaced
             nodes get no device (TensorFlow chooses).
         enforce_order: add control dependencies along each device's ``order`` annotation.
+        large_weight_bytes: ONNX constants larger than this become resource variables outside the
+            graph (``None``: every constant is a graph ``Const``). TF-imported modules keep theirs.
 
     Returns:
         The :class:`LoweredGraph` (callable, GraphDef builder, node -> op and device maps).
@@ -257,7 +359,7 @@ def lower(module: Module, enforce_order: bool = False) -> LoweredGraph:
     tf = load_tensorflow()
     if _is_tf_module(module):
         return _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
-    return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order)
+    return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order, large_weight_bytes)
 
 
 def _scope_name(name: str) -> str:
@@ -279,6 +381,7 @@ def _lower_onnx(
     order_prev: Mapping[Node, Node],
     devices: Mapping[Node, str],
     enforce_order: bool,
+    large_weight_bytes: int | None = LARGE_WEIGHT_BYTES,
 ) -> LoweredGraph:
     graph = module.graph
     opset = module_opset(module)
@@ -302,18 +405,30 @@ def _lower_onnx(
     const_ops: dict[str, str] = {}
     value_tensors: dict[str, str] = {}
 
+    # Large weights: one variable each, created (eagerly, once) on the constant's device.
+    local = _local_devices(tf)
+    variables: dict[Value, Any] = {}
+    for value, device in const_device.items():
+        if large_weight_bytes is None or value.nbytes <= large_weight_bytes or not local(device):
+            continue
+        array = _constant_array(value)
+        with _device_scope(tf, device), tf.init_scope():
+            variables[value] = tf.Variable(array, trainable=False, name=_scope_name(value.name))
+        del array
+    read_ops: dict[Value, str] = {}
+
     def build(*args: Any) -> list[Any]:
         env: dict[Value, Any] = dict(zip(graph.inputs, args, strict=True))
         for value, device in const_device.items():
-            data = value.const
-            try:
-                array = None if data is None else np.asarray(data.numpy())
-            except ValueError:
-                array = None
-            if array is None:
-                raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
+            variable = variables.get(value)
             with _device_scope(tf, device):
-                tensor = tf.constant(array, name=_scope_name(value.name))
+                if variable is not None:
+                    tensor = tf.raw_ops.ReadVariableOp(
+                        resource=variable.handle, dtype=variable.dtype, name=_scope_name(value.name)
+                    )
+                    read_ops[value] = tensor.op.name
+                else:
+                    tensor = tf.constant(_constant_array(value), name=_scope_name(value.name))
             env[value] = tensor
         for node in sequence:
             operands = [None if v is None else env[v] for v in onnx_inputs(node)]
@@ -359,7 +474,16 @@ def _lower_onnx(
         owner = scopes.get(op.name.split("/")[0] + "/")
         if owner is not None:
             node_ops[owner].append(op.name)
-    feeds = tuple(t.name for t in concrete.inputs)
+    handles = {
+        id(external): internal
+        for external, internal in zip(concrete.captured_inputs, concrete.graph.internal_captures, strict=True)
+    }
+    weights = {
+        handles[id(variable.handle)].op.name: Weight(value.name, variable, const_device[value], read_ops[value])
+        for value, variable in variables.items()
+    }
+    captured = {t.name for t in concrete.graph.internal_captures}
+    feeds = tuple(t.name for t in concrete.inputs if t.name not in captured)
     fetches = tuple(t.name for t in concrete.outputs)
     return LoweredGraph(
         function=concrete,
@@ -373,7 +497,45 @@ def _lower_onnx(
         value_tensors=dict(value_tensors),
         enforce_order=enforce_order,
         _graph_def=lambda: concrete.graph.as_graph_def(),
+        weights=weights,
     )
+
+
+def _constant_array(value: Value) -> np.ndarray:
+    """The data of constant ``value`` from its (lazy) loader; a BackendError when it has none."""
+    data = value.const
+    try:
+        array = None if data is None else np.asarray(data.numpy())
+    except ValueError:
+        array = None
+    if array is None:
+        raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
+    return array
+
+
+def _local_devices(tf: Any) -> Callable[[str], bool]:
+    """A predicate: whether this process's eager runtime has the device (remote tasks: no)."""
+    names = [d.name for d in tf.config.list_logical_devices()]
+    cache: dict[str, bool] = {}
+
+    def local(device: str) -> bool:
+        if not device:
+            return True
+        if device not in cache:
+            from tensorflow.python.framework import device_spec
+
+            want = device_spec.DeviceSpecV2.from_string(device)
+            found = False
+            for name in names:
+                got = device_spec.DeviceSpecV2.from_string(name)
+                fields = ("job", "replica", "task", "device_type", "device_index")
+                if all(getattr(want, f) is None or getattr(want, f) == getattr(got, f) for f in fields):
+                    found = True
+                    break
+            cache[device] = found
+        return cache[device]
+
+    return local
 
 
 def _lower_tf(

@@ -231,3 +231,36 @@ def test_importing_the_backend_does_not_load_tensorflow():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) >= 40
+
+
+def _large_weight_model(path: Path) -> int:
+    """An ONNX model whose MatMul weight (768 x 512 float32, 1.5 MiB) is above the large-weight threshold."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((768, 512)).astype(np.float32)
+    bias = rng.standard_normal((512,)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Add", ["h", "b"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 768])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 512])],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return weight.nbytes
+
+
+def test_large_weight_stays_out_of_the_graphdef(tmp_path):
+    model = tmp_path / "big.onnx"
+    weight_bytes = _large_weight_model(model)
+    result = _check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["big.onnx"]
+    _assert_proven(result)
+    assert result["weights"] == 1  # the bias (2 KiB) stays a graph Const
+    assert result["graphdef_bytes"] < weight_bytes // 100

@@ -109,7 +109,7 @@ _SCRIPT = textwrap.dedent(
     nodes, devices = len(module.graph), sorted({n.device for n in module.graph.nodes if n.device})
     data = np.load(sys.argv[3])
     inputs = [data[f"input_{k}"] for k in range(len(module.graph.inputs))]
-    del module  # its weights are now in the TF graph; keep the peak memory down
+    del module  # drop the IR copy before the TF run; keep the peak memory down
     names = sorted(lowered.value_tensors)
     expected = np.load(sys.argv[4])  # onnxruntime's values, computed in another process (memory)
     compared = [n for n in names if n in expected.files]
