@@ -14,10 +14,8 @@ file is left behind.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -25,6 +23,7 @@ from typing import NoReturn
 from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
 from graphir.emit import load_builtin_emitters
 from graphir.errors import GraphIRError
+from graphir.fileio import write_atomically
 from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.parser import parse_module
@@ -128,28 +127,6 @@ def list_passes() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so failures leave no partial file."""
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except OSError as exc:
-        raise GraphIRError(f"cannot write '{path}': {exc.strerror or exc}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise GraphIRError(f"cannot write '{path}': {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
     """The input as one module, or as `.gir` chunks (text, first line number) with --split-input-file."""
     if args.input == "-":
@@ -242,7 +219,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         else:
             output, failed = _process_chunks(loaded, args)
         if args.output and not failed:
-            _write_atomically(emitters[args.emit].text_path(Path(args.output)), output)
+            write_atomically(emitters[args.emit].text_path(Path(args.output)), output)
         elif not args.output:
             sys.stdout.write(output)
         return 1 if failed else 0

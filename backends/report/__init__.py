@@ -28,8 +28,6 @@ report one module per run when the pictures matter.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from graphir.backends.report.data import Report, build_report
@@ -37,6 +35,7 @@ from graphir.backends.report.dot import quotient_dot
 from graphir.backends.report.table import format_table, report_json
 from graphir.emit import register_emitter
 from graphir.errors import BackendError
+from graphir.fileio import write_atomically
 from graphir.ir import Module
 
 __all__ = ["Report", "build_report", "emit_report", "format_table", "quotient_dot", "report_json", "report_paths"]
@@ -65,40 +64,15 @@ def report_paths(output: Path) -> dict[str, Path]:
     return paths
 
 
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory.
-
-    Raises:
-        BackendError: the file cannot be written.
-    """
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    except OSError as exc:
-        raise BackendError(f"cannot write '{path}': {exc.strerror or exc}") from None
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise BackendError(f"cannot write '{path}': {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_report_files(report: Report, paths: dict[str, Path]) -> None:
     """Write the JSON report, the timeline PNG and SVG, and the DOT graph to ``paths``."""
     from graphir.backends.report.timeline import render_timeline
 
     text = json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
-    write_bytes_atomically(paths["json"], text.encode())
-    write_bytes_atomically(paths["dot"], quotient_dot(report.module).encode())
+    write_atomically(paths["json"], text, BackendError)
+    write_atomically(paths["dot"], quotient_dot(report.module), BackendError)
     for fmt, data in render_timeline(report, ("png", "svg")).items():
-        write_bytes_atomically(paths[fmt], data)
+        write_atomically(paths[fmt], data, BackendError)
 
 
 @register_emitter(

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphir.emit import EMITTERS, Emitter
 from graphir.errors import BackendError
+from graphir.fileio import write_atomically
 from graphir.ir import Module
 
 if TYPE_CHECKING:
@@ -87,20 +88,6 @@ def manifest(module: Module, lowered: LoweredGraph, what: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _replace_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent if str(path.parent) else ".")
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def emit_tf_graphdef(module: Module, output: Path | None) -> str:
     """``--emit=tf-graphdef``: write the GraphDef to ``output``; return the manifest (stdout: the pbtxt)."""
     lowered = lower(module, enforce_order=_is_ordered(module))
@@ -118,9 +105,9 @@ def emit_tf_graphdef(module: Module, output: Path | None) -> str:
     if target.suffix == ".pbtxt":
         from google.protobuf import text_format
 
-        _replace_atomically(target, text_format.MessageToString(graph_def).encode())
+        write_atomically(target, text_format.MessageToString(graph_def), BackendError)
     else:
-        _replace_atomically(target, graph_def.SerializeToString())
+        write_atomically(target, graph_def.SerializeToString(), BackendError)
     return manifest(module, lowered, f"GraphDef {target}")
 
 
