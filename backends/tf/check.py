@@ -90,18 +90,14 @@ def session_run(
     """
     import tensorflow as tf
 
+    from graphir.backends.tf.run import session_config
+
     graph = tf.Graph()
     with graph.as_default():
         # Large weights stay variables (VarHandleOp), filled once below: the GraphDef stays small.
         tf.graph_util.import_graph_def(lowered.graph_def(embed_weights=False), name="")
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=False, device_count={"CPU": devices})
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    # The classic graph optimiser would fold constant subgraphs (a ConstantOfShape's Fill) away.
-    optimizer = config.graph_options.optimizer_options
-    optimizer.opt_level = tf.compat.v1.OptimizerOptions.L0
-    optimizer.do_constant_folding = False
-    optimizer.do_common_subexpression_elimination = False
-    optimizer.do_function_inlining = False
+    # No soft placement, Grappler off, no constant folding (it would fold a ConstantOfShape's Fill away).
+    config = session_config(tf, devices)
     options = tf.compat.v1.RunOptions(output_partition_graphs=True)
     metadata = tf.compat.v1.RunMetadata()
     with tf.compat.v1.Session(graph=graph, config=config) as session:
