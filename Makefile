@@ -8,6 +8,7 @@
 #   make lint     ruff check + ruff format --check
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
+#   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -20,7 +21,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place zoo clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place replicate zoo clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -78,6 +79,11 @@ bench-core: $(STAMP)
 
 bench-place: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix.toml
+
+# Celeritas, FastT, Pesto and Moirai's headline comparisons re-run on the zoo and the papers' cluster
+# presets; rewrites benchmarks/results/replicate_*.md (under 60 minutes on 2 cores).
+replicate: $(STAMP)
+	$(BIN)/python -m graphir.tools.replicate
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis
