@@ -21,7 +21,8 @@ Batch sizes follow the papers where they state one (Celeritas: InceptionV3 512, 
 with 2048 units 512, Transformer 256; Pesto/FastT: 32-128 for the CNNs and BERT); inference
 entries use the same batch. Sizes: see ``benchmarks/results/zoo.md`` (written by ``make zoo``).
 
-Files are written atomically with mode 0644 (:data:`FILE_MODE`).
+Files are written atomically: single files through :mod:`graphir.fileio` (mode 0666 less the umask),
+an ONNX model and its external-data file staged together with mode 0644 (:data:`FILE_MODE`).
 
 Determinism: each entry is built in a fresh Python process (Keras layer-name counters and TF
 function names depend on what the process built before) with ``keras.utils.set_random_seed``, so
@@ -52,6 +53,7 @@ import attrs
 import numpy as np
 
 from graphir.errors import ImportError_
+from graphir.fileio import write_atomically
 from graphir.ir import Module
 
 ZOO_DIR_ENV = "GRAPHIR_ZOO_DIR"
@@ -576,16 +578,9 @@ def _save_with_external_data(proto: Any, path: Path) -> None:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
+    """Write one built file atomically (:func:`graphir.fileio.write_atomically`), creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, FILE_MODE)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, data)
 
 
 def build_in_process(entry: Entry, directory: Path) -> Path:
