@@ -14,6 +14,7 @@ file is left behind.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
-from graphir.emit import load_builtin_emitters
+from graphir.emit import CURRENT_RUN, PipelineRun, load_builtin_emitters
 from graphir.errors import GraphIRError
 from graphir.fileio import write_atomically
 from graphir.importers import load_module
@@ -155,7 +156,7 @@ def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
     return chunks
 
 
-def _process(module: Module, args: argparse.Namespace) -> str:
+def _process(module: Module, args: argparse.Namespace, chunk: int | None = None) -> str:
     if args.cluster:
         module.set_cluster(resolve_cluster(args.cluster))
     passes = parse_pipeline(args.passes)
@@ -182,7 +183,13 @@ def _process(module: Module, args: argparse.Namespace) -> str:
 
         print(run_report(module, args.run_tf, seed=args.seed), file=sys.stderr)
     emitters = load_builtin_emitters()
-    return emitters[args.emit].run(module, Path(args.output) if args.output else None)
+    records = tuple((r.pass_.spec(), r.auto, dict(r.result.stats)) for r in manager.records)
+    pipeline_run = PipelineRun(records, chunk)
+    token = CURRENT_RUN.set(pipeline_run)
+    try:
+        return emitters[args.emit].run(module, Path(args.output) if args.output else None)
+    finally:
+        CURRENT_RUN.reset(token)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -212,6 +219,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         if args.cluster:
             resolve_cluster(args.cluster)
         parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
+        if args.output and args.output.endswith(("/", os.sep)) and emitters[args.emit].writes_files:
+            _make_output_dir(Path(args.output))  # `-o out/` names a directory even before it exists
         loaded = _load_inputs(args)
         if isinstance(loaded, Module):
             output = _process(loaded, args)
@@ -229,6 +238,13 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphir-opt: interrupted", file=sys.stderr)
         return 130
+
+
+def _make_output_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GraphIRError(f"cannot create directory '{path}': {exc.strerror or exc}") from None
 
 
 _EXPECTED = re.compile(r"//\s*expected-error(?:@([+-]\d+))?\s*\{\{(.*?)\}\}")
@@ -270,13 +286,13 @@ def _process_chunks(chunks: list[tuple[str, int]], args: argparse.Namespace) -> 
     """Run every chunk; errors are reported per chunk and make the run fail at the end."""
     outputs: list[str] = []
     failed = False
-    for text, first_line in chunks:
+    for position, (text, first_line) in enumerate(chunks):
         if args.verify_diagnostics:
             failed |= not _verify_chunk(text, first_line, args)
             continue
         try:
             module = parse_module("\n" * first_line + text, args.input_name)
-            outputs.append(_process(module, args))
+            outputs.append(_process(module, args, position if len(chunks) > 1 else None))
         except GraphIRError as exc:
             print(exc.render(), file=sys.stderr)
             failed = True

@@ -9,16 +9,40 @@ An emitter that also writes side files (the report's JSON, pictures and DOT) reg
 names from ``output`` and writes them itself (atomically, before the driver writes the text). For
 such an emitter ``-o`` may name an existing directory: the text then goes to ``DIR/<name>.txt``
 (:meth:`Emitter.text_path`).
+
+The driver also publishes the pipeline it ran (:class:`PipelineRun`) in :data:`CURRENT_RUN` while
+an emitter runs, so a report can name the passes and show their statistics; called from Python,
+an emitter sees ``None`` there and shows the module alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from graphir.ir import Module
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineRun:
+    """The passes the driver ran before emitting, in order.
+
+    Attributes:
+        passes: per executed pass, ``(spec, auto, stats)``: its pipeline text (``fuse{algo=cpd-topo}``),
+            whether the pass manager inserted it as a prerequisite, and its statistics.
+        chunk: with ``--split-input-file``, the chunk's position (from 0), so an emitter writing side
+            files can keep one set per chunk; ``None`` for a whole input.
+    """
+
+    passes: tuple[tuple[str, bool, Mapping[str, int | float | str]], ...] = ()
+    chunk: int | None = None
+
+
+CURRENT_RUN: ContextVar[PipelineRun | None] = ContextVar("graphir_current_run", default=None)
+"""The pipeline run being emitted (set by the driver around the emitter call; ``None`` otherwise)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -119,6 +119,8 @@ def test_report_paths():
     assert paths["png"] == Path("out/run.timeline.png")
     assert paths["svg"] == Path("out/run.timeline.svg")
     assert paths["dot"] == Path("out/run.dot")
+    assert paths["html"] == Path("out/run.html")
+    assert report_paths(Path("out/page.html")) == {"html": Path("out/page.html")}  # the page is the text
     assert report_paths(Path("out/run"))["dot"] == Path("out/run.dot")
     with pytest.raises(BackendError, match="clash"):
         report_paths(Path("out/run.json"))
@@ -132,7 +134,7 @@ def test_files_are_written_and_deterministic(tmp_path):
         (tmp_path / run_dir).mkdir()
         assert run([str(gir), "--emit=report", "-o", str(tmp_path / run_dir / "hand.txt")]) == 0
         outputs.append(tmp_path / run_dir)
-    for suffix in ("txt", "json", "dot", "timeline.png", "timeline.svg"):
+    for suffix in ("txt", "json", "dot", "timeline.png", "timeline.svg", "html"):
         first, second = (d / f"hand.{suffix}" for d in outputs)
         assert first.stat().st_size > 0, suffix
         if suffix != "timeline.png":
