@@ -7,7 +7,8 @@ module does not load it.
 **From the IR back to a GraphDef** (:func:`module_graphdef`). The module is re-exported rather than
 re-read from its source file, so modules imported from a concrete function, `.gir` text of TF ops
 or a module rewritten by passes all work: every ``tf.<Op>`` node becomes a ``NodeDef`` of the same
-name, its params become attrs (typed by the op's registered ``OpDef``; ``_device`` becomes the
+name, its params become attrs (:class:`graphir.importers.tf.AttrWriter`, the builder the TF lowering
+uses too: typed by the op's registered ``OpDef``; ``_device`` becomes the
 requested device and is cleared, so everything runs on the host CPU), its inputs the TF tensor
 names (:func:`graphir.importers.tf.tf_tensor_name`), control dependencies ``^name``; graph
 constants (large ``Const`` weights) become ``Const`` nodes holding their data, or seeded random
@@ -55,7 +56,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from graphir.attributes import DenseTensor, Opaque
 from graphir.errors import PassError, describe_exception
 from graphir.ir import Module
 from graphir.sampling import constant_array
@@ -99,129 +99,6 @@ def _quiet() -> Iterator[None]:
 # --------------------------------------------------------------------------- IR -> GraphDef
 
 
-def _tf_dtype(text: str) -> Any:
-    """TF DType of a dtype param (graphir short name ``f32`` or a TF name such as ``qint8``)."""
-    import tensorflow as tf
-
-    from graphir.types import DType
-
-    try:
-        dtype = DType.from_short(text)
-    except KeyError:
-        return tf.dtypes.as_dtype(text)
-    names = {"f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "c64": "complex64"}
-    names |= {"c128": "complex128", "str": "string", "string": "string", "i1": "bool", "bool": "bool"}
-    name = names.get(dtype.short)
-    if name is None:
-        name = dtype.name.lower()
-        name = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2", "str": "string"}.get(name, name)
-        if name[0] in "iu" and name[1:].isdigit():
-            name = ("int" if name[0] == "i" else "uint") + name[1:]
-    return tf.dtypes.as_dtype(name)
-
-
-def _set_shape(proto: Any, value: Any) -> None:
-    if value == "*":
-        proto.unknown_rank = True
-        return
-    for dim in value:
-        proto.dim.add().size = int(dim)
-
-
-def _tensor_proto(value: Any) -> Any:
-    import tensorflow as tf
-    from tensorflow.core.framework import tensor_pb2
-
-    if isinstance(value, Opaque):
-        proto = tensor_pb2.TensorProto()
-        proto.ParseFromString(value.data)
-        return proto
-    if isinstance(value, DenseTensor):
-        data = value.data
-        if isinstance(data, bytes) and value.type.dtype.name not in ("STRING",):
-            array = np.frombuffer(data, dtype=_tf_dtype(value.type.dtype.short).as_numpy_dtype)
-            array = array.reshape(value.type.shape)
-        elif value.type.dtype.name == "STRING":
-            array = np.array([s.encode() for s in data], dtype=object).reshape(value.type.shape)
-        else:
-            array = value.numpy()
-        return tf.make_tensor_proto(array, shape=value.type.shape)
-    raise PassError(f"cannot turn {value!r} into a TensorProto")
-
-
-def _set_attr(attr: Any, kind: str, value: Any) -> None:
-    """Fill ``attr`` (an AttrValue) of OpDef type ``kind`` (``int``, ``list(type)``...) from an IR param."""
-    from tensorflow.core.framework import attr_value_pb2
-
-    if isinstance(value, Opaque) and value.kind == "tf.AttrValue":
-        attr.ParseFromString(value.data)
-        return
-    if kind.startswith("list("):
-        inner = kind[5:-1]
-        items = value if isinstance(value, tuple) else (value,)
-        target = attr.list
-        target.SetInParent()
-        for item in items:
-            scratch = attr_value_pb2.AttrValue()
-            _set_attr(scratch, inner, item)
-            field = scratch.WhichOneof("value")
-            if field == "s":
-                target.s.append(scratch.s)
-            elif field == "i":
-                target.i.append(scratch.i)
-            elif field == "f":
-                target.f.append(scratch.f)
-            elif field == "b":
-                target.b.append(scratch.b)
-            elif field == "type":
-                target.type.append(scratch.type)
-            elif field == "shape":
-                target.shape.add().CopyFrom(scratch.shape)
-            elif field == "tensor":
-                target.tensor.add().CopyFrom(scratch.tensor)
-            elif field == "func":
-                target.func.add().CopyFrom(scratch.func)
-        return
-    if kind == "type":
-        attr.type = _tf_dtype(value).as_datatype_enum
-    elif kind == "shape":
-        attr.shape.SetInParent()
-        _set_shape(attr.shape, value)
-    elif kind == "tensor":
-        attr.tensor.CopyFrom(_tensor_proto(value))
-    elif kind == "func":
-        attr.func.ParseFromString(value.data)
-    elif kind == "string":
-        attr.s = value.data if isinstance(value, Opaque) else str(value).encode()
-    elif kind == "int":
-        attr.i = int(value)
-    elif kind == "float":
-        attr.f = float(value)
-    elif kind == "bool":
-        attr.b = bool(value)
-    else:  # no OpDef entry (private attrs such as _XlaMustCompile): guess from the Python type
-        if isinstance(value, bool):
-            attr.b = value
-        elif isinstance(value, int):
-            attr.i = value
-        elif isinstance(value, float):
-            attr.f = value
-        elif isinstance(value, str):
-            attr.s = value.encode()
-        elif isinstance(value, Opaque) and value.kind == "tf.NameAttrList":
-            attr.func.ParseFromString(value.data)
-        elif isinstance(value, Opaque) and value.kind == "tf.bytes":
-            attr.s = value.data
-        elif isinstance(value, DenseTensor | Opaque):
-            attr.tensor.CopyFrom(_tensor_proto(value))
-        elif isinstance(value, tuple) and all(isinstance(v, str) for v in value):
-            attr.list.s.extend(v.encode() for v in value)
-        elif isinstance(value, tuple) and all(isinstance(v, int) for v in value):
-            attr.list.i.extend(value)
-        else:
-            raise PassError(f"param value {value!r} has no TF attr form")
-
-
 def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.GraphDef:
     """Re-export a TF-dialect module as a GraphDef (see the module docstring).
 
@@ -232,9 +109,10 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
     with _quiet():
         import tensorflow as tf
         from tensorflow.core.framework import graph_pb2
-        from tensorflow.python.framework import op_def_registry
 
-        from graphir.importers.tf import tf_tensor_name
+        from graphir.importers.tf import AttrWriter, tf_tensor_name
+
+    writer = AttrWriter()
 
     graph = module.graph
     graph_def = graph_pb2.GraphDef()
@@ -249,17 +127,19 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
         node.attr["value"].tensor.CopyFrom(proto)
     for value in graph.inputs:  # graph inputs (e.g. of `.gir` text) become placeholders of their type
         node = graph_def.node.add(name=value.name, op="Placeholder")
-        node.attr["dtype"].type = _tf_dtype(value.type.dtype.short).as_datatype_enum
+        node.attr["dtype"].type = writer.dtype_enum(value.type.dtype.short)
         shape = value.type.shape
-        _set_shape(node.attr["shape"].shape, "*" if shape is None else [d if isinstance(d, int) else -1 for d in shape])
+        node.attr["shape"].shape.CopyFrom(
+            writer.shape("*" if shape is None else [d if isinstance(d, int) else -1 for d in shape])
+        )
     for ir_node in graph.index().nodes:
         if not ir_node.op.startswith("tf."):
             raise PassError(f"profile{{mode=tf}} runs TensorFlow ops only, but node '{ir_node.name}' is '{ir_node.op}'")
         op_type = ir_node.op[3:]
-        op_def = op_def_registry.get(op_type)
-        if op_def is None:
-            raise PassError(f"node '{ir_node.name}': op '{op_type}' is not registered in this TensorFlow")
-        kinds = {a.name: a.type for a in op_def.attr}
+        try:
+            kinds = writer.kinds(op_type)
+        except ValueError:
+            raise PassError(f"node '{ir_node.name}': op '{op_type}' is not registered in this TensorFlow") from None
         node = graph_def.node.add(name=ir_node.name, op=op_type)
         node.input.extend(tf_tensor_name(v) for v in ir_node.inputs)
         node.input.extend(f"^{c.name}" for c in ir_node.control_inputs)
@@ -267,8 +147,8 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
             if key == "_device":
                 continue
             try:
-                _set_attr(node.attr[key], kinds.get(key, ""), value)
-            except PassError as exc:
+                node.attr[key].CopyFrom(writer.attr(value, kinds.get(key)))
+            except ValueError as exc:
                 raise PassError(f"node '{ir_node.name}': attr '{key}': {exc}") from None
     return graph_def
 

@@ -9,7 +9,8 @@ name, so the measured step is the placement graphir evaluated (and ``RunMetadata
 
 Variables (training graphs): the importer keeps no values, so the caller passes
 ``variables={shared_name or VarHandleOp node name: array}``; the runner assigns them once before
-the first step through a companion graph (:func:`graphir.backends.tf.tf_graphdef.variables_graphdef`)
+the first step through a companion graph (:func:`graphir.backends.tf.tf_graphdef.variables_graphdef`,
+values fed, so their size is not bound by the 2 GB GraphDef limit)
 and :meth:`SessionRunner.read_variables` reads every variable back. Without values, every variable
 gets seeded random values (:func:`random_variables`).
 
@@ -214,11 +215,12 @@ class SessionRunner:
             tf.graph_util.import_graph_def(init.graph_def, name="graphir_init")
             tf.graph_util.import_graph_def(reader.graph_def, name="graphir_read")
         self.init_targets = [f"graphir_init/{name}" for name in init.targets]
+        init_feeds = {f"graphir_init/{name}": array for name, array in init.feeds.items()}
         self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
         self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=session_config(tf, cpu_devices))
         try:
             if self.init_targets:
-                self.session.run(self.init_targets, options=self._options())
+                self.session.run(self.init_targets, init_feeds, options=self._options())
         except Exception:
             self.close()
             raise

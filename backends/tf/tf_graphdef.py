@@ -1,16 +1,9 @@
 """Rebuild a TensorFlow ``GraphDef`` from a TF-imported module, with every node on its device.
 
 The TF importer (:mod:`graphir.importers.tf`) keeps one node ``tf.<Op>`` per TensorFlow op, named
-after it, with the NodeDef's attrs as params. Param values lost their attr kind on import (a
-``type`` attr ``"f32"`` and a ``string`` attr look alike, a ``shape`` and a ``list(int)`` too), so the
-kind of every attr is read back from the op's registered ``OpDef``; private attrs (``_...``), which
-no OpDef declares, get the kind their Python value suggests. Conversions (inverse of the importer):
-
-* ``type`` / ``list(type)``: graphir short names (``"f32"``) or TensorFlow names (``"qint8"``);
-* ``shape``: a tuple of dims with ``-1`` unknown, ``"*"`` unknown rank;
-* ``tensor``: :class:`~graphir.attributes.DenseTensor` (raw bytes for bf16/float8/int4) or
-  ``Opaque("tf.TensorProto")``; ``func``: ``Opaque("tf.NameAttrList")``; other opaque attrs
-  (``tf.AttrValue``, ``tf.bytes``) are restored byte for byte.
+after it, with the NodeDef's attrs as params; :class:`graphir.importers.tf.AttrWriter` (the inverse of
+the importer's attr conversion, shared with ``profile{mode=tf}``) turns the params back into attrs,
+with each attr's kind read from the op's registered ``OpDef``.
 
 Large ``Const`` ops became graph constants on import; they are re-emitted as ``Const`` nodes of
 the same name, on the device of their first user in topological order (the node the profiler
@@ -27,12 +20,15 @@ inputs along each device's ``order``.
 **Training steps** (variables). A resource variable lives on the device of its ``VarHandleOp`` and
 TensorFlow runs every op that takes its handle (``ReadVariableOp``, ``ResourceApplyAdam``...) on that
 device, so a placement that puts a handle's user elsewhere cannot run as placed: :func:`build_graphdef`
-rejects it (one-line error naming the node), and :func:`colocate_resource_users`, run before placing,
-puts each variable and its users in one ``colocate`` class (which the placers and fusion honour).
+rejects it (one-line error naming the node). The TF importer puts each variable and its users in one
+``colocate`` class (which the placers and fusion honour), so imported training graphs never hit it;
+:func:`colocate_resource_users` does the same for modules parsed from text.
 The importer keeps a variable's ``dtype``/``shape``/``shared_name`` but not its value, so values come
 from the caller: :func:`variables_graphdef` builds a companion GraphDef that re-creates the same
 handles (same node name, ``shared_name``, device) and either assigns given values
-(``AssignVariableOp`` from constants) or reads them (``ReadVariableOp``). Handles with one
+(``AssignVariableOp`` from a fed ``Placeholder``: the values never enter the GraphDef, whose
+protobuf is limited to 2 GB, and the zoo's LSTM step alone holds 3 GB of weights and Adam slots)
+or reads them (``ReadVariableOp``). Handles with one
 ``shared_name`` on one device are one resource in TensorFlow's resource manager, so running the
 companion before (or after) the step initialises (or reads) exactly the variables the step uses;
 :func:`variable_values` resolves a user's ``{shared_name or node name: array}`` map.
@@ -46,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from graphir.attributes import DenseTensor, Opaque, ParamValue, numpy_dtype
+from graphir.attributes import Opaque, ParamValue, numpy_dtype
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value
 from graphir.types import DType
@@ -60,31 +56,6 @@ __all__ = [
     "variable_values",
     "variables_graphdef",
 ]
-
-_TF_NAMES: dict[DType, str] = {
-    DType.F16: "float16",
-    DType.BF16: "bfloat16",
-    DType.F32: "float32",
-    DType.F64: "float64",
-    DType.I8: "int8",
-    DType.I16: "int16",
-    DType.I32: "int32",
-    DType.I64: "int64",
-    DType.U8: "uint8",
-    DType.U16: "uint16",
-    DType.U32: "uint32",
-    DType.U64: "uint64",
-    DType.BOOL: "bool",
-    DType.C64: "complex64",
-    DType.C128: "complex128",
-    DType.STRING: "string",
-    DType.RESOURCE: "resource",
-    DType.VARIANT: "variant",
-    DType.F8E4M3: "float8_e4m3fn",
-    DType.F8E5M2: "float8_e5m2",
-    DType.I4: "int4",
-    DType.U4: "uint4",
-}
 
 
 @dataclasses.dataclass
@@ -128,140 +99,28 @@ def _tensor_name(ref: str) -> str:
 
 
 class _AttrWriter:
-    """Turns params back into ``AttrValue``s, with the attr kinds from the op registry."""
+    """:class:`graphir.importers.tf.AttrWriter` with errors that name the node (one-line ``BackendError``)."""
 
     def __init__(self, tf: Any):
-        from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2
-        from tensorflow.python.framework import op_def_registry
+        from graphir.importers.tf import AttrWriter
 
+        self.writer = AttrWriter()
         self.tf = tf
-        self.attr_value_pb2 = attr_value_pb2
-        self.tensor_pb2 = tensor_pb2
-        self.tensor_shape_pb2 = tensor_shape_pb2
-        self.registry = op_def_registry
 
     def kinds(self, node: Node, op_type: str) -> dict[str, str]:
-        op_def = self.registry.get(op_type)
-        if op_def is None:
-            raise _error(node, f"op: TensorFlow has no op '{op_type}' registered, so it cannot be re-emitted")
-        return {attr.name: attr.type for attr in op_def.attr}
-
-    def dtype_enum(self, node: Node, text: Any) -> int:
-        if not isinstance(text, str):
-            raise _error(node, f"has a type attr {text!r} that is not a dtype name")
         try:
-            name = _TF_NAMES[DType.from_short(text)]
-        except KeyError:
-            name = text  # quantized and other TensorFlow-only names are kept as TensorFlow spells them
-        try:
-            return self.tf.as_dtype(name).as_datatype_enum
-        except TypeError:
-            raise _error(node, f"has an unknown dtype '{text}'") from None
+            return self.writer.kinds(op_type)
+        except ValueError as exc:
+            raise _error(node, f"op: {exc}, so it cannot be re-emitted") from None
 
     def shape(self, value: Any) -> Any:
-        proto = self.tensor_shape_pb2.TensorShapeProto()
-        if value == "*":
-            proto.unknown_rank = True
-            return proto
-        for dim in value:
-            proto.dim.add(size=int(dim))
-        return proto
-
-    def tensor(self, node: Node, value: Any) -> Any:
-        if isinstance(value, Opaque):
-            proto = self.tensor_pb2.TensorProto()
-            proto.ParseFromString(value.data)
-            return proto
-        if not isinstance(value, DenseTensor):
-            raise _error(node, f"has a tensor attr of unexpected kind {type(value).__name__}")
-        if isinstance(value.data, tuple):
-            return self.tf.make_tensor_proto(
-                np.array([s.encode() for s in value.data], dtype=object).reshape(value.type.shape or ())
-            )
-        try:
-            numpy_dtype(value.type.dtype)
-        except KeyError:  # bf16, float8, int4: the element bytes as tensor_content
-            proto = self.tensor_pb2.TensorProto(dtype=self.dtype_enum(node, value.type.dtype.short))
-            proto.tensor_shape.CopyFrom(self.shape(value.type.shape or ()))
-            proto.tensor_content = value.data
-            return proto
-        return self.tf.make_tensor_proto(value.numpy())
-
-    def func(self, value: Any) -> Any:
-        proto = self.attr_value_pb2.NameAttrList()
-        proto.ParseFromString(value.data)
-        return proto
+        return self.writer.shape(value)
 
     def attr(self, node: Node, key: str, value: ParamValue, kind: str | None) -> Any:
-        """One ``AttrValue``; ``kind`` is the OpDef type (``None``: guess from the value)."""
-        attr = self.attr_value_pb2.AttrValue()
-        if isinstance(value, Opaque) and value.kind == "tf.AttrValue":
-            attr.ParseFromString(value.data)
-            return attr
-        if kind is None:
-            kind = _guess_kind(value)
-        if kind.startswith("list("):
-            inner = kind[5:-1]
-            items = value if isinstance(value, tuple) else (value,)
-            lst = attr.list
-            lst.SetInParent()
-            for item in items:
-                if inner == "type":
-                    lst.type.append(self.dtype_enum(node, item))
-                elif inner == "shape":
-                    lst.shape.add().CopyFrom(self.shape(item))
-                elif inner == "int":
-                    lst.i.append(int(item))
-                elif inner == "float":
-                    lst.f.append(float(item))
-                elif inner == "bool":
-                    lst.b.append(bool(item))
-                elif inner == "string":
-                    lst.s.append(item.data if isinstance(item, Opaque) else str(item).encode())
-                elif inner == "tensor":
-                    lst.tensor.add().CopyFrom(self.tensor(node, item))
-                elif inner == "func":
-                    lst.func.add().CopyFrom(self.func(item))
-                else:
-                    raise _error(node, f"has attr '{key}' of unsupported kind {kind}")
-            return attr
-        if kind == "type":
-            attr.type = self.dtype_enum(node, value)
-        elif kind == "shape":
-            attr.shape.CopyFrom(self.shape(value))
-        elif kind == "int":
-            attr.i = int(value)  # type: ignore[arg-type]
-        elif kind == "float":
-            attr.f = float(value)  # type: ignore[arg-type]
-        elif kind == "bool":
-            attr.b = bool(value)
-        elif kind == "string":
-            attr.s = value.data if isinstance(value, Opaque) else str(value).encode()
-        elif kind == "tensor":
-            attr.tensor.CopyFrom(self.tensor(node, value))
-        elif kind == "func":
-            attr.func.CopyFrom(self.func(value))
-        else:
-            raise _error(node, f"has attr '{key}' of unsupported kind {kind}")
-        return attr
-
-
-def _guess_kind(value: ParamValue) -> str:
-    """The attr kind a private attr's value suggests (no OpDef declares ``_``-prefixed attrs)."""
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
-    if isinstance(value, DenseTensor) or (isinstance(value, Opaque) and value.kind == "tf.TensorProto"):
-        return "tensor"
-    if isinstance(value, Opaque) and value.kind == "tf.NameAttrList":
-        return "func"
-    if isinstance(value, tuple):
-        first = value[0] if value else ""
-        return f"list({_guess_kind(first)})"
-    return "string"
+        try:
+            return self.writer.attr(value, kind)
+        except ValueError as exc:
+            raise _error(node, f"attr '{key}': {exc}") from None
 
 
 def build_graphdef(
@@ -349,7 +208,9 @@ def build_graphdef(
 
 
 def _value_dtype(tf: Any, value: Value) -> int:
-    return tf.as_dtype(_TF_NAMES[value.type.dtype]).as_datatype_enum
+    from graphir.importers.tf import TF_DTYPE_NAMES
+
+    return tf.as_dtype(TF_DTYPE_NAMES[value.type.dtype]).as_datatype_enum
 
 
 def _shape_param(value: Value) -> Any:
@@ -370,7 +231,7 @@ def _split_concat(graph_def: Any, node: Node, device: str, prev: Node | None) ->
     axis_def = graph_def.node.add(name=axis_name, op="Const", device=device)
     axis_def.attr["dtype"].type = tf.int32.as_datatype_enum
     axis_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.int32(axis)))
-    dtype = tf.as_dtype(_TF_NAMES[node.outputs[0].type.dtype]).as_datatype_enum
+    dtype = _value_dtype(tf, node.outputs[0])
     if node.op == "graphir.split":
         sizes = []
         for value in node.outputs:
@@ -410,7 +271,8 @@ def _check_resource_devices(sequence: Sequence[Node], devices: Mapping[Node, str
             if mine is not None and theirs is not None and mine != theirs:
                 raise BackendError(
                     f"'{node.op}' is placed on {mine} but takes the resource '%{value.name}' that lives on {theirs}; "
-                    "run colocate_resource_users (graphir.backends.tf.tf_graphdef) before placing",
+                    "place with the colocate classes the TF importer records (for a module parsed from text, "
+                    "run graphir.backends.tf.tf_graphdef.colocate_resource_users before placing)",
                     Location(node=node.name),
                 )
 
@@ -418,57 +280,16 @@ def _check_resource_devices(sequence: Sequence[Node], devices: Mapping[Node, str
 def colocate_resource_users(module: Module) -> int:
     """Put every resource-producing node and the nodes taking its handle in one ``colocate`` class.
 
-    Classes already present (the importer's ``_class`` groups) are merged with the new ones; a
-    merged class is named after its alphabetically smallest existing class name, else its smallest
-    node name, so the result is deterministic. Run it before ``fuse``/``place``.
+    The TF importer already does this (:func:`graphir.importers.tf.colocate_resource_users`, the
+    one implementation); call it for a module built by hand or parsed from ``.gir`` text, before
+    ``fuse``/``place``. On an imported module it changes nothing.
 
     Returns:
         The number of nodes whose ``colocate`` annotation changed.
     """
-    parent: dict[str, str] = {}
+    from graphir.importers.tf import colocate_resource_users as colocate
 
-    def find(name: str) -> str:
-        parent.setdefault(name, name)
-        while parent[name] != name:
-            parent[name] = parent[parent[name]]
-            name = parent[name]
-        return name
-
-    def union(a: str, b: str) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-
-    nodes = module.graph.index().nodes
-    touched: set[str] = set()
-    for node in nodes:
-        for value in _resource_inputs(node):
-            union("n:" + node.name, "n:" + value.producer.name)  # type: ignore[union-attr]
-            touched.update(("n:" + node.name, "n:" + value.producer.name))  # type: ignore[union-attr]
-    if not touched:
-        return 0
-    for node in nodes:
-        if node.colocate is not None:
-            union("n:" + node.name, "c:" + node.colocate)
-    names: dict[str, str] = {}
-    for key in sorted(parent):
-        root = find(key)
-        kind, _, text = key.partition(":")
-        best = names.get(root)
-        rank = (0 if kind == "c" else 1, text)
-        if best is None or rank < (0 if best.startswith("c:") else 1, best[2:]):
-            names[root] = key
-    touched_roots = {find(key) for key in touched}
-    changed = 0
-    for node in nodes:
-        key = "n:" + node.name
-        if key not in parent or find(key) not in touched_roots:
-            continue
-        name = names[find(key)][2:]
-        if node.colocate != name:
-            node.colocate = name
-            changed += 1
-    return changed
+    return colocate(module.graph)
 
 
 def variable_nodes(module: Module) -> list[Node]:
@@ -526,11 +347,13 @@ class VariablesGraph:
         graph_def: VarHandleOps (copies of the module's, same devices) and the assign or read ops.
         targets: op names to run (assignments), empty when reading.
         fetches: IR variable node name -> TF tensor name of its value (reading), empty when assigning.
+        feeds: TF tensor name of a ``Placeholder`` -> the value to feed when running ``targets``.
     """
 
     graph_def: Any
     targets: list[str]
     fetches: dict[str, str]
+    feeds: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def variables_graphdef(
@@ -550,6 +373,7 @@ def variables_graphdef(
     graph_def.versions.producer = versions.GRAPH_DEF_VERSION
     targets: list[str] = []
     fetches: dict[str, str] = {}
+    feeds: dict[str, np.ndarray] = {}
     for node in variable_nodes(module):
         if values is not None and node not in values:
             continue
@@ -569,11 +393,12 @@ def variables_graphdef(
             read.attr["dtype"].type = dtype
             fetches[node.name] = f"{read.name}:0"
             continue
-        const = graph_def.node.add(name=f"{node.name}/graphir_value", op="Const", device=device)
-        const.attr["dtype"].type = dtype
-        const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(values[node]))
+        value = graph_def.node.add(name=f"{node.name}/graphir_value", op="Placeholder", device=device)
+        value.attr["dtype"].type = dtype
+        value.attr["shape"].shape.CopyFrom(writer.shape(values[node].shape))
+        feeds[f"{value.name}:0"] = values[node]
         assign = graph_def.node.add(name=f"{node.name}/graphir_assign", op="AssignVariableOp", device=device)
-        assign.input.extend([node.name, const.name])
+        assign.input.extend([node.name, value.name])
         assign.attr["dtype"].type = dtype
         targets.append(assign.name)
-    return VariablesGraph(graph_def, targets, fetches)
+    return VariablesGraph(graph_def, targets, fetches, feeds)

@@ -47,7 +47,12 @@ Mapping:
   is dropped (the types carry it) and ``_class`` becomes the ``colocate`` annotation.
 * **Colocation**: ``_class = ["loc:@X"]`` puts the node in X's colocation group; groups are closed
   transitively (union-find) and every member, X included, gets ``colocate = "<name>"`` where the
-  name is the smallest ``loc:@`` target of the group (X for an ordinary group).
+  name is the smallest ``loc:@`` target of the group (X for an ordinary group). TensorFlow also runs
+  every op that takes a resource handle (``ReadVariableOp``, ``ResourceApplyAdam``...) on the device
+  of the handle's producer, whatever the GraphDef requests, so the importer records that rule too:
+  :func:`colocate_resource_users` merges each resource producer and its users into one class. A
+  training graph can therefore be fused and placed as imported; a placement that split a variable
+  from its users could not run as placed.
 * **Variables**: a resource variable is the node creating its handle (``tf.VarHandleOp``,
   ``tf.VariableV2``...) whose params keep the variable's ``dtype`` and ``shape``; its output is a
   ``resource[]`` value. :func:`variable_type` returns the variable's ``TensorType`` for such a
@@ -77,7 +82,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy
+from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy, numpy_dtype
 from graphir.errors import ImportError_, Location, describe_exception
 from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
@@ -89,7 +94,10 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_OPS",
     "OUTPUTS_ATTR",
+    "TF_DTYPE_NAMES",
+    "AttrWriter",
     "VARIABLE_OPS",
+    "colocate_resource_users",
     "concrete_function_graphdef",
     "from_concrete_function",
     "import_graphdef",
@@ -151,6 +159,10 @@ _GRAPHIR_BY_TF_NAME: dict[str, DType] = {
 }
 
 
+TF_DTYPE_NAMES: dict[DType, str] = {d: n for n, d in _GRAPHIR_BY_TF_NAME.items() if not n.startswith("q")}
+"""graphir dtype -> TensorFlow dtype name (the inverse of the import mapping, quantized names aside)."""
+
+
 # --------------------------------------------------------------------------------- public helpers
 
 
@@ -179,6 +191,67 @@ def variable_type(node: Node) -> TensorType | None:
     if shape == UNKNOWN_RANK or not isinstance(shape, tuple):
         return TensorType(dtype, None)
     return TensorType(dtype, tuple(None if d < 0 else d for d in shape))
+
+
+def colocate_resource_users(graph: Graph) -> int:
+    """Put every resource-producing node and the nodes taking its handle in one ``colocate`` class.
+
+    TensorFlow places an op that takes a resource handle on the device where the resource lives
+    (the device of the handle's producer), so a variable, every read and update of it, and any
+    ``Identity`` passing its handle on must share a device. Existing classes (the ``_class`` groups)
+    are merged with the new ones. A merged class keeps the smallest existing class name; a class
+    without one is named after its smallest resource root (a node that produces a resource and takes
+    none: the variable), so the result is deterministic and a second call changes nothing. The
+    importer runs it on every graph; :func:`graphir.backends.tf.tf_graphdef.colocate_resource_users`
+    exposes it for modules parsed from text.
+
+    Returns:
+        The number of nodes whose ``colocate`` annotation changed.
+    """
+    parent: dict[tuple[int, str], tuple[int, str]] = {}  # (0, class) | (1, resource root) | (2, other node)
+
+    def find(key: tuple[int, str]) -> tuple[int, str]:
+        parent.setdefault(key, key)
+        root = key
+        while parent[root] != root:
+            root = parent[root]
+        while parent[key] != root:
+            parent[key], key = root, parent[key]
+        return root
+
+    def union(a: tuple[int, str], b: tuple[int, str]) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:  # the smaller key is the root: it names the class
+            parent[max(ra, rb)] = min(ra, rb)
+
+    nodes = list(graph.nodes)  # the result does not depend on the order
+
+    def key(node: Node) -> tuple[int, str]:
+        takes_resource = any(v.type.dtype is DType.RESOURCE for v in node.inputs)
+        makes_resource = any(v.type.dtype is DType.RESOURCE for v in node.outputs)
+        return (1 if makes_resource and not takes_resource else 2, node.name)
+
+    keys = {node: key(node) for node in nodes}
+    linked = False
+    for node in nodes:
+        for value in node.inputs:
+            if value.type.dtype is DType.RESOURCE and value.producer is not None:
+                union(keys[node], keys[value.producer])
+                linked = True
+    if not linked:
+        return 0
+    for node in nodes:  # every member of a class, so that two classes merged by a variable stay whole
+        if node.colocate is not None:
+            union(keys[node], (0, node.colocate))
+    changed = 0
+    for node in nodes:
+        if keys[node] not in parent:
+            continue
+        name = find(keys[node])[1]
+        if node.colocate != name:
+            node.colocate = name
+            changed += 1
+    return changed
 
 
 def persistent_bytes(node: Node) -> int:
@@ -784,6 +857,7 @@ class _TfImporter:
                 node.add_input(value)
         self.set_outputs(graph, outputs, values)
         self.colocate(nodes)
+        colocate_resource_users(graph)
         for op_type, names in sorted(opaque_ops.items()):
             shown = ", ".join(f"'{n}'" for n in names[:_MAX_NAMES_IN_WARNING])
             more = "" if len(names) <= _MAX_NAMES_IN_WARNING else ", ..."
@@ -934,6 +1008,161 @@ class _TfImporter:
                 return tuple(Opaque("tf.NameAttrList", f.SerializeToString()) for f in items.func)
             return ()
         return Opaque("tf.AttrValue", attr.SerializeToString())  # placeholder attrs (function bodies)
+
+
+class AttrWriter:
+    """IR params back to TensorFlow ``AttrValue``s: the inverse of the import conversion (see *Params*).
+
+    Params lost their attr kind on import (a ``type`` attr ``"f32"`` and a ``string`` attr look alike,
+    a ``shape`` and a ``list(int)`` too), so the kind comes from the op's registered ``OpDef``
+    (:meth:`kinds`); private attrs (``_...``), which no OpDef declares, get the kind their Python value
+    suggests. Conversions: ``type`` / ``list(type)`` from graphir short names (``"f32"``) or TensorFlow
+    names (``"qint8"``); ``shape`` from a tuple of dims (``-1`` unknown) or ``"*"`` (unknown rank);
+    ``tensor`` from a :class:`~graphir.attributes.DenseTensor` (raw bytes for bf16/float8/int4) or
+    ``Opaque("tf.TensorProto")``; ``func`` from ``Opaque("tf.NameAttrList")``; other opaque values
+    (``tf.AttrValue``, ``tf.bytes``) byte for byte. One builder serves the TF lowering
+    (:mod:`graphir.backends.tf.tf_graphdef`) and ``profile{mode=tf}`` (:mod:`graphir.profile_tf`).
+
+    Methods raise ``ValueError`` with a message naming the problem; callers add the node and turn it
+    into their own error kind.
+    """
+
+    def __init__(self) -> None:
+        self.tf = load_tensorflow()
+        from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2
+        from tensorflow.python.framework import op_def_registry
+
+        self._attr_value_pb2 = attr_value_pb2
+        self._tensor_pb2 = tensor_pb2
+        self._tensor_shape_pb2 = tensor_shape_pb2
+        self._registry = op_def_registry
+
+    def kinds(self, op_type: str) -> dict[str, str]:
+        """Attr name -> OpDef kind (``"int"``, ``"list(type)"``...) of a registered op."""
+        op_def = self._registry.get(op_type)
+        if op_def is None:
+            raise ValueError(f"TensorFlow has no op '{op_type}' registered")
+        return {attr.name: attr.type for attr in op_def.attr}
+
+    def dtype_enum(self, text: Any) -> int:
+        """The ``DataType`` enum of a dtype param (``"f32"``, ``"resource"``, ``"qint8"``...)."""
+        if not isinstance(text, str):
+            raise ValueError(f"type attr {text!r} is not a dtype name")
+        try:
+            name = TF_DTYPE_NAMES[DType.from_short(text)]
+        except KeyError:
+            name = text  # quantized and other TensorFlow-only names are kept as TensorFlow spells them
+        try:
+            return self.tf.as_dtype(name).as_datatype_enum
+        except TypeError:
+            raise ValueError(f"unknown dtype '{text}'") from None
+
+    def shape(self, value: Any) -> Any:
+        """A ``TensorShapeProto`` from a tuple of dims (``-1``: unknown) or ``"*"`` (unknown rank)."""
+        proto = self._tensor_shape_pb2.TensorShapeProto()
+        if value == UNKNOWN_RANK:
+            proto.unknown_rank = True
+            return proto
+        for dim in value:
+            proto.dim.add(size=int(dim))
+        return proto
+
+    def tensor(self, value: Any) -> Any:
+        """A ``TensorProto`` from a :class:`~graphir.attributes.DenseTensor` or ``Opaque("tf.TensorProto")``."""
+        if isinstance(value, Opaque):
+            proto = self._tensor_pb2.TensorProto()
+            proto.ParseFromString(value.data)
+            return proto
+        if not isinstance(value, DenseTensor):
+            raise ValueError(f"tensor attr of unexpected kind {type(value).__name__}")
+        if isinstance(value.data, tuple):
+            return self.tf.make_tensor_proto(
+                np.array([s.encode() for s in value.data], dtype=object).reshape(value.type.shape or ())
+            )
+        try:
+            numpy_dtype(value.type.dtype)
+        except KeyError:  # bf16, float8, int4: the element bytes as tensor_content
+            proto = self._tensor_pb2.TensorProto(dtype=self.dtype_enum(value.type.dtype.short))
+            proto.tensor_shape.CopyFrom(self.shape(value.type.shape or ()))
+            proto.tensor_content = value.data
+            return proto
+        return self.tf.make_tensor_proto(value.numpy())
+
+    def _func(self, value: Any) -> Any:
+        proto = self._attr_value_pb2.NameAttrList()
+        proto.ParseFromString(value.data)
+        return proto
+
+    def attr(self, value: ParamValue, kind: str | None) -> Any:
+        """One ``AttrValue``; ``kind`` is the OpDef kind (``None``: guess it from the value)."""
+        attr = self._attr_value_pb2.AttrValue()
+        if isinstance(value, Opaque) and value.kind == "tf.AttrValue":
+            attr.ParseFromString(value.data)
+            return attr
+        if kind is None:
+            kind = _guess_kind(value)
+        if kind.startswith("list("):
+            inner = kind[5:-1]
+            items = value if isinstance(value, tuple) else (value,)
+            target = attr.list
+            target.SetInParent()
+            for item in items:
+                if inner == "type":
+                    target.type.append(self.dtype_enum(item))
+                elif inner == "shape":
+                    target.shape.add().CopyFrom(self.shape(item))
+                elif inner == "int":
+                    target.i.append(int(item))  # type: ignore[arg-type]
+                elif inner == "float":
+                    target.f.append(float(item))  # type: ignore[arg-type]
+                elif inner == "bool":
+                    target.b.append(bool(item))
+                elif inner == "string":
+                    target.s.append(item.data if isinstance(item, Opaque) else str(item).encode())
+                elif inner == "tensor":
+                    target.tensor.add().CopyFrom(self.tensor(item))
+                elif inner == "func":
+                    target.func.add().CopyFrom(self._func(item))
+                else:
+                    raise ValueError(f"unsupported attr kind {kind}")
+            return attr
+        if kind == "type":
+            attr.type = self.dtype_enum(value)
+        elif kind == "shape":
+            attr.shape.CopyFrom(self.shape(value))
+        elif kind == "int":
+            attr.i = int(value)  # type: ignore[arg-type]
+        elif kind == "float":
+            attr.f = float(value)  # type: ignore[arg-type]
+        elif kind == "bool":
+            attr.b = bool(value)
+        elif kind == "string":
+            attr.s = value.data if isinstance(value, Opaque) else str(value).encode()
+        elif kind == "tensor":
+            attr.tensor.CopyFrom(self.tensor(value))
+        elif kind == "func":
+            attr.func.CopyFrom(self._func(value))
+        else:
+            raise ValueError(f"unsupported attr kind {kind}")
+        return attr
+
+
+def _guess_kind(value: ParamValue) -> str:
+    """The attr kind a private attr's value suggests (no OpDef declares ``_``-prefixed attrs)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, DenseTensor) or (isinstance(value, Opaque) and value.kind == "tf.TensorProto"):
+        return "tensor"
+    if isinstance(value, Opaque) and value.kind == "tf.NameAttrList":
+        return "func"
+    if isinstance(value, tuple):
+        first = value[0] if value else ""
+        return f"list({_guess_kind(first)})"
+    return "string"
 
 
 def _flat_params(params: dict[str, ParamValue]) -> Iterator[Any]:

@@ -16,6 +16,7 @@ from graphir.driver import run  # noqa: E402
 from graphir.importers import load_module  # noqa: E402
 from graphir.importers.tf import (  # noqa: E402
     CALL_OPS,
+    colocate_resource_users,
     concrete_function_graphdef,
     from_concrete_function,
     import_graphdef,
@@ -155,6 +156,37 @@ def test_colocation_groups_become_colocate_annotations(tmp_path):
     assert "_class" not in module.graph.node("member1").params
     text = roundtrip(module)
     assert text.count('colocate = "anchor"') == 3
+
+
+def test_resource_users_share_a_colocate_class_with_the_variable():
+    """TensorFlow runs a handle's users where the resource lives: the importer records that as ``colocate``."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [3], name="x")
+        w = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[3], shared_name="w", name="w")
+        v = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[3], shared_name="v", name="v")
+        alias = tf.identity(w, name="alias")  # a handle passed on: its users run where 'w' lives
+        read = tf.raw_ops.ReadVariableOp(resource=alias, dtype=tf.float32, name="read")
+        product = tf.multiply(read, x, name="product")
+        with tf.compat.v1.colocate_with(product):  # an existing `_class` group, merged through 'bump'
+            tf.raw_ops.AssignAddVariableOp(resource=w, value=product, name="bump")
+        tf.raw_ops.AssignVariableOp(resource=v, value=x, name="set_v")
+        tf.negative(x, name="free")
+    module = import_graphdef(graph.as_graph_def(), name="vars")
+    colocated = {node.name: node.colocate for node in module.graph.nodes if node.colocate is not None}
+    # {w, alias, read, bump} meet {product, bump} (a loc:@ class, whose name wins); v's class is named after v.
+    assert colocated == {
+        "w": "product",
+        "alias": "product",
+        "read": "product",
+        "bump": "product",
+        "product": "product",
+        "v": "v",
+        "set_v": "v",
+    }
+    assert colocate_resource_users(module.graph) == 0  # idempotent: nothing left to merge
+    text = roundtrip(module)
+    assert text.count('colocate = "product"') == 5
 
 
 def test_large_consts_become_external_constants_and_devices_are_recorded(tmp_path):

@@ -6,6 +6,10 @@ none), places the imported graph so that several devices are used, runs one lowe
 session with those values assigned, and compares the loss and every updated variable (weights,
 Adam slots, beta powers) with one step of the original function. TensorFlow runs in a fresh process
 (logical devices must be configured before it initialises).
+
+No manual step is needed: the importer records TensorFlow's rule that a resource's users run where
+the resource lives as ``colocate`` classes, so ``graphir-opt graph.pb --passes=... --run-tf=N`` places
+and runs a training graph as imported (the last test, on the GraphDef file the zoo would write).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ _SCRIPT = textwrap.dedent(
 
     module = import_graphdef(graph_def, name="train", source="<lstm_train>")
     module.cluster_spec = "4xcpu"
-    colocated = colocate_resource_users(module)
+    colocated = sum(1 for n in module.graph.nodes if n.colocate is not None)  # the importer's classes
+    assert colocate_resource_users(module) == 0  # nothing left to do by hand
     PassManager(parse_pipeline(pipeline)).run(module, PassContext(seed=0))
     lowered = lower(module, enforce_order=True)
     inputs = random_inputs(module, lowered.input_names, seed=0)
@@ -104,3 +109,45 @@ def test_larger_lstm_training_step_after_fusion_matches_the_original(tmp_path):
     report = _run(config, 8, "profile,fuse{algo=cpd-topo},place{algo=m-topo}", tmp_path)
     _assert_equivalent(report)
     assert len(report["devices"]) >= 2, report
+
+
+_WRITE_GRAPH = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from graphir.tools.zoo import build_train_graphdef
+    graph_def, _ = build_train_graphdef("lstm", 2, [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)])
+    Path(sys.argv[1]).write_bytes(graph_def.SerializeToString(deterministic=True))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def small_training_graph(tmp_path_factory) -> Path:
+    """A small LSTM training step (the zoo's code path) as a GraphDef file, written once per module."""
+    graph = tmp_path_factory.mktemp("train") / "lstm_train.pb"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    subprocess.run([sys.executable, "-c", _WRITE_GRAPH, str(graph)], env=env, timeout=300, check=True)
+    return graph
+
+
+@pytest.mark.parametrize(
+    "pipeline",
+    ["profile,fuse{algo=cpd-topo},place{algo=adjusting}", "profile,place{algo=m-topo}"],
+    ids=["adjusting", "m-topo"],
+)
+def test_graphir_opt_places_and_runs_a_tf_training_graph_as_imported(pipeline, small_training_graph, tmp_path):
+    """No manual colocation step: the importer's ``colocate`` classes keep each variable with its users."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+    graph = small_training_graph
+    placement = tmp_path / "placement.json"
+    driver = "import sys; from graphir.driver import run; sys.exit(run(sys.argv[1:]))"
+    command = [sys.executable, "-c", driver, str(graph), "--cluster=4xcpu", f"--passes={pipeline}"]
+    command += ["--run-tf=2", "--emit=placement", "-o", str(placement)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("run-tf:")]
+    used = len(set(json.loads(placement.read_text()).values()))
+    assert f"over 2 step(s) (2 warm-up, {used} device(s))" in line, line
+    if "m-topo" in pipeline:
+        assert used == 4, line  # variables and their users spread over every device, and it runs
