@@ -58,7 +58,9 @@ class Fuse(Pass):
     """Coarsen the graph into groups. Requires: cost. Provides: group.
 
     Options:
-        algo: cpd-topo | rules | acyclic-batch | colocation.
+        algo: the fusion algorithm: ``cpd-topo`` (Celeritas Algorithm 1), ``rules`` (Moirai's fusion
+            rules), ``acyclic-batch`` (Pesto's cycle-free batch merging), ``colocation`` (one group per
+            ``colocate`` class).
         window: cpd-topo: exploration range R, the most nodes per cluster (Celeritas: 200).
         mem_cap: cpd-topo: memory cap M per cluster; <= 1 is a fraction of the smallest device's
             memory (Celeritas: 0.25), > 1 is bytes.

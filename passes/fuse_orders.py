@@ -36,7 +36,8 @@ class TopoOrder(Pass):
     Requires nothing; provides nothing.
 
     Options:
-        order: m-topo | dfs-topo | cpd-topo.
+        order: ``m-topo`` (Baechi: Kahn's algorithm, FIFO queue), ``dfs-topo`` (Celeritas: ready children
+            first) or ``cpd-topo`` (Celeritas's critical-path-driven order, eq. 2-3).
         parts: number of devices the order is split over.
         kind: device kind whose per-kind costs to use (empty: each node's default cost).
     """

@@ -65,7 +65,8 @@ class Place(Pass):
     """Place and order the graph with the chosen algorithm.
 
     Options:
-        algo: the placer (see ``graphir-opt --list-passes`` and the README).
+        algo: the placer, a name from the placer registry (``register_placer``; listed in
+            ``docs/passes.md``).
         path: placement JSON for ``algo=file``.
         device: target device for ``algo=single`` (default: the cluster's first).
         time_limit: seconds for placers that search (ILP).
