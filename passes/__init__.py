@@ -10,6 +10,7 @@ from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
 from graphir.passes import (
     calibrate_comm,
     critical_path,
+    data_parallel,
     dce,
     fuse,
     place,
@@ -19,6 +20,7 @@ from graphir.passes import (
     place_fastt,
     place_heft,
     place_ilp,
+    place_metis,
     place_os_dpos,
     schedule,
     simulate,
@@ -30,6 +32,7 @@ from graphir.passes import (
 __all__ = [
     "calibrate_comm",
     "critical_path",
+    "data_parallel",
     "dce",
     "fuse",
     "place",
@@ -39,6 +42,7 @@ __all__ = [
     "place_fastt",
     "place_heft",
     "place_ilp",
+    "place_metis",
     "place_os_dpos",
     "profile",
     "schedule",
