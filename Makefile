@@ -35,11 +35,14 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
-# The main job on the bundled model: what it is, then profile -> fuse -> place -> simulate, reported.
+# The main job on the bundled model: what it is, then profile -> fuse -> place -> simulate, reported
+# (the table on stdout; the HTML page, timeline pictures, JSON and DOT under build/demo/).
 demo: $(STAMP)
 	$(BIN)/graphir-opt examples/squeezenet.onnx --emit=summary
 	$(BIN)/graphir-opt examples/squeezenet.onnx --cluster=celeritas \
-		--passes='profile,fuse{algo=cpd-topo},place{algo=adjusting},simulate' --emit=report
+		--passes='profile,fuse{algo=cpd-topo},place{algo=adjusting},simulate' --emit=report -o build/demo/
+	@cat build/demo/report.txt
+	@echo "demo: open build/demo/report.html for the report page (timeline and memory bars)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
