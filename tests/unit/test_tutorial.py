@@ -104,7 +104,10 @@ def project(tmp_path_factory):
     return root
 
 
-def test_tutorial_runs_as_written(project):
+@pytest.fixture(scope="module")
+def tutorial_run(project):
+    """Run every ``sh`` block of the tutorial in order in the project; (script, expected, result) each."""
+    runs = []
     for script, expected in steps():
         result = subprocess.run(
             ["bash", "-e", "-o", "pipefail", "-c", script],
@@ -114,6 +117,15 @@ def test_tutorial_runs_as_written(project):
             text=True,
             timeout=300,
         )
+        runs.append((script, expected, result))
+        if result.returncode != 0:
+            break  # later steps build on this one
+    return runs
+
+
+def test_tutorial_runs_as_written(project, tutorial_run):
+    assert len(tutorial_run) == len(steps())
+    for script, expected, result in tutorial_run:
         output = result.stdout + result.stderr
         assert result.returncode == 0, f"tutorial step failed:\n{script}\n{output[-3000:]}"
         for line in expected:
@@ -123,7 +135,7 @@ def test_tutorial_runs_as_written(project):
     assert (project / "site" / "kind_affinity.py").is_file()
 
 
-def test_installed_entry_point_is_discovered(project, tmp_path):
+def test_installed_entry_point_is_discovered(project, tutorial_run, tmp_path):
     site = project / "site"
     assert (site / "kind_affinity.py").is_file(), "the tutorial run did not install the package"
     entry_points = next(site.glob("graphir_kind_affinity-*.dist-info")) / "entry_points.txt"
