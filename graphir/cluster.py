@@ -462,6 +462,32 @@ PRESETS: dict[str, tuple[str, Callable[[str], Cluster]]] = {
 """Named presets: name -> (one-line description, builder taking the spec)."""
 
 
+def device_toml(device: Device, memory: int | None = None) -> list[str]:
+    """The ``[[device]]`` table of ``device`` as cluster-file lines (``memory`` overrides its bytes)."""
+    return [
+        "[[device]]",
+        f'name = "{device.name}"',
+        f'tf_device = "{device.tf_device}"',
+        f'kind = "{device.kind}"',
+        f"memory = {device.memory if memory is None else memory}",
+        f"peak_flops = {device.peak_flops!r}",
+        f"mem_bandwidth = {device.mem_bandwidth!r}",
+        f"launch_overhead = {device.launch_overhead!r}",
+    ]
+
+
+def link_toml(src: str, dst: str, latency: float, bandwidth: float, comment: str = "") -> list[str]:
+    """A one-way ``[[link]]`` table as cluster-file lines (``comment`` follows the header after ``#``)."""
+    return [
+        "[[link]]" + (f"  # {comment}" if comment else ""),
+        f'src = "{src}"',
+        f'dst = "{dst}"',
+        f"latency = {latency!r}",
+        f"bandwidth = {bandwidth!r}",
+        "bidirectional = false",
+    ]
+
+
 def list_clusters() -> str:
     """Text for ``graphir-opt --list-clusters``: presets, shorthands and the TOML form."""
     lines = ["presets:"]

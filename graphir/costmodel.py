@@ -59,7 +59,7 @@ from graphir.attributes import DenseTensor
 from graphir.types import DType, TensorType
 
 if TYPE_CHECKING:
-    from graphir.cluster import Device
+    from graphir.cluster import Cluster, Device
     from graphir.ir import Graph, Node
 
 Shape = tuple[int, ...]
@@ -688,6 +688,22 @@ def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
         return float(sum(_elems(s) for s in outs)), float(sum(ib) + sum(ob)), 0, True, symbolic
     flops, nbytes, temporary = result
     return float(flops), float(nbytes), int(temporary), False, symbolic
+
+
+def kind_times(cluster: Cluster, nodes: Sequence[Node]) -> tuple[dict[str, np.ndarray], list[int]]:
+    """Roofline seconds of ``nodes`` on each device kind of ``cluster`` (kinds sorted), and their temporaries.
+
+    For passes that create nodes after profiling (operation splitting, data-parallel replicas) and
+    need their analytical costs on the module's cluster.
+    """
+    estimates = [estimate_node(n) for n in nodes]
+    flops = np.asarray([e[0] for e in estimates], dtype=np.float64)
+    nbytes = np.asarray([e[1] for e in estimates], dtype=np.float64)
+    times = {}
+    for kind in sorted(cluster.kinds):
+        device = cluster.kind_device(kind)
+        times[kind] = roofline(flops, nbytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead)
+    return times, [e[2] for e in estimates]
 
 
 def analyze_graph(graph: Graph, nodes: Sequence[Node] | None = None) -> GraphWork:

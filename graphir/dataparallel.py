@@ -61,7 +61,7 @@ import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, numpy_dtype
-from graphir.costmodel import analyze_graph, estimate_node, roofline
+from graphir.costmodel import analyze_graph, kind_times
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import DType, TensorType
@@ -228,27 +228,14 @@ def _classify(
 # --------------------------------------------------------------------------- costs
 
 
-def _kind_times(module: Module, nodes: Sequence[Node]) -> dict[str, np.ndarray]:
-    """Analytical roofline seconds of ``nodes`` on each device kind of the module's cluster."""
-    estimates = [estimate_node(n) for n in nodes]
-    flops = np.asarray([e[0] for e in estimates], dtype=np.float64)
-    nbytes = np.asarray([e[1] for e in estimates], dtype=np.float64)
-    cluster = module.cluster
-    out = {}
-    for kind in sorted(cluster.kinds):
-        device = cluster.kind_device(kind)
-        out[kind] = roofline(flops, nbytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead)
-    return out
-
-
 def _round(seconds: float) -> float:
     return float(f"{seconds:.12g}")
 
 
 def _scaled_costs(module: Module, originals: Sequence[Node], replicas: Sequence[Node]) -> list[Cost | None]:
     """Each original's cost times (roofline at the replica's shapes / roofline at the original's)."""
-    before = _kind_times(module, originals)
-    after = _kind_times(module, replicas)
+    before = kind_times(module.cluster, originals)[0]
+    after = kind_times(module.cluster, replicas)[0]
     costs: list[Cost | None] = []
     for i, node in enumerate(originals):
         cost = node.cost
@@ -465,7 +452,7 @@ def _annotate_costs(
                 if cost is not None:
                     copies[node].cost = cost
         if aggregation_nodes:
-            times = _kind_times(result, aggregation_nodes)
+            times = kind_times(result.cluster, aggregation_nodes)[0]
             for i, node in enumerate(aggregation_nodes):
                 node.cost = Cost({kind: _round(float(t[i])) for kind, t in times.items()})
     if any(n.mem is not None for n in module.graph.nodes):

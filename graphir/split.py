@@ -49,14 +49,14 @@ control edges), which OS-DPOS uses to try a split and take it back.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, ParamValue
-from graphir.costmodel import estimate_node, roofline
+from graphir.costmodel import kind_times
 from graphir.errors import PassError
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value, ValueKind
 from graphir.types import TensorType
@@ -573,19 +573,6 @@ def split_node(node: Node, dim: Dim, parts: int) -> SplitResult:
 # --------------------------------------------------------------------------- costs
 
 
-def _analytical_times(module: Module, nodes: Sequence[Node]) -> tuple[dict[str, np.ndarray], list[int]]:
-    """Roofline seconds per device kind of the cluster for ``nodes``, and their temporaries."""
-    estimates = [estimate_node(n) for n in nodes]
-    flops = np.asarray([e[0] for e in estimates], dtype=np.float64)
-    nbytes = np.asarray([e[1] for e in estimates], dtype=np.float64)
-    cluster = module.cluster
-    times = {}
-    for kind in sorted(cluster.kinds):
-        device = cluster.kind_device(kind)
-        times[kind] = roofline(flops, nbytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead)
-    return times, [e[2] for e in estimates]
-
-
 def _round(seconds: float) -> float:
     return float(f"{seconds:.12g}")
 
@@ -599,12 +586,12 @@ def annotate_split(module: Module, result: SplitResult) -> None:
     if original_cost is None and result._annotations.get("mem") is None:
         return
     nodes = result.new_nodes
-    times, temporaries = _analytical_times(module, nodes)
+    times, temporaries = kind_times(module.cluster, nodes)
     # The original op's analytical time, to scale the parts' shares of its (possibly measured) cost.
     whole_graph = Graph("split-probe")
     probe_inputs = [whole_graph.add_input(f"in{k}", v.type) for k, v in enumerate(result._inputs)]
     probe = whole_graph.add_node(result._op, probe_inputs, [result._out_type], params=result._params)  # type: ignore[list-item]
-    whole, _ = _analytical_times(module, [probe])
+    whole, _ = kind_times(module.cluster, [probe])
     for i, node in enumerate(nodes):
         kinds: dict[str, float] = {}
         for kind, seconds in times.items():

@@ -43,7 +43,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graphir.cluster import Cluster, ClusterError, Device, load_cluster_toml, resolve_cluster
+from graphir.cluster import (
+    Cluster,
+    ClusterError,
+    Device,
+    device_toml,
+    link_toml,
+    load_cluster_toml,
+    resolve_cluster,
+)
 from graphir.errors import GraphIRError, PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
@@ -178,40 +186,17 @@ def cluster_toml(cluster: Cluster, fits: Sequence[LinkFit]) -> str:
     """A cluster TOML with ``cluster``'s devices and one ``[[link]]`` per fitted pair."""
     lines = [f"# Calibrated by graphir calibrate-comm from cluster '{cluster.spec}'.", ""]
     for device in cluster.devices:
-        lines += [
-            "[[device]]",
-            f'name = "{device.name}"',
-            f'tf_device = "{device.tf_device}"',
-            f'kind = "{device.kind}"',
-            f"memory = {device.memory}",
-            f"peak_flops = {device.peak_flops!r}",
-            f"mem_bandwidth = {device.mem_bandwidth!r}",
-            f"launch_overhead = {device.launch_overhead!r}",
-            "",
-        ]
+        lines += [*device_toml(device), ""]
     fitted = {(f.src, f.dst) for f in fits}
     for link in cluster.links:
         if (link.src, link.dst) not in fitted:
-            lines += [
-                "[[link]]  # not measured: kept from the input cluster",
-                f'src = "{link.src}"',
-                f'dst = "{link.dst}"',
-                f"latency = {link.latency!r}",
-                f"bandwidth = {link.bandwidth!r}",
-                "bidirectional = false",
-                "",
-            ]
+            kept = "not measured: kept from the input cluster"
+            lines += [*link_toml(link.src, link.dst, link.latency, link.bandwidth, kept), ""]
     for fit in fits:
         bandwidth = fit.bandwidth if np.isfinite(fit.bandwidth) else 1e15
-        lines += [
-            f"[[link]]  # R^2 = {fit.r2:.4f} over {len(fit.samples)} sizes",
-            f'src = "{fit.src}"',
-            f'dst = "{fit.dst}"',
-            f"latency = {float(f'{fit.latency:.4g}')!r}",
-            f"bandwidth = {float(f'{bandwidth:.4g}')!r}",
-            "bidirectional = false",
-            "",
-        ]
+        latency = float(f"{fit.latency:.4g}")
+        fitted_note = f"R^2 = {fit.r2:.4f} over {len(fit.samples)} sizes"
+        lines += [*link_toml(fit.src, fit.dst, latency, float(f"{bandwidth:.4g}"), fitted_note), ""]
     return "\n".join(lines)
 
 

@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from graphir.cluster import resolve_cluster
+from graphir.cluster import device_toml, link_toml, resolve_cluster
 from graphir.errors import GraphIRError
+from graphir.fileio import write_atomically
 from graphir.pass_infra import PassContext, Stat
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
@@ -196,18 +197,16 @@ def generated_line(command: str, seconds: float) -> str:
 
 
 def write_text(path: Path, text: str) -> None:
-    """Write through a temporary file, so a failed run leaves the previous table intact.
+    """Write atomically (:func:`graphir.fileio.write_atomically`), so a failed run leaves the previous table intact.
 
     Raises:
         ReplicateError: the file cannot be written.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
     except OSError as exc:
         raise ReplicateError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    write_atomically(path, text, ReplicateError)
 
 
 def shrunk_cluster(preset: str, memory: int, directory: Path) -> str:
@@ -219,25 +218,9 @@ def shrunk_cluster(preset: str, memory: int, directory: Path) -> str:
     cluster = resolve_cluster(preset)
     lines = [f"# {preset} with {memory} bytes per device (replication --quick)"]
     for device in cluster.devices:
-        lines += [
-            "[[device]]",
-            f'name = "{device.name}"',
-            f'tf_device = "{device.tf_device}"',
-            f'kind = "{device.kind}"',
-            f"memory = {memory}",
-            f"peak_flops = {device.peak_flops!r}",
-            f"mem_bandwidth = {device.mem_bandwidth!r}",
-            f"launch_overhead = {device.launch_overhead!r}",
-        ]
+        lines += device_toml(device, memory)
     for link in cluster.links:
-        lines += [
-            "[[link]]",
-            f'src = "{link.src}"',
-            f'dst = "{link.dst}"',
-            f"latency = {link.latency!r}",
-            f"bandwidth = {link.bandwidth!r}",
-            "bidirectional = false",
-        ]
+        lines += link_toml(link.src, link.dst, link.latency, link.bandwidth)
     path = directory / f"{preset}-{memory}.toml"
     write_text(path, "\n".join(lines) + "\n")
     return str(path)
