@@ -65,6 +65,7 @@ from graphir.costmodel import analyze_graph, kind_times
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import DType, TensorType
+from graphir.unionfind import DisjointSets
 
 __all__ = [
     "DataParallelGraph",
@@ -497,36 +498,24 @@ def data_parallel_devices(module: Module, *, variables: Literal["balanced", "fir
         else:
             shared.append(node)
     # Variable classes: shared nodes joined by resource handles (and by colocate annotations).
-    parent = {node: node for node in shared}
-
-    def find(node: Node) -> Node:
-        while parent[node] is not node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
-    def union(a: Node, b: Node) -> None:
-        ra, rb = find(a), find(b)
-        if ra is not rb:
-            if position[rb] < position[ra]:
-                ra, rb = rb, ra
-            parent[rb] = ra
+    sets: DisjointSets[Node] = DisjointSets(order=position.__getitem__)
+    in_shared = set(shared)
 
     by_class: dict[str, Node] = {}
     for node in shared:
         for value in node.inputs:
-            if value.type.dtype is DType.RESOURCE and value.producer is not None and value.producer in parent:
-                union(node, value.producer)
+            if value.type.dtype is DType.RESOURCE and value.producer is not None and value.producer in in_shared:
+                sets.union(node, value.producer)
         cls = node.colocate
         if cls is not None:
             if cls in by_class:
-                union(node, by_class[cls])
+                sets.union(node, by_class[cls])
             else:
                 by_class[cls] = node
     classes: dict[Node, list[Node]] = {}
     for node in shared:
         if _touches_resource(node) or node.colocate is not None:
-            classes.setdefault(find(node), []).append(node)
+            classes.setdefault(sets.find(node), []).append(node)
     sized = sorted(classes.items(), key=lambda item: (-sum(_variable_bytes(n) for n in item[1]), position[item[0]]))
     load = [0] * len(names)
     for _, members in sized:

@@ -24,6 +24,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.topo import csr
+from graphir.unionfind import DisjointSets
 
 
 @dataclasses.dataclass
@@ -128,23 +129,14 @@ class PlacementProblem:
                 class_members.setdefault(node.colocate, []).append(g)
         # Coarse nodes holding members of one class must share a device; a coarse node may hold
         # members of several classes, which then become one class (union-find over coarse nodes).
-        parent = list(range(n))
-
-        def find(a: int) -> int:
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
+        sets: DisjointSets[int] = DisjointSets()
         for groups in class_members.values():
-            for g in groups[1:]:
-                ra, rb = find(groups[0]), find(g)
-                if ra != rb:
-                    parent[max(ra, rb)] = min(ra, rb)
+            for g in groups:
+                sets.union(groups[0], g)
         colocation = np.full(n, -1, dtype=np.int64)
         for groups in class_members.values():
             for g in groups:
-                colocation[g] = find(g)
+                colocation[g] = sets.find(g)
         # A colocation class may only use devices every member allows.
         for root in np.unique(colocation[colocation >= 0]).tolist():
             same = colocation == root

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphir.passes.fuse_common import CoarseGraph
+from graphir.unionfind import DisjointSets
 
 
 def strongly_connected(num_nodes: int, succ_offsets: np.ndarray, succ: np.ndarray) -> np.ndarray:
@@ -74,24 +75,13 @@ def fuse_colocation(graph: CoarseGraph, classes: list[list[int]]) -> tuple[np.nd
     Returns:
         A label per coarse node and statistics (classes, absorbed nodes).
     """
-    parent = list(range(graph.num_nodes))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    sets: DisjointSets[int] = DisjointSets()
     in_class = np.zeros(graph.num_nodes, dtype=bool)
     for members in classes:
         in_class[members] = True
-        root = find(members[0])
         for m in members[1:]:
-            other = find(m)
-            if other != root:
-                parent[max(other, root)] = min(other, root)
-                root = min(other, root)
-    merged = np.asarray([find(x) for x in range(graph.num_nodes)], dtype=np.int64)
+            sets.union(int(members[0]), int(m))
+    merged = np.asarray([sets.find(x) if x in sets else x for x in range(graph.num_nodes)], dtype=np.int64)
     _, dense = np.unique(merged, return_inverse=True)
     dense = dense.reshape(-1)
     contracted = graph.contract(dense)

@@ -87,6 +87,7 @@ from graphir.errors import ImportError_, Location, describe_exception
 from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import Dim, DType, TensorType
+from graphir.unionfind import DisjointSets
 
 if TYPE_CHECKING:
     from tensorflow.core.framework import attr_value_pb2, function_pb2, graph_pb2, node_def_pb2
@@ -208,22 +209,8 @@ def colocate_resource_users(graph: Graph) -> int:
     Returns:
         The number of nodes whose ``colocate`` annotation changed.
     """
-    parent: dict[tuple[int, str], tuple[int, str]] = {}  # (0, class) | (1, resource root) | (2, other node)
-
-    def find(key: tuple[int, str]) -> tuple[int, str]:
-        parent.setdefault(key, key)
-        root = key
-        while parent[root] != root:
-            root = parent[root]
-        while parent[key] != root:
-            parent[key], key = root, parent[key]
-        return root
-
-    def union(a: tuple[int, str], b: tuple[int, str]) -> None:
-        ra, rb = find(a), find(b)
-        if ra != rb:  # the smaller key is the root: it names the class
-            parent[max(ra, rb)] = min(ra, rb)
-
+    # Keys (0, class) | (1, resource root) | (2, other node): the smallest key names the class.
+    sets: DisjointSets[tuple[int, str]] = DisjointSets()
     nodes = list(graph.nodes)  # the result does not depend on the order
 
     def key(node: Node) -> tuple[int, str]:
@@ -236,18 +223,18 @@ def colocate_resource_users(graph: Graph) -> int:
     for node in nodes:
         for value in node.inputs:
             if value.type.dtype is DType.RESOURCE and value.producer is not None:
-                union(keys[node], keys[value.producer])
+                sets.union(keys[node], keys[value.producer])
                 linked = True
     if not linked:
         return 0
     for node in nodes:  # every member of a class, so that two classes merged by a variable stay whole
         if node.colocate is not None:
-            union(keys[node], (0, node.colocate))
+            sets.union(keys[node], (0, node.colocate))
     changed = 0
     for node in nodes:
-        if keys[node] not in parent:
+        if keys[node] not in sets:
             continue
-        name = find(keys[node])[1]
+        name = sets.find(keys[node])[1]
         if node.colocate != name:
             node.colocate = name
             changed += 1
@@ -918,16 +905,7 @@ class _TfImporter:
 
     def colocate(self, nodes: dict[str, Node]) -> None:
         """Turn ``_class = ["loc:@X"]`` attrs into ``colocate`` annotations (groups closed transitively)."""
-        parent: dict[str, str] = {}
-
-        def find(name: str) -> str:
-            root = name
-            while parent.get(root, root) != root:
-                root = parent[root]
-            while parent.get(name, name) != root:
-                parent[name], name = root, parent[name]
-            return root
-
+        sets: DisjointSets[str] = DisjointSets()
         targets: list[str] = []
         for node_def in self.flat.node:
             if "_class" not in node_def.attr:
@@ -937,22 +915,18 @@ class _TfImporter:
                     continue
                 target = entry[5:].decode("utf-8", "replace")
                 targets.append(target)
-                parent.setdefault(node_def.name, node_def.name)
-                parent.setdefault(target, target)
-                a, b = find(node_def.name), find(target)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
-        if not parent:
+                sets.union(node_def.name, target)
+        if not len(sets):
             return
         group_name: dict[str, str] = {}
         for target in targets:
-            root = find(target)
+            root = sets.find(target)
             if root not in group_name or target < group_name[root]:
                 group_name[root] = target
-        for member in sorted(parent):
+        for member in sorted(sets):
             node = nodes.get(member)
             if node is not None:
-                node.colocate = group_name[find(member)]
+                node.colocate = group_name[sets.find(member)]
 
     # ----------------------------------------------------------------- params
     def params(self, node_def: node_def_pb2.NodeDef) -> dict[str, ParamValue]:
