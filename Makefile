@@ -8,6 +8,8 @@
 #   make lint     ruff check + ruff format --check
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
+#   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
+#                 against benchmarks/results/regression.json (tools/regress.py)
 #   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
@@ -21,7 +23,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place replicate zoo clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place regress replicate zoo clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -82,6 +84,11 @@ bench-core: $(STAMP)
 
 bench-place: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix.toml
+
+# A restructuring must not change any answer: the printed module of every (model, placer) cell is
+# compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).
+regress: $(STAMP)
+	$(BIN)/python -m graphir.tools.regress --check benchmarks/results/regression.json
 
 # Celeritas, FastT, Pesto and Moirai's headline comparisons re-run on the zoo and the papers' cluster
 # presets; rewrites benchmarks/results/replicate_*.md (under 60 minutes on 2 cores).
