@@ -5,7 +5,7 @@
 #   make test     lint, pytest (tests/unit) and lit golden tests (tests/filecheck)
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
-#   make lint     ruff check + ruff format --check
+#   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
@@ -49,6 +49,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/python -m graphir.tools.importlint
 
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)

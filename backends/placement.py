@@ -1,6 +1,6 @@
 """``--emit=placement``: the placement as ``{node_id: device}`` JSON.
 
-The file ``place{algo=file path=P.json}`` reads (see ``passes/place.py``), so a placement can be
+The file ``place{algo=file path=P.json}`` reads (see ``passes/place/__init__.py``), so a placement can be
 saved, edited, or produced by another tool and scored with graphir's simulator::
 
     graphir-opt model.onnx --passes='place{algo=m-etf}' --emit=placement -o p.json

@@ -17,7 +17,7 @@ from graphir.costmodel import estimate_node
 from graphir.emit import register_emitter
 from graphir.importers.tf import persistent_bytes as variable_bytes
 from graphir.ir import Module
-from graphir.passes.critical_path import longest_path
+from graphir.paths import longest_path
 
 
 def _human_duration(seconds: float) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
-from graphir.emit import CURRENT_RUN, PipelineRun, load_builtin_emitters
+from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun, load_builtin_emitters
 from graphir.errors import GraphIRError
 from graphir.fileio import write_atomically
 from graphir.importers import load_module
@@ -178,11 +178,9 @@ def _process(module: Module, args: argparse.Namespace, chunk: int | None = None)
             print(manager.timing_report(), file=sys.stderr)
         if args.stats and manager.records:
             print(manager.stats_report(), file=sys.stderr)
-    if args.run_tf:
-        from graphir.tools.run_tf import run_report
-
-        print(run_report(module, args.run_tf, seed=args.seed), file=sys.stderr)
     emitters = load_builtin_emitters()
+    if args.run_tf:
+        print(RUNNERS["tf"](module, args.run_tf, args.seed), file=sys.stderr)
     records = tuple((r.pass_.spec(), r.auto, dict(r.result.stats)) for r in manager.records)
     pipeline_run = PipelineRun(records, chunk)
     token = CURRENT_RUN.set(pipeline_run)

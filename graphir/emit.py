@@ -18,6 +18,7 @@ an emitter sees ``None`` there and shows the module alone.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -93,13 +94,32 @@ def register_emitter(
     return decorate
 
 
+BUILTIN_EMITTER_PLUGINS = (
+    "graphir.backends.json_export",
+    "graphir.backends.placement",
+    "graphir.backends.report",
+    "graphir.backends.summary",
+    "graphir.backends.tf",  # tf-graphdef, tf-savedmodel and the --run-tf runner; TensorFlow loads lazily
+)
+"""Backend modules that register the built-in emitters; the core names them and never imports them directly."""
+
+
+Runner = Callable[[Module, int, int], str]
+"""``fn(module, steps, seed) -> one report line``: runs the placed module for real (``--run-tf=STEPS``)."""
+
+RUNNERS: dict[str, Runner] = {}
+"""Real-execution backends by name (``tf``); registered by the backend plugins like emitters."""
+
+
+def register_runner(name: str, runner: Runner) -> None:
+    """Make ``name`` a runner the driver can call after the pipeline (``--run-tf`` uses ``tf``)."""
+    RUNNERS[name] = runner
+
+
 def load_builtin_emitters() -> dict[str, Emitter]:
-    """Import the built-in emitters (they register on import)."""
-    import graphir.backends.json_export  # noqa: F401
-    import graphir.backends.placement  # noqa: F401
-    import graphir.backends.report  # noqa: F401
-    import graphir.backends.summary  # noqa: F401
-    import graphir.backends.tf  # noqa: F401  (registers tf-graphdef, tf-savedmodel; TensorFlow loads lazily)
+    """Import the built-in emitter plugins by name (they register on import; see :data:`BUILTIN_EMITTER_PLUGINS`)."""
+    for name in BUILTIN_EMITTER_PLUGINS:
+        importlib.import_module(name)
 
     if "gir" not in EMITTERS:
         from graphir.printer import print_module

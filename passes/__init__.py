@@ -1,53 +1,59 @@
-"""Built-in passes, one per module; importing this package registers them all.
+"""Built-in passes; importing this package registers them all.
+
+Layout: one algorithm per module, grouped by what the passes do.
+
+* ``profile/``: the ``profile`` pass (analytical roofline, onnxruntime, TensorFlow and Celeritas's
+  batch-size regression modes) and ``calibrate-comm``;
+* ``fuse/``: the ``fuse`` pass and its algorithms (CPD-TOPO, Moirai's rules, Pesto's acyclic batch
+  merging, colocation) and the ``topo-order`` analysis pass;
+* ``place/``: the ``place`` pass, the placement problem every placer receives, and one module per
+  placer (Baechi, Celeritas, FastT, HEFT, Expert, METIS, the ILP);
+* ``transform/``: graph rewrites (FastT operation splitting, the data-parallel replication);
+* the small passes at the top level: ``schedule``, ``simulate``, ``critical-path``, ``dce``,
+  ``strip-annotations``, ``verify-acyclic``.
 
 ``profile`` is imported first: it is the first registered provider of ``cost`` and ``mem``, so the
-pass manager runs it (analytical mode) when a pipeline needs costs that are missing. The
-``place_*`` modules register their algorithms with ``place{algo=...}``; ``fuse`` also registers
-the ``topo-order`` analysis pass.
+pass manager runs it (analytical mode) when a pipeline needs costs that are missing.
 """
 
 from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
 from graphir.passes import (
-    calibrate_comm,
     critical_path,
-    data_parallel,
     dce,
     fuse,
     place,
-    place_baechi,
-    place_celeritas,
-    place_expert,
-    place_fastt,
-    place_heft,
-    place_ilp,
-    place_metis,
-    place_os_dpos,
     schedule,
     simulate,
-    split,
     strip_annotations,
     verify_acyclic,
 )
+from graphir.passes.fuse import topo_order
+from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos
+from graphir.passes.profile import calibrate_comm
+from graphir.passes.profile import tf as profile_tf
+from graphir.passes.transform import data_parallel, split
 
 __all__ = [
+    "baechi",
     "calibrate_comm",
+    "celeritas",
     "critical_path",
     "data_parallel",
     "dce",
+    "expert",
+    "fastt",
     "fuse",
+    "heft",
+    "ilp",
+    "metis",
+    "os_dpos",
     "place",
-    "place_baechi",
-    "place_celeritas",
-    "place_expert",
-    "place_fastt",
-    "place_heft",
-    "place_ilp",
-    "place_metis",
-    "place_os_dpos",
     "profile",
+    "profile_tf",
     "schedule",
     "simulate",
     "split",
     "strip_annotations",
+    "topo_order",
     "verify_acyclic",
 ]

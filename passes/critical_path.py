@@ -1,7 +1,7 @@
 """``critical-path``: length of the longest compute path, a lower bound on any makespan.
 
 Requires ``cost``; provides nothing (an analysis: results go to the pass statistics). Runs on the
-array view in O(V+E): ``finish[v] = time[v] + max(finish[u] for u in preds(v))``.
+array view in O(V+E) (:func:`graphir.paths.longest_path`).
 """
 
 from __future__ import annotations
@@ -13,23 +13,7 @@ import numpy as np
 
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-
-
-def longest_path(times: np.ndarray, pred_offsets: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Earliest finish of each node with unlimited devices and free communication (topological input)."""
-    finish = np.zeros(len(times))
-    offsets = pred_offsets.tolist()
-    pred_list = pred.tolist()
-    finish_list = finish.tolist()
-    times_list = times.tolist()
-    for v in range(len(times_list)):
-        ready = 0.0
-        for k in range(offsets[v], offsets[v + 1]):
-            f = finish_list[pred_list[k]]
-            if f > ready:
-                ready = f
-        finish_list[v] = ready + times_list[v]
-    return np.asarray(finish_list)
+from graphir.paths import longest_path
 
 
 @register_pass

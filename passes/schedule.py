@@ -1,7 +1,7 @@
 """``schedule``: derive per-device ``order`` from an existing ``device`` placement.
 
 Requires ``cost`` and ``device``; provides ``order``. Runs the list scheduler of
-:func:`graphir.placement.list_schedule` (ready nodes by decreasing rank_u), so placements made
+:func:`graphir.passes.place.problem.list_schedule` (ready nodes by decreasing rank_u), so placements made
 elsewhere (a placement file, a hand-written `.gir`) can be simulated.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-from graphir.placement import PlacementProblem, list_schedule, write_placement
+from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
 
 
 @register_pass

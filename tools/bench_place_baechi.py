@@ -25,7 +25,7 @@ import numpy as np
 from graphir.ir import Module
 from graphir.pass_infra import load_builtin_passes
 from graphir.passes.place import PLACERS, Place
-from graphir.placement import PlacementProblem, list_schedule, write_placement
+from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
 from graphir.simulator import simulate
 from graphir.tools.synth import make_synthetic_module
 

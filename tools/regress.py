@@ -16,8 +16,8 @@ The matrix:
   the fused one. ``ilp`` and ``os-dpos`` run on the light models only (on the big graphs the ILP
   stops at its wall-clock limit, so its answer would depend on the machine's speed; OS-DPOS takes
   minutes per graph there). On the light models the fused placers and OS-DPOS also run on the
-  unfused graph, where they spread the branches over the devices. ``data-parallel`` needs a TF training graph: it runs after
-  ``data-parallel{replicas=2}`` on ``zoo:lstm_train``.
+  unfused graph, where they spread the branches over the devices. ``data-parallel`` needs a TF
+  training graph: it runs after ``data-parallel{replicas=2}`` on ``zoo:lstm_train``.
 
 Usage::
 

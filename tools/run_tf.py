@@ -23,21 +23,10 @@ import json
 import sys
 from collections.abc import Sequence
 
+from graphir.backends.tf import run_report
 from graphir.errors import GraphIRError
-from graphir.ir import Module
 
 __all__ = ["main", "run_report"]
-
-
-def run_report(module: Module, steps: int, warmup: int = 2, seed: int = 0) -> str:
-    """Time ``steps`` steps of the placed ``module`` on TensorFlow; the one-line report.
-
-    Raises:
-        BackendError: the module cannot be lowered or run (one line).
-    """
-    from graphir.backends.tf.run import run_module
-
-    return run_module(module, steps, warmup=warmup, seed=seed).line()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphir.emit import EMITTERS, Emitter
+from graphir.emit import EMITTERS, Emitter, register_runner
 from graphir.errors import BackendError
 from graphir.fileio import write_atomically
 from graphir.ir import Module
@@ -160,3 +160,17 @@ EMITTERS["tf-graphdef"] = _ArtifactEmitter(
 EMITTERS["tf-savedmodel"] = _ArtifactEmitter(
     "tf-savedmodel", "TensorFlow SavedModel (-o DIR), every op on its device", emit_tf_savedmodel, writes_files=True
 )
+
+
+def run_report(module: Module, steps: int, seed: int = 0, warmup: int = 2) -> str:
+    """``--run-tf=STEPS``: time ``steps`` steps of the placed ``module`` on TensorFlow; the one-line report.
+
+    Raises:
+        BackendError: the module cannot be lowered or run (one line).
+    """
+    from graphir.backends.tf.run import run_module
+
+    return run_module(module, steps, warmup=warmup, seed=seed).line()
+
+
+register_runner("tf", run_report)

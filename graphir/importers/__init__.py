@@ -9,6 +9,7 @@ Each file importer is registered by file suffix in :data:`IMPORTERS` and returns
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -63,15 +64,34 @@ IMPORTERS[".pb"] = _import_tf_graphdef
 IMPORTERS[".pbtxt"] = _import_tf_graphdef
 
 ZOO_PREFIX = "zoo:"
-"""``graphir-opt zoo:<name>`` imports a model-zoo entry (see ``tools/zoo.py``)."""
+"""``graphir-opt zoo:<name>`` imports a model-zoo entry (the ``zoo`` source of ``graphir.tools.zoo_source``)."""
+
+Source = Callable[[str], Module]
+"""``name -> Module`` for a ``scheme:name`` model spec."""
+
+SOURCES: dict[str, Source] = {}
+"""Model sources by scheme (``zoo`` -> the model zoo); registered by plugins, see :func:`register_source`."""
+
+BUILTIN_SOURCE_PLUGINS = ("graphir.tools.zoo_source",)
+"""Modules imported (by name, on first need) to register the built-in sources."""
+
+
+def register_source(scheme: str, loader: Source) -> None:
+    """Make ``load_module("<scheme>:<name>")`` call ``loader(name)``."""
+    SOURCES[scheme] = loader
+
+
+def load_builtin_sources() -> dict[str, Source]:
+    """Import the built-in source plugins (the model zoo); they register themselves on import."""
+    for name in BUILTIN_SOURCE_PLUGINS:
+        importlib.import_module(name)
+    return SOURCES
 
 
 def load_module(path: str | Path) -> Module:
     """Import the model at ``path``: a file by its suffix, a SavedModel directory, or ``zoo:<name>``."""
     if isinstance(path, str) and path.startswith(ZOO_PREFIX):
-        from graphir.tools.zoo import load_entry
-
-        return load_entry(path[len(ZOO_PREFIX) :])
+        return load_builtin_sources()["zoo"](path[len(ZOO_PREFIX) :])
     path = Path(path)
     if path.is_dir():
         return _import_saved_model(path)

@@ -995,7 +995,7 @@ class AttrWriter:
     ``tensor`` from a :class:`~graphir.attributes.DenseTensor` (raw bytes for bf16/float8/int4) or
     ``Opaque("tf.TensorProto")``; ``func`` from ``Opaque("tf.NameAttrList")``; other opaque values
     (``tf.AttrValue``, ``tf.bytes``) byte for byte. One builder serves the TF lowering
-    (:mod:`graphir.backends.tf.tf_graphdef`) and ``profile{mode=tf}`` (:mod:`graphir.profile_tf`).
+    (:mod:`graphir.backends.tf.tf_graphdef`) and ``profile{mode=tf}`` (:mod:`graphir.backends.tf.measure`).
 
     Methods raise ``ValueError`` with a message naming the problem; callers add the node and turn it
     into their own error kind.

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from graphir.cluster import CACHE_DIR_ENV, CPU_MEASURE_ENV, load_cluster_toml, resolve_cluster
+from graphir.cluster import load_cluster_toml, resolve_cluster
 from graphir.errors import PassError
-from graphir.passes.calibrate_comm import LinkFit, calibration_sizes, cluster_toml, fit_linear, fit_stats
+from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
+from graphir.passes.profile.calibrate_comm import LinkFit, calibration_sizes, cluster_toml, fit_linear, fit_stats
 
 
 def test_fit_recovers_latency_and_bandwidth():

@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 
 from graphir.cluster import (
-    CACHE_DIR_ENV,
-    CPU_MEASURE_ENV,
     DEVICE_KINDS,
     PRESETS,
     ClusterError,
@@ -18,6 +16,7 @@ from graphir.cluster import (
     widest_routes,
 )
 from graphir.driver import run
+from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The data-parallel rewrite (graphir.dataparallel, ``data-parallel`` pass, ``place{algo=data-parallel}``).
+"""The data-parallel rewrite (passes/transform/replicate.py, ``data-parallel``, ``place{algo=data-parallel}``).
 
 The training graphs are built by hand in the TF dialect, at any batch, exactly as the zoo's
 GradientTape + Adam steps are shaped: placeholder, variable handles and reads, forward MatMul/Relu,
@@ -16,14 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphir.attributes import DenseTensor
-from graphir.dataparallel import data_parallel, data_parallel_devices, replica_name, replica_of
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node
 from graphir.parser import parse_module
 from graphir.pass_infra import PassContext, load_builtin_passes
-from graphir.passes.data_parallel import DataParallel
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
+from graphir.passes.transform.data_parallel import DataParallel
+from graphir.passes.transform.replicate import data_parallel, data_parallel_devices, replica_name, replica_of
 from graphir.printer import print_module
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType

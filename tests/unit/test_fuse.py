@@ -16,9 +16,9 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.fuse import Fuse
-from graphir.passes.fuse_batch import batch_round
-from graphir.passes.fuse_common import FineGraph, coarsen
-from graphir.passes.fuse_rules import DEFAULT_RULES_TOML, load_rules, parse_rules
+from graphir.passes.fuse.batch import batch_round
+from graphir.passes.fuse.common import FineGraph, coarsen
+from graphir.passes.fuse.rules import DEFAULT_RULES_TOML, load_rules, parse_rules
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphir.orders import cpd_topo, dfs_topo, m_topo, positions, tlevel_blevel
-from graphir.passes.fuse_cpd import optimal_breakpoints
+from graphir.passes.fuse.cpd import optimal_breakpoints
+from graphir.passes.orders import cpd_topo, dfs_topo, m_topo, positions, tlevel_blevel
 from graphir.topo import csr
 
 

@@ -10,7 +10,7 @@ import pytest
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
-from graphir.passes.place_os_dpos import simulated_critical_path
+from graphir.passes.place.os_dpos import simulated_critical_path
 from graphir.passes.profile import Profile
 from graphir.printer import print_module
 from graphir.simulator import simulate

@@ -12,8 +12,8 @@ from graphir.annotations import Mem
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
-from graphir.passes.place_baechi import favourite_children, solve_favourite_lp
-from graphir.placement import PlacementProblem
+from graphir.passes.place.baechi import favourite_children, solve_favourite_lp
+from graphir.passes.place.problem import PlacementProblem
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType
 

@@ -9,10 +9,10 @@ from test_place_heft import ALL_PLACERS, GiB, check_placer, placement_of, random
 
 from graphir.annotations import Mem
 from graphir.ir import Graph, Module
-from graphir.orders import cpd_topo
+from graphir.passes.orders import cpd_topo
 from graphir.passes.place import PLACERS, Place, Placement
-from graphir.passes.place_celeritas import celeritas_order
-from graphir.placement import PlacementProblem
+from graphir.passes.place.celeritas import celeritas_order
+from graphir.passes.place.problem import PlacementProblem
 from graphir.types import DType, TensorType
 
 

@@ -9,7 +9,7 @@ from test_place_baechi import build, chain_with_weights, placed, run
 from test_place_heft import check_placer, random_case
 
 from graphir.ir import Module
-from graphir.passes.place_expert import balanced_split
+from graphir.passes.place.expert import balanced_split
 
 
 def test_balanced_split_minimises_the_bottleneck() -> None:

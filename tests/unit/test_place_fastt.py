@@ -9,9 +9,9 @@ from test_place_heft import GiB, check_placer, heterogeneous_fork, random_case
 from graphir.annotations import Cost, Mem
 from graphir.ir import Graph, Module
 from graphir.passes.place import PLACERS, Place
-from graphir.passes.place_common import ListScheduler
-from graphir.passes.place_fastt import critical_path, fastt_rank, select_cp_devices
-from graphir.placement import PlacementProblem, upward_rank
+from graphir.passes.place.common import ListScheduler
+from graphir.passes.place.fastt import critical_path, fastt_rank, select_cp_devices
+from graphir.passes.place.problem import PlacementProblem, upward_rank
 from graphir.types import DType, TensorType
 
 

@@ -15,8 +15,8 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import PLACERS, Place
-from graphir.passes.place_common import DeviceTimeline, ListScheduler, argmin, ready_order
-from graphir.placement import PlacementProblem
+from graphir.passes.place.common import DeviceTimeline, ListScheduler, argmin, ready_order
+from graphir.passes.place.problem import PlacementProblem
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType
 from graphir.verifier import verify

@@ -29,7 +29,7 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
-from graphir.placement import PlacementProblem
+from graphir.passes.place.problem import PlacementProblem
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
@@ -240,7 +240,7 @@ def test_ilp_is_deterministic() -> None:
 _IN_PROCESS_RUN = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from graphir.passes import place_ilp
+from graphir.passes.place import ilp as place_ilp
 from test_place_ilp import comm_heavy_module, run_ilp
 assert "tensorflow" not in sys.modules
 place_ilp.ISOLATE = False
@@ -257,7 +257,7 @@ def test_ilp_isolated_solver_process_gives_the_same_schedule(monkeypatch: pytest
     CP-SAT crashes in a process that has loaded TensorFlow, which the test session may have done,
     so the in-process reference solve runs in a fresh interpreter without TensorFlow.
     """
-    from graphir.passes import place_ilp
+    from graphir.passes.place import ilp as place_ilp
 
     script = _IN_PROCESS_RUN.format(tests=str(Path(__file__).parent))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)

@@ -12,8 +12,8 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import PLACERS, Place
-from graphir.passes.place_metis import contract_colocation, device_shares, metis_graph
-from graphir.placement import PlacementProblem
+from graphir.passes.place.metis import contract_colocation, device_shares, metis_graph
+from graphir.passes.place.problem import PlacementProblem
 from graphir.types import DType, TensorType
 
 BIG = (1 << 20,)  # 4 MiB of f32

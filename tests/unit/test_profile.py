@@ -12,9 +12,10 @@ import pytest
 from graphir.annotations import Mem
 from graphir.attributes import DenseTensor
 from graphir.backends.json_export import cost_graph
-from graphir.cluster import CACHE_DIR_ENV, CPU_MEASURE_ENV, resolve_cluster
+from graphir.cluster import resolve_cluster
 from graphir.costmodel import analyze_graph, estimate_node
 from graphir.errors import PassError
+from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.importers import load_module
 from graphir.ir import Graph, Module
 from graphir.parser import parse_module

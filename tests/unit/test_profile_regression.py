@@ -12,13 +12,13 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402  (installed by make: the tf extra)
 
-from graphir.cluster import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.errors import PassError  # noqa: E402
-from graphir.importers.batching import module_batch, register_batch_builder  # noqa: E402
+from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.importers.tf import concrete_function_graphdef, from_concrete_function, import_graphdef  # noqa: E402
 from graphir.pass_infra import PassContext  # noqa: E402
 from graphir.passes.profile import Profile  # noqa: E402
-from graphir.passes.profile_tf import fit_lines, relative_deviation  # noqa: E402
+from graphir.passes.profile.tf import fit_lines, relative_deviation  # noqa: E402
+from graphir.passes.transform.batching import module_batch, register_batch_builder  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -133,7 +133,7 @@ def test_standard_evaluation_on_zoo_models(entry, capsys):
     The module is the zoo model at the largest fitted batch (built by the zoo's builder, cached in
     ``zoo/batches/``), named like its entry so the regression rebuilds it at each batch the same way.
     """
-    from graphir.importers.batching import zoo_builder
+    from graphir.passes.transform.batching import zoo_builder
 
     builder = zoo_builder(entry)
     module = import_graphdef(builder(max(ZOO_BATCHES)), name=entry)

@@ -14,16 +14,16 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402  (installed by make: the tf extra)
 
-from graphir.cluster import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
+from graphir.backends.tf.measure import module_graphdef  # noqa: E402
 from graphir.driver import run  # noqa: E402
 from graphir.errors import PassError  # noqa: E402
+from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.importers import load_module  # noqa: E402
 from graphir.importers.tf import concrete_function_graphdef, from_concrete_function, import_graphdef, tf_tensor_name  # noqa: E402
 from graphir.ir import Graph, Module  # noqa: E402
 from graphir.pass_infra import PassContext  # noqa: E402
 from graphir.passes.profile import Profile  # noqa: E402
 from graphir.printer import print_module  # noqa: E402
-from graphir.profile_tf import module_graphdef  # noqa: E402
 from graphir.types import DType, TensorType  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -113,7 +113,7 @@ def test_non_tf_module_is_a_one_line_error():
 
 def test_importing_graphir_does_not_import_tensorflow():
     code = (
-        "import sys, graphir, graphir.passes.profile, graphir.passes.profile_tf, graphir.profile_tf, "
-        "graphir.importers.batching; assert 'tensorflow' not in sys.modules"
+        "import sys, graphir, graphir.passes.profile, graphir.passes.profile.tf, graphir.backends.tf.measure, "
+        "graphir.passes.transform.batching; assert 'tensorflow' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from graphir.pass_infra import PassContext, load_builtin_passes
-from graphir.passes.data_parallel import DataParallel
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
+from graphir.passes.transform.data_parallel import DataParallel
 from graphir.simulator import simulate
 from graphir.tools import zoo
 from graphir.tools.replicate import fastt

@@ -1,4 +1,4 @@
-"""FastT operation splitting (graphir/split.py, passes/split.py): numerics, shapes, costs, refusals."""
+"""FastT operation splitting (passes/transform/split_rewrite.py, split.py): numerics, shapes, costs, refusals."""
 
 from __future__ import annotations
 
@@ -9,20 +9,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graphir.attributes import DenseTensor
+from graphir.clone import clone_module
 from graphir.errors import PassError
 from graphir.ir import ExternalTensor, Graph, Module, Node
 from graphir.pass_infra import PassContext
 from graphir.passes.profile import Profile
-from graphir.passes.split import Split
-from graphir.printer import print_module
-from graphir.split import (
+from graphir.passes.transform.split import Split
+from graphir.passes.transform.split_rewrite import (
     SplitError,
     annotate_split,
-    clone_module,
     export_onnx_with_splits,
     split_node,
     split_reason,
 )
+from graphir.printer import print_module
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
 

@@ -11,7 +11,7 @@ TF-slim's data parallelism as the baseline, and, for a model that fits one GPU, 
 which it calls) started from the *data-parallel graph* (§5.2: the model replicated once per device).
 Here, for each zoo training graph and each device count ``n``:
 
-1. ``data-parallel{replicas=n batch=G}`` (:mod:`graphir.dataparallel`) builds the replicated graph:
+1. ``data-parallel{replicas=n batch=G}`` (:mod:`graphir.passes.transform.replicate`) builds the replicated graph:
    ``n`` copies of the forward and backward pass on ``G / n`` samples each (types from the model
    re-traced at that batch), shared variables, gradients averaged (``AddN`` and ``1/n``) before the
    single Adam update; then analytical ``profile`` for the cluster's V100s.
@@ -36,7 +36,7 @@ sizes alone took minutes on this machine.
 ``--quick`` (for the tests, a few seconds): VGG-19 on 2 GPUs at global batch 256, so each replica
 runs the zoo graph's own batch (128) and no model is re-traced; no 1-GPU column.
 
-Where the re-traced graphs come from: :func:`graphir.dataparallel.module_at_batch` (the zoo's
+Where the re-traced graphs come from: :func:`graphir.passes.transform.replicate.module_at_batch` (the zoo's
 builder, cached as ``zoo/batches/<entry>_b<batch>.pb``; about 10-20 s per new batch size).
 """
 
@@ -49,14 +49,14 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from graphir.dataparallel import DataParallelGraph, data_parallel
+from graphir.clone import clone_module
 from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
+from graphir.passes.transform.replicate import DataParallelGraph, data_parallel
 from graphir.simulator import simulate
-from graphir.split import clone_module
 from graphir.tools.replicate.common import Runner, generated_line, run_main, table, write_text
 from graphir.verifier import verify
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphir.passes.fuse_common import CoarseGraph
+from graphir.passes.fuse.common import CoarseGraph
 from graphir.unionfind import DisjointSets
 
 

@@ -1,19 +1,20 @@
 """FastT's Operation Splitting DPOS: ``place{algo=os-dpos}`` (FastT §5.2, Algorithm 2).
 
-1. Line 3: place with DPOS (:func:`graphir.passes.place_fastt.place_dpos`) and **simulate**
+1. Line 3: place with DPOS (:func:`graphir.passes.place.fastt.place_dpos`) and **simulate**
    (:func:`graphir.simulator.simulate` is the judge, so ``FT(o_exit)`` is the simulated makespan).
 2. Lines 4-5: the critical path *of that placement*: from the node that finishes last, walk back
    to whatever made each node start when it did: the input that arrived last (its producer's
    finish plus the link's ``latency + bytes / bandwidth`` when it crossed devices) or the node
    before it on its device, whichever is later (ties: the input). Its ops with a splitting rule
-   (:mod:`graphir.split`: Conv, MatMul, Gemm, pooling, elementwise...) are sorted by decreasing
+   (:mod:`graphir.passes.transform.split_rewrite`: Conv, MatMul, Gemm, pooling, elementwise...) are sorted by decreasing
    compute time on their device (ties: topological position). Ops without a parallelisable
    dimension (concatenations, softmax...) have nothing to try and are skipped, not counted as a
    failure.
 3. Lines 7-14: for each op in turn, every parallelisable dimension ``d`` (``batch``, ``channel``)
    and every split number ``n`` in ``2..|D|`` ("``n`` ∈ # of GPUs") the op accepts is tried on a
-   copy of the current graph: ``SplitOperation`` (:func:`graphir.split.split_node`, split and
-   concat nodes), analytical costs for the new nodes (:func:`graphir.split.annotate_split`), a new
+   copy of the current graph: ``SplitOperation``
+   (:func:`graphir.passes.transform.split_rewrite.split_node`, split and concat nodes), analytical
+   costs for the new nodes (:func:`graphir.passes.transform.split_rewrite.annotate_split`), a new
    placement problem, DPOS, simulation. The best trial (smallest makespan; ties: the order tried)
    is kept only if it beats the current makespan, and then applied to the module; otherwise the
    loop stops (line 12, "stop at the first that does not"). A trial whose simulation runs out of
@@ -25,7 +26,7 @@ start). The graph must be the fine graph: an op in a fusion group (``group``) is
 
 The placer **rewrites the module** (the split nodes replace the ops) and returns a
 :class:`~graphir.passes.place.Placement` for the rewritten graph together with its
-:class:`~graphir.placement.PlacementProblem` (``Placement.problem``), which ``place`` then expands.
+:class:`~graphir.passes.place.problem.PlacementProblem` (``Placement.problem``), which ``place`` then expands.
 Statistics: ``splits``, ``split-list`` (``op:dim:n`` comma-separated), ``split-trials``,
 ``split-candidates``, ``makespan-before-s`` (DPOS) and ``makespan-after-s`` (simulated), plus
 DPOS's own for the final graph.
@@ -37,12 +38,13 @@ import math
 
 import numpy as np
 
+from graphir.clone import clone_module
 from graphir.ir import Module, Node
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place_fastt import place_dpos
-from graphir.placement import PlacementProblem, write_placement
+from graphir.passes.place.fastt import place_dpos
+from graphir.passes.place.problem import PlacementProblem, write_placement
+from graphir.passes.transform.split_rewrite import annotate_split, parallel_dims, split_node, split_reason
 from graphir.simulator import SimResult, simulate
-from graphir.split import annotate_split, clone_module, parallel_dims, split_node, split_reason
 
 
 def _simulated_makespan(module: Module, problem: PlacementProblem, placement: Placement) -> tuple[float, SimResult]:

@@ -4,7 +4,7 @@ The papers in ``shared/papers`` describe them as baselines (Celeritas §2, §4.2
 Pesto §5); the rules below follow Baechi's paper and its open-source placer:
 
 * **m-TOPO** (:func:`place_m_topo`): walk Baechi's topological order (M-TOPO, a FIFO Kahn queue,
-  :func:`graphir.orders.m_topo`) and fill device 0, then device 1, ... each up to its *memory share*
+  :func:`graphir.passes.orders.m_topo`) and fill device 0, then device 1, ... each up to its *memory share*
   ``total memory / number of devices + largest node memory`` (Baechi's uniform m-TOPO); a node that
   does not fit on the current device moves the cursor to the next device for good. No schedule:
   the framework's list scheduler orders each device.
@@ -21,7 +21,7 @@ Pesto §5); the rules below follow Baechi's paper and its open-source placer:
   it goes to, i.e. ``max over devices of the schedulable start <= now``) or waits for the
   favourite child.
 
-Constraints, common to the three (and to ``expert``, see :mod:`graphir.passes.place_expert`):
+Constraints, common to the three (and to ``expert``, see :mod:`graphir.passes.place.expert`):
 
 * **Affinity**: a node only goes to a device in ``problem.allowed``.
 * **Colocation**: the first placed member of a colocation class decides the device of the whole
@@ -41,7 +41,7 @@ Choices where the papers are vague (documented deviations):
   The simulator (FIFO channel per device pair) judges the result either way.
 * Heterogeneous clusters: ETF/SCT use each device's own compute time; the SCT LP (which assumes
   identical machines) uses the mean time over devices and the mean communication time over device
-  pairs (as :func:`graphir.placement.upward_rank` does).
+  pairs (as :func:`graphir.passes.place.problem.upward_rank` does).
 * LP rounding: an edge is a favourite-child edge when its relaxed variable is ``<= 0.5`` (Baechi
   rounds with threshold 0.5). Rounding may give a node two favourite children (or a child two
   favourite parents) at exact ties; Baechi lets the last edge win, here edges are accepted in
@@ -60,9 +60,9 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.orders import m_topo, positions
+from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.placement import PlacementProblem
+from graphir.passes.place.problem import PlacementProblem
 
 __all__ = [
     "Constraints",

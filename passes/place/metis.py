@@ -15,7 +15,7 @@ the coarse graph to the real METIS library (through ``pymetis``, imported on fir
 * **k-way** (``METIS_PartGraphKway``), METIS's fixed seed :data:`METIS_SEED`: deterministic.
 
 METIS knows neither execution order nor memory. Order: the framework's list scheduler
-(:func:`graphir.placement.list_schedule`, rank_u priority) orders each device. Memory is not
+(:func:`graphir.passes.place.problem.list_schedule`, rank_u priority) orders each device. Memory is not
 checked, as in the paper's baseline (it reports METIS running out of memory on three of four
 models); ``simulate`` reports an OOM. Affinity: a vertex METIS put on a device its affinity excludes
 moves to the allowed device with the least compute load relative to its speed (ties: lowest number).
@@ -28,7 +28,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.placement import PlacementProblem
+from graphir.passes.place.problem import PlacementProblem
 
 METIS_SEED = 0
 """METIS's random seed (``METIS_OPTION_SEED``)."""

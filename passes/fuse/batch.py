@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphir.passes.fuse_common import CoarseGraph, heights
+from graphir.passes.fuse.common import CoarseGraph, heights
 
 
 def feasible_edges(graph: CoarseGraph, height: np.ndarray) -> np.ndarray:

@@ -67,7 +67,6 @@ __all__ = [
     "SplitError",
     "SplitResult",
     "annotate_split",
-    "clone_module",
     "export_onnx_with_splits",
     "parallel_dims",
     "split_node",
@@ -645,43 +644,3 @@ def export_onnx_with_splits(module: Module, rng: np.random.Generator) -> tuple[A
         else:
             proto.attribute.append(helper.make_attribute("split", sizes[proto.name]))
     return model, feeds
-
-
-# --------------------------------------------------------------------------- cloning
-
-
-def clone_module(module: Module) -> Module:
-    """A copy of ``module`` for trial rewrites: same names, insertion order, params and annotations.
-
-    Constant data is shared by reference (never copied); the cluster object is shared. Because the
-    insertion order is kept, the copy's array view numbers its nodes exactly like the original's,
-    so a placer run on the copy and on the original gives the same answer.
-    """
-    source = module.graph
-    graph = Graph(source.name)
-    values: dict[Value, Value] = {}
-    for value in source.inputs:
-        values[value] = graph.add_input(value.name, value.type)
-    for value in source.constants:
-        values[value] = graph.add_constant(value.name, value.type, value.const)
-    nodes: dict[Node, Node] = {}
-    for node in source.nodes:
-        copy = graph.add_node(
-            node.op, [], [v.type for v in node.outputs], name=node.name, output_names=[v.name for v in node.outputs]
-        )
-        copy.params = dict(node.params)
-        copy.loc = node.loc
-        for key, value in node.annotations.items():
-            copy.set_annotation(key, value)
-        nodes[node] = copy
-        for original, new in zip(node.outputs, copy.outputs, strict=True):
-            values[original] = new
-    for node, copy in nodes.items():
-        for value in node.inputs:
-            copy.add_input(values[value])
-        for control in node.control_inputs:
-            copy.add_control_input(nodes[control])
-    graph.set_outputs(values[v] for v in source.outputs)
-    clone = Module(module.name, graph, module.cluster_spec, dict(module.metadata))
-    clone.set_cluster(module.cluster)
-    return clone

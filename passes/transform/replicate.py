@@ -10,7 +10,7 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    ``Tile`` multiples, the loss's mean divisor) come from the same model **at batch** ``G / n``
    (:func:`module_at_batch`): the zoo's builder traces the training step again, or, for graphs whose
    shapes all flow from the placeholders, TensorFlow re-infers them after the placeholders'
-   leading dimension is changed (:mod:`graphir.importers.batching`). Re-tracing is needed because
+   leading dimension is changed (:mod:`graphir.passes.transform.batching`). Re-tracing is needed because
    Keras and TF's gradient code bake the batch into constants; shape inference alone cannot undo
    that. The replica model must have the same node names and ops as the module.
 2. **What is replicated.** The *batch sources* are the placeholders (and graph inputs) whose leading
@@ -131,17 +131,17 @@ def module_at_batch(module: Module, batch: int) -> Module:
     """The model of ``module`` at ``batch`` samples per step, with the same node names.
 
     ``module`` itself when its batch already is ``batch``; otherwise TensorFlow rebuilds it (see
-    the module docstring and :mod:`graphir.importers.batching`).
+    the module docstring and :mod:`graphir.passes.transform.batching`).
 
     Raises:
         PassError: the module has no batch, or the rebuild failed.
     """
-    from graphir.importers.batching import graphdef_at_batch, module_batch
+    from graphir.passes.transform.batching import graphdef_at_batch, module_batch
 
     if module_batch(module) == batch:
         return module
+    from graphir.backends.tf.measure import module_graphdef
     from graphir.importers.tf import import_graphdef
-    from graphir.profile_tf import module_graphdef
 
     graph_def, how = graphdef_at_batch(module, module_graphdef(module, np.random.default_rng(0)), batch)
     try:
@@ -271,7 +271,7 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
         PassError: bad arguments, fusion groups, a replica model that does not match, or a shared
             node whose type would change with the batch.
     """
-    from graphir.importers.batching import module_batch
+    from graphir.passes.transform.batching import module_batch
 
     if replicas < 1:
         raise PassError(f"replicas must be >= 1, got {replicas}")

@@ -1,13 +1,15 @@
 """``split{op=NAME parts=N axis=batch|channel|K}``: split one named op (FastT operation splitting).
 
-Rewrites the node called ``op`` into ``parts`` parts along ``axis`` with :func:`graphir.split.split_node`:
+Rewrites the node called ``op`` into ``parts`` parts along ``axis`` with
+:func:`graphir.passes.transform.split_rewrite.split_node`:
 ``graphir.split`` nodes cut the operands, the parts compute slices of the result, and a
 ``graphir.concat`` node (which keeps the op's name and result name) joins them. ``axis`` is
 ``batch`` (dim 0 of the activations), ``channel`` (output channels / output features; the weight is
 cut) or an integer axis of the result (elementwise ops and pooling).
 
 When the op had ``cost``/``mem`` (a profiled graph), the new nodes get them too
-(:func:`graphir.split.annotate_split`). A placement of the old graph does not describe the new one:
+(:func:`graphir.passes.transform.split_rewrite.annotate_split`). A placement of the old graph does not
+describe the new one:
 ``device``, ``order``, ``start`` and ``finish`` are removed from every node when present (statistic
 ``placement-dropped``). Ops that cannot be split correctly are refused with one line saying why.
 
@@ -23,7 +25,7 @@ from typing import ClassVar
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-from graphir.split import Dim, annotate_split, split_node
+from graphir.passes.transform.split_rewrite import Dim, annotate_split, split_node
 
 _PLACEMENT_KEYS = ("device", "order", "start", "finish")
 

@@ -2,14 +2,14 @@
 
 Four algorithms, chosen with ``algo`` (each in its own module):
 
-- ``cpd-topo`` (:mod:`graphir.passes.fuse_cpd`): Celeritas Algorithm 1, CPD-TOPO order and the
+- ``cpd-topo`` (:mod:`graphir.passes.fuse.cpd`): Celeritas Algorithm 1, CPD-TOPO order and the
   Optimal_BP dynamic programme (eq. 4-6) with exploration range ``window`` and memory cap
   ``mem-cap`` per cluster;
-- ``rules`` (:mod:`graphir.passes.fuse_rules`): Moirai GCOF with the fusion rules of ``rules``
+- ``rules`` (:mod:`graphir.passes.fuse.rules`): Moirai GCOF with the fusion rules of ``rules``
   (a TOML file; empty: the built-in rules);
-- ``acyclic-batch`` (:mod:`graphir.passes.fuse_batch`): Pesto batch merging down to ``target``
+- ``acyclic-batch`` (:mod:`graphir.passes.fuse.batch`): Pesto batch merging down to ``target``
   nodes;
-- ``colocation`` (:mod:`graphir.passes.fuse_colocation`): one group per ``colocate`` class.
+- ``colocation`` (:mod:`graphir.passes.fuse.colocation`): one group per ``colocate`` class.
 
 Every algorithm runs on the current quotient graph (existing groups are nodes), so fusions
 compose; afterwards *every* node carries ``group``, numbered ``0..k-1`` by the first topological
@@ -30,12 +30,12 @@ from graphir.errors import PassError
 from graphir.index import GraphIndex
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
-from graphir.passes import fuse_orders  # noqa: F401 - registers the topo-order analysis pass
-from graphir.passes.fuse_batch import fuse_acyclic_batch
-from graphir.passes.fuse_colocation import fuse_colocation
-from graphir.passes.fuse_common import CoarseGraph, FineGraph, coarsen, compose, write_groups
-from graphir.passes.fuse_cpd import fuse_cpd_topo
-from graphir.passes.fuse_rules import fuse_rules, load_rules
+from graphir.passes.fuse import topo_order  # noqa: F401 - registers the topo-order analysis pass
+from graphir.passes.fuse.batch import fuse_acyclic_batch
+from graphir.passes.fuse.colocation import fuse_colocation
+from graphir.passes.fuse.common import CoarseGraph, FineGraph, coarsen, compose, write_groups
+from graphir.passes.fuse.cpd import fuse_cpd_topo
+from graphir.passes.fuse.rules import fuse_rules, load_rules
 
 Algo = Literal["cpd-topo", "rules", "acyclic-batch", "colocation"]
 

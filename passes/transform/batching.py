@@ -30,15 +30,12 @@ TensorFlow and the zoo are imported inside the functions only.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from graphir.errors import PassError
+from graphir.importers import load_builtin_sources
 from graphir.ir import Module
 
 __all__ = [
@@ -47,13 +44,32 @@ __all__ = [
     "module_batch",
     "rebatch_graphdef",
     "register_batch_builder",
-    "zoo_builder",
+    "register_builder_provider",
 ]
 
 BatchBuilder = Callable[[int], Any]
 """``batch -> tf GraphDef`` with the node names of the registered module."""
 
 _BUILDERS: dict[str, BatchBuilder] = {}
+_PROVIDERS: list[Callable[[str], BatchBuilder | None]] = []
+
+
+def register_builder_provider(provider: Callable[[str], BatchBuilder | None]) -> None:
+    """Ask ``provider(module_name)`` for a builder when no module-specific one is registered.
+
+    The model zoo registers one (``graphir.tools.zoo_source``): it rebuilds its training entries.
+    """
+    if provider not in _PROVIDERS:
+        _PROVIDERS.append(provider)
+
+
+def _provided_builder(module_name: str) -> BatchBuilder | None:
+    load_builtin_sources()
+    for provider in _PROVIDERS:
+        builder = provider(module_name)
+        if builder is not None:
+            return builder
+    return None
 
 
 def register_batch_builder(module_name: str, builder: BatchBuilder | None) -> None:
@@ -108,53 +124,6 @@ def rebatch_graphdef(graph_def: Any, old_batch: int, batch: int) -> Any:
     return out
 
 
-def zoo_builder(entry_name: str) -> BatchBuilder | None:
-    """The builder of a zoo training entry (None when ``entry_name`` is not one)."""
-    from graphir.tools import zoo
-
-    entry = zoo.ENTRIES.get(entry_name)
-    if entry is None or entry.mode != "train":
-        return None
-
-    def build(batch: int) -> Any:
-        from tensorflow.core.framework import graph_pb2
-
-        main = entry.path()
-        path = zoo.zoo_dir() / "batches" / f"{entry_name}_b{batch}.pb"
-        stale = path.exists() and main.exists() and path.stat().st_mtime < main.stat().st_mtime
-        if not path.exists() or stale:
-            _build_zoo_batch(entry_name, batch, path)
-        graph_def = graph_pb2.GraphDef()
-        graph_def.ParseFromString(path.read_bytes())
-        return graph_def
-
-    return build
-
-
-_BUILD_SCRIPT = """
-import sys
-from pathlib import Path
-from graphir.tools import zoo
-entry = zoo.ENTRIES[sys.argv[1]]
-graph_def, _ = zoo.build_train_graphdef(entry.model, int(sys.argv[2]), entry.config)
-path = Path(sys.argv[3])
-path.parent.mkdir(parents=True, exist_ok=True)
-tmp = path.with_name(path.name + ".tmp")
-tmp.write_bytes(graph_def.SerializeToString(deterministic=True))
-tmp.replace(path)
-"""
-
-
-def _build_zoo_batch(entry_name: str, batch: int, path: Path) -> None:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow")
-    command = [sys.executable, "-c", _BUILD_SCRIPT, entry_name, str(batch), str(path)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if result.returncode != 0 or not path.exists():
-        lines = [line for line in result.stderr.strip().splitlines() if line.strip() and line[:1] not in "IWE"]
-        last = lines[-1] if lines else f"exit status {result.returncode}"
-        raise PassError(f"rebuilding zoo entry '{entry_name}' at batch {batch} failed: {last}")
-
-
 def graphdef_at_batch(module: Module, base_graph_def: Any, batch: int) -> tuple[Any, str]:
     """A GraphDef of ``module``'s model at ``batch``, and how it was made (``builder`` or ``placeholders``).
 
@@ -163,7 +132,7 @@ def graphdef_at_batch(module: Module, base_graph_def: Any, batch: int) -> tuple[
         base_graph_def: the module re-exported as a GraphDef, re-batched when no builder applies.
         batch: the wanted batch size.
     """
-    builder = _BUILDERS.get(module.name) or zoo_builder(module.name)
+    builder = _BUILDERS.get(module.name) or _provided_builder(module.name)
     if builder is not None:
         return builder(batch), "builder"
     return rebatch_graphdef(base_graph_def, module_batch(module), batch), "placeholders"

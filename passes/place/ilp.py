@@ -82,7 +82,7 @@ from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Stat
 from graphir.passes.place import PLACERS, Place, Placement, register_placer
-from graphir.placement import PlacementProblem, keyed_topological_order, list_schedule, write_placement
+from graphir.passes.place.problem import PlacementProblem, keyed_topological_order, list_schedule, write_placement
 from graphir.simulator import simulate
 
 WARM_START_PLACERS = ("heft", "dpos", "adjusting", "m-etf")
@@ -509,7 +509,7 @@ def solve(
 
 def _solve_isolated(*args: object) -> dict[str, object]:
     """Run :func:`solve` in a fresh interpreter (see :data:`ISOLATE`); pickles in, pickles out."""
-    code = "from graphir.passes.place_ilp import _solve_child; _solve_child()"
+    code = "from graphir.passes.place.ilp import _solve_child; _solve_child()"
     done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(args), capture_output=True, check=False)
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit code {done.returncode}"]

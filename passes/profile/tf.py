@@ -1,7 +1,7 @@
 """The measured TensorFlow modes of ``profile``: ``mode=tf`` and ``mode=regression`` (Celeritas §4.2.1).
 
 Both are entries of :data:`graphir.passes.profile.MODES`; the TensorFlow calls live in
-:mod:`graphir.profile_tf` and :mod:`graphir.importers.batching` (TensorFlow is imported only when a
+:mod:`graphir.backends.tf.measure` and :mod:`graphir.passes.transform.batching` (TensorFlow is imported only when a
 mode runs).
 
 ``profile{mode=tf iterations=N warmup=W threads=T}`` re-exports the TF-dialect module as a
@@ -27,7 +27,7 @@ analytical time of the host CPU and analytical memory. Both are counted in the s
 
 ``profile{mode=regression batches=1,2,4 target=T validate=false}`` is Celeritas's Standard
 Evaluation, rough-estimation step: the model is rebuilt at each small batch size
-(:func:`graphir.importers.batching.graphdef_at_batch`: the zoo's builder for zoo training
+(:func:`graphir.passes.transform.batching.graphdef_at_batch`: the zoo's builder for zoo training
 entries, a registered builder, or the module's placeholders re-batched), each is measured as in
 ``mode=tf``, and for every node a least-squares line ``y = a + k·batch`` is fitted to its
 measured time and to its measured memory (output bytes, and temporary bytes, separately) and
@@ -134,7 +134,7 @@ def measure_module(module: Module, options: Profile, seed: int, names: list[str]
 
     Kernels that TF fused are shared between their members first (:func:`_split_fused`).
     """
-    from graphir.profile_tf import measure_graphdef, module_graphdef
+    from graphir.backends.tf.measure import measure_graphdef, module_graphdef
 
     graph_def = module_graphdef(module, np.random.default_rng(seed))
     measured = measure_graphdef(
@@ -247,8 +247,8 @@ def _deviation_stats(prefix: str, deviation: np.ndarray) -> dict[str, Stat]:
 
 
 def _module_at(module: Module, base: object, batch: int) -> tuple[Module, str]:
-    from graphir.importers.batching import graphdef_at_batch
     from graphir.importers.tf import import_graphdef
+    from graphir.passes.transform.batching import graphdef_at_batch
 
     graph_def, how = graphdef_at_batch(module, base, batch)
     try:
@@ -263,8 +263,8 @@ def _module_at(module: Module, base: object, batch: int) -> tuple[Module, str]:
 
 def run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
     """``profile{mode=regression}``: Celeritas's Standard Evaluation (see the module docstring)."""
-    from graphir.importers.batching import module_batch
-    from graphir.profile_tf import module_graphdef
+    from graphir.backends.tf.measure import module_graphdef
+    from graphir.passes.transform.batching import module_batch
 
     batches = sorted(set(options.batches))
     if len(batches) < 2 or batches[0] < 1:

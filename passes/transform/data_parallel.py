@@ -1,7 +1,7 @@
 """``data-parallel{replicas=N batch=G}``: replicate a training graph N times (FastT's data-parallel input graph).
 
 Rewrites the module into the graph TensorFlow's in-graph data parallelism runs
-(:func:`graphir.dataparallel.data_parallel`): ``replicas`` copies of the forward and backward pass
+(:func:`graphir.passes.transform.replicate.data_parallel`): ``replicas`` copies of the forward and backward pass
 (``replica<i>/...``), each on ``G / N`` samples of the global batch ``G``, sharing only the variables
 (handles, reads, optimizer updates); each value a replica hands to the shared part (gradients,
 moving statistics, the loss) is averaged over the replicas (``tf.AddN`` then ``tf.Mul`` by ``1/N``)
@@ -13,7 +13,7 @@ targets and other batch-dependent constants are right. A profiled module keeps c
 ``place{algo=data-parallel}`` (registered here) is the baseline placement of such a graph: replica
 ``i`` on device ``i mod |D|``, variables spread over the devices by bytes together with their
 reads, optimizer slots and updates, aggregation with its update
-(:func:`graphir.dataparallel.data_parallel_devices`); the order comes from list scheduling.
+(:func:`graphir.passes.transform.replicate.data_parallel_devices`); the order comes from list scheduling.
 
 Requires nothing; provides nothing. Options: ``replicas`` (>= 1), ``batch`` (the global batch, 0:
 the module's own; a multiple of ``replicas``). Statistics: ``replicas``, ``global-batch``,
@@ -28,11 +28,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from graphir.dataparallel import data_parallel, data_parallel_devices
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.placement import PlacementProblem
+from graphir.passes.place.problem import PlacementProblem
+from graphir.passes.transform.replicate import data_parallel, data_parallel_devices
 
 
 @register_pass

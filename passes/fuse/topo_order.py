@@ -2,7 +2,7 @@
 
 Celeritas §4.2.2 compares orders by placing the nodes sequentially on devices: the first
 ``1/parts`` of the order on the first device, and so on. This pass computes ``order`` (m-topo,
-dfs-topo or cpd-topo, :mod:`graphir.orders`) on the current quotient graph, splits it into
+dfs-topo or cpd-topo, :mod:`graphir.passes.orders`) on the current quotient graph, splits it into
 ``parts`` contiguous runs of equal node count (the first runs take the remainder), and reports the
 number of edges and the communication time between different runs. It changes nothing.
 Node times default to 0 for nodes without ``cost`` (only ``cpd-topo`` reads them).
@@ -21,9 +21,9 @@ import numpy as np
 from graphir.comm import CommModel
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.orders import cpd_topo, dfs_topo, m_topo, positions
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
-from graphir.passes.fuse_common import FineGraph, coarsen
+from graphir.passes.fuse.common import FineGraph, coarsen
+from graphir.passes.orders import cpd_topo, dfs_topo, m_topo, positions
 
 _MAX_PRINTED = 64
 

@@ -1,7 +1,7 @@
 """Celeritas's placers (§5.2): ``place{algo=order-place}`` and ``place{algo=adjusting}``.
 
 Both visit the coarse graph's nodes in CPD-TOPO order (Celeritas Algorithm 1 lines 8-23, from
-:func:`graphir.orders.cpd_topo`; node weight = compute time averaged over the devices, edge weight
+:func:`graphir.passes.orders.cpd_topo`; node weight = compute time averaged over the devices, edge weight
 = the cluster's mean transfer time, as the fusion pass that built the coarse graph sees them) and
 schedule each one at its earliest start with insertion (eq. 7), so both return start times.
 
@@ -21,16 +21,16 @@ schedule each one at its earliest start with insertion (eq. 7), so both return s
 Choices where the paper is silent: eq. (8)'s ``c_{i,s}`` is "the time to send data back to d_k",
 so it is computed on the link ``d_1 -> d_k`` (``latency + bytes / bandwidth`` of each outgoing
 coarse edge; identical to the paper's single ``c_{i,s}`` on a homogeneous cluster; 0 for a sink).
-Memory, affinity, colocation and best effort follow :mod:`graphir.passes.place_common`.
+Memory, affinity, colocation and best effort follow :mod:`graphir.passes.place.common`.
 """
 
 from __future__ import annotations
 
 from graphir.ir import Module
-from graphir.orders import cpd_topo
+from graphir.passes.orders import cpd_topo
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place_common import INF, ListScheduler, argmin
-from graphir.placement import PlacementProblem
+from graphir.passes.place.common import INF, ListScheduler, argmin
+from graphir.passes.place.problem import PlacementProblem
 
 
 def celeritas_order(problem: PlacementProblem) -> list[int]:

@@ -2,9 +2,9 @@
 
 1. Priority: ``rank_u(n_i) = w̄_i + max_{n_j in succ(n_i)} (c̄_{i,j} + rank_u(n_j))`` with ``w̄`` the
    compute time averaged over the devices and ``c̄`` the transfer time averaged over ordered device
-   pairs (:func:`graphir.placement.upward_rank`).
+   pairs (:func:`graphir.passes.place.problem.upward_rank`).
 2. The nodes are taken by decreasing ``rank_u`` (ties: lowest node number; always a topological
-   order, see :func:`graphir.passes.place_common.ready_order`).
+   order, see :func:`graphir.passes.place.common.ready_order`).
 3. Each goes to the device of minimum ``EFT(n_i, p_j) = w_{i,j} + EST(n_i, p_j)`` where
    ``EST(n_i, p_j) = max(avail[j], max_{n_m in pred(n_i)} (AFT(n_m) + c_{m,i}))`` and ``avail[j]`` is
    found by the *insertion* policy: the first idle slot after the data-ready time long enough to
@@ -13,15 +13,15 @@
 HEFT knows no memory, affinity or colocation; graphir's placers all honour them, so a device that is
 full or excluded gets ``EFT = +inf``, a colocation class follows its first placed member, and a node
 that fits nowhere goes to the allowed device with the most free memory (the shared rules of
-:mod:`graphir.passes.place_common`). Without memory pressure or constraints this is plain HEFT.
+:mod:`graphir.passes.place.common`). Without memory pressure or constraints this is plain HEFT.
 """
 
 from __future__ import annotations
 
 from graphir.ir import Module
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place_common import ListScheduler, ready_order
-from graphir.placement import PlacementProblem, upward_rank
+from graphir.passes.place.common import ListScheduler, ready_order
+from graphir.passes.place.problem import PlacementProblem, upward_rank
 
 
 @register_placer("heft")

@@ -37,8 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from graphir.errors import Location, PassError
-from graphir.orders import dfs_topo
-from graphir.passes.fuse_common import CoarseGraph
+from graphir.passes.fuse.common import CoarseGraph
+from graphir.passes.orders import dfs_topo
 
 DEFAULT_RULES_TOML = """\
 # graphir's default fusion rules (Moirai Table I and the usual backend fusions).

@@ -1,10 +1,10 @@
 """``place{algo=...}``: assign every node a device and an execution order.
 
 Requires ``cost``; provides ``device`` and ``order``. Placers work on the quotient graph when
-``group`` annotations exist (see :class:`graphir.placement.PlacementProblem`) and the result is
+``group`` annotations exist (see :class:`graphir.passes.place.problem.PlacementProblem`) and the result is
 expanded to member nodes. Each algorithm lives in its own module and registers itself in
 :data:`PLACERS` with :func:`register_placer`; a placer that only assigns devices leaves the order to
-:func:`graphir.placement.list_schedule`.
+:func:`graphir.passes.place.problem.list_schedule`.
 
 Algorithms: ``single`` (everything on one device, ``device=NAME`` or the first), ``file`` (read
 ``{node_id: device}`` JSON from ``path``), and the papers' placers in ``passes/place_*.py``.
@@ -24,7 +24,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
-from graphir.placement import PlacementProblem, list_schedule, write_placement
+from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
 
 
 @dataclasses.dataclass

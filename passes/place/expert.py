@@ -28,8 +28,8 @@ import numpy as np
 
 from graphir.ir import Module
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place_baechi import Constraints
-from graphir.placement import PlacementProblem
+from graphir.passes.place.baechi import Constraints
+from graphir.passes.place.problem import PlacementProblem
 
 __all__ = ["balanced_split", "place_expert"]
 

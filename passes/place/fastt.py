@@ -4,7 +4,7 @@
    ``c_{i,j}`` = the *maximal* transfer time of the edge over ordered device pairs (FastT, unlike
    HEFT, takes maxima, not means).
 2. Line 4: ``rank_u(o_i) = w_i + max_{o_j in succ(o_i)} (c_{i,j} + rank_u(o_j))`` — the bottom level
-   of :func:`graphir.orders.tlevel_blevel` with those weights. The critical path ``SET_CP``: "the
+   of :func:`graphir.passes.orders.tlevel_blevel` with those weights. The critical path ``SET_CP``: "the
    entry operation is selected, and then we recursively select the operation with the largest
    rank among the successors of the previous operation" (several entries: the one with the
    largest rank; ties: lowest node number).
@@ -28,7 +28,7 @@
 Where FastT is silent: a CP node whose colocation class is already pinned elsewhere follows the
 pin; a node that fits nowhere goes to the allowed device with the most free memory (Celeritas's
 best effort, shared by all our placers; FastT gives no fallback). Memory and colocation rules are
-those of :mod:`graphir.passes.place_common`.
+those of :mod:`graphir.passes.place.common`.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from __future__ import annotations
 import numpy as np
 
 from graphir.ir import Module
-from graphir.orders import tlevel_blevel
+from graphir.passes.orders import tlevel_blevel
 from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place_common import ListScheduler, ready_order
-from graphir.placement import PlacementProblem
+from graphir.passes.place.common import ListScheduler, ready_order
+from graphir.passes.place.problem import PlacementProblem
 
 
 def fastt_rank(problem: PlacementProblem) -> np.ndarray:

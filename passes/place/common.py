@@ -41,7 +41,7 @@ import numpy as np
 
 from graphir.pass_infra import Stat
 from graphir.passes.place import Placement
-from graphir.placement import PlacementProblem, keyed_topological_order
+from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
 
 INF = math.inf
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphir.orders import cpd_topo, positions
-from graphir.passes.fuse_common import CoarseGraph
+from graphir.passes.fuse.common import CoarseGraph
+from graphir.passes.orders import cpd_topo, positions
 
 _BLOCK = 2048
 _TIE = 1e-9

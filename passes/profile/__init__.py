@@ -24,7 +24,7 @@ Celeritas's batch-size regression slot in as further entries with their own opti
   (``RunOptions(trace_level=FULL_TRACE)``) and annotates per-node median kernel times and measured
   output / temporary bytes; ``regression``: Celeritas's Standard Evaluation (§4.2.1), per-node
   linear fits of memory and time against batch size measured at ``batches`` and predicted at
-  ``target``. Both are documented in :mod:`graphir.passes.profile_tf` (variables, inputs,
+  ``target``. Both are documented in :mod:`graphir.passes.profile.tf` (variables, inputs,
   unmeasured nodes, re-batching, deviation statistics).
 
 In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
@@ -72,7 +72,7 @@ class Profile(Pass):
     Options:
         mode: ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
             ``regression`` (Celeritas's Standard Evaluation: TF measurements at small batches, fitted
-            per node and predicted at ``target``; see :mod:`graphir.passes.profile_tf`).
+            per node and predicted at ``target``; see :mod:`graphir.passes.profile.tf`).
         iterations: measured runs whose per-node median is kept (measured modes).
         warmup: runs discarded before measuring (measured modes).
         threads: onnxruntime / TensorFlow intra-op (and TF inter-op) threads. 1 (default) gives
@@ -419,13 +419,13 @@ def _run_onnxruntime(options: Profile, module: Module, ctx: PassContext) -> Pass
 
 
 def _run_tf(options: Profile, module: Module, ctx: PassContext) -> PassResult:
-    from graphir.passes.profile_tf import run_tf  # imports TensorFlow only when it runs
+    from graphir.passes.profile.tf import run_tf  # imports TensorFlow only when it runs
 
     return run_tf(options, module, ctx)
 
 
 def _run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
-    from graphir.passes.profile_tf import run_regression
+    from graphir.passes.profile.tf import run_regression
 
     return run_regression(options, module, ctx)
 
@@ -436,4 +436,4 @@ MODES: dict[str, Callable[[Profile, Module, PassContext], PassResult]] = {
     "tf": _run_tf,
     "regression": _run_regression,
 }
-"""Mode name -> profiler (``tf`` and ``regression`` live in :mod:`graphir.passes.profile_tf`)."""
+"""Mode name -> profiler (``tf`` and ``regression`` live in :mod:`graphir.passes.profile.tf`)."""
