@@ -3,7 +3,8 @@
 Counts of nodes, edges and values, op types (most frequent first), parameter (constant) bytes,
 activation bytes, and when annotated: total and critical-path compute time (and per device kind on
 heterogeneous clusters), the number of ops the analytical cost model can only estimate from their
-bytes (its fallback), persistent memory, groups, devices.
+bytes (its fallback), persistent memory, groups, devices. Tensors larger than every device of the
+cluster are flagged (``oversized:``), since no placement can hold them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 import numpy as np
 
 from graphir.attributes import format_bytes
+from graphir.budget import human_bytes, largest_device_memory, oversized_values
 from graphir.costmodel import estimate_node
 from graphir.emit import register_emitter
 from graphir.importers.tf import persistent_bytes as variable_bytes
@@ -55,6 +57,15 @@ def summarize(module: Module) -> str:
         f"  parameter bytes:  {_human_bytes(params)}",
         f"  activation bytes: {_human_bytes(activations)}",
     ]
+    oversized = oversized_values(module)
+    if oversized:
+        device, capacity = largest_device_memory(module)
+        names = ", ".join(f"'{v.name}' {human_bytes(v.nbytes)}" for v in oversized[:3])
+        more = f", ... and {len(oversized) - 3} more" if len(oversized) > 3 else ""
+        lines.append(
+            f"  oversized:        {len(oversized)} tensor(s) larger than any device (largest device '{device}': "
+            f"{human_bytes(capacity)}): {names}{more}"
+        )
     times = index.times()
     costed = int(np.count_nonzero(~np.isnan(times)))
     if costed:

@@ -8,7 +8,9 @@ Examples::
 
 User errors (bad input file, bad pipeline, verifier failures) print one line
 ``where: error: what`` (then, for text inputs, the source line and a caret) and exit 1; no output
-file is left behind.
+file is left behind. Any other exception is a graphir bug: it prints
+``error: internal error in <stage>: <type>: <message> (please report: ...)`` and exits 2, with the
+traceback only under ``--debug``.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ import argparse
 import os
 import re
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from graphir.budget import ALLOW_OOM
 from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
 from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun, load_builtin_emitters
-from graphir.errors import GraphIRError
+from graphir.errors import GraphIRError, describe_exception
 from graphir.fileio import write_atomically
 from graphir.importers import load_module
 from graphir.ir import Module
@@ -73,7 +77,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
         epilog=(
             "Pipelines use the xDSL/MLIR grammar: 'a,b{key=value list=x,y},c'. Missing prerequisites "
             f"(facts a pass requires) are produced by the pass that provides them. Default cluster: {DEFAULT_CLUSTER}. "
-            "Exit status: 0 on success, 1 on a user error (reported in one line)."
+            "Exit status: 0 on success; 1 on a user error (bad input, pipeline or option; reported in one line); "
+            "2 on an internal error (a graphir bug: one line naming the stage, --debug prints the traceback); "
+            "130 when interrupted."
         ),
     )
     parser.add_argument("input", nargs="?", help="model file (.onnx, .gir) or '-' for .gir on stdin")
@@ -106,6 +112,12 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="after the pipeline, run STEPS timed steps of the lowered graph on TensorFlow (the cluster's devices) "
         "and print the median step time next to the simulated makespan on stderr",
     )
+    parser.add_argument(
+        "--allow-oom",
+        action="store_true",
+        help="let placement place nodes whose own memory exceeds every device (for analysis; refused by default)",
+    )
+    parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit status 2)")
     parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")
     parser.add_argument("--list-emitters", action="store_true", help="list output formats and exit")
     parser.add_argument("--list-clusters", action="store_true", help="list cluster presets and shorthands and exit")
@@ -171,6 +183,7 @@ def _process(module: Module, args: argparse.Namespace, chunk: int | None = None)
         print_ir_after=frozenset(n for item in args.print_ir_after for n in item.split(",")),
     )
     ctx = PassContext(seed=args.seed, verbose=args.verbose)
+    args.stage = "the pass pipeline"
     try:
         manager.run(module, ctx)
     finally:
@@ -181,6 +194,7 @@ def _process(module: Module, args: argparse.Namespace, chunk: int | None = None)
     emitters = load_builtin_emitters()
     if args.run_tf:
         print(RUNNERS["tf"](module, args.run_tf, args.seed), file=sys.stderr)
+    args.stage = f"emitter '{args.emit}'"
     records = tuple((r.pass_.spec(), r.auto, dict(r.result.stats)) for r in manager.records)
     pipeline_run = PipelineRun(records, chunk)
     token = CURRENT_RUN.set(pipeline_run)
@@ -196,46 +210,83 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = build_arg_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already reported in one line
         return exc.code if isinstance(exc.code, int) else 1
+    args.stage = "start-up"
+    token = ALLOW_OOM.set(args.allow_oom)
     try:
-        for plugin in args.load_plugin:
-            load_plugin(plugin)
-        if args.list_passes:
-            sys.stdout.write(list_passes())
-            return 0
-        if args.list_clusters:
-            sys.stdout.write(list_clusters())
-            return 0
-        emitters = load_builtin_emitters()
-        if args.list_emitters:
-            for name, emitter in sorted(emitters.items()):
-                print(f"{name}: {emitter.help}")
-            return 0
-        if args.input is None:
-            raise GraphIRError("no input file given (try 'graphir-opt --help')")
-        if args.emit not in emitters:
-            raise GraphIRError(f"unknown output format '{args.emit}' (known: {', '.join(sorted(emitters))})")
-        if args.cluster:
-            resolve_cluster(args.cluster)
-        parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
-        if args.output and args.output.endswith(("/", os.sep)) and emitters[args.emit].writes_files:
-            _make_output_dir(Path(args.output))  # `-o out/` names a directory even before it exists
-        loaded = _load_inputs(args)
-        if isinstance(loaded, Module):
-            output = _process(loaded, args)
-            failed = False
-        else:
-            output, failed = _process_chunks(loaded, args)
-        if args.output and not failed:
-            write_atomically(emitters[args.emit].text_path(Path(args.output)), output)
-        elif not args.output:
-            sys.stdout.write(output)
-        return 1 if failed else 0
+        return _run(args)
     except GraphIRError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("graphir-opt: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not a user error: one line, exit 2, the traceback on request
+        _report_internal_error(exc, args)
+        return 2
+    finally:
+        ALLOW_OOM.reset(token)
+
+
+_PASS_INTERNAL = re.compile(r"^internal error in (pass '[^']*')")
+
+
+def _report_internal_error(exc: Exception, args: argparse.Namespace) -> None:
+    """``error: internal error in <stage>: <type>: <message> (please report ...)``, traceback with --debug.
+
+    The pass manager wraps a pass's exception as ``RuntimeError("internal error in pass 'x' ...")``
+    chained to the original: the stage is then that pass and the message the original's.
+    """
+    stage, cause = args.stage, exc
+    match = _PASS_INTERNAL.match(str(exc))
+    if match and exc.__cause__ is not None:
+        stage, cause = match.group(1), exc.__cause__
+    sys.stdout.flush()
+    if args.debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    print(
+        f"error: internal error in {stage}: {describe_exception(cause)} "
+        "(please report: rerun with --debug for the traceback)",
+        file=sys.stderr,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The driver proper: user errors propagate as :class:`GraphIRError` to :func:`run`."""
+    for plugin in args.load_plugin:
+        load_plugin(plugin)
+    if args.list_passes:
+        sys.stdout.write(list_passes())
+        return 0
+    if args.list_clusters:
+        sys.stdout.write(list_clusters())
+        return 0
+    emitters = load_builtin_emitters()
+    if args.list_emitters:
+        for name, emitter in sorted(emitters.items()):
+            print(f"{name}: {emitter.help}")
+        return 0
+    if args.input is None:
+        raise GraphIRError("no input file given (try 'graphir-opt --help')")
+    if args.emit not in emitters:
+        raise GraphIRError(f"unknown output format '{args.emit}' (known: {', '.join(sorted(emitters))})")
+    if args.cluster:
+        resolve_cluster(args.cluster)
+    parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
+    if args.output and args.output.endswith(("/", os.sep)) and emitters[args.emit].writes_files:
+        _make_output_dir(Path(args.output))  # `-o out/` names a directory even before it exists
+    args.stage = "the importer"
+    loaded = _load_inputs(args)
+    if isinstance(loaded, Module):
+        output = _process(loaded, args)
+        failed = False
+    else:
+        output, failed = _process_chunks(loaded, args)
+    args.stage = "writing the output"
+    if args.output and not failed:
+        write_atomically(emitters[args.emit].text_path(Path(args.output)), output)
+    elif not args.output:
+        sys.stdout.write(output)
+    return 1 if failed else 0
 
 
 def _make_output_dir(path: Path) -> None:

@@ -3,11 +3,73 @@
 Every user-facing failure is a :class:`GraphIRError` carrying a :class:`Location`, so the CLI
 can print it as one line (``file:line:col: error: message``) and exit 1 without a traceback.
 ``assert`` is reserved for internal invariants.
+
+Errors stay short whatever the input: the one-line message has control characters escaped and
+is cut in the middle beyond :data:`MAX_MESSAGE_CHARS`; lists of names go through :func:`elide`
+(``a, b, c ... and 212 more``); the source line under a caret is clipped to a window of
+:data:`CARET_WINDOW` characters around the column.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+
 import attrs
+
+MAX_MESSAGE_CHARS = 1000
+"""Longest one-line message: longer ones keep their start and end around an ``[... N chars ...]`` mark."""
+CARET_WINDOW = 100
+"""Characters of the source line shown under an error (about half of them before the caret)."""
+ELIDE_AFTER = 8
+"""How many names :func:`elide` and :func:`format_cycle` show before ``... and N more``."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u0085]")
+
+
+def elide(names: Sequence[str], limit: int = ELIDE_AFTER, sep: str = ", ") -> str:
+    """``names`` joined by ``sep``, the tail beyond ``limit`` replaced by ``... and N more``."""
+    if len(names) <= limit:
+        return sep.join(names)
+    return sep.join(names[:limit]) + f"{sep}... and {len(names) - limit} more"
+
+
+def format_cycle(names: Sequence[str], limit: int = ELIDE_AFTER) -> str:
+    """A cycle as ``a -> b -> c -> a``, elided when long.
+
+    A long cycle shows its first ``limit`` nodes, the count of the rest, and closes on its first
+    node again (``a -> b -> ... and 212 more -> a``).
+    """
+    if not names:
+        return ""
+    return elide(list(names), limit, " -> ") + f" -> {names[0]}"
+
+
+def one_line_text(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` with control characters escaped (it stays one line) and cut in the middle past ``limit``."""
+    if _CONTROL.search(text):
+        text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    if len(text) <= limit:
+        return text
+    keep = (limit - 30) // 2
+    return f"{text[:keep]}[... {len(text) - 2 * keep} chars ...]{text[-keep:]}"
+
+
+def caret_window(line: str, col: int, width: int = CARET_WINDOW) -> tuple[str, int]:
+    """The part of ``line`` shown under an error and the caret's 1-based column in it.
+
+    Short lines are returned whole; a long one is cut to ``width`` characters around ``col``, with
+    ``...`` marking each cut side, so a 1-million-character pipeline still prints one short line.
+    """
+    # One character for one: the caret column stays right (tabs and control characters become spaces).
+    line = _CONTROL.sub(" ", line.rstrip("\r\n"))
+    if len(line) <= width:
+        return line, col
+    start = max(0, min(col - 1 - width // 2, len(line) - width))
+    end = start + width
+    head = "..." if start > 0 else ""
+    tail = "..." if end < len(line) else ""
+    return head + line[start:end] + tail, col - start + len(head)
 
 
 @attrs.frozen
@@ -73,17 +135,18 @@ class GraphIRError(Exception):
 
     def one_line(self) -> str:
         """The error as a single line: ``prefix: error: message``."""
-        prefix = self.loc.prefix()
+        prefix = one_line_text(self.loc.prefix(), 300)
         head = f"{prefix}: " if prefix else ""
-        return f"{head}error: {self.message}"
+        return f"{head}error: {one_line_text(self.message)}"
 
     def render(self) -> str:
         """The full diagnostic: the one-line message, the source line with a caret, and notes."""
         lines = [self.one_line()]
         if self.loc.source_line is not None and self.loc.col:
-            lines.append(self.loc.source_line.rstrip("\n"))
-            lines.append(" " * (self.loc.col - 1) + "^")
-        lines.extend(f"note: {note}" for note in self.notes)
+            shown, col = caret_window(self.loc.source_line, self.loc.col)
+            lines.append(shown)
+            lines.append(" " * (col - 1) + "^")
+        lines.extend(f"note: {one_line_text(note)}" for note in self.notes)
         return "\n".join(lines)
 
     def __str__(self) -> str:

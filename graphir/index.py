@@ -13,11 +13,49 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from graphir.errors import Location, VerifyError
+from graphir.errors import Location, VerifyError, format_cycle
 from graphir.topo import csr, find_cycle, stable_topological_order
+from graphir.types import MAX_TENSOR_BYTES
 
 if TYPE_CHECKING:
     from graphir.ir import Graph, Node, Value
+
+
+MAX_TOTAL_BYTES = 1 << 62
+"""Ceiling of the sum of a graph's result bytes (and of its persistent bytes): int64 sums stay exact."""
+
+
+def _node_loc(node: Node) -> Location:
+    return node.loc if node.loc is not None else Location(node=node.name)
+
+
+def _value_loc(graph: Graph, value: Value) -> Location:
+    """The first user's location for an input or constant (they have none of their own)."""
+    users = [node for node, _ in value.uses]
+    return _node_loc(users[0]) if users else Location(node=f"graph @{graph.name}")
+
+
+def _raise_size_overflow(graph: Graph, values: list[Value], sizes: list[int]) -> None:
+    """A one-line error naming the first value whose type is too large (or the graph's total)."""
+    for value in values:
+        problem = value.type.size_error()
+        if problem is not None:
+            producer = value.producer
+            loc = _node_loc(producer) if producer is not None else Location()
+            raise VerifyError(f"value '{value.name}': {problem}", loc)
+    raise VerifyError(
+        f"graph '{graph.name}': its results total {sum(sizes)} bytes: size overflows (limit 2^62)"
+    )
+
+
+def _raise_persistent_overflow(nodes: list[Node], sizes: list[int]) -> None:
+    for node, size in zip(nodes, sizes, strict=True):
+        if size > MAX_TENSOR_BYTES:
+            raise VerifyError(
+                f"node '{node.name}': persistent memory of {size} bytes: size overflows (limit 2^53)",
+                _node_loc(node),
+            )
+    raise VerifyError(f"persistent memory totals {sum(sizes)} bytes: size overflows (limit 2^62)")
 
 
 class GraphIndex:
@@ -92,7 +130,7 @@ class GraphIndex:
             names = [insertion[u].name for u in cycle]
             first = insertion[cycle[0]]
             loc = first.loc if first.loc is not None else Location(node=first.name)
-            raise VerifyError(f"graph '{graph.name}' has a cycle: {' -> '.join(names + names[:1])}", loc)
+            raise VerifyError(f"graph '{graph.name}' has a cycle: {format_cycle(names)}", loc)
         rank = np.empty(len(insertion), dtype=np.int64)
         rank[order] = np.arange(len(insertion), dtype=np.int64)
         index.nodes = [insertion[u] for u in order.tolist()]
@@ -105,7 +143,15 @@ class GraphIndex:
         index.values = values
         value_number = {id(v): k for k, v in enumerate(values)}
         value_number[id(None)] = -1
-        index.value_bytes = np.fromiter((v.nbytes for v in values), dtype=np.int64, count=len(values))
+        sizes = [v.nbytes for v in values]
+        if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
+            _raise_size_overflow(graph, values, sizes)
+        for value in (*graph.inputs, *graph.constants):  # not edges, but the cost model reads them
+            problem = value.type.size_error()
+            if problem is not None:
+                kind = "constant" if value.const is not None else "graph input"
+                raise VerifyError(f"{kind} '{value.name}': {problem}", _value_loc(graph, value))
+        index.value_bytes = np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
         index.value_producer = np.fromiter(
             (v.producer._index_pos for v in values),  # type: ignore[union-attr]
             dtype=np.int64,
@@ -176,9 +222,10 @@ class GraphIndex:
         """Persistent bytes per node from ``mem`` (0 where absent)."""
 
         def build() -> np.ndarray:
-            return np.fromiter(
-                (0 if n.mem is None else n.mem.persistent for n in self.nodes), dtype=np.int64, count=self.num_nodes
-            )
+            sizes = [0 if n.mem is None else n.mem.persistent for n in self.nodes]
+            if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
+                _raise_persistent_overflow(self.nodes, sizes)
+            return np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
 
         return self._annotation_cached("persistent", build)
 

@@ -55,27 +55,50 @@ def stable_topological_order(num_nodes: int, src: np.ndarray, dst: np.ndarray) -
 
 
 def find_cycle(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> list[int]:
-    """One cycle among the edges, as a list of node numbers (empty when acyclic).
+    """One cycle among the edges, as a list of node numbers (empty when acyclic), in O(V+E).
 
-    Only called on error paths; uses networkx on the nodes that a Kahn sort could not remove.
+    Nodes that no cycle can contain are peeled off from both sides: first those a Kahn sort reaches
+    from the sources, then, on the reversed edges, those that only lead to sinks (a node *downstream*
+    of a cycle, which a search started from it would never find the cycle from). Every node left
+    has a successor that is left too, so walking successors from any of them must revisit a node:
+    the walk's loop is a cycle. It is returned rotated to start at its smallest node number, so the
+    report does not depend on where the walk began.
     """
-    import networkx as nx
+    if len(src) == 0:
+        return []
+    alive = _peel(num_nodes, src, dst) & _peel(num_nodes, dst, src)
+    keep = alive[src] & alive[dst]
+    if not keep.any():
+        return []
+    offsets, targets, _ = csr(num_nodes, src[keep], dst[keep])
+    start = int(np.flatnonzero(alive)[0])
+    position: dict[int, int] = {}
+    walk: list[int] = []
+    node = start
+    while node not in position:
+        position[node] = len(walk)
+        walk.append(node)
+        node = int(targets[offsets[node]])  # every live node has a live successor
+    cycle = walk[position[node] :]
+    first = cycle.index(min(cycle))
+    return cycle[first:] + cycle[:first]
 
+
+def _peel(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """True for the nodes a Kahn sort of ``src -> dst`` cannot remove (on or after a cycle)."""
     indegree = np.bincount(dst, minlength=num_nodes)
     offsets, targets, _ = csr(num_nodes, src, dst)
-    stack = [int(u) for u in np.flatnonzero(indegree == 0)]
-    removed = np.zeros(num_nodes, dtype=bool)
+    offsets_list = offsets.tolist()
+    targets_list = targets.tolist()
+    indegree_list = indegree.tolist()
+    stack = np.flatnonzero(indegree == 0).tolist()
+    alive = np.ones(num_nodes, dtype=bool)
     while stack:
         u = stack.pop()
-        removed[u] = True
-        for v in targets[offsets[u] : offsets[u + 1]].tolist():
-            indegree[v] -= 1
-            if indegree[v] == 0:
+        alive[u] = False
+        for k in range(offsets_list[u], offsets_list[u + 1]):
+            v = targets_list[k]
+            indegree_list[v] -= 1
+            if indegree_list[v] == 0:
                 stack.append(v)
-    keep = ~removed[src] & ~removed[dst]
-    graph = nx.DiGraph()
-    graph.add_edges_from(zip(src[keep].tolist(), dst[keep].tolist(), strict=True))
-    if graph.number_of_nodes() == 0:
-        return []
-    cycle = nx.find_cycle(graph, source=min(graph.nodes))
-    return [int(u) for u, _ in cycle]
+    return alive

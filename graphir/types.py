@@ -3,6 +3,11 @@
 Types are frozen value objects; two equal types compare and hash equal. A dimension is a
 non-negative ``int`` or a symbol name (``"batch"``); ``None`` stands for a dimension nothing is
 known about (printed ``?``). A ``TensorType`` whose shape is ``None`` has unknown rank (``f32[*]``).
+
+Sizes are exact Python ints. The array views (:mod:`graphir.index`) and the cost model store them
+as int64 and float64, so a size is usable only up to :data:`MAX_TENSOR_BYTES`;
+:meth:`TensorType.size_error` says why a type is beyond it, and the importers and the graph index
+turn that into a one-line "size overflows" error naming the tensor.
 """
 
 from __future__ import annotations
@@ -57,6 +62,11 @@ class DType(enum.Enum):
 _BY_SHORT = {d.short: d for d in DType}
 
 Dim = int | str | None
+
+MAX_TENSOR_BYTES = 1 << 53
+"""Largest size (bytes, and elements, and any one dimension) of a tensor: 8 PiB, a thousand times
+any device, exact in float64, and far enough below 2**63 that int64 sums over a graph's tensors
+cannot wrap in practice (the graph index also checks the graph's total)."""
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -109,6 +119,26 @@ class TensorType:
         if count is None:
             return None
         return count * self.dtype.itemsize
+
+    def size_error(self) -> str | None:
+        """Why this type's size is beyond :data:`MAX_TENSOR_BYTES` (``None`` when it is not).
+
+        Checked on the known dimensions alone, so ``f32[?,4611686018427387904]`` is refused too.
+        """
+        if self.shape is None:
+            return None
+        known = [d for d in self.shape if isinstance(d, int)]
+        if not known:
+            return None
+        big = max(known)
+        if big > MAX_TENSOR_BYTES:
+            return f"{self} has a dimension of {big}: size overflows (limit 2^53)"
+        count = math.prod(known)
+        if count > MAX_TENSOR_BYTES:
+            return f"{self} has {count} elements: size overflows (limit 2^53)"
+        if count * self.dtype.itemsize > MAX_TENSOR_BYTES:
+            return f"{self} has {count * self.dtype.itemsize} bytes: size overflows (limit 2^53)"
+        return None
 
     def nbytes_or(self, default: int = 0) -> int:
         """Size in bytes, or ``default`` when the shape is not static."""

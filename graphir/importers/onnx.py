@@ -34,6 +34,13 @@ Mapping (every ONNX construct lands somewhere; nothing is dropped silently):
   dimensions keep their name when it is an identifier, else a sanitized unique one. Sequence, map
   and optional values are typed ``variant[*]``. ONNX element types graphir lacks (FNUZ float8,
   float4, float6, 2-bit ints) are imported as ``u8`` (same byte size per element) with a warning.
+* **Text**: ONNX requires every name to be UTF-8; protobuf hands an undecodable one over as
+  ``bytes``. Policy: such a model is refused before anything is built, with one line naming the
+  node (or tensor) and the offending field, its undecodable bytes shown as hexadecimal escapes.
+  Replacing the bytes instead would invent names that no longer match the model a lowering
+  writes back.
+* **Sizes**: a negative dimension, or a tensor beyond :data:`graphir.types.MAX_TENSOR_BYTES`
+  (initializer, input, inferred value), is refused with the tensor's name.
 * **Names**: value names are the ONNX names. A node keeps its ONNX name when that is non-empty and
   unique, else it is named after its first output (made unique by the graph).
 * **Module**: named after the file stem (sanitized to an identifier); metadata ``producer``
@@ -217,6 +224,7 @@ class _OnnxImporter:
     # ----------------------------------------------------------------- driver
     def run(self) -> Module:
         model = self.load()
+        self.check_text(model)
         self.check_external_data(model)
         types = self.infer_types(model)
         graph = self.build_graph(model, types)
@@ -248,6 +256,63 @@ class _OnnxImporter:
         if model.ir_version <= 0 or not model.HasField("graph"):
             raise self.error("not an ONNX model (no IR version or no graph)")
         return model
+
+    def check_text(self, model: onnx.ModelProto) -> None:
+        """Refuse names that are not UTF-8 (protobuf returns them as ``bytes``), naming where."""
+
+        def bad(value: object, what: str, node: str | None = None) -> None:
+            if isinstance(value, bytes):
+                shown = value.decode("utf-8", "backslashreplace")
+                raise self.error(f"{what} '{shown}' is not valid UTF-8", node)
+
+        for field in ("producer_name", "producer_version", "domain"):
+            bad(getattr(model, field), f"model {field.replace('_', ' ')}")
+        for opset in model.opset_import:
+            bad(opset.domain, "opset domain")
+        graph = model.graph
+        bad(graph.name, "graph name")
+        for onnx_node in graph.node:
+            fields = (onnx_node.name, onnx_node.op_type, onnx_node.domain, *onnx_node.input, *onnx_node.output)
+            if bytes in map(type, fields) or any(type(a.name) is bytes for a in onnx_node.attribute):
+                outputs = [o for o in onnx_node.output if type(o) is str]
+                label = onnx_node.name if type(onnx_node.name) is str else ""
+                op_type = onnx_node.op_type if type(onnx_node.op_type) is str else "?"
+                where = _display(label, outputs, op_type)
+                bad(onnx_node.name, "node name", where)
+                bad(onnx_node.op_type, "op type", where)
+                bad(onnx_node.domain, "op domain", where)
+                for name in onnx_node.input:
+                    bad(name, "operand name", where)
+                for name in onnx_node.output:
+                    bad(name, "result name", where)
+                for attr in onnx_node.attribute:
+                    bad(attr.name, "attribute name", where)
+        for tensor in graph.initializer:
+            bad(tensor.name, "initializer name")
+        for sparse in graph.sparse_initializer:
+            bad(sparse.values.name, "sparse initializer name")
+        for what, infos in (
+            ("graph input", graph.input),
+            ("graph output", graph.output),
+            ("value_info", graph.value_info),
+        ):
+            for info in infos:
+                bad(info.name, f"{what} name")
+                if info.type.WhichOneof("value") == "tensor_type":
+                    for dim in info.type.tensor_type.shape.dim:
+                        bad(dim.dim_param, f"symbolic dimension of {what} '{info.name}'")
+
+    def initializer_type(self, name: str, elem_type: int, dims: Iterable[int], what: str) -> TensorType:
+        """The type of an initializer; negative dims and oversized tensors are refused by name."""
+        shape = tuple(dims)
+        negative = next((d for d in shape if d < 0), None)
+        if negative is not None:
+            raise self.error(f"{what} '{name}' has a negative dimension {negative} (dims {list(shape)})")
+        tensor_type = self.tensor_type(elem_type, shape)
+        problem = tensor_type.size_error()
+        if problem is not None:
+            raise self.error(f"{what} '{name}': {problem}")
+        return tensor_type
 
     def check_external_data(self, model: onnx.ModelProto) -> None:
         """Fail early, with the tensor and file named, when external data cannot be read later."""
@@ -378,6 +443,9 @@ class _OnnxImporter:
         if cached is None:
             cached = self._convert_type(type_proto)
             self._type_cache[key] = cached
+            problem = cached.size_error()
+            if problem is not None:
+                raise self.error(f"value '{name}': {problem}")
         if cached.shape is None and cached.dtype is not DType.VARIANT:
             self._untyped.append(name)
         return cached
@@ -501,7 +569,7 @@ class _OnnxImporter:
 
         for tensor in source.initializer:
             check_new(tensor.name, f"initializer '{tensor.name}'")
-            tensor_type = self.tensor_type(tensor.data_type, tuple(tensor.dims))
+            tensor_type = self.initializer_type(tensor.name, tensor.data_type, tensor.dims, "initializer")
             data: DenseTensor | ExternalTensor
             if _num_elements(tensor.dims) <= INLINE_ELEMENTS:
                 try:
@@ -516,7 +584,7 @@ class _OnnxImporter:
         for sparse in source.sparse_initializer:
             name = sparse.values.name
             check_new(name, f"sparse initializer '{name}'")
-            tensor_type = self.tensor_type(sparse.values.data_type, tuple(sparse.dims))
+            tensor_type = self.initializer_type(name, sparse.values.data_type, sparse.dims, "sparse initializer")
             values[name] = graph.add_constant(
                 name, tensor_type, ExternalTensor(tensor_type, self.sparse_loader(sparse))
             )
@@ -592,8 +660,10 @@ class _OnnxImporter:
                 output_names=outputs,
                 params=params,
             )
+            display = _display(label, outputs, onnx_node.op_type)
+            node.loc = Location(file=self.file, node=display)  # graph-level errors (cycles) name file and node
             if not ready:
-                deferred.append((node, inputs, _display(label, outputs, onnx_node.op_type)))
+                deferred.append((node, inputs, display))
             values.update(zip(outputs, node.outputs, strict=True))
         for node, inputs, display in deferred:
             for name in inputs:
