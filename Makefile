@@ -16,7 +16,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Re-run `pip install -e '.[dev,tf,ort]'` only when pyproject.toml changes.
+# Re-run `pip install -e '.[dev,all]'` only when pyproject.toml changes.
 STAMP := $(VENV)/.installed-stamp
 # Folders that exist among these are linted (examples/ may hold no Python yet).
 LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
@@ -32,7 +32,7 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev,tf,ort]'
+	$(BIN)/python -m pip install -e '.[dev,all]'
 	touch $@
 
 venv: $(STAMP)

@@ -14,7 +14,8 @@ to ``DIR/report.txt``:
 
 * ``BASE.json``: the report as JSON (:func:`~graphir.backends.report.table.report_json`);
 * ``BASE.timeline.png`` and ``BASE.timeline.svg``: the Gantt chart
-  (:mod:`graphir.backends.report.timeline`, matplotlib, imported only here);
+  (:mod:`graphir.backends.report.timeline`, matplotlib: the ``report`` extra, imported only here;
+  without it ``-o`` stops with a one-line error naming ``pip install 'graphir[report]'``);
 * ``BASE.dot``: the quotient graph coloured by device (:mod:`graphir.backends.report.dot`);
 * ``BASE.html``: the HTML page.
 
@@ -43,6 +44,7 @@ from graphir.backends.report.html import render_html
 from graphir.backends.report.table import format_table, report_json
 from graphir.emit import CURRENT_RUN, PipelineRun, register_emitter
 from graphir.errors import BackendError
+from graphir.extras import require
 from graphir.fileio import write_atomically
 from graphir.ir import Module
 
@@ -100,8 +102,10 @@ def report_paths(output: Path, chunk: int | None = None) -> dict[str, Path]:
 
 def write_report_files(report: Report, paths: dict[str, Path], run: PipelineRun | None = None) -> None:
     """Write the JSON report, the timeline PNG and SVG, the DOT graph and the HTML page to ``paths``."""
-    from graphir.backends.report.timeline import render_timeline
+    from graphir.backends.report.timeline import TIMELINE_FEATURE, render_timeline
 
+    # Fail before the first side file is written when the pictures cannot be drawn.
+    require("matplotlib", "report", TIMELINE_FEATURE)
     text = json.dumps(report_json(report), indent=1, allow_nan=False) + "\n"
     write_atomically(paths["json"], text, BackendError)
     write_atomically(paths["dot"], quotient_dot(report.module), BackendError)

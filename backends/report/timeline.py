@@ -7,10 +7,10 @@ channel that moved data (one bar per transfer, reconstructed in
 colours do not depend on the matplotlib version), the rest share "other". Graphs of at most
 :data:`MAX_LABELLED_NODES` nodes get their node names written on the bars.
 
-matplotlib is imported only here and only when a picture is drawn, with the Agg canvas (no GUI,
-no global pyplot state). Output is deterministic: the figure size depends only on the number of
-rows, the SVG carries no date and a fixed ``svg.hashsalt`` for its element ids, and the PNG
-carries no software tag.
+matplotlib (the ``report`` extra, :func:`graphir.extras.require`) is imported only here and only
+when a picture is drawn, with the Agg canvas (no GUI, no global pyplot state). Output is
+deterministic: the figure size depends only on the number of rows, the SVG carries no date and a
+fixed ``svg.hashsalt`` for its element ids, and the PNG carries no software tag.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 from graphir.backends.report.data import Report
+from graphir.extras import require
 
 PALETTE = (
     "#4e79a7",
@@ -42,6 +43,8 @@ MAX_LABELLED_NODES = 40
 FIGURE_WIDTH = 12.0
 ROW_HEIGHT = 0.45
 SVG_HASHSALT = "graphir-report"
+TIMELINE_FEATURE = "--emit=report -o"
+"""The feature named when matplotlib (the ``report`` extra, for the pictures) is missing."""
 
 
 def _time_unit(makespan: float) -> tuple[str, float]:
@@ -66,7 +69,7 @@ def op_colours(report: Report) -> dict[str, str]:
 
 def render_timeline(report: Report, formats: tuple[str, ...] = ("png", "svg")) -> dict[str, bytes]:
     """Draw the timeline and return the encoded picture per format (``png``, ``svg``)."""
-    import matplotlib
+    matplotlib = require("matplotlib", "report", TIMELINE_FEATURE)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from graphir.errors import GraphIRError
+from graphir.extras import require
 
 __all__ = [
     "check_onnx_model",
@@ -50,7 +51,7 @@ def configure_logical_cpus(count: int) -> Any:
 
     # oneDNN's graph rewrite fuses ops (Pad into Conv2D) under new names, hiding their placement.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    tf = load_tensorflow()
+    tf = load_tensorflow("running on TensorFlow")
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
     return tf
@@ -139,7 +140,8 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
 def reference_values(path: Path, names: Sequence[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every value in ``names`` computed by onnxruntime (graph optimisations off, one thread)."""
     import onnx
-    import onnxruntime as ort
+
+    ort = require("onnxruntime", "ort", "the onnxruntime reference run")
 
     model = onnx.load_model(str(path))
     present = {o.name for o in model.graph.output}

@@ -57,6 +57,7 @@ import attrs
 import numpy as np
 
 from graphir.errors import PassError, describe_exception
+from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
 from graphir.sampling import constant_array
 
@@ -107,7 +108,7 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
             has no attr form (one line, naming the node).
     """
     with _quiet():
-        import tensorflow as tf
+        tf = load_tensorflow("measuring with TensorFlow")
         from tensorflow.core.framework import graph_pb2
 
         from graphir.importers.tf import AttrWriter, tf_tensor_name

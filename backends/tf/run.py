@@ -68,7 +68,7 @@ def configure_cpus(count: int) -> Any:
     try:
         return configure_logical_cpus(max(count, 1))
     except RuntimeError:  # "Virtual devices cannot be modified after being initialized"
-        tf = load_tensorflow()
+        tf = load_tensorflow("running on TensorFlow")
         have = len(tf.config.list_logical_devices("CPU"))
         if have < count:
             raise BackendError(
@@ -202,7 +202,7 @@ class SessionRunner:
         from graphir.backends.tf.tf_graphdef import variable_values, variables_graphdef
         from graphir.importers.tf import load_tensorflow
 
-        tf = load_tensorflow()
+        tf = load_tensorflow("running on TensorFlow")
         self.tf = tf
         self.lowered = lowered
         self.timeout_ms = 0 if timeout_s is None else int(timeout_s * 1000)

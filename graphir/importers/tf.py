@@ -84,6 +84,7 @@ import numpy as np
 
 from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy, numpy_dtype
 from graphir.errors import ImportError_, Location, describe_exception
+from graphir.extras import require
 from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import Dim, DType, TensorType
@@ -254,8 +255,15 @@ def _dtype_from_param(text: str) -> DType | None:
         return _GRAPHIR_BY_TF_NAME.get(text)
 
 
-def load_tensorflow() -> Any:
-    """Import TensorFlow quietly (native start-up log lines dropped) and return the module."""
+def load_tensorflow(what: str = "TensorFlow support") -> Any:
+    """Import TensorFlow quietly (native start-up log lines dropped) and return the module.
+
+    Args:
+        what: the feature that needs TensorFlow, named in the error when it is missing.
+
+    Raises:
+        MissingExtraError: TensorFlow (the ``tf`` extra) is not installed or fails to import.
+    """
     module = sys.modules.get("tensorflow")
     if module is not None:
         return module
@@ -265,12 +273,11 @@ def load_tensorflow() -> Any:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        import tensorflow
+        return require("tensorflow", "tf", what)
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
-    return tensorflow
 
 
 # --------------------------------------------------------------------------------- entry points
@@ -288,7 +295,7 @@ def import_graphdef_file(path: Path) -> Module:
     file = str(path)
     if not path.is_file():
         raise ImportError_("no such file" if not path.exists() else "not a file", Location(file=file))
-    load_tensorflow()
+    load_tensorflow("importing a TensorFlow graph")
     from google.protobuf import text_format
     from tensorflow.core.framework import graph_pb2
 
@@ -325,7 +332,7 @@ def import_saved_model(path: Path, signature: str | None = None) -> Module:
     binary, text = path / "saved_model.pb", path / "saved_model.pbtxt"
     if not binary.is_file() and not text.is_file():
         raise ImportError_("not a SavedModel directory (no saved_model.pb or saved_model.pbtxt)", loc)
-    load_tensorflow()
+    load_tensorflow("importing a TensorFlow graph")
     from google.protobuf import text_format
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -456,7 +463,7 @@ def import_graphdef(
     Raises:
         ImportError_: an undefined input, an unknown op or function, or a graph TensorFlow rejects.
     """
-    load_tensorflow()
+    load_tensorflow("importing a TensorFlow graph")
     if outputs is None:
         outputs = _recorded_outputs(graph_def, source)
     with gc_paused():
@@ -1002,7 +1009,7 @@ class AttrWriter:
     """
 
     def __init__(self) -> None:
-        self.tf = load_tensorflow()
+        self.tf = load_tensorflow("importing a TensorFlow graph")
         from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2
         from tensorflow.python.framework import op_def_registry
 

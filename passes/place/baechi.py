@@ -59,6 +59,7 @@ import time
 import numpy as np
 
 from graphir.errors import PassError
+from graphir.extras import require
 from graphir.ir import Module
 from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Place, Placement, register_placer
@@ -458,8 +459,8 @@ def solve_favourite_lp(problem: PlacementProblem) -> tuple[np.ndarray, float]:
     Raises:
         PassError: HiGHS did not find an optimum.
     """
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix
+    linprog = require("scipy.optimize", "solvers", "place{algo=m-sct}").linprog
+    csr_matrix = require("scipy.sparse", "solvers", "place{algo=m-sct}").csr_matrix
 
     n = problem.num_nodes
     num_edges = len(problem.edge_src)

@@ -79,6 +79,7 @@ import time
 import numpy as np
 
 from graphir.errors import PassError
+from graphir.extras import require
 from graphir.ir import Module
 from graphir.pass_infra import Stat
 from graphir.passes.place import PLACERS, Place, Placement, register_placer
@@ -154,7 +155,7 @@ class _Model:
     """The CP-SAT model of one :class:`PlacementProblem` (see the module docstring)."""
 
     def __init__(self, problem: PlacementProblem, transfers: _Transfers, memory: np.ndarray | None) -> None:
-        from ortools.sat.python import cp_model
+        cp_model = require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")
 
         self.problem = problem
         self.transfers = transfers
@@ -480,7 +481,7 @@ def solve(
     ``fifo``, ``hint`` (the warm start's objective in units) and, when a solution exists,
     ``objective``, ``bound`` (units), ``device`` and ``start`` (units) per coarse node, ``wall``.
     """
-    from ortools.sat.python import cp_model
+    cp_model = require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")
 
     ilp = _Model(problem, transfers, memory)
     hinted = ilp.hint(device, sequence)
@@ -527,6 +528,7 @@ def _solve_child() -> None:
 
 @register_placer("ilp")
 def place_ilp(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+    require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")  # before the warm start's work
     """Exact joint placement and scheduling with CP-SAT, warm-started from the best list scheduler."""
     began = time.perf_counter()
     heuristics: dict[str, Stat] = {}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphir.errors import PassError
+from graphir.extras import require
 from graphir.ir import Module
 from graphir.passes.place import Place, Placement, register_placer
 from graphir.passes.place.problem import PlacementProblem
@@ -110,16 +110,13 @@ def partition(problem: PlacementProblem, unit: np.ndarray) -> tuple[np.ndarray, 
     """METIS k-way partition of the contracted graph: ``(part per vertex, edge cut in weight units)``.
 
     Raises:
-        PassError: ``pymetis`` is not installed.
+        MissingExtraError: ``pymetis`` (the ``solvers`` extra) is not installed.
     """
     num_units = int(unit.max()) + 1 if len(unit) else 0
     k = problem.num_devices
     if num_units <= k:  # nothing to partition: one vertex per device, in order
         return np.arange(num_units, dtype=np.int64), 0
-    try:
-        import pymetis
-    except ImportError:
-        raise PassError("place{algo=metis} needs the 'pymetis' package (pip install pymetis)") from None
+    pymetis = require("pymetis", "solvers", "place{algo=metis}")
     xadj, adjncy, eweights, vweights, _ = metis_graph(problem, unit)
     options = pymetis.Options()
     options.seed = METIS_SEED

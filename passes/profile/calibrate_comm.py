@@ -53,6 +53,7 @@ from graphir.cluster import (
     resolve_cluster,
 )
 from graphir.errors import GraphIRError, PassError
+from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 
@@ -100,7 +101,7 @@ def _tf_device_index(device: Device) -> tuple[str, int] | None:
 
 def configure_logical_cpus(count: int) -> int:
     """Ask TensorFlow for ``count`` logical CPU devices; returns how many it has (lazy TF import)."""
-    import tensorflow as tf
+    tf = load_tensorflow("calibrate-comm")
 
     cpus = tf.config.list_physical_devices("CPU")
     try:
@@ -121,7 +122,7 @@ def measure_pairs(
     Returns:
         (fits, unreachable pairs).
     """
-    import tensorflow as tf
+    tf = load_tensorflow("calibrate-comm")
 
     parsed = {device.name: _tf_device_index(device) for device in cluster.devices}
     cpu_needed = 1 + max((t[1] for t in parsed.values() if t is not None and t[0] == "CPU"), default=0)
@@ -228,10 +229,7 @@ class CalibrateComm(Pass):
         if self.apply and not self.output:
             raise PassError("'apply' needs an 'output' TOML path")
         cluster = module.cluster
-        try:
-            fits, unreachable = measure_pairs(cluster, sizes, self.repeats)
-        except ImportError as exc:
-            raise PassError("calibrate-comm needs TensorFlow: pip install 'graphir[tf]'") from exc
+        fits, unreachable = measure_pairs(cluster, sizes, self.repeats)
         stats = fit_stats(fits, unreachable)
         if self.output:
             write_text(Path(self.output), cluster_toml(cluster, fits))

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import numpy as np
 import pytest
 from test_place_heft import check_placer, placement_of, random_module
 
-from graphir.errors import PassError
+from graphir.extras import MissingExtraError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import PLACERS, Place
@@ -115,7 +116,8 @@ def test_fewer_nodes_than_devices() -> None:
     assert sorted(node.device for node in module.graph.nodes) == ["gpu0", "gpu1", "gpu2"]
 
 
-def test_missing_pymetis_is_a_pass_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_pymetis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pymetis", None)  # import pymetis raises ImportError
-    with pytest.raises(PassError, match="needs the 'pymetis' package"):
+    message = "place{algo=metis} needs pymetis: pip install 'graphir[solvers]'"
+    with pytest.raises(MissingExtraError, match=re.escape(message)):
         Place(algo="metis").run(two_chains(), PassContext())
