@@ -115,17 +115,80 @@ def seconds_from(text: str, unit: str) -> float:
     """The float nearest to the decimal ``text`` scaled by ``unit`` (``"1.112", "us"`` -> 1.112e-6).
 
     Scaling the decimal exactly before rounding once (rather than dividing a rounded float) makes
-    ``1.112us`` read as the same float as the literal ``1.112e-6``.
+    ``1.112us`` read as the same float as the literal ``1.112e-6``. A plain decimal of at most 28
+    characters reads through ``float("<text>e<exponent>")``, which is the same single correct
+    rounding; longer or exponent-carrying text goes through :mod:`decimal` (whose 28-digit context
+    then decides, as it always did).
     """
+    if type(text) is str and len(text) <= 28 and "e" not in text and "E" not in text:
+        return float(f"{text}e{TIME_UNITS[unit]}")
     return float(decimal.Decimal(text).scaleb(TIME_UNITS[unit]))
 
 
+def _significant_digits(text: str) -> int:
+    """Number of significant digits in ``repr`` text of a finite float (``'1.50e-05'`` -> 2)."""
+    mantissa = text.partition("e")[0].lstrip("-").replace(".", "")
+    return max(len(mantissa.strip("0")), 1)
+
+
+def _positional(scientific: str) -> str:
+    """``'%e'`` text (``'-1.2300e-05'``) as a plain decimal with trailing zeros trimmed (``'-0.0000123'``)."""
+    mantissa, _, exponent_text = scientific.partition("e")
+    sign = ""
+    if mantissa[0] == "-":
+        sign, mantissa = "-", mantissa[1:]
+    digits = mantissa.replace(".", "")
+    exponent = int(exponent_text)
+    if exponent >= 0:
+        whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+        fraction = digits[exponent + 1 :].rstrip("0")
+    else:
+        whole = "0"
+        fraction = ("0" * (-exponent - 1) + digits).rstrip("0")
+    return sign + whole + ("." + fraction if fraction else "")
+
+
+_UNIT_SCALE: dict[str, int] = {"ns": 10**9, "us": 10**6, "ms": 10**3, "s": 1}
+_SMALLEST_NORMAL = 2.2250738585072014e-308
+
+
+def _scaled(seconds: float, unit: str) -> float:
+    """``float(Decimal(seconds).scaleb(k))`` for the unit's ``k``, without :mod:`decimal` when possible.
+
+    The decimal route rounds the exact product to 28 digits before rounding to a double. That
+    differs from the correctly rounded product ``seconds * 10**k`` (one IEEE multiplication: 10**k
+    is an exact double) only when the exact product lies exactly halfway between two doubles:
+    otherwise it is at least 2**-74 (relative) away from any halfway point, far beyond the 28th
+    digit. The halfway case is detected in integers; it, and subnormal results, take the decimal
+    route. Seconds (k = 0) are the value itself: 28 digits always round back to the same double.
+    """
+    factor = _UNIT_SCALE[unit]
+    if factor == 1:
+        return seconds
+    scaled = seconds * factor
+    if abs(scaled) >= _SMALLEST_NORMAL:
+        numerator = abs(seconds.as_integer_ratio()[0]) * factor
+        spare = numerator.bit_length() - 53
+        if spare <= 0 or numerator & ((1 << spare) - 1) != 1 << (spare - 1):
+            return scaled
+    return float(decimal.Decimal(seconds).scaleb(-TIME_UNITS[unit]))
+
+
 def format_duration(seconds: float) -> str:
-    """Shortest text ``<number><unit>`` that parses back to exactly ``seconds``."""
+    """Shortest text ``<number><unit>`` that parses back to exactly ``seconds``.
+
+    The number is the value in the unit (:func:`_scaled`, which the printed digits depend on)
+    rounded half-even to the fewest significant digits ``d`` for which it reads back exactly, by
+    ``'%.{d-1}e'``, written positionally with trailing zeros trimmed, as
+    ``numpy.format_float_positional`` did. No ``d`` below the digit count of ``repr(seconds)`` can
+    read back (``repr`` is the shortest round-tripping decimal), so the search starts there and
+    usually the first try wins.
+    """
     if seconds == 0:
         return "0s"
     if not math.isfinite(seconds):
         return f"{seconds!r}s"
+    seconds = float(seconds)  # numpy scalars: repr() below needs the plain float
     magnitude = abs(seconds)
     if magnitude < 1e-6:
         unit = "ns"
@@ -135,10 +198,11 @@ def format_duration(seconds: float) -> str:
         unit = "ms"
     else:
         unit = "s"
-    scaled = float(decimal.Decimal(seconds).scaleb(-TIME_UNITS[unit]))
-    for digits in range(1, 18):
-        text = np.format_float_positional(scaled, precision=digits, unique=False, fractional=False, trim="-")
-        if seconds_from(text, unit) == seconds:
+    scaled = _scaled(seconds, unit)
+    suffix = f"e{TIME_UNITS[unit]}"
+    for digits in range(_significant_digits(repr(seconds)), 18):
+        text = _positional(f"{scaled:.{digits - 1}e}")
+        if float(text + suffix) == seconds:
             return text + unit
     return f"{seconds!r}s"
 

@@ -21,10 +21,18 @@ from __future__ import annotations
 
 import io
 import re
-from typing import TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
-from graphir.annotations import ANNOTATIONS
-from graphir.attributes import DenseTensor, format_key, format_string, format_value
+from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
+from graphir.attributes import (
+    DenseTensor,
+    format_bytes,
+    format_duration,
+    format_key,
+    format_string,
+    format_value,
+)
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import TensorType
 
@@ -36,52 +44,149 @@ def format_name(name: str) -> str:
     return name if _BARE_NAME.match(name) else format_string(name)
 
 
-def format_annotations(node: Node) -> str:
-    """``[key = value, ...]`` with keys sorted, or ``""`` when the node has none."""
-    if not node.annotations:
-        return ""
+# ---------------------------------------------------------------- annotation text, fast paths
+# Each built-in annotation has a direct formatter that writes exactly what
+# ``format_value(kind.to_generic(value))`` writes, without building the generic value first
+# (``Duration``/``ByteSize`` objects and an ``isinstance`` chain per item). Keys registered by
+# plugins, and values of unexpected types, take the generic path.
+
+
+def _cost_text(cost: Cost) -> str:
+    times = cost.times
+    if len(times) == 1 and times[0][0] == DEFAULT_KIND:
+        return format_duration(times[0][1])
+    per_kind = dict(times)  # as _cost_to_generic: a repeated kind keeps its last time
+    return "{" + ", ".join(f"{format_key(k)} = {format_duration(v)}" for k, v in per_kind.items()) + "}"
+
+
+def _mem_text(mem: Mem) -> str:
     parts = []
-    for key in sorted(node.annotations):
-        kind = ANNOTATIONS[key]
-        parts.append(f"{key} = {format_value(kind.to_generic(node.annotations[key]))}")
-    return "[" + ", ".join(parts) + "]"
+    if mem.persistent:
+        parts.append("persistent = " + format_bytes(mem.persistent))
+    if mem.activation:
+        parts.append("activation = " + format_bytes(mem.activation))
+    if mem.temporary:
+        parts.append("temporary = " + format_bytes(mem.temporary))
+    return "{" + ", ".join(parts) + "}"
+
+
+def _int_text(value: Any) -> str:
+    return str(value) if type(value) is int else format_value(value)
+
+
+def _seconds_text(value: Any) -> str:
+    return format_duration(value) if type(value) is float else format_value(ANNOTATIONS["start"].to_generic(value))
+
+
+def _affinity_text(value: tuple[str, ...]) -> str:
+    return "[" + ", ".join(format_string(kind) for kind in value) + "]"
+
+
+_FAST_TEXT: dict[str, tuple[object, Callable[[Any], str]]] = {
+    key: (ANNOTATIONS[key], text)
+    for key, text in (
+        ("cost", _cost_text),
+        ("mem", _mem_text),
+        ("group", _int_text),
+        ("order", _int_text),
+        ("device", format_string),
+        ("colocate", format_string),
+        ("start", _seconds_text),
+        ("finish", _seconds_text),
+        ("affinity", _affinity_text),
+    )
+}
+"""Key -> (the built-in declaration it is valid for, its direct formatter)."""
+
+
+def _annotation_text(key: str, value: Any, strings: dict[str, str] | None = None) -> str:
+    kind = ANNOTATIONS[key]
+    fast = _FAST_TEXT.get(key)
+    if fast is None or fast[0] is not kind:
+        return format_value(kind.to_generic(value))
+    if strings is not None and type(value) is str:
+        # device and colocate strings repeat on many nodes: quote each once per print.
+        text = strings.get(value)
+        if text is None:
+            text = strings[value] = format_string(value)
+        return text
+    return fast[1](value)
+
+
+def format_annotations(node: Node, strings: dict[str, str] | None = None) -> str:
+    """``[key = value, ...]`` with keys sorted, or ``""`` when the node has none."""
+    annotations = node.annotations
+    if not annotations:
+        return ""
+    return (
+        "["
+        + ", ".join(f"{key} = {_annotation_text(key, annotations[key], strings)}" for key in sorted(annotations))
+        + "]"
+    )
 
 
 class _TypeText:
-    """Memoised ``str(TensorType)``: real graphs repeat a few hundred types thousands of times."""
+    """Memoised ``str(TensorType)``: real graphs repeat a few hundred types thousands of times.
+
+    Keyed by object identity first (hashing an attrs type walks its shape tuple), then by value;
+    the instance keeps every type it has seen alive, so an identity is never reused while cached.
+    """
 
     def __init__(self) -> None:
-        self._cache: dict[TensorType, str] = {}
+        self._by_id: dict[int, tuple[TensorType, str]] = {}
+        self._by_value: dict[TensorType, str] = {}
 
     def __call__(self, tensor_type: TensorType) -> str:
-        text = self._cache.get(tensor_type)
+        hit = self._by_id.get(id(tensor_type))
+        if hit is not None:
+            return hit[1]
+        text = self._by_value.get(tensor_type)
         if text is None:
-            text = str(tensor_type)
-            self._cache[tensor_type] = text
+            text = self._by_value[tensor_type] = str(tensor_type)
+        self._by_id[id(tensor_type)] = (tensor_type, text)
+        return text
+
+
+class _NameText:
+    """Memoised ``"%" + format_name(name)`` for values (each is printed once defined, then per use)."""
+
+    def __init__(self, sigil: str) -> None:
+        self._sigil = sigil
+        self._cache: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        text = self._cache.get(name)
+        if text is None:
+            text = self._cache[name] = self._sigil + format_name(name)
         return text
 
 
 def print_node(node: Node, type_text: _TypeText | None = None) -> str:
     """One node as its `.gir` line (without indentation)."""
-    ttext = type_text or _TypeText()
+    return _node_line(node, type_text or _TypeText(), _NameText("%"), None)
+
+
+def _node_line(node: Node, ttext: _TypeText, vtext: _NameText, strings: dict[str, str] | None) -> str:
+    outputs = node.outputs
+    inputs = node.inputs
     parts: list[str] = []
-    if node.outputs:
-        parts.append(", ".join("%" + format_name(v.name) for v in node.outputs))
+    if outputs:
+        parts.append(", ".join([vtext(v.name) for v in outputs]))
         parts.append(" = ")
     parts.append(node.op)
-    if not node.outputs or node.outputs[0].name != node.name:
+    if not outputs or outputs[0].name != node.name:
         parts.append(" @" + format_name(node.name))
-    parts.append("(" + ", ".join("%" + format_name(v.name) for v in node.inputs) + ")")
+    parts.append("(" + ", ".join([vtext(v.name) for v in inputs]) + ")")
     if node.control_inputs:
         parts.append(" ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")")
     if node.params:
         parts.append(" {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}")
-    parts.append(" : (" + ", ".join(ttext(v.type) for v in node.inputs) + ") -> ")
-    if len(node.outputs) == 1:
-        parts.append(ttext(node.outputs[0].type))
+    parts.append(" : (" + ", ".join([ttext(v.type) for v in inputs]) + ") -> ")
+    if len(outputs) == 1:
+        parts.append(ttext(outputs[0].type))
     else:
-        parts.append("(" + ", ".join(ttext(v.type) for v in node.outputs) + ")")
-    annotations = format_annotations(node)
+        parts.append("(" + ", ".join([ttext(v.type) for v in outputs]) + ")")
+    annotations = format_annotations(node, strings)
     if annotations:
         parts.append(" " + annotations)
     return "".join(parts)
@@ -96,16 +201,24 @@ def _print_constant(value: Value, ttext: _TypeText) -> str:
     return f"const %{format_name(value.name)} : {ttext(value.type)} = {body}"
 
 
+_CHUNK = 4096
+"""Node lines joined per write: bounded memory for the text of a million-node graph."""
+
+
 def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     """Write ``graph`` as `.gir` text."""
     ttext = _TypeText()
+    vtext = _NameText("%")
+    strings: dict[str, str] = {}
     args = ", ".join(f"%{format_name(v.name)} : {ttext(v.type)}" for v in graph.inputs)
     out.write(f"{indent}graph @{format_name(graph.name)}({args}) {{\n")
     inner = indent + "  "
     for value in graph.constants:
         out.write(inner + _print_constant(value, ttext) + "\n")
-    lines = [inner + print_node(node, ttext) + "\n" for node in graph.index().nodes]
-    out.write("".join(lines))
+    nodes = graph.index().nodes
+    for begin in range(0, len(nodes), _CHUNK):
+        lines = [inner + _node_line(node, ttext, vtext, strings) + "\n" for node in nodes[begin : begin + _CHUNK]]
+        out.write("".join(lines))
     results = ", ".join("%" + format_name(v.name) for v in graph.outputs)
     out.write(f"{inner}return {results}\n".replace("return \n", "return\n"))
     out.write(f"{indent}}}\n")
