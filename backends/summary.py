@@ -15,10 +15,10 @@ import numpy as np
 
 from graphir.attributes import format_bytes
 from graphir.budget import human_bytes, largest_device_memory, oversized_values
-from graphir.costmodel import estimate_node
 from graphir.emit import register_emitter
 from graphir.importers.tf import persistent_bytes as variable_bytes
 from graphir.ir import Module
+from graphir.ops import estimate_node
 from graphir.paths import longest_path
 
 

@@ -5,7 +5,7 @@ the node's ``device`` annotation, so the cluster's names (``/device:CPU:3``,
 ``/job:worker/task:1/device:GPU:0``) reach TensorFlow unchanged. Two paths:
 
 * **ONNX-imported** modules (``onnx.*`` and ``graphir.split``/``graphir.concat`` nodes) are traced
-  into a ``tf.function`` through the op table of :mod:`graphir.backends.tf.onnx_ops`. Each node's
+  into a ``tf.function`` through each op's lowering in :mod:`graphir.ops` (its ``lower`` facet). Each node's
   ops live in a name scope named after the node, which is how :attr:`LoweredGraph.node_ops` maps
   IR nodes to TF ops.
 * **TF-imported** modules (``tf.*`` nodes) re-emit their own ops: the GraphDef is rebuilt from the
@@ -61,9 +61,9 @@ from typing import Any
 
 import numpy as np
 
-from graphir.backends.tf.onnx_ops import ONNX_OPS, OpContext, onnx_inputs, tf_dtype
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
+from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype
 
 __all__ = ["LoweredGraph", "check_supported", "lower", "lowering_sequence", "module_opset", "node_devices"]
 
@@ -225,7 +225,7 @@ def check_supported(module: Module) -> None:
     """Raise a :class:`BackendError` for the first node (in topological order) that cannot be lowered.
 
     TF-imported modules accept ``tf.*`` nodes and split/concat; ONNX-imported ones the ops of
-    :data:`graphir.backends.tf.onnx_ops.ONNX_OPS`. Does not load TensorFlow.
+    that have a lowering in :mod:`graphir.ops`. Does not load TensorFlow.
     """
     tf_module = _is_tf_module(module)
     for node in module.graph.index().nodes:
@@ -234,7 +234,7 @@ def check_supported(module: Module) -> None:
                 continue
             message = f"'{node.op}' op cannot be lowered: the module is TensorFlow-imported and has no lowering for it"
             raise BackendError(message, Location(node=node.name))
-        if node.op not in ONNX_OPS:
+        if lowering_of(node.op) is None:
             raise BackendError(
                 f"'{node.op}' op has no TensorFlow lowering (not in the ONNX->TF op table)", Location(node=node.name)
             )
@@ -356,7 +356,7 @@ def lower(
     sequence, order_prev = lowering_sequence(module, enforce_order)
     from graphir.importers.tf import load_tensorflow
 
-    tf = load_tensorflow("lowering to TensorFlow")
+    tf = load_tensorflow()
     if _is_tf_module(module):
         return _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
     return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order, large_weight_bytes)
@@ -443,7 +443,9 @@ def _lower_onnx(
             ):
                 scopes[scope] = node.name
                 try:
-                    results = ONNX_OPS[node.op](OpContext(tf, node, opset), operands)
+                    convert = lowering_of(node.op)
+                    assert convert is not None  # check_supported ran first
+                    results = convert(OpContext(tf, node, opset), operands)
                 except BackendError:
                     raise
                 except Exception as exc:  # TensorFlow rejects a shape or dtype: name the node

@@ -3,7 +3,7 @@
 Modes (option ``mode``; each is one function in :data:`MODES`, so the measured TF mode and
 Celeritas's batch-size regression slot in as further entries with their own options):
 
-* ``analytical`` (default): the roofline model of :mod:`graphir.costmodel`, FLOPs and bytes from
+* ``analytical`` (default): the roofline model of :mod:`graphir.passes.profile.roofline`, FLOPs and bytes from
   shapes, ``max(flops/peak, bytes/bandwidth) + launch overhead`` for each device kind of the
   module's cluster (Moirai §III-C's "operational intensity" estimate). Works on any graph;
   nothing is run.
@@ -28,7 +28,7 @@ Celeritas's batch-size regression slot in as further entries with their own opti
   unmeasured nodes, re-batching, deviation statistics).
 
 In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
-first user, activation = output bytes, temporary where known; see :mod:`graphir.costmodel`).
+first user, activation = output bytes, temporary where known; see :mod:`graphir.passes.profile.roofline`).
 
 Provides: cost, mem. Requires nothing. Statistics: ``fallback-ops`` (nodes costed by the
 bytes-only fallback) and ``fallback-op-types``, ``symbolic-ops``, ``total-flops``,
@@ -54,11 +54,10 @@ import numpy as np
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, Opaque
 from graphir.cluster import Cluster, cpu_cluster
-from graphir.costmodel import GraphWork, analyze_graph
-from graphir.extras import require
 from graphir.errors import PassError
 from graphir.ir import Module, Node, Value
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
+from graphir.passes.profile.roofline import GraphWork, analyze_graph
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
@@ -341,10 +340,12 @@ def measure_onnxruntime(
     """Run ``module`` under onnxruntime's profiler; per-node median kernel times and the median run time.
 
     Raises:
-        MissingExtraError: onnxruntime (the ``ort`` extra) is not installed.
-        PassError: onnxruntime cannot load the exported model, or fails to run.
+        PassError: onnxruntime is not installed, cannot load the exported model, or fails to run.
     """
-    ort = require("onnxruntime", "ort", "profile{mode=onnxruntime}")
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise PassError("profile{mode=onnxruntime} needs onnxruntime: pip install 'graphir[ort]'") from exc
     model, feeds = export_onnx(module, np.random.default_rng(seed))
     with tempfile.TemporaryDirectory(prefix="graphir-ort-") as tmp:
         options = ort.SessionOptions()

@@ -53,10 +53,11 @@ import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.cluster import cpu_cluster
-from graphir.costmodel import _OWNS_VALUE, _VARIABLE_OPS, analyze_graph, bare_op
 from graphir.errors import PassError
 from graphir.ir import Module, Node
+from graphir.ops import bare_op, is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
+from graphir.passes.profile.roofline import analyze_graph
 
 if TYPE_CHECKING:
     from graphir.passes.profile import Profile
@@ -159,7 +160,7 @@ def measure_module(module: Module, options: Profile, seed: int, names: list[str]
 
 
 def _owns_persistent(nodes: list[Node]) -> np.ndarray:
-    return np.array([bare_op(n.op) in _VARIABLE_OPS or bare_op(n.op) in _OWNS_VALUE for n in nodes], dtype=bool)
+    return np.array([is_variable(n.op) or owns_value(n.op) for n in nodes], dtype=bool)
 
 
 def _write(

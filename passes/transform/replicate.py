@@ -38,7 +38,7 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    first, then fuse).
 5. **Costs and memory.** When the module is profiled, a replicated node's ``cost`` on each device
    kind is its original cost scaled by the ratio of the analytical roofline times
-   (:mod:`graphir.costmodel`) at the replica's shapes and at the original's, so measured costs stay
+   (:mod:`graphir.passes.profile.roofline`) at the replica's shapes and at the original's, so measured costs stay
    consistent and analytical ones equal the replica's own roofline time; aggregation nodes get
    their roofline time. ``mem`` is recomputed analytically for the whole new graph (what
    ``profile`` writes: activation = result bytes, persistent = variables and constants).
@@ -61,9 +61,9 @@ import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, numpy_dtype
-from graphir.costmodel import analyze_graph, kind_times
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
+from graphir.passes.profile.roofline import analyze_graph, kind_times
 from graphir.types import DType, TensorType
 from graphir.unionfind import DisjointSets
 

@@ -1,5 +1,10 @@
 """FastT operation splitting (FastT §5.2, ``SplitOperation`` of Algorithm 2): one op into n parts.
 
+Which ops can be split, on which dimensions and how each operand is cut is each op kind's split
+rule in :mod:`graphir.ops` (the ``split`` facet of its :class:`~graphir.ops.OpDef`; the rules sit
+with their op families). This module checks the conditions every split needs (:func:`split_reason`)
+and performs the rewrite.
+
 :func:`split_node` rewrites the graph in place. The op ``op`` becomes ``n`` copies of itself (the
 *parts*, nodes ``<op>.part<i>``), each computing a slice of the result along one parallelisable
 dimension:
@@ -33,7 +38,7 @@ normalisation, fused groups, ops without a rule...).
 
 **Costs and memory** (:func:`annotate_split`): when the original op has a ``cost``, every new node
 gets one: a part's time on each device kind is the original's scaled by the part's share of the
-analytical roofline time (:mod:`graphir.costmodel`), so measured costs stay consistent and analytical
+analytical roofline time (:mod:`graphir.passes.profile.roofline`), so measured costs stay consistent and analytical
 ones equal the part's own roofline time; split/concat nodes get their analytical copy time. ``mem``
 is analytical: ``persistent`` counts the constants a node reads (a weight shared by the parts of a
 batch split is counted in every part, a replica per part: conservative when two parts share a
@@ -49,21 +54,22 @@ control edges), which OS-DPOS uses to try a split and take it back.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, ParamValue
-from graphir.costmodel import kind_times
-from graphir.errors import PassError
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value, ValueKind
+from graphir.ops import Dim, SplitError, SplitPlan, split_of
+from graphir.ops.graphir_dialect import CONCAT_OP, SPLIT_OP
+from graphir.passes.profile.roofline import kind_times
 from graphir.types import TensorType
 
 __all__ = [
     "SPLIT_OP",
     "CONCAT_OP",
+    "Dim",
     "SplitError",
     "SplitResult",
     "annotate_split",
@@ -73,255 +79,12 @@ __all__ = [
     "split_reason",
 ]
 
-SPLIT_OP = "graphir.split"
-CONCAT_OP = "graphir.concat"
 
-Dim = str | int
-"""``"batch"``, ``"channel"`` or an integer axis of the op's result."""
-
-
-class SplitError(PassError):
-    """An op cannot be split as asked; the message says why in one line."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Plan:
-    """How to split one op: the result axis and, per operand, ``(axis, sizes)`` or ``None`` (shared)."""
-
-    out_axis: int
-    sizes: tuple[int, ...]
-    operands: tuple[tuple[int, tuple[int, ...]] | None, ...]
-    params: dict[str, ParamValue]
-
-
-def _balanced(total: int, parts: int) -> tuple[int, ...]:
-    base, extra = divmod(total, parts)
-    return tuple(base + (1 if i < extra else 0) for i in range(parts))
-
-
-def _shape(value: Value) -> tuple[int, ...]:
-    assert value.type.shape is not None
-    return tuple(int(d) for d in value.type.shape)  # type: ignore[arg-type]
-
-
-def _int_param(node: Node, key: str, default: int) -> int:
-    value = node.params.get(key, default)
-    return int(value) if isinstance(value, (int, bool)) else default
-
-
-# --------------------------------------------------------------------------- op rules
-# A rule gets (node, dim, parts) and returns a plan, or raises SplitError with the reason.
-
-Rule = Callable[[Node, Dim, int], _Plan]
-RULES: dict[str, Rule] = {}
-DIMS: dict[str, tuple[str, ...]] = {}
-"""Op -> the named dimensions OS-DPOS tries (``batch``, ``channel``)."""
-
-
-def _rule(dims: tuple[str, ...], *ops: str) -> Callable[[Rule], Rule]:
-    def wrap(fn: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = fn
-            DIMS[op] = dims
-        return fn
-
-    return wrap
-
-
-def _broadcast_plan(node: Node, out_axis: int, parts: int, params: dict[str, ParamValue] | None = None) -> _Plan:
-    """Cut every operand that carries ``out_axis`` of the result (numpy broadcasting); share the rest."""
-    out = _shape(node.outputs[0])
-    rank = len(out)
-    if not 0 <= out_axis < rank:
-        raise SplitError(f"its axis {out_axis} is out of range for result type {node.outputs[0].type}")
-    sizes = _balanced(out[out_axis], parts)
-    operands: list[tuple[int, tuple[int, ...]] | None] = []
-    for k, value in enumerate(node.inputs):
-        shape = _shape(value)
-        aligned = out_axis - (rank - len(shape))
-        if aligned < 0 or shape[aligned] == 1:
-            operands.append(None)
-        elif shape[aligned] == out[out_axis]:
-            operands.append((aligned, sizes))
-        else:
-            raise SplitError(
-                f"its operand #{k} {value.type} does not broadcast to {node.outputs[0].type} on axis {out_axis}"
-            )
-    return _Plan(out_axis, sizes, tuple(operands), dict(node.params if params is None else params))
-
-
-def _named_axis(node: Node, dim: Dim, channel_axis: int | None) -> int:
-    rank = len(_shape(node.outputs[0]))
-    if dim == "batch":
-        return 0
-    if dim == "channel":
-        if channel_axis is None or rank < 2:
-            raise SplitError("has no channel dimension")
-        return channel_axis
-    assert isinstance(dim, int)
-    return dim + rank if dim < 0 else dim
-
-
-_ONNX_ELEMENTWISE = (
-    "Relu Sigmoid Tanh Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Erf Softplus Softsign Selu Elu Celu LeakyRelu "
-    "HardSigmoid HardSwish Identity Clip Cast Not Sign Round Sin Cos Add Sub Mul Div Pow Max Min Sum Mean PRelu "
-    "And Or Xor Equal Less Greater LessOrEqual GreaterOrEqual Where Gelu Mish"
-).split()
-_TF_ELEMENTWISE = (
-    "Relu Relu6 Sigmoid Tanh Abs Neg Exp Log Sqrt Rsqrt Square Identity Elu Selu Softplus AddV2 Add Sub Mul "
-    "RealDiv Maximum Minimum SquaredDifference ReluGrad Relu6Grad SigmoidGrad TanhGrad"
-).split()
-
-
-@_rule(("batch", "channel"), *(f"onnx.{op}" for op in _ONNX_ELEMENTWISE))
-def _onnx_elementwise(node: Node, dim: Dim, parts: int) -> _Plan:
-    """Elementwise ops: any axis of the result (channel = axis 1, NCHW)."""
-    return _broadcast_plan(node, _named_axis(node, dim, 1), parts)
-
-
-@_rule(("batch", "channel"), *(f"tf.{op}" for op in _TF_ELEMENTWISE))
-def _tf_elementwise(node: Node, dim: Dim, parts: int) -> _Plan:
-    """TF elementwise ops: any axis of the result (channel = the last axis, NHWC)."""
-    return _broadcast_plan(node, _named_axis(node, dim, len(_shape(node.outputs[0])) - 1), parts)
-
-
-@_rule(("batch",), "onnx.BatchNormalization", "onnx.LRN")
-def _onnx_batch_only(node: Node, dim: Dim, parts: int) -> _Plan:
-    """Batch normalisation (inference: statistics are inputs, shared) and LRN: batch only."""
-    if dim != "batch" and dim != 0:
-        raise SplitError("splits on the batch only (its channels are normalised together)")
-    if _int_param(node, "training_mode", 0):
-        raise SplitError("runs in training mode: its batch statistics need the whole batch")
-    plan = _broadcast_plan(node, 0, parts)
-    operands = (plan.operands[0],) + (None,) * (len(node.inputs) - 1)
-    return dataclasses.replace(plan, operands=operands)
-
-
-@_rule(("batch", "channel"), "onnx.MaxPool", "onnx.AveragePool", "onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
-def _onnx_pool(node: Node, dim: Dim, parts: int) -> _Plan:
-    """Pooling works per image and per channel: batch or channel (axis 1)."""
-    axis = _named_axis(node, dim, 1)
-    if axis > 1:
-        raise SplitError("splits on the batch or the channels only (its window spans the spatial axes)")
-    return _broadcast_plan(node, axis, parts)
-
-
-@_rule(("batch", "channel"), "onnx.Conv")
-def _onnx_conv(node: Node, dim: Dim, parts: int) -> _Plan:
-    """ONNX Conv ``X[N, Cin, ...] * W[Cout, Cin/g, k...] (+ B[Cout])``: batch or output channels."""
-    x, w = _shape(node.inputs[0]), _shape(node.inputs[1])
-    out = _shape(node.outputs[0])
-    group = _int_param(node, "group", 1)
-    bias = len(node.inputs) > 2
-    if dim in ("batch", 0):
-        if x[0] != out[0]:
-            raise SplitError(f"its input batch {x[0]} differs from its result batch {out[0]}")
-        sizes = _balanced(out[0], parts)
-        return _Plan(0, sizes, ((0, sizes), None) + ((None,) if bias else ()), dict(node.params))
-    if dim not in ("channel", 1):
-        raise SplitError(f"splits on the batch or the output channels, not axis {dim}")
-    if w[0] != out[1]:
-        raise SplitError(f"its weight {node.inputs[1].type} does not give the result's {out[1]} channels")
-    params = dict(node.params)
-    if group == 1:
-        sizes = _balanced(out[1], parts)
-        operands: tuple[tuple[int, tuple[int, ...]] | None, ...] = (None, (0, sizes))
-    else:
-        if group % parts:
-            raise SplitError(
-                f"has group={group}, not a multiple of parts={parts}: a part would cut a group of channels"
-            )
-        sizes = (out[1] // parts,) * parts
-        operands = ((1, (x[1] // parts,) * parts), (0, sizes))
-        params["group"] = group // parts
-    return _Plan(1, sizes, operands + (((0, sizes),) if bias else ()), params)
-
-
-@_rule(("batch", "channel"), "onnx.MatMul")
-def _onnx_matmul(node: Node, dim: Dim, parts: int) -> _Plan:
-    """ONNX MatMul ``A[..., M, K] @ B[..., K, N]``: batch (A's dim 0) or output features (B's N)."""
-    a, b = _shape(node.inputs[0]), _shape(node.inputs[1])
-    out = _shape(node.outputs[0])
-    if len(a) < 2 or len(b) < 2:
-        raise SplitError("has a 1-D operand: no batch rows or feature columns to split")
-    if dim in ("channel", len(out) - 1, -1):
-        sizes = _balanced(out[-1], parts)
-        return _Plan(len(out) - 1, sizes, (None, (len(b) - 1, sizes)), dict(node.params))
-    if dim not in ("batch", 0):
-        raise SplitError(f"splits on the batch or the output features, not axis {dim}")
-    if len(b) > len(a):
-        raise SplitError(f"its operand {node.inputs[1].type} broadcasts leading dims over {node.inputs[0].type}")
-    sizes = _balanced(out[0], parts)
-    b_plan: tuple[int, tuple[int, ...]] | None = None
-    if len(b) == len(a) and len(a) > 2 and b[0] != 1:
-        b_plan = (0, sizes)
-    return _Plan(0, sizes, ((0, sizes), b_plan), dict(node.params))
-
-
-def _bias_plan(bias: tuple[int, ...], out: tuple[int, ...], axis: int, sizes: tuple[int, ...]) -> Any:
-    aligned = axis - (len(out) - len(bias))
-    if aligned < 0 or bias[aligned] == 1:
-        return None
-    return (aligned, sizes)
-
-
-@_rule(("batch", "channel"), "onnx.Gemm")
-def _onnx_gemm(node: Node, dim: Dim, parts: int) -> _Plan:
-    """ONNX Gemm ``alpha·A'·B' + beta·C``: batch rows (A's M) or output features (B's N); C follows."""
-    out = _shape(node.outputs[0])
-    trans_a, trans_b = _int_param(node, "transA", 0), _int_param(node, "transB", 0)
-    if dim in ("batch", 0):
-        axis, operand, operand_axis = 0, 0, 1 if trans_a else 0
-    elif dim in ("channel", 1, -1):
-        axis, operand, operand_axis = 1, 1, 0 if trans_b else 1
-    else:
-        raise SplitError(f"splits on the batch rows or the output features, not axis {dim}")
-    sizes = _balanced(out[axis], parts)
-    operands: list[Any] = [None, None]
-    operands[operand] = (operand_axis, sizes)
-    if len(node.inputs) > 2:
-        operands.append(_bias_plan(_shape(node.inputs[2]), out, axis, sizes))
-    return _Plan(axis, sizes, tuple(operands), dict(node.params))
-
-
-@_rule(("batch", "channel"), "tf.Conv2D")
-def _tf_conv2d(node: Node, dim: Dim, parts: int) -> _Plan:
-    """TF Conv2D ``input * filter[kh, kw, Cin, Cout]``: batch or output channels (NHWC or NCHW)."""
-    out = _shape(node.outputs[0])
-    channel = 1 if node.params.get("data_format") == "NCHW" else 3
-    if dim in ("batch", 0):
-        sizes = _balanced(out[0], parts)
-        return _Plan(0, sizes, ((0, sizes), None), dict(node.params))
-    if dim not in ("channel", channel):
-        raise SplitError(f"splits on the batch or the output channels, not axis {dim}")
-    f = _shape(node.inputs[1])
-    x = _shape(node.inputs[0])
-    if f[2] != x[channel]:
-        raise SplitError(f"is a grouped convolution (filter {node.inputs[1].type}): not supported")
-    sizes = _balanced(out[channel], parts)
-    return _Plan(channel, sizes, (None, (3, sizes)), dict(node.params))
-
-
-@_rule(("batch", "channel"), "tf.MatMul")
-def _tf_matmul(node: Node, dim: Dim, parts: int) -> _Plan:
-    """TF MatMul ``op(a)[M, K] @ op(b)[K, N]`` (``transpose_a``/``transpose_b``): rows or features."""
-    out = _shape(node.outputs[0])
-    trans_a = bool(node.params.get("transpose_a", False))
-    trans_b = bool(node.params.get("transpose_b", False))
-    if dim in ("batch", 0):
-        sizes = _balanced(out[0], parts)
-        return _Plan(0, sizes, ((1 if trans_a else 0, sizes), None), dict(node.params))
-    if dim not in ("channel", 1, -1):
-        raise SplitError(f"splits on the batch rows or the output features, not axis {dim}")
-    sizes = _balanced(out[1], parts)
-    return _Plan(1, sizes, (None, (0 if trans_b else 1, sizes)), dict(node.params))
-
-
-def _plan(node: Node, dim: Dim, parts: int) -> _Plan:
+def _plan(node: Node, dim: Dim, parts: int) -> SplitPlan:
     """The split plan of ``node``, or :class:`SplitError` naming why it cannot be split."""
     if node.graph is None:
         raise SplitError("is not in a graph")
-    rule = RULES.get(node.op)
+    rule = split_of(node.op)
     if rule is None:
         raise SplitError("has no splitting rule (supported: Conv, MatMul, Gemm, pooling, elementwise ops)")
     if parts < 2:
@@ -336,8 +99,8 @@ def _plan(node: Node, dim: Dim, parts: int) -> _Plan:
     positional = sorted(k for k in ("_absent_inputs", "_absent_outputs", "_captured_inputs") if k in node.params)
     if positional:
         raise SplitError(f"has importer operand bookkeeping ({', '.join(positional)}) that a part cannot keep")
-    plan = rule(node, dim, parts)
-    total = _shape(node.outputs[0])[plan.out_axis]
+    plan = rule.plan(node, dim, parts)
+    total = int(node.outputs[0].type.shape[plan.out_axis])  # type: ignore[index,arg-type]
     if total < parts or min(plan.sizes) < 1:
         raise SplitError(f"has size {total} along axis {plan.out_axis}: too small for {parts} parts")
     if all(entry is None for entry in plan.operands):
@@ -356,7 +119,8 @@ def split_reason(node: Node, dim: Dim, parts: int) -> str | None:
 
 def parallel_dims(node: Node) -> tuple[str, ...]:
     """The named parallelisable dimensions of ``node``'s op (``()`` when it has no rule)."""
-    return DIMS.get(node.op, ())
+    rule = split_of(node.op)
+    return rule.dims if rule is not None else ()
 
 
 # --------------------------------------------------------------------------- the rewrite

@@ -1,0 +1,435 @@
+"""Convolutions and pooling (ONNX and TensorFlow), forward and gradient ops.
+
+* **cost**: a convolution costs ``2 · |out| · Cin/g · prod(kernel)`` FLOPs (ONNX ``W = [Cout, Cin/g, k...]``,
+  TF ``filter = [k..., Cin/g, Cout]``; the bias adds ``|out|``) and keeps the im2col buffer of one
+  image as scratch; its gradients cost the forward FLOPs each; pooling costs ``|out| · prod(kernel)``.
+* **split**: ``onnx.Conv`` on the batch (activations cut, weights shared) or the output channels
+  (``W[Cout, ...]`` and the bias cut on axis 0; a grouped convolution only when its group count is a
+  multiple of the parts, each part then convolving ``g / n`` whole groups); ``tf.Conv2D`` likewise
+  (``filter[kh, kw, Cin, Cout]`` cut on axis 3, NHWC or NCHW); ONNX pooling on batch or channels.
+* **lowering**: TensorFlow's CPU convolution and pooling kernels only accept channels-last, so
+  ``Conv`` and the pools transpose to NHWC (NWC, NDHWC), run the kernel with ``VALID`` padding after
+  an explicit ``tf.pad`` (ONNX pads may be asymmetric), and transpose back. Where TensorFlow lacks a
+  kernel variant the lowering composes an exact equivalent: strided *and* dilated convolutions run
+  dense and subsample, dilated ``MaxPool`` takes the maximum of one strided slice per window offset,
+  and ``ConvTranspose`` runs a VALID transposed convolution, then crops ``pads`` and appends
+  ``output_padding``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphir.ops.lower_context import OpContext, _arg
+from graphir.ops.registry import Estimate, cost, lowering, split_rule
+from graphir.ops.split_plan import (
+    Dim,
+    SplitError,
+    SplitPlan,
+    _balanced,
+    _broadcast_plan,
+    _int_param,
+    _named_axis,
+    _shape,
+)
+from graphir.ops.work import _elems, _itemsize, _param_ints
+
+if TYPE_CHECKING:
+    from graphir.ir import Node
+
+# --------------------------------------------------------------------------- cost
+
+
+@cost("Conv", "FusedConv", "ConvInteger")
+def _onnx_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """ONNX Conv, W = [Cout, Cin/g, k...]: ``2 · |Y| · prod(W[1:])`` (+ |Y| for the bias)."""
+    if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
+        return None
+    weight, out = ins[1], outs[0]
+    per_output = _elems(weight[1:])
+    flops = 2.0 * _elems(out) * per_output + (_elems(out) if len(ins) > 2 else 0)
+    temporary = 0
+    if any(k != 1 for k in weight[2:]) and len(out) > 2:
+        # im2col of one image: (Cin/g · prod(k)) rows x prod(out spatial) columns.
+        temporary = per_output * _elems(out[2:]) * _itemsize(node)
+    return flops, float(sum(ib) + sum(ob)), temporary
+
+
+@cost("ConvTranspose")
+def _onnx_conv_transpose(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """ONNX ConvTranspose, W = [Cin, Cout/g, k...]: ``2 · |X| · prod(W[1:])``."""
+    if len(ins) < 2 or ins[0] is None or ins[1] is None:
+        return None
+    return 2.0 * _elems(ins[0]) * _elems(ins[1][1:]), float(sum(ib) + sum(ob)), 0
+
+
+@cost("Conv2D", "Conv3D", "Conv1D", "_FusedConv2D")
+def _tf_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """TF Conv, filter = [k..., Cin/g, Cout]: ``2 · |out| · prod(filter[:-1])``."""
+    if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
+        return None
+    per_output = _elems(ins[1][:-1])
+    temporary = per_output * _elems(outs[0][1:-1]) * _itemsize(node) if any(k != 1 for k in ins[1][:-2]) else 0
+    return 2.0 * _elems(outs[0]) * per_output, float(sum(ib) + sum(ob)), temporary
+
+
+@cost("DepthwiseConv2dNative", "DepthwiseConv2D")
+def _tf_depthwise(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Depthwise conv, filter = [kh, kw, Cin, multiplier]: ``2 · |out| · kh · kw``."""
+    if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
+        return None
+    return 2.0 * _elems(outs[0]) * _elems(ins[1][:-2]), float(sum(ib) + sum(ob)), 0
+
+
+@cost("Conv2DBackpropInput", "Conv3DBackpropInputV2", "Conv3DBackpropInput")
+def _tf_conv_backprop_input(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """DX of a conv (inputs: input_sizes, filter, dY): the forward FLOPs, ``2 · |dY| · prod(filter[:-1])``."""
+    if len(ins) < 3 or ins[1] is None or ins[2] is None:
+        return None
+    return 2.0 * _elems(ins[2]) * _elems(ins[1][:-1]), float(sum(ib[1:]) + sum(ob)), 0
+
+
+@cost("Conv2DBackpropFilter", "Conv3DBackpropFilterV2", "Conv3DBackpropFilter")
+def _tf_conv_backprop_filter(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """DW of a conv (inputs: input, filter_sizes, dY; output: filter-shaped): ``2 · |dY| · prod(dW[:-1])``."""
+    if len(ins) < 3 or ins[2] is None or not outs or outs[0] is None:
+        return None
+    return 2.0 * _elems(ins[2]) * _elems(outs[0][:-1]), float(ib[0] + ib[2] + sum(ob)), 0
+
+
+@cost("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter")
+def _tf_depthwise_backprop(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Depthwise conv gradients: ``2 · |dY| · kh · kw`` (kernel from the filter or the result)."""
+    if len(ins) < 3 or ins[2] is None:
+        return None
+    kernel = ins[1] if node.op.endswith("Input") else (outs[0] if outs else None)
+    if kernel is None or len(kernel) < 2:
+        return None
+    return 2.0 * _elems(ins[2]) * _elems(kernel[:-2]), float(sum(ib) + sum(ob)), 0
+
+
+def _kernel_elems(node: Node) -> int | None:
+    kernel = _param_ints(node, "kernel_shape") or _param_ints(node, "ksize")
+    return math.prod(kernel) if kernel is not None else None
+
+
+@cost("MaxPool", "AveragePool", "AvgPool", "AvgPool3D", "MaxPool3D", "LpPool", "MaxPoolWithArgmax")
+def _pool(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Windowed pooling: ``|out| · prod(kernel)`` comparisons/additions."""
+    kernel = _kernel_elems(node)
+    if kernel is None or not outs or outs[0] is None:
+        return None
+    return float(_elems(outs[0]) * kernel), float(sum(ib) + sum(ob)), 0
+
+
+@cost("MaxPoolGrad", "AvgPoolGrad", "MaxPoolGradV2", "MaxPool3DGrad", "AvgPool3DGrad", "MaxPoolGradGrad")
+def _pool_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Pooling gradients: ``|dY| · prod(kernel)`` (dY is the last input)."""
+    kernel = _kernel_elems(node)
+    if kernel is None or not ins or ins[-1] is None:
+        return None
+    return float(_elems(ins[-1]) * kernel), float(sum(ib) + sum(ob)), 0
+
+
+# --------------------------------------------------------------------------- split rules
+
+
+@split_rule(("batch", "channel"), "onnx.MaxPool", "onnx.AveragePool", "onnx.GlobalAveragePool", "onnx.GlobalMaxPool")
+def _split_onnx_pool(node: Node, dim: Dim, parts: int) -> SplitPlan:
+    """Pooling works per image and per channel: batch or channel (axis 1)."""
+    axis = _named_axis(node, dim, 1)
+    if axis > 1:
+        raise SplitError("splits on the batch or the channels only (its window spans the spatial axes)")
+    return _broadcast_plan(node, axis, parts)
+
+
+@split_rule(("batch", "channel"), "onnx.Conv")
+def _split_onnx_conv(node: Node, dim: Dim, parts: int) -> SplitPlan:
+    """ONNX Conv ``X[N, Cin, ...] * W[Cout, Cin/g, k...] (+ B[Cout])``: batch or output channels."""
+    x, w = _shape(node.inputs[0]), _shape(node.inputs[1])
+    out = _shape(node.outputs[0])
+    group = _int_param(node, "group", 1)
+    bias = len(node.inputs) > 2
+    if dim in ("batch", 0):
+        if x[0] != out[0]:
+            raise SplitError(f"its input batch {x[0]} differs from its result batch {out[0]}")
+        sizes = _balanced(out[0], parts)
+        return SplitPlan(0, sizes, ((0, sizes), None) + ((None,) if bias else ()), dict(node.params))
+    if dim not in ("channel", 1):
+        raise SplitError(f"splits on the batch or the output channels, not axis {dim}")
+    if w[0] != out[1]:
+        raise SplitError(f"its weight {node.inputs[1].type} does not give the result's {out[1]} channels")
+    params = dict(node.params)
+    if group == 1:
+        sizes = _balanced(out[1], parts)
+        operands: tuple[tuple[int, tuple[int, ...]] | None, ...] = (None, (0, sizes))
+    else:
+        if group % parts:
+            raise SplitError(
+                f"has group={group}, not a multiple of parts={parts}: a part would cut a group of channels"
+            )
+        sizes = (out[1] // parts,) * parts
+        operands = ((1, (x[1] // parts,) * parts), (0, sizes))
+        params["group"] = group // parts
+    return SplitPlan(1, sizes, operands + (((0, sizes),) if bias else ()), params)
+
+
+@split_rule(("batch", "channel"), "tf.Conv2D")
+def _split_tf_conv2d(node: Node, dim: Dim, parts: int) -> SplitPlan:
+    """TF Conv2D ``input * filter[kh, kw, Cin, Cout]``: batch or output channels (NHWC or NCHW)."""
+    out = _shape(node.outputs[0])
+    channel = 1 if node.params.get("data_format") == "NCHW" else 3
+    if dim in ("batch", 0):
+        sizes = _balanced(out[0], parts)
+        return SplitPlan(0, sizes, ((0, sizes), None), dict(node.params))
+    if dim not in ("channel", channel):
+        raise SplitError(f"splits on the batch or the output channels, not axis {dim}")
+    f = _shape(node.inputs[1])
+    x = _shape(node.inputs[0])
+    if f[2] != x[channel]:
+        raise SplitError(f"is a grouped convolution (filter {node.inputs[1].type}): not supported")
+    sizes = _balanced(out[channel], parts)
+    return SplitPlan(channel, sizes, (None, (3, sizes)), dict(node.params))
+
+
+# --------------------------------------------------------------------------- lowering
+
+
+def _channels_last(rank: int) -> tuple[list[int], list[int]]:
+    """Permutations NC... -> N...C and back."""
+    to_last = [0, *range(2, rank), 1]
+    to_first = [0, rank - 1, *range(1, rank - 1)]
+    return to_last, to_first
+
+
+def _explicit_pads(
+    cx: OpContext, spatial: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]
+) -> list[tuple[int, int]]:
+    """(begin, end) per spatial axis from ``pads`` / ``auto_pad`` (ONNX conv and pool rules)."""
+    count = len(kernel)
+    auto_pad = cx.param("auto_pad", "NOTSET")
+    if auto_pad in ("NOTSET", ""):
+        pads = tuple(cx.param("pads", (0,) * (2 * count)))
+        if len(pads) != 2 * count:
+            raise cx.error(f"has {len(pads)} pads for {count} spatial axes")
+        return [(int(pads[i]), int(pads[i + count])) for i in range(count)]
+    if auto_pad == "VALID":
+        return [(0, 0)] * count
+    if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+        raise cx.error(f"has unknown auto_pad '{auto_pad}'")
+    result = []
+    for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+        small, large = total // 2, total - total // 2
+        result.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+    return result
+
+
+def _spatial_params(cx: OpContext, kernel: Sequence[int]) -> tuple[list[int], list[int]]:
+    count = len(kernel)
+    strides = [int(s) for s in cx.param("strides", (1,) * count)]
+    dilations = [int(d) for d in cx.param("dilations", (1,) * count)]
+    return strides, dilations
+
+
+@lowering("Conv")
+def _lower_conv(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, w, bias = operands[0], operands[1], _arg(operands, 2)
+    rank = cx.rank(0)
+    w_shape = cx.static_shape(1)
+    kernel = [int(k) for k in cx.param("kernel_shape", w_shape[2:])]
+    if rank not in (3, 4, 5):
+        raise cx.error(f"has a rank-{rank} input; only 1-D, 2-D and 3-D convolutions are lowered")
+    strides, dilations = _spatial_params(cx, kernel)
+    group = int(cx.param("group", 1))
+    spatial = cx.static_shape(0)[2:]
+    pads = _explicit_pads(cx, spatial, kernel, strides, dilations)
+    to_last, to_first = _channels_last(rank)
+    x = tf.transpose(x, to_last)
+    if any(p != (0, 0) for p in pads):
+        x = tf.pad(x, [(0, 0), *pads, (0, 0)])
+    # ONNX weights [M, C/group, k...] -> TensorFlow filters [k..., C/group, M].
+    w = tf.transpose(w, [*range(2, rank), 1, 0])
+    # TensorFlow rejects strides > 1 together with dilations > 1: convolve densely, then subsample.
+    subsample = any(s > 1 for s in strides) and any(d > 1 for d in dilations)
+    run_strides = [1] * len(strides) if subsample else strides
+    if rank == 4:
+        # Conv2D infers the group count from C / (C/group): grouped convolution runs on CPU too.
+        y = tf.nn.conv2d(x, w, strides=run_strides, padding="VALID", dilations=dilations)
+    elif group == 1:
+        y = tf.nn.convolution(x, w, strides=run_strides, padding="VALID", dilations=dilations)
+    else:
+        xs = tf.split(x, group, axis=-1)
+        ws = tf.split(w, group, axis=-1)
+        parts = [
+            tf.nn.convolution(xi, wi, strides=run_strides, padding="VALID", dilations=dilations)
+            for xi, wi in zip(xs, ws, strict=True)
+        ]
+        y = tf.concat(parts, axis=-1)
+    if subsample:
+        y = y[(slice(None), *(slice(None, None, s) for s in strides), slice(None))]
+    if bias is not None:
+        y = y + bias
+    return [tf.transpose(y, to_first)]
+
+
+def _ceil_extra(size: int, pads: tuple[int, int], k: int, s: int, d: int) -> int:
+    """Extra end padding so a VALID pool produces ONNX's ``ceil_mode=1`` output size."""
+    span = (k - 1) * d + 1
+    out = -(-(size + pads[0] + pads[1] - span) // s) + 1
+    if (out - 1) * s >= size + pads[0]:  # the last window would start in the end padding only
+        out -= 1
+    return max(0, (out - 1) * s + span - (size + pads[0] + pads[1]))
+
+
+@lowering("MaxPool", "AveragePool")
+def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    if rank not in (3, 4, 5):
+        raise cx.error(f"has a rank-{rank} input; only 1-D, 2-D and 3-D pooling is lowered")
+    if len(cx.node.outputs) > 1:
+        raise cx.error("with an Indices output is not supported by the TensorFlow lowering")
+    kernel = [int(k) for k in cx.param("kernel_shape")]
+    strides, dilations = _spatial_params(cx, kernel)
+    if any(d != 1 for d in dilations) and cx.node.op != "onnx.MaxPool":
+        raise cx.error("with dilations is not supported by the TensorFlow lowering")
+    spatial = cx.static_shape(0)[2:]
+    pads = _explicit_pads(cx, spatial, kernel, strides, dilations)
+    if int(cx.param("ceil_mode", 0)):
+        extra = [
+            _ceil_extra(n, p, k, s, d) for n, p, k, s, d in zip(spatial, pads, kernel, strides, dilations, strict=True)
+        ]
+    else:
+        extra = [0] * len(kernel)
+    padding = [(0, 0), *((b, e + x_) for (b, e), x_ in zip(pads, extra, strict=True)), (0, 0)]
+    to_last, to_first = _channels_last(rank)
+    x = tf.transpose(x, to_last)
+    padded = any(p != (0, 0) for p in padding)
+    if cx.node.op == "onnx.MaxPool":
+        if padded:
+            low = x.dtype.min if not x.dtype.is_floating else -math.inf
+            x = tf.pad(x, padding, constant_values=low)
+        if any(d != 1 for d in dilations):
+            y = _dilated_max_pool(tf, x, kernel, strides, dilations)
+        else:
+            y = tf.nn.max_pool(x, kernel, strides, "VALID")
+        return [tf.transpose(y, to_first)]
+    if padded:
+        x = tf.pad(x, padding)
+    y = tf.nn.avg_pool(x, kernel, strides, "VALID")
+    if padded:
+        # avg_pool divided by the full window; ONNX divides by the cells that are input (plus the
+        # explicit pads when count_include_pad=1, never ceil_mode's extra cells).
+        include = bool(int(cx.param("count_include_pad", 0)))
+        counts = _pool_counts(spatial, pads, extra, kernel, strides, include)
+        scale = math.prod(kernel) / counts
+        y = y * tf.constant(scale.reshape((1, *scale.shape, 1)), dtype=y.dtype)
+    return [tf.transpose(y, to_first)]
+
+
+def _dilated_max_pool(tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> Any:
+    """VALID max pooling of channels-last ``x`` with dilations: the maximum of one strided slice per window offset."""
+    sizes = [int(n) for n in x.shape[1:-1]]
+    outs = [(n - ((k - 1) * d + 1)) // s + 1 for n, k, d, s in zip(sizes, kernel, dilations, strides, strict=True)]
+    result = None
+    for offset in np.ndindex(*kernel):
+        index = tuple(
+            slice(o * d, o * d + (m - 1) * s + 1, s)
+            for o, d, m, s in zip(offset, dilations, outs, strides, strict=True)
+        )
+        part = x[(slice(None), *index, slice(None))]
+        result = part if result is None else tf.math.maximum(result, part)
+    return result
+
+
+def _pool_counts(
+    spatial: Sequence[int],
+    pads: Sequence[tuple[int, int]],
+    extra: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    include_pads: bool,
+) -> np.ndarray:
+    """Number of counted cells in every pooling window (float64, one entry per output position)."""
+    axes = []
+    for size, (begin, end), more, k, s in zip(spatial, pads, extra, kernel, strides, strict=True):
+        mask = np.zeros(begin + size + end + more)
+        if include_pads:
+            mask[: begin + size + end] = 1.0
+        else:
+            mask[begin : begin + size] = 1.0
+        windows = (len(mask) - k) // s + 1
+        axes.append(np.array([mask[i * s : i * s + k].sum() for i in range(windows)]))
+    counts = axes[0]
+    for axis in axes[1:]:
+        counts = np.multiply.outer(counts, axis)
+    return np.maximum(counts, 1.0)
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool")
+def _lower_global_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
+    axes = list(range(2, cx.rank(0)))
+    fn = cx.tf.math.reduce_mean if cx.node.op == "onnx.GlobalAveragePool" else cx.tf.math.reduce_max
+    return [fn(operands[0], axis=axes, keepdims=True)]
+
+
+@lowering("ConvTranspose")
+def _lower_conv_transpose(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, w, bias = operands[0], operands[1], _arg(operands, 2)
+    rank = cx.rank(0)
+    if rank not in (3, 4, 5):
+        raise cx.error(f"has a rank-{rank} input; only 1-D, 2-D and 3-D transposed convolutions are lowered")
+    in_shape, w_shape = cx.static_shape(0), cx.static_shape(1)
+    kernel = [int(k) for k in cx.param("kernel_shape", w_shape[2:])]
+    strides, dilations = _spatial_params(cx, kernel)
+    group = int(cx.param("group", 1))
+    count = len(kernel)
+    out_padding = [int(p) for p in cx.param("output_padding", (0,) * count)]
+    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
+    full = [(n - 1) * s + span for n, s, span in zip(in_shape[2:], strides, spans, strict=True)]
+    out_spatial = cx.out_shape(0)[2:]
+    auto_pad = cx.param("auto_pad", "NOTSET")
+    if cx.param("output_shape") is not None or auto_pad not in ("NOTSET", ""):
+        # The pads follow from the requested size; onnxruntime puts the odd cell at the end for
+        # SAME_UPPER (and NOTSET) and at the beginning for SAME_LOWER.
+        pads = []
+        for size, extra, want in zip(full, out_padding, out_spatial, strict=True):
+            total = size + extra - want
+            small, large = total // 2, total - total // 2
+            pads.append((large, small) if auto_pad == "SAME_LOWER" else (small, large))
+    else:
+        flat = [int(p) for p in cx.param("pads", (0,) * (2 * count))]
+        pads = [(flat[i], flat[i + count]) for i in range(count)]
+    to_last, to_first = _channels_last(rank)
+    x = tf.transpose(x, to_last)
+    # ONNX weights [C, M/group, k...] -> TensorFlow transposed filters [k..., M/group, C].
+    w = tf.transpose(w, [*range(2, rank), 1, 0])
+    batch = in_shape[0]
+    per_group = w_shape[1]
+    xs = tf.split(x, group, axis=-1) if group > 1 else [x]
+    ws = tf.split(w, group, axis=-1) if group > 1 else [w]
+    parts = [
+        tf.nn.conv_transpose(xi, wi, [batch, *full, per_group], strides=strides, padding="VALID", dilations=dilations)
+        for xi, wi in zip(xs, ws, strict=True)
+    ]
+    y = tf.concat(parts, axis=-1) if group > 1 else parts[0]
+    if any(out_padding):
+        y = tf.pad(y, [(0, 0), *((0, p) for p in out_padding), (0, 0)])
+    index = (
+        slice(None),
+        *(slice(b, size + extra - e) for (b, e), size, extra in zip(pads, full, out_padding, strict=True)),
+        slice(None),
+    )
+    y = y[index]
+    if bias is not None:
+        y = y + bias
+    return [tf.transpose(y, to_first)]

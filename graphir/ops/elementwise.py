@@ -1,0 +1,279 @@
+"""Elementwise ops (ONNX and TensorFlow): activations, arithmetic, comparisons, casts, softmax.
+
+* **type rules** (ONNX): unary ops keep their operand's type; n-ary arithmetic keeps one element type.
+* **cost**: ``k · |out| · max(1, inputs - 1)`` FLOPs with ``k = 1`` for cheap ops and ``k = 4`` for
+  transcendental ones (exp, erf, tanh...); bytes in + out. Softmax-like ops: ``5 · |in|``. The cost
+  keys are bare op types, shared by ONNX (``Add``), TensorFlow (``AddV2``, ``ReluGrad``) and vendor domains.
+* **split**: any axis of the result; every operand carrying the axis (numpy broadcasting, aligned
+  from the right) is cut, size-1 and missing axes are shared. ``channel`` is axis 1 for ONNX (NCHW)
+  and the last axis for TensorFlow (NHWC).
+* **lowering** (ONNX -> TensorFlow): one TF op each, composed where TF lacks one (``Elu``, ``Selu``,
+  ``PRelu``); ``Dropout`` is the inference identity; ``Softmax`` coerces to 2-D before opset 13;
+  ``Clip`` reads its bounds from attributes before opset 11; n-ary ``Sum``/``Max``/``Min``/``Mean``
+  combine pairwise (numpy broadcasting, unlike ``tf.add_n``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from graphir.ops.lower_context import OpContext, _arg, _norm_axis, _onnx_elem_dtype, _per_channel, _tf_fn
+from graphir.ops.registry import Lowering, cost, lowering, split_rule, type_rule
+from graphir.ops.split_plan import Dim, SplitPlan, _broadcast_plan, _named_axis, _shape
+from graphir.ops.work import _elementwise, _over_input
+
+if TYPE_CHECKING:
+    from graphir.ir import Node
+    from graphir.types import TensorType
+
+Converter = Lowering
+
+# --------------------------------------------------------------------------- cost
+
+cost(
+    *("Relu", "Abs", "Neg", "Sign", "Floor", "Ceil", "Round", "Not", "Cast", "CastLike", "Clip", "LeakyRelu"),
+    *("Relu6", "ReluGrad", "Relu6Grad", "LeakyReluGrad", "Square", "Reciprocal", "Inv", "IsNaN", "IsInf"),
+    *("Add", "AddV2", "Sub", "Mul", "Div", "RealDiv", "FloorDiv", "TruncateDiv", "Mod", "FloorMod"),
+    *("Max", "Min", "Maximum", "Minimum", "Sum", "AddN", "Mean", "Equal", "NotEqual", "Less", "LessEqual"),
+    *("Greater", "GreaterEqual", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "LogicalAnd"),
+    *("LogicalOr", "LogicalNot", "Where", "Select", "SelectV2", "PRelu", "BiasAdd", "BiasAddV1"),
+    *("SquaredDifference", "BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "ThresholdedRelu"),
+    *("Shrink", "HardSwish", "Dropout", "DivNoNan", "MulNoNan", "ClipByValue", "ZerosLike", "OnesLike"),
+    *("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ApproximateEqual"),
+)(_elementwise(1))
+cost(
+    *("Exp", "Log", "Sqrt", "Rsqrt", "Sigmoid", "Tanh", "Erf", "Elu", "Selu", "Celu", "Softplus", "Softsign"),
+    *("HardSigmoid", "Mish", "Gelu", "Pow", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh"),
+    *("Asinh", "Acosh", "Atanh", "Expm1", "Log1p", "SigmoidGrad", "TanhGrad", "RsqrtGrad", "SqrtGrad"),
+    *("EluGrad", "SeluGrad", "SoftplusGrad", "SoftsignGrad", "Erfc", "Lgamma", "Digamma", "Swish", "FastGelu"),
+    *("BiasGelu", "QuickGelu", "ReciprocalGrad", "Xlogy", "Xdivy", "GeluGrad"),
+)(_elementwise(4))
+cost("Softmax", "LogSoftmax", "Hardmax", "SoftmaxGrad", "LogSoftmaxGrad")(_over_input(5))
+
+# --------------------------------------------------------------------------- type rules
+
+UNARY_SAME_TYPE = tuple(
+    "Relu Sigmoid Tanh Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Erf Softplus Selu Elu LeakyRelu "
+    "HardSigmoid Identity Dropout Softmax LogSoftmax".split()
+)
+BINARY_SAME_DTYPE = tuple("Add Sub Mul Div Pow Max Min Sum Mean".split())
+
+
+def same_type_rule(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> str | None:
+    """The (first) result has the operand's element type, and its shape when both are static."""
+    if not in_types or not out_types:
+        return None
+    if in_types[0].dtype != out_types[0].dtype:
+        return f"result type {out_types[0]} does not match operand type {in_types[0]}"
+    if in_types[0].is_static and out_types[0].is_static and in_types[0].shape != out_types[0].shape:
+        return f"result type {out_types[0]} does not match operand type {in_types[0]}"
+    return None
+
+
+type_rule(*(f"onnx.{op}" for op in UNARY_SAME_TYPE))(same_type_rule)
+
+
+@type_rule(*(f"onnx.{op}" for op in BINARY_SAME_DTYPE))
+def same_dtype_rule(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> str | None:
+    """Operands and results share one element type (shapes broadcast)."""
+    if not in_types or len({t.dtype.short for t in in_types + out_types}) <= 1:
+        return None
+    joined = ", ".join(str(t) for t in in_types)
+    return f"operands and result must share one element type, got ({joined}) -> {out_types[0]}"
+
+
+# --------------------------------------------------------------------------- split rules
+
+_ONNX_ELEMENTWISE = (
+    "Relu Sigmoid Tanh Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Erf Softplus Softsign Selu Elu Celu LeakyRelu "
+    "HardSigmoid HardSwish Identity Clip Cast Not Sign Round Sin Cos Add Sub Mul Div Pow Max Min Sum Mean PRelu "
+    "And Or Xor Equal Less Greater LessOrEqual GreaterOrEqual Where Gelu Mish"
+).split()
+
+
+_TF_ELEMENTWISE = (
+    "Relu Relu6 Sigmoid Tanh Abs Neg Exp Log Sqrt Rsqrt Square Identity Elu Selu Softplus AddV2 Add Sub Mul "
+    "RealDiv Maximum Minimum SquaredDifference ReluGrad Relu6Grad SigmoidGrad TanhGrad"
+).split()
+
+
+@split_rule(("batch", "channel"), *(f"onnx.{op}" for op in _ONNX_ELEMENTWISE))
+def _onnx_elementwise(node: Node, dim: Dim, parts: int) -> SplitPlan:
+    """Elementwise ops: any axis of the result (channel = axis 1, NCHW)."""
+    return _broadcast_plan(node, _named_axis(node, dim, 1), parts)
+
+
+@split_rule(("batch", "channel"), *(f"tf.{op}" for op in _TF_ELEMENTWISE))
+def _tf_elementwise(node: Node, dim: Dim, parts: int) -> SplitPlan:
+    """TF elementwise ops: any axis of the result (channel = the last axis, NHWC)."""
+    return _broadcast_plan(node, _named_axis(node, dim, len(_shape(node.outputs[0])) - 1), parts)
+
+
+# --------------------------------------------------------------------------- lowering
+
+_UNARY: dict[str, str] = {
+    "Relu": "nn.relu",
+    "Sigmoid": "math.sigmoid",
+    "Tanh": "math.tanh",
+    "Exp": "math.exp",
+    "Log": "math.log",
+    "Sqrt": "math.sqrt",
+    "Neg": "math.negative",
+    "Abs": "math.abs",
+    "Reciprocal": "math.reciprocal",
+    "Floor": "math.floor",
+    "Ceil": "math.ceil",
+    "Erf": "math.erf",
+    "Softplus": "math.softplus",
+    "Not": "math.logical_not",
+}
+
+
+_BINARY: dict[str, str] = {
+    "Add": "math.add",
+    "Sub": "math.subtract",
+    "Mul": "math.multiply",
+    "Pow": "math.pow",
+    "Equal": "math.equal",
+    "Less": "math.less",
+    "Greater": "math.greater",
+    "And": "math.logical_and",
+    "Or": "math.logical_or",
+}
+
+
+_VARIADIC: dict[str, str] = {"Sum": "math.add", "Max": "math.maximum", "Min": "math.minimum"}
+
+
+def _make_unary(path: str) -> Converter:
+    def convert(cx: OpContext, operands: list[Any]) -> list[Any]:
+        return [_tf_fn(cx.tf, path)(operands[0])]
+
+    return convert
+
+
+def _make_binary(path: str) -> Converter:
+    def convert(cx: OpContext, operands: list[Any]) -> list[Any]:
+        return [_tf_fn(cx.tf, path)(operands[0], operands[1])]
+
+    return convert
+
+
+def _make_variadic(path: str) -> Converter:
+    def convert(cx: OpContext, operands: list[Any]) -> list[Any]:
+        fn = _tf_fn(cx.tf, path)
+        result = operands[0]
+        for operand in operands[1:]:
+            result = fn(result, operand)  # pairwise: numpy broadcasting, unlike tf.add_n
+        return [result]
+
+    return convert
+
+
+for _name, _path in _UNARY.items():
+    lowering(_name)(_make_unary(_path))
+for _name, _path in _BINARY.items():
+    lowering(_name)(_make_binary(_path))
+for _name, _path in _VARIADIC.items():
+    lowering(_name)(_make_variadic(_path))
+
+
+@lowering("Div")
+def _div(cx: OpContext, operands: list[Any]) -> list[Any]:
+    a, b = operands[0], operands[1]
+    if a.dtype.is_integer:
+        return [cx.tf.math.truncatediv(a, b)]  # ONNX integer division truncates toward zero
+    return [cx.tf.math.divide(a, b)]
+
+
+@lowering("Mean")
+def _mean(cx: OpContext, operands: list[Any]) -> list[Any]:
+    total = _make_variadic("math.add")(cx, operands)[0]
+    return [total / cx.tf.cast(len(operands), total.dtype)]
+
+
+@lowering("Identity", "Dropout")
+def _identity(cx: OpContext, operands: list[Any]) -> list[Any]:
+    # Dropout at inference is the identity. Its optional mask output is a bool tensor of all true
+    # from opset 10; before, the mask has the input's type and onnxruntime (the reference) fills it
+    # with zeros, which is matched here.
+    results = [cx.tf.identity(operands[0])]
+    if len(cx.node.outputs) > 1:
+        if cx.opset >= 10:
+            results.append(cx.tf.ones_like(operands[0], dtype=cx.tf.bool))
+        else:
+            results.append(cx.tf.zeros_like(operands[0]))
+    return results
+
+
+@lowering("LeakyRelu")
+def _leaky_relu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.nn.leaky_relu(operands[0], alpha=float(cx.param("alpha", 0.01)))]
+
+
+@lowering("Elu")
+def _elu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    alpha = float(cx.param("alpha", 1.0))
+    return [cx.tf.where(x > 0, x, alpha * (cx.tf.math.exp(x) - 1))]
+
+
+@lowering("Clip")
+def _clip(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    if cx.opset < 11:
+        low, high = cx.param("min"), cx.param("max")
+    else:
+        low, high = _arg(operands, 1), _arg(operands, 2)
+    if low is not None:
+        x = tf.math.maximum(x, tf.cast(low, x.dtype))
+    if high is not None:
+        x = tf.math.minimum(x, tf.cast(high, x.dtype))
+    return [x]
+
+
+@lowering("Cast")
+def _cast(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.cast(operands[0], _onnx_elem_dtype(cx.tf, int(cx.param("to"))))]
+
+
+@lowering("Softmax", "LogSoftmax")
+def _softmax(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank()
+    fn = tf.nn.softmax if cx.node.op == "onnx.Softmax" else tf.nn.log_softmax
+    if cx.opset >= 13:
+        axis = _norm_axis(int(cx.param("axis", -1)), rank)
+        if axis == rank - 1:
+            return [fn(x, axis=-1)]  # a non-last axis makes TF build a Rank op it never runs
+        perm = [*range(axis), *range(axis + 1, rank), axis]
+        inverse = [perm.index(k) for k in range(rank)]
+        return [tf.transpose(fn(tf.transpose(x, perm), axis=-1), inverse)]
+    # Before opset 13 the input is coerced to 2-D [prod(shape[:axis]), prod(shape[axis:])].
+    axis = _norm_axis(int(cx.param("axis", 1)), rank)
+    if axis == rank - 1:
+        return [fn(x, axis=-1)]
+    shape = tf.shape(x)
+    flat = tf.reshape(x, tf.stack([tf.reduce_prod(shape[:axis]), tf.reduce_prod(shape[axis:])]))
+    return [tf.reshape(fn(flat, axis=-1), shape)]
+
+
+@lowering("PRelu")
+def _prelu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, slope = operands
+    rank, slope_rank = cx.rank(0), cx.rank(1)
+    if cx.opset < 7 and slope_rank == 1 and rank > 2:
+        slope = _per_channel(tf, slope, rank)  # before opset 7 a [C] slope applies per channel
+    return [tf.where(x < 0, x * slope, x)]
+
+
+@lowering("Selu")
+def _selu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    alpha = float(cx.param("alpha", 1.67326319217681884765625))
+    gamma = float(cx.param("gamma", 1.05070102214813232421875))
+    return [tf.where(x > 0, gamma * x, (gamma * alpha) * (tf.math.exp(x) - 1))]

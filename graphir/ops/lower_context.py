@@ -1,0 +1,164 @@
+"""What an op's TensorFlow lowering receives: :class:`OpContext`, and helpers the lowerings share.
+
+A lowering (the ``lower`` facet of an :class:`~graphir.ops.OpDef`) converts one IR node into
+TensorFlow ops and returns one tensor per IR result: ``fn(cx, operands) -> results``, operands in
+ONNX positions (``None`` for an absent optional input). TensorFlow reaches it as ``cx.tf``, so no
+module of :mod:`graphir.ops` imports TensorFlow. Every tensor keeps ONNX's layout (NCHW for
+images). Semantics follow the ONNX operator docs for the module's opset (``cx.opset``).
+The driver that walks a module and calls the lowerings is :mod:`graphir.backends.tf.lowering`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from graphir.attributes import DenseTensor, numpy_dtype
+from graphir.errors import BackendError, Location
+from graphir.types import TensorType
+
+if TYPE_CHECKING:
+    from graphir.ir import Node, Value
+
+__all__ = ["OpContext", "onnx_inputs", "tf_dtype"]
+
+
+@dataclasses.dataclass
+class OpContext:
+    """What a lowering needs besides its operands.
+
+    Attributes:
+        tf: the ``tensorflow`` module.
+        node: the IR node being lowered.
+        opset: the default-domain ONNX opset of the module.
+    """
+
+    tf: Any
+    node: Node
+    opset: int
+
+    def error(self, message: str) -> BackendError:
+        """A one-line :class:`BackendError` about this node (naming its op and node)."""
+        return BackendError(f"'{self.node.op}' {message}", Location(node=self.node.name))
+
+    def param(self, key: str, default: Any = None) -> Any:
+        """The node's param ``key`` (``default`` when absent)."""
+        return self.node.params.get(key, default)
+
+    def in_type(self, position: int) -> TensorType:
+        """The IR type of ONNX input ``position`` (absent inputs already re-inserted)."""
+        value = onnx_inputs(self.node)[position]
+        if value is None:
+            raise self.error(f"input #{position} is absent")
+        return value.type
+
+    def rank(self, position: int = 0) -> int:
+        """The static rank of ONNX input ``position``; raises when it is unknown."""
+        rank = self.in_type(position).rank
+        if rank is None:
+            raise self.error(f"input #{position} has unknown rank; lowering needs it")
+        return rank
+
+    def static_shape(self, position: int = 0) -> tuple[int, ...]:
+        """The static shape of ONNX input ``position``; raises when a dimension is not a number."""
+        tensor_type = self.in_type(position)
+        if not tensor_type.is_static:
+            raise self.error(f"input #{position} has type {tensor_type}; lowering needs a static shape")
+        return tuple(int(d) for d in tensor_type.shape)  # type: ignore[union-attr, arg-type]
+
+    def out_shape(self, position: int = 0) -> tuple[int, ...]:
+        """The static shape of result ``position``; raises when it is not static."""
+        tensor_type = self.node.outputs[position].type
+        if not tensor_type.is_static:
+            raise self.error(f"result #{position} has type {tensor_type}; lowering needs a static shape")
+        return tuple(int(d) for d in tensor_type.shape)  # type: ignore[union-attr, arg-type]
+
+
+def onnx_inputs(node: Node) -> list[Value | None]:
+    """The node's operands at their ONNX positions: ``None`` where ``_absent_inputs`` records a gap."""
+    absent = node.params.get("_absent_inputs", ())
+    if not absent:
+        return list(node.inputs)
+    gaps = set(absent)  # type: ignore[arg-type]
+    values = iter(node.inputs)
+    total = len(node.inputs) + len(gaps)
+    return [None if k in gaps else next(values) for k in range(total)]
+
+
+def tf_dtype(tf: Any, tensor_type: TensorType) -> Any:
+    """The TensorFlow dtype of an IR tensor type; ``KeyError`` when numpy has no such type."""
+    if tensor_type.dtype.short == "str":
+        return tf.string
+    return tf.as_dtype(np.dtype(numpy_dtype(tensor_type.dtype)))
+
+
+def _onnx_elem_dtype(tf: Any, elem_type: int) -> Any:
+    import onnx
+
+    return tf.as_dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def _arg(operands: list[Any], position: int) -> Any:
+    return operands[position] if position < len(operands) else None
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _tf_fn(tf: Any, path: str) -> Callable[..., Any]:
+    target = tf
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def _per_channel(tf: Any, value: Any, rank: int) -> Any:
+    """A [C] tensor shaped [C, 1, ...] to broadcast against N,C,... activations."""
+    return tf.reshape(value, [-1] + [1] * (rank - 2))
+
+
+def _axes(cx: OpContext, operands: list[Any], from_input_opset: int) -> list[int] | None:
+    """``axes`` from the attribute (older opsets) or the constant input #1 (newer ones)."""
+    if cx.opset < from_input_opset:
+        axes = cx.param("axes")
+        return None if axes is None else [int(a) for a in axes]
+    value = onnx_inputs(cx.node)[1] if len(onnx_inputs(cx.node)) > 1 else None
+    if value is None:
+        return None
+    data = value.const if value.const is not None else None
+    if isinstance(data, DenseTensor) or (data is not None and hasattr(data, "numpy")):
+        return [int(a) for a in np.asarray(data.numpy()).reshape(-1)]
+    raise cx.error("needs constant axes to be lowered")
+
+
+def _const_array(cx: OpContext, position: int) -> np.ndarray | None:
+    """The value of ONNX input ``position`` when it is a constant (an initializer or a ``Constant`` node)."""
+    inputs = onnx_inputs(cx.node)
+    value = inputs[position] if position < len(inputs) else None
+    if value is None:
+        return None
+    if value.const is not None:
+        try:
+            return np.asarray(value.const.numpy())
+        except ValueError:
+            return None
+    producer = value.producer
+    if producer is not None and producer.op == "onnx.Constant":
+        data = producer.params.get("value")
+        if isinstance(data, DenseTensor):
+            return np.asarray(data.numpy())
+        for key, dtype in (("value_int", np.int64), ("value_ints", np.int64), ("value_float", np.float32)):
+            if key in producer.params:
+                return np.asarray(producer.params[key], dtype=dtype)
+    return None
+
+
+def _required_const(cx: OpContext, position: int, what: str) -> list[int]:
+    array = _const_array(cx, position)
+    if array is None:
+        raise cx.error(f"needs constant {what} (input #{position}) to be lowered")
+    return [int(v) for v in array.reshape(-1)]

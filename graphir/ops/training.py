@@ -1,0 +1,148 @@
+"""Training-step and sequence ops: optimizers, variable updates, random generators, losses, RNN cells, top-k.
+
+Cost facets only (these ops have no ONNX lowering and no split rule):
+
+* optimizers (``ResourceApplyAdam``, ``ApplyGradientDescent``... and their sparse forms): ``k`` FLOPs
+  per element and ``t`` variable-sized tensors read and written (variable, slots, gradient), per rule;
+* variable assignment: read the value, write the variable (``AssignAdd``/``AssignSub``: read both);
+* random generators: ``4 · |out|`` FLOPs, bytes out;
+* recurrent cells (ONNX ``LSTM``/``GRU``/``RNN``, TF ``BlockLSTM``...): two GEMMs per step plus ~10 FLOPs
+  per gate unit; their gradients twice the forward GEMM work;
+* softmax cross-entropy: ~8 FLOPs per logit; top-k: ``|in| · log2(k)`` comparisons.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from graphir.ops.registry import Estimate, Estimator, cost
+from graphir.ops.work import _elems, _produce
+
+if TYPE_CHECKING:
+    from graphir.ir import Node
+
+cost(
+    *("RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "RandomStandardNormal"),
+    *("TruncatedNormal", "RandomUniformInt", "StatelessRandomUniformV2", "StatelessRandomNormalV2"),
+    *("StatelessTruncatedNormalV2", "StatelessRandomUniformIntV2", "Multinomial", "Bernoulli"),
+    *("StatelessRandomUniform", "StatelessRandomNormal", "StatelessTruncatedNormal", "StatelessRandomGetKeyCounter"),
+)(_produce(4))
+
+# --------------------------------------------------------------------------- recurrent cells
+
+
+@cost("LSTM", "GRU", "RNN")
+def _onnx_rnn(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """ONNX RNNs: two GEMMs per step plus ~10 FLOPs per gate unit.
+
+    With X = [seq, batch, in], W = [dirs, gates·h, in], R = [dirs, gates·h, h]:
+    ``2 · seq · batch · dirs · gates·h · (in + h)``.
+    """
+    if len(ins) < 3 or any(s is None or len(s) != 3 for s in ins[:3]):
+        return None
+    x, w, r = ins[0], ins[1], ins[2]
+    seq, batch, dirs, gate_units, width, hidden = x[0], x[1], w[0], w[1], w[2], r[2]  # type: ignore[index]
+    flops = 2.0 * seq * batch * dirs * gate_units * (width + hidden) + 10.0 * seq * batch * dirs * gate_units
+    return flops, float(sum(ib) + sum(ob)), 0
+
+
+@cost("LSTMBlockCell", "BlockLSTM", "BlockLSTMV2", "GRUBlockCell")
+def _tf_lstm_block(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """TF fused LSTM cell(s): x = [(seq,) batch, in], w = [in + h, 4h]: ``2 · steps · batch · (in+h) · 4h``."""
+    weight = next((s for s in ins if s is not None and len(s) == 2 and s[0] > 0 and s[1] % 4 == 0), None)
+    x = ins[1] if node.op.endswith(("BlockLSTM", "BlockLSTMV2")) and len(ins) > 1 else (ins[0] if ins else None)
+    if weight is None or x is None or len(x) < 2:
+        return None
+    steps = x[0] if len(x) == 3 else 1
+    batch = x[-2]
+    flops = 2.0 * steps * batch * weight[0] * weight[1] + 10.0 * steps * batch * weight[1]
+    return flops, float(sum(ib) + sum(ob)), 0
+
+
+@cost("LSTMBlockCellGrad", "BlockLSTMGrad", "BlockLSTMGradV2", "GRUBlockCellGrad")
+def _tf_lstm_block_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Fused LSTM gradients: about twice the forward GEMM work."""
+    forward = _tf_lstm_block(node, ins, outs, ib, ob)
+    return None if forward is None else (2.0 * forward[0], forward[1], 0)
+
+
+# --------------------------------------------------------------------------- optimizers
+
+
+def _optimizer(flops_per_element: float, tensors_touched: int) -> Estimator:
+    """Optimizer updates (``ResourceApply*``): ``k`` FLOPs per element.
+
+    The update reads/writes ``tensors_touched`` variable-sized tensors (variable, slots, gradient);
+    the size is the gradient's (variable inputs are resource handles of zero bytes).
+    """
+
+    def estimate(node: Node, ins, outs, ib, ob) -> Estimate | None:
+        known = [_elems(s) for s in ins if s is not None]
+        if not known:
+            return None
+        elements = max(known)
+        itemsize = max((b // e for b, e in zip(ib, (_elems(s) for s in ins), strict=True) if e), default=4)
+        return flops_per_element * elements, float(tensors_touched * elements * itemsize), 0
+
+    estimate.__doc__ = f"Optimizer: ``{flops_per_element:g}`` FLOPs per element, {tensors_touched} tensors moved."
+    return estimate
+
+
+_OPTIMIZERS: dict[str, tuple[float, int]] = {
+    # name: (FLOPs per element, variable-sized tensors read + written)
+    "GradientDescent": (2, 3),  # var -= lr * g
+    "ProximalGradientDescent": (6, 3),
+    "Momentum": (4, 5),  # accum = m·accum + g; var -= lr·accum
+    "KerasMomentum": (4, 5),
+    "Adagrad": (5, 5),
+    "AdagradV2": (6, 5),
+    "ProximalAdagrad": (9, 5),
+    "AdagradDA": (10, 7),
+    "Adadelta": (12, 7),
+    "RMSProp": (10, 7),
+    "CenteredRMSProp": (14, 9),
+    "Adam": (18, 7),  # m, v updates, bias-corrected step: read var, m, v, g; write var, m, v
+    "AdamWithAmsgrad": (20, 9),
+    "AdaMax": (12, 7),
+    "Ftrl": (20, 7),
+    "FtrlV2": (22, 7),
+    "PowerSign": (10, 5),
+    "AddSign": (10, 5),
+}
+for _name, (_flops, _tensors) in _OPTIMIZERS.items():
+    cost(f"ResourceApply{_name}", f"Apply{_name}", f"ResourceSparseApply{_name}", f"SparseApply{_name}")(
+        _optimizer(_flops, _tensors)
+    )
+
+
+@cost("AssignVariableOp", "Assign", "AssignVariableXlaConcatND")
+def _assign(node: Node, ins, outs, ib, ob) -> Estimate:
+    """Variable assignment: read the value, write the variable."""
+    return 0.0, float(2 * max(ib, default=0)), 0
+
+
+@cost("AssignAddVariableOp", "AssignSubVariableOp", "AssignAdd", "AssignSub")
+def _assign_update(node: Node, ins, outs, ib, ob) -> Estimate:
+    """In-place add/sub into a variable: read both, write one; one FLOP per element."""
+    largest = max((s for s in ins if s is not None), key=_elems, default=None)
+    return float(_elems(largest)), float(3 * max(ib, default=0)), 0
+
+
+# --------------------------------------------------------------------------- losses, top-k
+
+
+@cost("TopK", "TopKV2")
+def _topk(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Partial sort: ``|in| · log2(k)`` comparisons (k from the values output's last dimension)."""
+    if not ins or ins[0] is None or not outs or outs[0] is None or not outs[0]:
+        return None
+    return float(_elems(ins[0]) * max(1.0, math.log2(max(outs[0][-1], 2)))), float(sum(ib) + sum(ob)), 0
+
+
+@cost("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyLoss")
+def _softmax_xent(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    """Softmax + log + loss + gradient over the logits: ~8 FLOPs per logit."""
+    if not ins or ins[0] is None:
+        return None
+    return 8.0 * _elems(ins[0]), float(sum(ib) + sum(ob)), 0
