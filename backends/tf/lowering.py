@@ -356,7 +356,7 @@ def lower(
     sequence, order_prev = lowering_sequence(module, enforce_order)
     from graphir.importers.tf import load_tensorflow
 
-    tf = load_tensorflow()
+    tf = load_tensorflow("lowering to TensorFlow")
     if _is_tf_module(module):
         return _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
     return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order, large_weight_bytes)

@@ -54,6 +54,7 @@ import numpy as np
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, Opaque
 from graphir.cluster import Cluster, cpu_cluster
+from graphir.extras import require
 from graphir.errors import PassError
 from graphir.ir import Module, Node, Value
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
@@ -340,12 +341,10 @@ def measure_onnxruntime(
     """Run ``module`` under onnxruntime's profiler; per-node median kernel times and the median run time.
 
     Raises:
-        PassError: onnxruntime is not installed, cannot load the exported model, or fails to run.
+        MissingExtraError: onnxruntime (the ``ort`` extra) is not installed.
+        PassError: onnxruntime cannot load the exported model, or fails to run.
     """
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise PassError("profile{mode=onnxruntime} needs onnxruntime: pip install 'graphir[ort]'") from exc
+    ort = require("onnxruntime", "ort", "profile{mode=onnxruntime}")
     model, feeds = export_onnx(module, np.random.default_rng(seed))
     with tempfile.TemporaryDirectory(prefix="graphir-ort-") as tmp:
         options = ort.SessionOptions()
