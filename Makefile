@@ -10,6 +10,8 @@
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
 #                 against benchmarks/results/regression.json (tools/regress.py)
+#   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
+#                 benchmarks/results/fuzz.md, new crashes saved under tests/data/crashes/ (tools/fuzz.py)
 #   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
@@ -23,7 +25,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place regress replicate zoo clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -90,6 +92,13 @@ bench-place: $(STAMP)
 # compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).
 regress: $(STAMP)
 	$(BIN)/python -m graphir.tools.regress --check benchmarks/results/regression.json
+
+# `make test` already runs a short seeded slice and every saved reproducer (tests/unit/test_fuzz.py,
+# tests/unit/test_crashes.py); this is the long campaign. Exit status 1 when a crash or hang was found.
+FUZZ_MINUTES ?= 30
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	$(BIN)/python -m graphir.tools.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --report benchmarks/results/fuzz.md
 
 # Celeritas, FastT, Pesto and Moirai's headline comparisons re-run on the zoo and the papers' cluster
 # presets; rewrites benchmarks/results/replicate_*.md (under 60 minutes on 2 cores).

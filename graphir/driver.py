@@ -220,6 +220,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("graphir-opt: interrupted", file=sys.stderr)
         return 130
+    except RecursionError:  # hostile nesting ([[[[...) reached a recursive reader: the input's fault
+        where = f"{args.input}: " if args.input else ""
+        print(f"{where}error: input nested too deeply (recursion limit reached in {args.stage})", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug, not a user error: one line, exit 2, the traceback on request
         _report_internal_error(exc, args)
         return 2

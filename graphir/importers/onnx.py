@@ -225,6 +225,7 @@ class _OnnxImporter:
     def run(self) -> Module:
         model = self.load()
         self.check_text(model)
+        self.check_sizes(model)
         self.check_external_data(model)
         types = self.infer_types(model)
         graph = self.build_graph(model, types)
@@ -301,6 +302,28 @@ class _OnnxImporter:
                 if info.type.WhichOneof("value") == "tensor_type":
                     for dim in info.type.tensor_type.shape.dim:
                         bad(dim.dim_param, f"symbolic dimension of {what} '{info.name}'")
+
+    def check_sizes(self, model: onnx.ModelProto) -> None:
+        """Refuse negative or oversized initializers and declared types before shape inference sees them.
+
+        ONNX shape inference allocates along declared dims: a value_info of 2**62 elements made it
+        exhaust memory (std::bad_alloc) before any graphir check ran.
+        """
+        graph = model.graph
+        for tensor in graph.initializer:
+            self.initializer_type(tensor.name, tensor.data_type, tensor.dims, "initializer")
+        for sparse in graph.sparse_initializer:
+            self.initializer_type(sparse.values.name, sparse.values.data_type, sparse.dims, "sparse initializer")
+        for what, infos in (
+            ("graph input", graph.input),
+            ("graph output", graph.output),
+            ("value_info", graph.value_info),
+        ):
+            for info in infos:
+                if info.HasField("type"):
+                    problem = self._convert_type(info.type).size_error()
+                    if problem is not None:
+                        raise self.error(f"{what} '{info.name}': {problem}")
 
     def initializer_type(self, name: str, elem_type: int, dims: Iterable[int], what: str) -> TensorType:
         """The type of an initializer; negative dims and oversized tensors are refused by name."""
