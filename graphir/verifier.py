@@ -4,7 +4,7 @@ Checks, in order:
     1. use lists: every operand is a value of this graph with a producer (a node, a graph input or
        a constant), and every use recorded on a value matches an operand;
     2. acyclicity of the graph (a cycle error names its nodes);
-    3. type agreement for ops with a known type rule (elementwise, MatMul, the graphir dialect);
+    3. type agreement for ops with a type rule in :mod:`graphir.ops` (elementwise, MatMul, the graphir dialect);
     4. annotations: devices exist in the module's cluster; ``order`` is a permutation
        ``0..k-1`` on each device; ``colocate``d nodes share a device; ``affinity`` is respected;
     5. acyclicity of the quotient graph of ``group`` annotations (a cycle error names the groups
@@ -19,14 +19,8 @@ import numpy as np
 
 from graphir.errors import Location, VerifyError
 from graphir.ir import Graph, Module, Node, ValueKind
+from graphir.ops import type_rule_of
 from graphir.topo import find_cycle, stable_topological_order
-from graphir.types import TensorType
-
-_UNARY_SAME_TYPE = frozenset(
-    "Relu Sigmoid Tanh Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Erf Softplus Selu Elu LeakyRelu "
-    "HardSigmoid Identity Dropout Softmax LogSoftmax LRN".split()
-)
-_BINARY_SAME_DTYPE = frozenset("Add Sub Mul Div Pow Max Min Sum Mean".split())
 
 
 def _node_loc(node: Node) -> Location:
@@ -63,55 +57,14 @@ def _check_uses(graph: Graph) -> None:
             raise VerifyError(f"graph output '%{value.name}' is not a value of graph '{graph.name}'")
 
 
-def _dtype_of(types: list[TensorType]) -> set[str]:
-    return {t.dtype.short for t in types}
-
-
 def _check_types(graph: Graph) -> None:
     for node in graph.nodes:
-        kind = node.op.split(".", 1)[-1] if node.dialect == "onnx" else ""
-        in_types = [v.type for v in node.inputs]
-        out_types = [v.type for v in node.outputs]
-        if kind in _UNARY_SAME_TYPE and in_types and out_types:
-            if in_types[0].dtype != out_types[0].dtype:
-                raise _err(node, f"result type {out_types[0]} does not match operand type {in_types[0]}")
-            if in_types[0].is_static and out_types[0].is_static and in_types[0].shape != out_types[0].shape:
-                raise _err(node, f"result type {out_types[0]} does not match operand type {in_types[0]}")
-        elif kind in _BINARY_SAME_DTYPE and in_types:
-            if len(_dtype_of(in_types + out_types)) > 1:
-                joined = ", ".join(str(t) for t in in_types)
-                raise _err(node, f"operands and result must share one element type, got ({joined}) -> {out_types[0]}")
-        elif kind == "MatMul" and len(in_types) == 2:
-            a, b = in_types
-            if a.is_static and b.is_static and a.rank and b.rank and a.rank >= 2 and b.rank >= 2:
-                assert a.shape is not None and b.shape is not None
-                if a.shape[-1] != b.shape[-2]:
-                    raise _err(node, f"operand shapes {a} and {b} have mismatched inner dimensions")
-        elif node.op in ("graphir.split", "graphir.concat"):
-            _check_split_concat(node, in_types, out_types)
-
-
-def _check_split_concat(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> None:
-    axis = node.params.get("axis")
-    whole, parts = (in_types, out_types) if node.op == "graphir.split" else (out_types, in_types)
-    if not isinstance(axis, int) or len(whole) != 1 or not parts:
-        raise _err(node, "needs an integer 'axis', one whole tensor and at least one part")
-    if not all(t.is_static for t in whole + parts):
-        return
-    shape = whole[0].shape
-    assert shape is not None
-    if axis < 0 or axis >= len(shape):
-        raise _err(node, f"axis {axis} is out of range for {whole[0]}")
-    total = 0
-    for part in parts:
-        assert part.shape is not None
-        if len(part.shape) != len(shape) or any(
-            d != p for i, (d, p) in enumerate(zip(shape, part.shape, strict=True)) if i != axis
-        ):
-            raise _err(node, f"part {part} does not match {whole[0]} outside axis {axis}")
-        total += part.shape[axis]  # type: ignore[operator]
-    if total != shape[axis]:
-        raise _err(node, f"parts add up to {total} along axis {axis}, expected {shape[axis]}")
+        rule = type_rule_of(node.op)  # the op's type rule in graphir.ops (None: unchecked)
+        if rule is None:
+            continue
+        message = rule(node, [v.type for v in node.inputs], [v.type for v in node.outputs])
+        if message is not None:
+            raise _err(node, message)
 
 
 def _check_annotations(module: Module) -> None:
