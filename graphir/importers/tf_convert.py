@@ -1,0 +1,288 @@
+"""The conversion step of the TensorFlow importer: a flat, shape-inferred ``GraphDef`` into a Module.
+
+:class:`_TfImporter` runs TensorFlow's shape inference on the flattened graph and turns every node
+into a ``tf.<OpType>`` node (large ``Const`` ops into graph constants), its attrs into params and its
+``_class`` into the ``colocate`` annotation; :func:`colocate_resource_users` adds TensorFlow's rule
+that resource users run with the resource's producer. :data:`OUTPUTS_ATTR` is the attr that records
+graph outputs in a GraphDef file. The mapping is documented in :mod:`graphir.importers.tf`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from graphir.attributes import INLINE_ELEMENTS, Opaque, ParamValue
+from graphir.errors import ImportError_, Location, describe_exception
+from graphir.importers.tf_attrs import (
+    _dtype,
+    _flat_params,
+    _float32,
+    _num_elements,
+    _shape_param,
+    _string,
+    _tensor_loader,
+    _tensor_param,
+)
+from graphir.importers.tf_inline import _split_ref
+from graphir.ir import ExternalTensor, Graph, Module, Node, Value
+from graphir.types import Dim, DType, TensorType
+from graphir.unionfind import DisjointSets
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+
+
+OUTPUTS_ATTR = "_graphir_outputs"
+"""NodeDef attr recording graph outputs in a GraphDef file: ``["<position>:<output index>", ...]``."""
+
+
+_DROPPED_ATTRS = frozenset({"_output_shapes", "_class", OUTPUTS_ATTR})
+
+
+_MAX_NAMES_IN_WARNING = 5
+
+
+def colocate_resource_users(graph: Graph) -> int:
+    """Put every resource-producing node and the nodes taking its handle in one ``colocate`` class.
+
+    TensorFlow places an op that takes a resource handle on the device where the resource lives
+    (the device of the handle's producer), so a variable, every read and update of it, and any
+    ``Identity`` passing its handle on must share a device. Existing classes (the ``_class`` groups)
+    are merged with the new ones. A merged class keeps the smallest existing class name; a class
+    without one is named after its smallest resource root (a node that produces a resource and takes
+    none: the variable), so the result is deterministic and a second call changes nothing. The
+    importer runs it on every graph; :func:`graphir.backends.tf.tf_graphdef.colocate_resource_users`
+    exposes it for modules parsed from text.
+
+    Returns:
+        The number of nodes whose ``colocate`` annotation changed.
+    """
+    # Keys (0, class) | (1, resource root) | (2, other node): the smallest key names the class.
+    sets: DisjointSets[tuple[int, str]] = DisjointSets()
+    nodes = list(graph.nodes)  # the result does not depend on the order
+
+    def key(node: Node) -> tuple[int, str]:
+        takes_resource = any(v.type.dtype is DType.RESOURCE for v in node.inputs)
+        makes_resource = any(v.type.dtype is DType.RESOURCE for v in node.outputs)
+        return (1 if makes_resource and not takes_resource else 2, node.name)
+
+    keys = {node: key(node) for node in nodes}
+    linked = False
+    for node in nodes:
+        for value in node.inputs:
+            if value.type.dtype is DType.RESOURCE and value.producer is not None:
+                sets.union(keys[node], keys[value.producer])
+                linked = True
+    if not linked:
+        return 0
+    for node in nodes:  # every member of a class, so that two classes merged by a variable stay whole
+        if node.colocate is not None:
+            sets.union(keys[node], (0, node.colocate))
+    changed = 0
+    for node in nodes:
+        if keys[node] not in sets:
+            continue
+        name = sets.find(keys[node])[1]
+        if node.colocate != name:
+            node.colocate = name
+            changed += 1
+    return changed
+
+
+class _TfImporter:
+    """Build the graphir graph from a flat GraphDef, with types from TensorFlow's shape inference."""
+
+    def __init__(self, flat: graph_pb2.GraphDef, source: str):
+        self.flat = flat
+        self.source = source
+        self._types: dict[tuple[int, tuple[Dim, ...] | None], TensorType] = {}
+        self._untyped: list[str] = []
+
+    def error(self, message: str, node: str | None = None) -> ImportError_:
+        return ImportError_(message, Location(file=self.source, node=node))
+
+    def warn(self, message: str, node: str | None = None) -> None:
+        where = self.source if node is None else f"{self.source}:node '{node}'"
+        sys.stderr.write(f"{where}: warning: {message}\n")
+
+    def run(self, name: str, outputs: Sequence[str] | None) -> Module:
+        tf_graph = self.shape_inference()
+        graph = Graph("main")
+        values: dict[str, Value] = {}
+        nodes: dict[str, Node] = {}
+        by_name = {op.name: op for op in tf_graph.get_operations()}
+        opaque_ops: dict[str, list[str]] = {}
+        for node_def in self.flat.node:
+            op = by_name[node_def.name]
+            out_types = [self.tensor_type(t.dtype.as_datatype_enum, t.shape, t.name) for t in op.outputs]
+            if node_def.op == "Const" and _num_elements(node_def.attr["value"].tensor) > INLINE_ELEMENTS:
+                const_type = out_types[0]
+                values[f"{node_def.name}:0"] = graph.add_constant(
+                    node_def.name, const_type, ExternalTensor(const_type, _tensor_loader(node_def.attr["value"].tensor))
+                )
+                continue
+            params = self.params(node_def)
+            if any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
+                opaque_ops.setdefault(node_def.op, []).append(node_def.name)
+            node = graph.add_node("tf." + node_def.op, (), out_types, name=node_def.name, params=params)
+            node.loc = Location(file=self.source, node=node_def.name)
+            nodes[node_def.name] = node
+            for k, value in enumerate(node.outputs):
+                values[f"{node_def.name}:{k}"] = value
+        for node_def in self.flat.node:
+            node = nodes.get(node_def.name)
+            if node is None:
+                continue
+            for ref in node_def.input:
+                if ref.startswith("^"):
+                    other = nodes.get(ref[1:])
+                    if other is not None:  # None: a large Const turned into a constant
+                        node.add_control_input(other)
+                    continue
+                producer, index = _split_ref(ref)
+                value = values.get(f"{producer}:{index}")
+                if value is None:
+                    raise self.error(f"uses undefined value '{ref}'", node_def.name)
+                node.add_input(value)
+        self.set_outputs(graph, outputs, values)
+        self.colocate(nodes)
+        colocate_resource_users(graph)
+        for op_type, names in sorted(opaque_ops.items()):
+            shown = ", ".join(f"'{n}'" for n in names[:_MAX_NAMES_IN_WARNING])
+            more = "" if len(names) <= _MAX_NAMES_IN_WARNING else ", ..."
+            self.warn(f"{len(names)} '{op_type}' op(s) call functions kept opaque (not inlined): {shown}{more}")
+        if self._untyped:
+            shown = ", ".join(f"'{n}'" for n in self._untyped[:_MAX_NAMES_IN_WARNING])
+            more = "" if len(self._untyped) <= _MAX_NAMES_IN_WARNING else ", ..."
+            self.warn(f"{len(self._untyped)} value(s) have unknown rank after TF shape inference ({shown}{more})")
+        metadata: dict[str, ParamValue] = {"producer": f"tensorflow graphdef {self.flat.versions.producer}"}
+        if opaque_ops:
+            metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
+        return Module(name, graph, None, metadata)
+
+    def shape_inference(self) -> Any:
+        """Import the flat graph into a fresh ``tf.Graph``: TensorFlow infers every output type."""
+        import tensorflow as tf
+
+        names = {node.name for node in self.flat.node}
+        for node in self.flat.node:  # colocation with a node that is not part of the graph (pruned)
+            if "_class" in node.attr:
+                kept = [c for c in node.attr["_class"].list.s if not c.startswith(b"loc:@") or c[5:].decode() in names]
+                del node.attr["_class"].list.s[:]
+                node.attr["_class"].list.s.extend(kept)
+        graph = tf.Graph()
+        try:
+            with graph.as_default():
+                tf.graph_util.import_graph_def(self.flat, name="")
+        except Exception as exc:  # ValueError/InvalidArgumentError naming the node
+            raise self.error(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
+        return graph
+
+    def tensor_type(self, dtype_enum: int, shape: Any, name: str) -> TensorType:
+        dims: tuple[Dim, ...] | None = None if shape.rank is None else tuple(shape.as_list())
+        key = (dtype_enum, dims)
+        cached = self._types.get(key)
+        if cached is None:
+            cached = self._types[key] = TensorType(_dtype(dtype_enum)[0], dims)
+        if dims is None and cached.dtype not in (DType.RESOURCE, DType.VARIANT):
+            self._untyped.append(name)
+        return cached
+
+    def set_outputs(self, graph: Graph, outputs: Sequence[str] | None, values: dict[str, Value]) -> None:
+        if outputs is None:
+            sinks: list[Value] = []
+            for node in graph.nodes:
+                if not node.control_users and all(not v.uses for v in node.outputs):
+                    sinks.extend(node.outputs)
+            graph.set_outputs(sinks)
+            return
+        chosen: list[Value] = []
+        for ref in outputs:
+            producer, index = _split_ref(ref)
+            value = values.get(f"{producer}:{index}")
+            if value is None:
+                raise self.error(f"graph output '{ref}' is not defined by any node")
+            chosen.append(value)
+        graph.set_outputs(chosen)
+
+    def colocate(self, nodes: dict[str, Node]) -> None:
+        """Turn ``_class = ["loc:@X"]`` attrs into ``colocate`` annotations (groups closed transitively)."""
+        sets: DisjointSets[str] = DisjointSets()
+        targets: list[str] = []
+        for node_def in self.flat.node:
+            if "_class" not in node_def.attr:
+                continue
+            for entry in node_def.attr["_class"].list.s:
+                if not entry.startswith(b"loc:@"):
+                    continue
+                target = entry[5:].decode("utf-8", "replace")
+                targets.append(target)
+                sets.union(node_def.name, target)
+        if not len(sets):
+            return
+        group_name: dict[str, str] = {}
+        for target in targets:
+            root = sets.find(target)
+            if root not in group_name or target < group_name[root]:
+                group_name[root] = target
+        for member in sorted(sets):
+            node = nodes.get(member)
+            if node is not None:
+                node.colocate = group_name[sets.find(member)]
+
+    # ----------------------------------------------------------------- params
+    def params(self, node_def: node_def_pb2.NodeDef) -> dict[str, ParamValue]:
+        params: dict[str, ParamValue] = {}
+        for key in sorted(node_def.attr):
+            if key in _DROPPED_ATTRS:
+                continue
+            try:
+                params[key] = self.attr_value(node_def.attr[key])
+            except Exception as exc:  # a malformed tensor payload
+                raise self.error(
+                    f"cannot read attr '{key}' of '{node_def.op}' ({describe_exception(exc)})", node_def.name
+                ) from None
+        if node_def.device:
+            params["_device"] = node_def.device
+        return params
+
+    def attr_value(self, attr: attr_value_pb2.AttrValue) -> ParamValue:
+        kind = attr.WhichOneof("value")
+        if kind == "s":
+            return _string(attr.s)
+        if kind == "i":
+            return int(attr.i)
+        if kind == "f":
+            return _float32(attr.f)
+        if kind == "b":
+            return bool(attr.b)
+        if kind == "type":
+            return _dtype(attr.type)[1]
+        if kind == "shape":
+            return _shape_param(attr.shape)
+        if kind == "tensor":
+            return _tensor_param(attr.tensor)
+        if kind == "func":
+            return Opaque("tf.NameAttrList", attr.func.SerializeToString())
+        if kind == "list":
+            items = attr.list
+            if items.s:
+                return tuple(_string(s) for s in items.s)
+            if items.i:
+                return tuple(int(i) for i in items.i)
+            if items.f:
+                return tuple(_float32(f) for f in items.f)
+            if items.b:
+                return tuple(bool(b) for b in items.b)
+            if items.type:
+                return tuple(_dtype(t)[1] for t in items.type)
+            if items.shape:
+                return tuple(_shape_param(s) for s in items.shape)
+            if items.tensor:
+                return tuple(_tensor_param(t) for t in items.tensor)
+            if items.func:
+                return tuple(Opaque("tf.NameAttrList", f.SerializeToString()) for f in items.func)
+            return ()
+        return Opaque("tf.AttrValue", attr.SerializeToString())  # placeholder attrs (function bodies)
