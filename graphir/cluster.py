@@ -112,10 +112,6 @@ class Link:
     bandwidth: float
     route: tuple[str, ...] = ()
 
-    def transfer_time(self, nbytes: float) -> float:
-        """Seconds to move ``nbytes`` over this link."""
-        return self.latency + nbytes / self.bandwidth
-
 
 @attrs.frozen
 class DeviceKind:
@@ -190,22 +186,6 @@ class Cluster:
             if device.kind == kind:
                 return device
         raise KeyError(kind)
-
-    def link_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(latency, bandwidth)`` as ``(devices, devices)`` arrays in device order.
-
-        The diagonal holds latency 0 and infinite bandwidth (a device talks to itself for free).
-        """
-        names = self.device_names
-        count = len(names)
-        latency = np.zeros((count, count))
-        bandwidth = np.full((count, count), np.inf)
-        position = {name: k for k, name in enumerate(names)}
-        for link in self.links:
-            a, b = position[link.src], position[link.dst]
-            latency[a, b] = link.latency
-            bandwidth[a, b] = link.bandwidth
-        return latency, bandwidth
 
     def link(self, src: str, dst: str) -> Link:
         """The channel from ``src`` to ``dst``; raises ``KeyError``."""

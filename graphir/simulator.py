@@ -7,10 +7,11 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
 * A node's duration is its ``cost`` for the kind of the device it is placed on (heterogeneous
   clusters get per-kind times).
 * A value consumed on another device is sent once per (value, destination device), when its
-  producer finishes, over the FIFO channel of that ordered device pair, taking
-  ``latency + bytes / bandwidth``. Each ordered pair is one channel: transfers queue behind each
-  other in the order they were requested (producer finish time; ties in the order the producers
-  started, then by destination node). Communication overlaps computation.
+  producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`), taking
+  the link model's transfer time. A transfer occupies every shared resource of its route (today:
+  the channel of the ordered device pair) and starts when all of them are free: transfers queue
+  behind each other in the order they were requested (producer finish time; ties in the order the
+  producers started, then by destination node). Communication overlaps computation.
 * A control edge (a dependency without data) delays its consumer until the producer finished,
   plus the link latency when the two are on different devices; it occupies no channel.
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
@@ -32,6 +33,7 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.ir import Module
+from graphir.links import LinkModel
 
 
 @dataclasses.dataclass
@@ -117,7 +119,10 @@ def simulate(module: Module) -> SimResult:
     bounds = np.searchsorted(device[sequence_order], np.arange(num_devices + 1))
     sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
 
-    latency, bandwidth = cluster.link_arrays()
+    links = LinkModel.from_cluster(cluster)
+    routes = links.routes
+    transfer_time = links.transfer_time
+    latency_between = links.latency_between
 
     succ_offsets = index.succ_offsets.tolist()
     succ_edge = index.succ_edge.tolist()
@@ -126,8 +131,6 @@ def simulate(module: Module) -> SimResult:
     value_bytes = index.value_bytes.tolist()
     dev = device.tolist()
     dur = duration.tolist()
-    lat = latency.tolist()
-    bw = bandwidth.tolist()
 
     pending = np.bincount(index.edge_dst, minlength=n).tolist() if index.num_edges else [0] * n
     ready = [0.0] * n
@@ -135,7 +138,7 @@ def simulate(module: Module) -> SimResult:
     finish = [0.0] * n
     head = [0] * num_devices
     busy_flag = [False] * num_devices
-    chan_free = [[0.0] * num_devices for _ in range(num_devices)]
+    resource_free = [0.0] * links.num_resources  # when each shared resource (channel, port, ...) is free
     arrival: dict[tuple[int, int], tuple[float, float]] = {}  # (value, dst device) -> (start, end)
     link_bytes = np.zeros((num_devices, num_devices), dtype=np.int64)
     link_busy = np.zeros((num_devices, num_devices))
@@ -174,15 +177,21 @@ def simulate(module: Module) -> SimResult:
             if dv == du:
                 when = now
             elif x < 0:  # control edge: a zero-byte signal, no channel
-                when = now + lat[du][dv]
+                when = now + latency_between(du, dv)
             else:
                 key = (x, dv)
                 sent = arrival.get(key)
                 if sent is None:
-                    begin = chan_free[du][dv] if chan_free[du][dv] > now else now
-                    took = lat[du][dv] + value_bytes[x] / bw[du][dv]
+                    # FIFO on every resource of the route: the transfer starts when all are free.
+                    route = routes[du][dv]
+                    begin = now
+                    for r in route:
+                        if resource_free[r] > begin:
+                            begin = resource_free[r]
+                    took = transfer_time(value_bytes[x], du, dv)
                     sent = (begin, begin + took)
-                    chan_free[du][dv] = begin + took
+                    for r in route:
+                        resource_free[r] = begin + took
                     arrival[key] = sent
                     link_bytes[du, dv] += value_bytes[x]
                     link_busy[du, dv] += took

@@ -109,9 +109,7 @@ class ModuleLevelForbiddenContract(Contract):
                     continue
                 for detail in graph.get_import_details(importer=importer, imported=package):
                     if _at_module_level(importer, int(detail["line_number"])):
-                        violations.append(
-                            {"importer": importer, "imported": package, "line": detail["line_number"]}
-                        )
+                        violations.append({"importer": importer, "imported": package, "line": detail["line_number"]})
         return ContractCheck(kept=not violations, metadata={"violations": violations})
 
     def render_broken_contract(self, check: ContractCheck) -> None:

@@ -14,7 +14,7 @@ Four algorithms, chosen with ``algo`` (each in its own module):
 Every algorithm runs on the current quotient graph (existing groups are nodes), so fusions
 compose; afterwards *every* node carries ``group``, numbered ``0..k-1`` by the first topological
 position of a member (the quotient's coarse-node numbers). The statistics report the quotient
-size and the CCR (Celeritas eq. 1, with the cluster's representative link, :mod:`graphir.comm`)
+size and the CCR (Celeritas eq. 1, with the cluster's representative link, :class:`graphir.links.LinkModel`)
 before and after, plus the algorithm's own figures.
 """
 
@@ -25,10 +25,10 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from graphir.comm import CommModel
 from graphir.errors import PassError
 from graphir.index import GraphIndex
 from graphir.ir import Module
+from graphir.links import LinkModel
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.passes.fuse import topo_order  # noqa: F401 - registers the topo-order analysis pass
 from graphir.passes.fuse.batch import fuse_acyclic_batch
@@ -97,7 +97,7 @@ class Fuse(Pass):
         """Run the chosen algorithm on the current quotient graph and write the groups."""
         self._check_options()
         index = module.graph.index()
-        fine = FineGraph.from_index(index, CommModel.from_cluster(module.cluster), self.kind or None)
+        fine = FineGraph.from_index(index, LinkModel.from_cluster(module.cluster), self.kind or None)
         start = index.quotient().node_group.astype(np.int64)
         before = coarsen(fine, start)
         labels, algo_stats = self._algorithm(module, index, start, before)

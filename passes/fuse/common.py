@@ -10,7 +10,7 @@ coarse-node numbers.
 Edge semantics follow :class:`graphir.index.Quotient`: a value crossing from one coarse node into
 another is counted once per destination, the bytes of the values between two coarse nodes add up,
 and a pair joined only by control edges carries no data. Its communication time is the cluster's
-representative transfer time (:mod:`graphir.comm`): ``latency + bytes / bandwidth``, 0 for
+representative transfer time (:meth:`graphir.links.LinkModel.mean_transfer_times`), 0 for
 control-only pairs.
 
 Memory per node (the ``mem-cap`` of ``cpd-topo``) is ``persistent + activation`` from the ``mem``
@@ -21,11 +21,12 @@ results.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
-from graphir.comm import CommModel, ccr
 from graphir.index import GraphIndex
+from graphir.links import LinkModel
 from graphir.topo import csr, stable_topological_order
 
 
@@ -49,10 +50,10 @@ class FineGraph:
     value_bytes: np.ndarray
     node_time: np.ndarray
     node_mem: np.ndarray
-    comm: CommModel
+    comm: LinkModel
 
     @classmethod
-    def from_index(cls, index: GraphIndex, comm: CommModel, kind: str | None = None) -> FineGraph:
+    def from_index(cls, index: GraphIndex, comm: LinkModel, kind: str | None = None) -> FineGraph:
         """Arrays of ``index`` with times of device kind ``kind`` (default times when ``None``)."""
         out_bytes = index.out_bytes()
         mem = [node.mem for node in index.nodes]
@@ -95,7 +96,7 @@ class CoarseGraph:
     edge_bytes: np.ndarray
     edge_data: np.ndarray
     edge_comm: np.ndarray
-    comm: CommModel
+    comm: LinkModel
     succ_offsets: np.ndarray = dataclasses.field(init=False)
     succ: np.ndarray = dataclasses.field(init=False)
     succ_edge: np.ndarray = dataclasses.field(init=False)
@@ -149,7 +150,7 @@ def _pairs(
     data: np.ndarray,
     node_time: np.ndarray,
     node_mem: np.ndarray,
-    comm: CommModel,
+    comm: LinkModel,
 ) -> CoarseGraph:
     key = src.astype(np.int64) * max(num, 1) + dst
     pairs, inverse = np.unique(key, return_inverse=True)
@@ -164,7 +165,7 @@ def _pairs(
         edge_dst=pairs % max(num, 1),
         edge_bytes=edge_bytes,
         edge_data=edge_data,
-        edge_comm=comm.edge_times(edge_bytes, edge_data),
+        edge_comm=np.where(edge_data, comm.mean_transfer_times(edge_bytes), 0.0),
         comm=comm,
     )
 
@@ -242,3 +243,18 @@ def heights(num_nodes: int, succ_offsets: np.ndarray, succ: np.ndarray) -> np.nd
     if len(queue) != num_nodes:
         raise ValueError("heights: the graph has a cycle")
     return np.asarray(height, dtype=np.int64)
+
+
+def ccr(edge_comm: np.ndarray, node_times: np.ndarray) -> float:
+    """Celeritas eq. (1): ``CCR = sum_{(i,j) in E} c_ij / sum_{i in V} w_i``.
+
+    Returns 0.0 when there is no communication, and ``inf`` when there is communication but no
+    computation (every node without cost).
+    """
+    total_comm = float(np.sum(edge_comm))
+    total_work = float(np.nansum(node_times))
+    if total_comm == 0.0:
+        return 0.0
+    if total_work == 0.0:
+        return math.inf
+    return total_comm / total_work

@@ -18,9 +18,9 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from graphir.comm import CommModel
 from graphir.errors import PassError
 from graphir.ir import Module
+from graphir.links import LinkModel
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.passes.fuse.common import FineGraph, coarsen
 from graphir.passes.orders import cpd_topo, dfs_topo, m_topo, positions
@@ -52,7 +52,7 @@ class TopoOrder(Pass):
         if self.parts < 1:
             raise PassError(f"parts must be at least 1, got {self.parts}")
         index = module.graph.index()
-        fine = FineGraph.from_index(index, CommModel.from_cluster(module.cluster), self.kind or None)
+        fine = FineGraph.from_index(index, LinkModel.from_cluster(module.cluster), self.kind or None)
         quotient = index.quotient()
         graph = coarsen(fine, quotient.node_group.astype(np.int64))
         n = graph.num_nodes

@@ -245,9 +245,7 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
     capacity = problem.capacity
     allowed = problem.allowed
     activation = (problem.memory - problem.persistent).tolist()
-    latency = problem.latency
-    inverse_bandwidth = np.where(np.isinf(problem.bandwidth), 0.0, 1.0 / problem.bandwidth)
-    np.fill_diagonal(inverse_bandwidth, 0.0)
+    links = problem.links
     priority = _m_topo_priority(problem)
     constraints = Constraints(problem)
     pin = constraints.pin
@@ -283,10 +281,8 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
         producers = pred[lo:hi]
         where = device[producers]
         # ETF's data ready time: max over inputs of producer finish + transfer (0 on one device).
-        arrive = (
-            finish[producers][:, None]
-            + latency[where]
-            + edge_bytes[pred_edge[lo:hi]][:, None] * inverse_bandwidth[where]
+        arrive = links.arrivals(
+            finish[producers][:, None], edge_bytes[pred_edge[lo:hi]][:, None], where[:, None], device_arange[None, :]
         )
         data_ready[v] = arrive.max(axis=0)
         ready.add(v)

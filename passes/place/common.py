@@ -16,9 +16,9 @@ books the node on that device's timeline. What they share lives here, once:
 
 Conventions every placer inherits (the papers leave them open):
 
-- ``c_{p,v}`` is the transfer time of the coarse edge on the actual link ``d_p -> d``:
-  ``latency + bytes / bandwidth`` (0 on one device), i.e. a congestion-free estimate; the
-  simulator, which serialises transfers on FIFO channels, is the judge.
+- ``c_{p,v}`` is the transfer time of the coarse edge on the actual link ``d_p -> d`` from the
+  link model (:class:`graphir.links.LinkModel`; 0 on one device), i.e. a congestion-free
+  estimate; the simulator, which serialises transfers on the resources of their routes, is the judge.
 - Memory (Celeritas Algorithm 2 ``Ava_m``, FastT "memory need exceeds capacity"): a node needs
   ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
   freed, as in both papers. The first placed member of a colocation class must find room for the
@@ -146,13 +146,7 @@ class ListScheduler:
         self.succ_offsets = problem.succ_offsets.tolist()
         self.succ_edge = problem.succ_edge.tolist()
         self.edge_bytes = problem.edge_bytes.tolist()
-        inverse = np.zeros((num_devices, num_devices))
-        np.divide(1.0, problem.bandwidth, out=inverse, where=np.isfinite(problem.bandwidth))
-        np.fill_diagonal(inverse, 0.0)
-        latency = problem.latency.copy()
-        np.fill_diagonal(latency, 0.0)
-        self.latency = latency.tolist()
-        self.seconds_per_byte = inverse.tolist()
+        self.links = problem.links
         # Colocation: class root per node (-1: none), the class's total memory, its pinned device.
         self.colocation = problem.colocation.tolist()
         self.class_memory: dict[int, float] = {}
@@ -195,8 +189,8 @@ class ListScheduler:
     # ---- times -------------------------------------------------------------------------------
 
     def comm_time(self, nbytes: float, src: int, dst: int) -> float:
-        """``latency + bytes / bandwidth`` on the link ``src -> dst`` (0 when ``src == dst``)."""
-        return self.latency[src][dst] + nbytes * self.seconds_per_byte[src][dst]
+        """The link model's transfer time ``src -> dst`` (0 when ``src == dst``)."""
+        return self.links.transfer_time(nbytes, src, dst)
 
     def data_ready(self, v: int) -> list[float]:
         """``pre_t(v, d)`` for every device ``d`` (Celeritas eq. (7), FastT's inner max).
@@ -211,16 +205,14 @@ class ListScheduler:
         devices = self.devices
         pred = self.pred
         pred_edge = self.pred_edge
+        arrivals_from = self.links.arrivals_from
         for k in range(self.pred_offsets[v], self.pred_offsets[v + 1]):
             p = pred[k]
             dp = device[p]
             assert dp >= 0, "a predecessor is placed before its successors"
-            done = finish[p]
-            nbytes = edge_bytes[pred_edge[k]]
-            latency = self.latency[dp]
-            per_byte = self.seconds_per_byte[dp]
+            arrival = arrivals_from(finish[p], edge_bytes[pred_edge[k]], dp)
             for d in devices:
-                t = done + latency[d] + nbytes * per_byte[d]
+                t = arrival[d]
                 if t > ready[d]:
                     ready[d] = t
         return ready

@@ -47,14 +47,7 @@ def fastt_rank(problem: PlacementProblem) -> np.ndarray:
     n = problem.num_nodes
     times = np.where(problem.allowed, problem.times, -np.inf)
     w = times.max(axis=1) if problem.num_devices else np.zeros(n)
-    if problem.num_devices > 1:
-        off = ~np.eye(problem.num_devices, dtype=bool)
-        latency = problem.latency[off]
-        per_byte = 1.0 / problem.bandwidth[off]
-        # max over pairs of latency + bytes / bandwidth, per edge
-        edge_comm = (latency[None, :] + problem.edge_bytes[:, None] * per_byte[None, :]).max(axis=1)
-    else:
-        edge_comm = np.zeros(len(problem.edge_bytes))
+    edge_comm = problem.links.max_transfer_times(problem.edge_bytes)  # the slowest pair, per edge
     topo = np.arange(n, dtype=np.int64)  # coarse nodes are numbered topologically
     _, rank = tlevel_blevel(n, problem.succ_offsets, problem.succ, w, edge_comm[problem.succ_edge], topo)
     return rank

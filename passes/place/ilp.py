@@ -162,11 +162,9 @@ class _Model:
         n = problem.num_nodes
         num_devices = problem.num_devices
         self.devices = list(range(num_devices))
-        lat = problem.latency
-        bw = problem.bandwidth
+        links = problem.links
         comm = [  # comm[k][s][d]: seconds to send crossing value k from s to d
-            [[0.0 if s == d else float(lat[s, d] + b / bw[s, d]) for d in self.devices] for s in self.devices]
-            for b in transfers.nbytes
+            [[links.transfer_time(b, s, d) for d in self.devices] for s in self.devices] for b in transfers.nbytes
         ]
         times = problem.times
         horizon_s = float(times.max(axis=1).sum()) + sum((num_devices - 1) * max(max(row) for row in c) for c in comm)
@@ -179,7 +177,8 @@ class _Model:
             for cc in comm
         ]
         self.latency = [
-            [max(1, round(float(lat[s, d]) / unit)) if s != d else 0 for d in self.devices] for s in self.devices
+            [max(1, round(links.latency_between(s, d) / unit)) if s != d else 0 for d in self.devices]
+            for s in self.devices
         ]
         horizon = (
             sum(max(row) for row in self.dur)
@@ -528,8 +527,8 @@ def _solve_child() -> None:
 
 @register_placer("ilp")
 def place_ilp(problem: PlacementProblem, options: Place, module: Module) -> Placement:
-    require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")  # before the warm start's work
     """Exact joint placement and scheduling with CP-SAT, warm-started from the best list scheduler."""
+    require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")  # before the warm start's work
     began = time.perf_counter()
     heuristics: dict[str, Stat] = {}
     algo, warm, warm_sequence, warm_makespan = warm_start(problem, options, module, heuristics)

@@ -40,6 +40,7 @@ import numpy as np
 
 from graphir.clone import clone_module
 from graphir.ir import Module, Node
+from graphir.links import LinkModel
 from graphir.passes.place import Place, Placement, register_placer
 from graphir.passes.place.fastt import place_dpos
 from graphir.passes.place.problem import PlacementProblem, write_placement
@@ -69,7 +70,7 @@ def simulated_critical_path(module: Module, result: SimResult) -> list[Node]:
     for a, b in zip(sequence[:-1].tolist(), sequence[1:].tolist(), strict=True):
         if device[a] == device[b]:
             previous[b] = a
-    latency, bandwidth = module.cluster.link_arrays()
+    links = LinkModel.from_cluster(module.cluster)
     start, finish = result.start, result.finish
     v = int(np.argmax(finish))
     path = [v]
@@ -80,7 +81,7 @@ def simulated_critical_path(module: Module, result: SimResult) -> list[Node]:
             arrive = float(finish[u])
             if device[u] != device[v]:
                 nbytes = float(index.edge_bytes[int(index.pred_edge[k])])
-                arrive += float(latency[device[u], device[v]] + nbytes / bandwidth[device[u], device[v]])
+                arrive += links.transfer_time(nbytes, int(device[u]), int(device[v]))
             if arrive > best_time:
                 best, best_time = u, arrive
         p = int(previous[v])

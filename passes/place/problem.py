@@ -6,7 +6,7 @@ exist (each group is one coarse node, its compute time the sum of its members'),
 itself. Per coarse node it holds the compute time on every device (per device kind), the memory it
 needs, the devices it may use (``affinity``), and its colocation class (``colocate``: a class is
 pinned to the device its first placed member went to). Communication between devices follows the
-cluster's links: ``latency + bytes / bandwidth`` (zero on the same device).
+cluster's link model (:class:`graphir.links.LinkModel`).
 
 A placer returns a device per coarse node and, when it schedules, a start time per coarse node;
 :func:`write_placement` expands that to every member node as ``device`` and ``order``
@@ -23,6 +23,7 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.ir import Module
+from graphir.links import LinkModel
 from graphir.topo import csr
 from graphir.unionfind import DisjointSets
 
@@ -44,7 +45,7 @@ class PlacementProblem:
         capacity: memory bytes of each device.
         allowed: ``(num_nodes, num_devices)`` bool, the devices each node may run on.
         colocation: colocation class per coarse node (-1: none); one class, one device.
-        latency, bandwidth: ``(num_devices, num_devices)`` link parameters.
+        links: the cluster's link model (every transfer time of the placers comes from it).
         members: fine node numbers (graph index numbering) of each coarse node, topological.
         node_group: coarse node of each fine node.
     """
@@ -67,8 +68,7 @@ class PlacementProblem:
     capacity: np.ndarray
     allowed: np.ndarray
     colocation: np.ndarray
-    latency: np.ndarray
-    bandwidth: np.ndarray
+    links: LinkModel
     members: list[list[int]]
     node_group: np.ndarray
 
@@ -150,7 +150,6 @@ class PlacementProblem:
             )
 
         names = cluster.device_names
-        latency, bandwidth = cluster.link_arrays()
         member_order = np.argsort(node_group, kind="stable")
         bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
         members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]
@@ -173,26 +172,14 @@ class PlacementProblem:
             capacity=np.asarray([d.memory for d in devices], dtype=np.float64),
             allowed=allowed,
             colocation=colocation,
-            latency=latency,
-            bandwidth=bandwidth,
+            links=LinkModel.from_cluster(cluster),
             members=members,
             node_group=node_group,
         )
 
-    def comm_time(self, nbytes: float, src: int, dst: int) -> float:
-        """Seconds to move ``nbytes`` from device ``src`` to ``dst`` (0 on one device)."""
-        if src == dst:
-            return 0.0
-        return float(self.latency[src, dst] + nbytes / self.bandwidth[src, dst])
-
     def mean_comm_times(self) -> np.ndarray:
-        """Per coarse edge, the transfer time averaged over ordered device pairs (for priorities)."""
-        if self.num_devices < 2:
-            return np.zeros(len(self.edge_bytes))
-        off = ~np.eye(self.num_devices, dtype=bool)
-        latency = float(self.latency[off].mean())
-        inverse_bandwidth = float((1.0 / self.bandwidth[off]).mean())
-        return latency + self.edge_bytes * inverse_bandwidth
+        """Per coarse edge, the representative transfer time (mean over ordered device pairs), for priorities."""
+        return self.links.mean_transfer_times(self.edge_bytes)
 
 
 def write_placement(module: Module, problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> None:
@@ -291,7 +278,7 @@ def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.nda
         arrive = 0.0
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
             u = pred[k]
-            t = finish[u] + problem.comm_time(problem.edge_bytes[pred_edge[k]], dev[u], d)
+            t = finish[u] + problem.links.transfer_time(problem.edge_bytes[pred_edge[k]], dev[u], d)
             if t > arrive:
                 arrive = t
         begin = max(arrive, device_free[d])

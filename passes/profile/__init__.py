@@ -54,8 +54,8 @@ import numpy as np
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, Opaque
 from graphir.cluster import Cluster, cpu_cluster
-from graphir.extras import require
 from graphir.errors import PassError
+from graphir.extras import require
 from graphir.ir import Module, Node, Value
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.passes.profile.roofline import GraphWork, analyze_graph

@@ -11,13 +11,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from graphir.cluster import resolve_cluster
-from graphir.comm import CommModel, ccr
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
+from graphir.links import LinkModel
 from graphir.pass_infra import PassContext
 from graphir.passes.fuse import Fuse
 from graphir.passes.fuse.batch import batch_round
-from graphir.passes.fuse.common import FineGraph, coarsen
+from graphir.passes.fuse.common import FineGraph, ccr, coarsen
 from graphir.passes.fuse.rules import DEFAULT_RULES_TOML, load_rules, parse_rules
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
@@ -56,7 +56,7 @@ def check_fusion(module: Module) -> np.ndarray:
     groups = index.groups()
     assert (groups >= 0).all(), "every node carries a group"
     assert sorted(set(groups.tolist())) == list(range(quotient.num_groups)), "group ids are 0..k-1"
-    fine = FineGraph.from_index(index, CommModel.from_cluster(module.cluster))
+    fine = FineGraph.from_index(index, LinkModel.from_cluster(module.cluster))
     coarse = coarsen(fine, groups)
     assert coarse.is_acyclic()
     assert math.isclose(coarse.node_time.sum(), fine.node_time.sum(), rel_tol=1e-9)
@@ -161,7 +161,7 @@ def test_batch_round_refuses_the_pesto_fig6_pair() -> None:
     graph.add_node("t.D", [a.outputs[1], b.outputs[1]], [small], name="d")
     module = Module("fig6", graph, "2xV100")
     index = graph.index()
-    fine = FineGraph.from_index(index, CommModel.from_cluster(module.cluster))
+    fine = FineGraph.from_index(index, LinkModel.from_cluster(module.cluster))
     coarse = coarsen(fine, np.arange(4))
     us, vs = batch_round(coarse, 10)
     assert list(zip(us.tolist(), vs.tolist(), strict=True)) == [(0, 2)]
@@ -174,15 +174,17 @@ def test_comm_model_is_the_mean_over_ordered_pairs(tmp_path: Path) -> None:
         "[default_link]\nlatency = 1e-5\nbandwidth = 1e9\n"
         '[[link]]\nsrc = "a"\ndst = "b"\nlatency = 4e-5\nbandwidth = 5e8\n'
     )
-    model = CommModel.from_cluster(resolve_cluster(str(toml)))
+    model = LinkModel.from_cluster(resolve_cluster(str(toml)))
     # 6 ordered pairs: a<->b slow (2), 4 default.
-    assert model.latency == pytest.approx((2 * 4e-5 + 4 * 1e-5) / 6)
-    assert model.seconds_per_byte == pytest.approx((2 / 5e8 + 4 / 1e9) / 6)
-    times = model.edge_times(np.array([0, 1000, 1000]), np.array([True, True, False]))
-    assert times[0] == pytest.approx(model.latency)
-    assert times[1] == pytest.approx(model.latency + 1000 * model.seconds_per_byte)
-    assert times[2] == 0.0
-    assert CommModel.from_cluster(resolve_cluster("1xV100")).edge_times(np.array([10]))[0] == 0.0
+    assert model.mean_latency == pytest.approx((2 * 4e-5 + 4 * 1e-5) / 6)
+    assert model.mean_seconds_per_byte == pytest.approx((2 / 5e8 + 4 / 1e9) / 6)
+    times = model.mean_transfer_times(np.array([0, 1000]))
+    assert times[0] == pytest.approx(model.mean_latency)
+    assert times[1] == pytest.approx(model.mean_latency + 1000 * model.mean_seconds_per_byte)
+    # the mean of the per-pair times, pair by pair
+    pairs = [model.transfer_time(1000, a, b) for a in range(3) for b in range(3) if a != b]
+    assert times[1] == pytest.approx(sum(pairs) / 6)
+    assert LinkModel.from_cluster(resolve_cluster("1xV100")).mean_transfer_times(np.array([10]))[0] == 0.0
 
 
 def test_ccr_eq1() -> None:

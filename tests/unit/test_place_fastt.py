@@ -32,7 +32,7 @@ def test_rank_uses_maximal_times_unlike_heft() -> None:
     assert rank[b] == 4e-3  # a sink: its maximal time
     assert np.isclose(upward_rank(problem)[b], 2.5e-3)  # HEFT: the mean over 2 V100 + 2 P100
     # a: 1ms + the slowest link's transfer of 16 B + rank 4ms
-    worst = max(problem.comm_time(16.0, s, d) for s in range(4) for d in range(4) if s != d)
+    worst = max(problem.links.transfer_time(16.0, s, d) for s in range(4) for d in range(4) if s != d)
     assert np.isclose(rank[0], 1e-3 + worst + 4e-3)
 
 
