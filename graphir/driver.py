@@ -20,6 +20,7 @@ import os
 import re
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
@@ -213,7 +214,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     args.stage = "start-up"
     token = ALLOW_OOM.set(args.allow_oom)
     try:
-        return _run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning(args)
+            return _run(args)
     except GraphIRError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
@@ -229,6 +232,17 @@ def run(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         ALLOW_OOM.reset(token)
+
+
+def _one_line_warning(args: argparse.Namespace) -> object:
+    """Library warnings (numpy overflow casts...) as one ``<input>: warning: ...`` line, not two with source."""
+
+    def show(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+        where = f"{args.input}: " if args.input else ""
+        text = " ".join(str(message).split())
+        print(f"{where}warning: {category.__name__}: {text}", file=sys.stderr)
+
+    return show
 
 
 _PASS_INTERNAL = re.compile(r"^internal error in (pass '[^']*')")

@@ -29,6 +29,19 @@ def _node_loc(node: Node) -> Location:
     return node.loc if node.loc is not None else Location(node=node.name)
 
 
+MAX_ANNOTATION_INT = 1 << 62
+"""Largest ``group`` / ``order`` value: the arrays that hold them are int64."""
+
+
+def _check_int_annotations(node: Node) -> None:
+    for key in ("group", "order"):
+        value = node.annotations.get(key)
+        if isinstance(value, int) and value > MAX_ANNOTATION_INT:
+            raise VerifyError(
+                f"node '{node.name}': annotation '{key} = {value}' is out of range (limit 2^62)", _node_loc(node)
+            )
+
+
 def _value_loc(graph: Graph, value: Value) -> Location:
     """The first user's location for an input or constant (they have none of their own)."""
     users = [node for node, _ in value.uses]
@@ -43,9 +56,7 @@ def _raise_size_overflow(graph: Graph, values: list[Value], sizes: list[int]) ->
             producer = value.producer
             loc = _node_loc(producer) if producer is not None else Location()
             raise VerifyError(f"value '{value.name}': {problem}", loc)
-    raise VerifyError(
-        f"graph '{graph.name}': its results total {sum(sizes)} bytes: size overflows (limit 2^62)"
-    )
+    raise VerifyError(f"graph '{graph.name}': its results total {sum(sizes)} bytes: size overflows (limit 2^62)")
 
 
 def _raise_persistent_overflow(nodes: list[Node], sizes: list[int]) -> None:
@@ -136,6 +147,8 @@ class GraphIndex:
         index.nodes = [insertion[u] for u in order.tolist()]
         for position, node in enumerate(index.nodes):
             node._index_pos = position
+            if node.annotations:
+                _check_int_annotations(node)
         # Values: results of nodes in topological order; edges refer to them by number.
         values: list[Value] = []
         for node in index.nodes:

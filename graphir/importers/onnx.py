@@ -259,49 +259,45 @@ class _OnnxImporter:
         return model
 
     def check_text(self, model: onnx.ModelProto) -> None:
-        """Refuse names that are not UTF-8 (protobuf returns them as ``bytes``), naming where."""
+        """Refuse names that are not UTF-8 (protobuf returns them as ``bytes``), naming where.
 
-        def bad(value: object, what: str, node: str | None = None) -> None:
-            if isinstance(value, bytes):
-                shown = value.decode("utf-8", "backslashreplace")
-                raise self.error(f"{what} '{shown}' is not valid UTF-8", node)
-
+        Covers the model, graph, initializer, input and output names here; a node's own names are
+        checked where :meth:`add_nodes` reads them (one type test each, so large models pay
+        nothing), symbolic dimensions in :meth:`symbol`.
+        """
         for field in ("producer_name", "producer_version", "domain"):
-            bad(getattr(model, field), f"model {field.replace('_', ' ')}")
+            self.check_utf8(getattr(model, field), f"model {field.replace('_', ' ')}")
         for opset in model.opset_import:
-            bad(opset.domain, "opset domain")
+            self.check_utf8(opset.domain, "opset domain")
         graph = model.graph
-        bad(graph.name, "graph name")
-        for onnx_node in graph.node:
-            fields = (onnx_node.name, onnx_node.op_type, onnx_node.domain, *onnx_node.input, *onnx_node.output)
-            if bytes in map(type, fields) or any(type(a.name) is bytes for a in onnx_node.attribute):
-                outputs = [o for o in onnx_node.output if type(o) is str]
-                label = onnx_node.name if type(onnx_node.name) is str else ""
-                op_type = onnx_node.op_type if type(onnx_node.op_type) is str else "?"
-                where = _display(label, outputs, op_type)
-                bad(onnx_node.name, "node name", where)
-                bad(onnx_node.op_type, "op type", where)
-                bad(onnx_node.domain, "op domain", where)
-                for name in onnx_node.input:
-                    bad(name, "operand name", where)
-                for name in onnx_node.output:
-                    bad(name, "result name", where)
-                for attr in onnx_node.attribute:
-                    bad(attr.name, "attribute name", where)
+        self.check_utf8(graph.name, "graph name")
         for tensor in graph.initializer:
-            bad(tensor.name, "initializer name")
+            self.check_utf8(tensor.name, "initializer name")
         for sparse in graph.sparse_initializer:
-            bad(sparse.values.name, "sparse initializer name")
-        for what, infos in (
-            ("graph input", graph.input),
-            ("graph output", graph.output),
-            ("value_info", graph.value_info),
-        ):
+            self.check_utf8(sparse.values.name, "sparse initializer name")
+        for what, infos in (("graph input", graph.input), ("graph output", graph.output)):
             for info in infos:
-                bad(info.name, f"{what} name")
-                if info.type.WhichOneof("value") == "tensor_type":
-                    for dim in info.type.tensor_type.shape.dim:
-                        bad(dim.dim_param, f"symbolic dimension of {what} '{info.name}'")
+                self.check_utf8(info.name, f"{what} name")
+
+    def check_utf8(self, value: object, what: str, node: str | None = None) -> None:
+        """The text policy: a name protobuf could not decode (``bytes``) is an error naming ``what``."""
+        if isinstance(value, bytes):
+            shown = value.decode("utf-8", "backslashreplace")
+            raise self.error(f"{what} '{shown}' is not valid UTF-8", node)
+
+    def node_text_error(self, onnx_node: onnx.NodeProto) -> ImportError_:
+        """The error for a node with an undecodable name, op type, domain, operand, result or attribute."""
+        outputs = [o for o in onnx_node.output if type(o) is str]
+        label = onnx_node.name if type(onnx_node.name) is str else ""
+        op_type = onnx_node.op_type if type(onnx_node.op_type) is str else "?"
+        where = _display(label, outputs, op_type)
+        fields = [("node name", onnx_node.name), ("op type", onnx_node.op_type), ("op domain", onnx_node.domain)]
+        fields += [("operand name", name) for name in onnx_node.input]
+        fields += [("result name", name) for name in onnx_node.output]
+        fields += [("attribute name", attr.name) for attr in onnx_node.attribute]
+        for what, value in fields:
+            self.check_utf8(value, what, where)
+        raise AssertionError("node_text_error called on a node whose text is valid")
 
     def check_sizes(self, model: onnx.ModelProto) -> None:
         """Refuse negative or oversized initializers and declared types before shape inference sees them.
@@ -375,8 +371,9 @@ class _OnnxImporter:
     def infer_types(self, model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
         """Types of every named value: shape inference on a data-light copy, else the declared ones."""
         try:
+            copy = self.inference_copy(model)
             inferred = onnx.shape_inference.infer_shapes(
-                self.inference_copy(model), check_type=False, strict_mode=False, data_prop=True
+                copy, check_type=False, strict_mode=False, data_prop=_vectors_are_short(copy)
             )
         except Exception as exc:  # inference is best effort: any failure falls back to value_info
             self.warn(f"shape inference failed, using the declared value_info ({describe_exception(exc)})")
@@ -444,6 +441,7 @@ class _OnnxImporter:
 
     def symbol(self, name: str) -> str:
         """A symbolic dimension as an identifier; distinct ONNX names stay distinct."""
+        self.check_utf8(name, "symbolic dimension")
         known = self._symbols.get(name)
         if known is not None:
             return known
@@ -647,6 +645,8 @@ class _OnnxImporter:
             outputs = list(onnx_node.output)
             inputs = list(onnx_node.input)
             label = onnx_node.name
+            if type(label) is bytes:
+                raise self.node_text_error(onnx_node)
             if label and name_counts[label] != 1:
                 label = ""
             params: dict[str, ParamValue] = {}
@@ -665,6 +665,8 @@ class _OnnxImporter:
                     params["_absent_outputs"] = tuple(k for k, n in enumerate(outputs) if not n)
                     outputs = [n for n in outputs if n]
             for out in outputs:
+                if type(out) is bytes:
+                    raise self.node_text_error(onnx_node)
                 if out in values or (len(outputs) > 1 and outputs.count(out) > 1):
                     display = _display(label, outputs, onnx_node.op_type)
                     previous = _definer(values[out]) if out in values else f"node '{display}'"
@@ -672,6 +674,8 @@ class _OnnxImporter:
             op_key = (onnx_node.domain, onnx_node.op_type)
             op = op_names.get(op_key)
             if op is None:
+                if bytes in (type(onnx_node.domain), type(onnx_node.op_type)):
+                    raise self.node_text_error(onnx_node)
                 op = op_names[op_key] = _op_name(*op_key)
             operands = [values.get(n) for n in inputs]
             ready = None not in operands
@@ -692,11 +696,14 @@ class _OnnxImporter:
             for name in inputs:
                 value = values.get(name)
                 if value is None:
+                    self.check_utf8(name, "operand name", display)
                     raise self.error(f"'{node.op}' uses undefined value '{name}'", display)
                 node.add_input(value)
 
     def node_params(self, onnx_node: onnx.NodeProto, inputs: list[str], display: str) -> dict[str, ParamValue]:
         """The params of a node with attributes; subgraph captures are appended to ``inputs``."""
+        if any(type(attr.name) is bytes for attr in onnx_node.attribute):
+            raise self.node_text_error(onnx_node)
         try:
             params = self.params(onnx_node)
         except Exception as exc:  # a malformed TENSOR attribute, unreadable external data...
@@ -714,6 +721,26 @@ class _OnnxImporter:
                 inputs.pop()  # trailing "" are dropped anyway; interior ones stay recorded
             inputs.extend(captured)
         return params
+
+
+DATA_PROPAGATION_MAX_ELEMENTS = 1 << 20
+"""ONNX data propagation computes the values of rank-1 tensors (shapes) in memory, as many as the
+declared length: a rank-1 input of 2**40 elements made it allocate terabytes (std::bad_alloc at
+best). Inference runs without data propagation when any declared rank-1 tensor is longer."""
+
+
+def _vectors_are_short(model: onnx.ModelProto) -> bool:
+    """True when no rank-1 tensor declared in ``model`` exceeds :data:`DATA_PROPAGATION_MAX_ELEMENTS`."""
+    graph = model.graph
+    for tensor in graph.initializer:
+        if len(tensor.dims) == 1 and tensor.dims[0] > DATA_PROPAGATION_MAX_ELEMENTS:
+            return False
+    for infos in (graph.input, graph.value_info, graph.output):
+        for info in infos:
+            dims = info.type.tensor_type.shape.dim if info.type.HasField("tensor_type") else ()
+            if len(dims) == 1 and dims[0].dim_value > DATA_PROPAGATION_MAX_ELEMENTS:
+                return False
+    return True
 
 
 def _display(label: str, outputs: list[str], op_type: str) -> str:

@@ -143,6 +143,9 @@ def tf_tensor_name(value: Value) -> str:
 def import_graphdef_file(path: Path) -> Module:
     """Read a ``GraphDef`` file (binary ``.pb`` or text ``.pbtxt``) as a Module.
 
+    Text policy (the same as the ONNX importer's): names must be UTF-8. GraphDef is proto3, whose
+    parser already refuses an undecodable string, so such a file fails here as not readable.
+
     Raises:
         ImportError_: the file is missing, is not a GraphDef, or TensorFlow rejects the graph.
     """

@@ -169,7 +169,11 @@ class _TfImporter:
         names = {node.name for node in self.flat.node}
         for node in self.flat.node:  # colocation with a node that is not part of the graph (pruned)
             if "_class" in node.attr:
-                kept = [c for c in node.attr["_class"].list.s if not c.startswith(b"loc:@") or c[5:].decode() in names]
+                kept = [
+                    c
+                    for c in node.attr["_class"].list.s
+                    if not c.startswith(b"loc:@") or c[5:].decode("utf-8", "replace") in names
+                ]
                 del node.attr["_class"].list.s[:]
                 node.attr["_class"].list.s.extend(kept)
         graph = tf.Graph()
