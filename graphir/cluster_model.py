@@ -1,0 +1,220 @@
+"""The cluster data model: devices, channels (links), the device catalogue and the papers' interconnects.
+
+:class:`Cluster` is what every pass sees; :mod:`graphir.cluster` resolves one from a spec (shorthand,
+preset, TOML file) and documents the formats. Builders shared by presets, shorthands and the TOML
+loader live here too (:func:`catalogue_device`, :func:`full_mesh`, :func:`widest_routes`).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import attrs
+
+from graphir.errors import GraphIRError
+
+GPU_LAUNCH_OVERHEAD = 5e-6
+"""Seconds per GPU kernel: CUDA launch plus the framework's per-op dispatch (TF executor, ~5 us)."""
+CPU_LAUNCH_OVERHEAD = 1e-6
+"""Seconds per CPU kernel: per-node dispatch of a CPU runtime (onnxruntime, TF executor, ~1 us)."""
+
+
+@attrs.frozen
+class Device:
+    """One device.
+
+    Attributes:
+        name: short unique name used in ``device`` annotations (``gpu0``).
+        tf_device: TensorFlow device string (``/job:worker/task:1/device:GPU:0`` is legal).
+        kind: device kind used to look up per-kind costs (``V100``).
+        memory: bytes of device memory.
+        peak_flops: peak FLOP/s.
+        mem_bandwidth: memory bandwidth in bytes/s.
+        launch_overhead: fixed seconds added to every kernel (the roofline's per-op constant).
+    """
+
+    name: str
+    tf_device: str
+    kind: str
+    memory: int
+    peak_flops: float
+    mem_bandwidth: float
+    launch_overhead: float = GPU_LAUNCH_OVERHEAD
+
+
+@attrs.frozen
+class Link:
+    """The channel from ``src`` to ``dst``: ``latency`` seconds + bytes / ``bandwidth`` (bytes/s).
+
+    Attributes:
+        route: device names from ``src`` to ``dst`` when the channel is a multi-hop route derived
+            from wires (Moirai Fig. 3); empty for a direct channel.
+    """
+
+    src: str
+    dst: str
+    latency: float
+    bandwidth: float
+    route: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class DeviceKind:
+    """Catalogue entry for shorthands: memory, peak FLOP/s, memory bandwidth, TF device type."""
+
+    memory: int
+    peak_flops: float
+    mem_bandwidth: float
+    tf_type: str = "GPU"
+    launch_overhead: float = GPU_LAUNCH_OVERHEAD
+
+
+GiB = 1 << 30
+# Vendor datasheet numbers: FP32 peak (no tensor cores: the cost model counts FP32 FLOPs) and
+# HBM/GDDR bandwidth. "cpu" is the fixed fallback used when measuring the host is disabled.
+DEVICE_KINDS: dict[str, DeviceKind] = {
+    "V100": DeviceKind(16 * GiB, 15.7e12, 900e9),
+    "V100-32GB": DeviceKind(32 * GiB, 15.7e12, 900e9),
+    "P100": DeviceKind(16 * GiB, 9.3e12, 732e9),
+    "A100": DeviceKind(40 * GiB, 19.5e12, 1555e9),
+    "H100": DeviceKind(80 * GiB, 67e12, 3350e9),
+    "T4": DeviceKind(16 * GiB, 8.1e12, 320e9),
+    "P4": DeviceKind(8 * GiB, 5.5e12, 192e9),
+    "2080Ti": DeviceKind(11 * GiB, 13.4e12, 616e9),
+    "3060Ti": DeviceKind(8 * GiB, 16.2e12, 448e9),
+    "cpu": DeviceKind(8 * GiB, 100e9, 20e9, tf_type="CPU", launch_overhead=CPU_LAUNCH_OVERHEAD),
+}
+
+PCIE = (10e-6, 12e9)
+"""PCIe 3.0 x16: ~12 GB/s achievable, ~10 us per transfer (Li et al. 2019, cited by Pesto [42])."""
+NVLINK = (5e-6, 50e9)
+"""NVLink 2.0, two bricks between a GPU pair: 50 GB/s per direction, ~5 us per transfer."""
+INTERCONNECTS = {"pcie": PCIE, "nvlink": NVLINK}
+INFINIBAND_LATENCY = 5e-6
+"""Per-message latency assumed for Moirai's InfiniBand testbed (the paper gives bandwidths only)."""
+
+
+@attrs.frozen
+class Cluster:
+    """Devices and the links between every ordered pair.
+
+    Attributes:
+        spec: the text this cluster was resolved from (recorded in the module header).
+        devices: the devices, in order.
+        links: one link per ordered pair of distinct devices.
+    """
+
+    spec: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...]
+
+    def device(self, name: str) -> Device:
+        """The device called ``name``; raises ``KeyError``."""
+        for device in self.devices:
+            if device.name == name:
+                return device
+        raise KeyError(name)
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        """Device names in order."""
+        return tuple(d.name for d in self.devices)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Distinct device kinds, in order of first appearance."""
+        return tuple(dict.fromkeys(d.kind for d in self.devices))
+
+    def kind_device(self, kind: str) -> Device:
+        """The first device of ``kind`` (all devices of a kind share their speeds); raises ``KeyError``."""
+        for device in self.devices:
+            if device.kind == kind:
+                return device
+        raise KeyError(kind)
+
+    def link(self, src: str, dst: str) -> Link:
+        """The channel from ``src`` to ``dst``; raises ``KeyError``."""
+        for link in self.links:
+            if link.src == src and link.dst == dst:
+                return link
+        raise KeyError((src, dst))
+
+
+class ClusterError(GraphIRError):
+    """A cluster spec that cannot be resolved."""
+
+
+def catalogue_device(name: str, tf_device: str, kind: str, memory: int | None = None) -> Device:
+    """A device of a catalogued ``kind`` (:data:`DEVICE_KINDS`), optionally with other ``memory`` bytes."""
+    entry = DEVICE_KINDS[kind]
+    return Device(
+        name=name,
+        tf_device=tf_device,
+        kind=kind,
+        memory=entry.memory if memory is None else memory,
+        peak_flops=entry.peak_flops,
+        mem_bandwidth=entry.mem_bandwidth,
+        launch_overhead=entry.launch_overhead,
+    )
+
+
+def full_mesh(devices: tuple[Device, ...], latency: float, bandwidth: float) -> tuple[Link, ...]:
+    """One channel per ordered pair of distinct ``devices``, all with the same numbers."""
+    return tuple(Link(a.name, b.name, latency, bandwidth) for a in devices for b in devices if a.name != b.name)
+
+
+def check_kinds(devices: list[Device] | tuple[Device, ...], where: str) -> None:
+    """Costs are per kind: every device of a kind must have the same speeds."""
+    first: dict[str, Device] = {}
+    for device in devices:
+        seen = first.setdefault(device.kind, device)
+        speeds = (device.peak_flops, device.mem_bandwidth, device.launch_overhead)
+        if speeds != (seen.peak_flops, seen.mem_bandwidth, seen.launch_overhead):
+            raise ClusterError(
+                f"{where}: devices '{seen.name}' and '{device.name}' are both of kind '{device.kind}' but differ in "
+                "peak_flops, mem_bandwidth or launch_overhead (costs are per kind: give them different kinds)"
+            )
+
+
+def widest_routes(names: list[str], wires: dict[tuple[str, str], tuple[float, float]], src: str) -> dict[str, Link]:
+    """Channels from ``src`` to every reachable device over multi-hop wire routes (Moirai §III-C).
+
+    A route's bandwidth is its narrowest wire and its latency the sum of its wires' latencies
+    (Moirai Fig. 3: A -> B -> D -> F seen as one indirect channel A - F). For each destination the
+    widest route is chosen; among equally wide routes the lowest latency, then the fewest hops.
+    Widest-then-shortest is not isotone, so it is computed exactly: for each candidate bottleneck
+    ``w`` (distinct wire bandwidths, widest first) a Dijkstra on latency over wires of bandwidth
+    ``>= w`` settles the destinations first reached at that width.
+
+    Args:
+        names: device names.
+        wires: ``(a, b) -> (latency, bandwidth)`` for each directed physical wire.
+        src: the source device.
+
+    Returns:
+        destination name -> :class:`Link` with its ``route``; unreachable devices are absent.
+    """
+    adjacency: dict[str, list[tuple[str, float, float]]] = {n: [] for n in names}
+    for (a, b), (latency, bandwidth) in sorted(wires.items()):
+        adjacency[a].append((b, latency, bandwidth))
+    out: dict[str, Link] = {}
+    for width in sorted({bw for _, bw in wires.values()}, reverse=True):
+        best: dict[str, tuple[float, int, tuple[str, ...], float]] = {}
+        heap: list[tuple[float, int, tuple[str, ...], float]] = [(0.0, 0, (src,), float("inf"))]
+        while heap:
+            latency, hops, route, narrowest = heapq.heappop(heap)
+            node = route[-1]
+            if node in best:
+                continue
+            best[node] = (latency, hops, route, narrowest)
+            for nxt, wire_latency, wire_bandwidth in adjacency[node]:
+                if wire_bandwidth >= width and nxt not in best:
+                    heapq.heappush(
+                        heap, (latency + wire_latency, hops + 1, (*route, nxt), min(narrowest, wire_bandwidth))
+                    )
+        for node, (latency, hops, route, narrowest) in best.items():
+            if node != src and node not in out:
+                out[node] = Link(src, node, latency, narrowest, route if hops > 1 else ())
+        if len(out) == len(names) - 1:
+            break
+    return out
