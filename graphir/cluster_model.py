@@ -31,6 +31,8 @@ class Device:
         peak_flops: peak FLOP/s.
         mem_bandwidth: memory bandwidth in bytes/s.
         launch_overhead: fixed seconds added to every kernel (the roofline's per-op constant).
+        op_overhead: seconds the framework's executor spends per op *beyond* its ``cost`` (dispatch
+            that measured kernel times do not contain), charged by the simulator; 0 by default.
     """
 
     name: str
@@ -40,6 +42,7 @@ class Device:
     peak_flops: float
     mem_bandwidth: float
     launch_overhead: float = GPU_LAUNCH_OVERHEAD
+    op_overhead: float = 0.0
 
 
 @attrs.frozen
@@ -101,12 +104,19 @@ class Cluster:
     Attributes:
         spec: the text this cluster was resolved from (recorded in the module header).
         devices: the devices, in order.
-        links: one link per ordered pair of distinct devices.
+        links: one link per ordered pair of distinct devices (the end-to-end channel numbers the
+            papers' congestion rules ``pair``, ``port`` and ``task`` use).
+        topology: the physical wires, switches and per-pair routes (``congestion=topology``), or
+            None when the cluster describes channels only.
+        transfer_overhead: seconds added to every cross-device transfer on top of its link's
+            latency (the runtime's send/recv rendezvous); 0 by default.
     """
 
     spec: str
     devices: tuple[Device, ...]
     links: tuple[Link, ...]
+    topology: Topology | None = None
+    transfer_overhead: float = 0.0
 
     def device(self, name: str) -> Device:
         """The device called ``name``; raises ``KeyError``."""
@@ -168,15 +178,21 @@ def check_kinds(devices: list[Device] | tuple[Device, ...], where: str) -> None:
     first: dict[str, Device] = {}
     for device in devices:
         seen = first.setdefault(device.kind, device)
-        speeds = (device.peak_flops, device.mem_bandwidth, device.launch_overhead)
-        if speeds != (seen.peak_flops, seen.mem_bandwidth, seen.launch_overhead):
+        speeds = (device.peak_flops, device.mem_bandwidth, device.launch_overhead, device.op_overhead)
+        if speeds != (seen.peak_flops, seen.mem_bandwidth, seen.launch_overhead, seen.op_overhead):
             raise ClusterError(
                 f"{where}: devices '{seen.name}' and '{device.name}' are both of kind '{device.kind}' but differ in "
-                "peak_flops, mem_bandwidth or launch_overhead (costs are per kind: give them different kinds)"
+                "peak_flops, mem_bandwidth, launch_overhead or op_overhead (costs are per kind: give them "
+                "different kinds)"
             )
 
 
-def widest_routes(names: list[str], wires: dict[tuple[str, str], tuple[float, float]], src: str) -> dict[str, Link]:
+def widest_routes(
+    names: list[str],
+    wires: dict[tuple[str, str], tuple[float, float]],
+    src: str,
+    relays: frozenset[str] | None = None,
+) -> dict[str, Link]:
     """Channels from ``src`` to every reachable device over multi-hop wire routes (Moirai §III-C).
 
     A route's bandwidth is its narrowest wire and its latency the sum of its wires' latencies
@@ -190,6 +206,8 @@ def widest_routes(names: list[str], wires: dict[tuple[str, str], tuple[float, fl
         names: device names.
         wires: ``(a, b) -> (latency, bandwidth)`` for each directed physical wire.
         src: the source device.
+        relays: the nodes a route may pass through (None: every node, Moirai's devices that
+            forward); a destination outside ``relays`` is still reached, but not passed through.
 
     Returns:
         destination name -> :class:`Link` with its ``route``; unreachable devices are absent.
@@ -208,7 +226,7 @@ def widest_routes(names: list[str], wires: dict[tuple[str, str], tuple[float, fl
                 continue
             best[node] = (latency, hops, route, narrowest)
             for nxt, wire_latency, wire_bandwidth in adjacency[node]:
-                if wire_bandwidth >= width and nxt not in best:
+                if wire_bandwidth >= width and nxt not in best and (relays is None or node == src or node in relays):
                     heapq.heappush(
                         heap, (latency + wire_latency, hops + 1, (*route, nxt), min(narrowest, wire_bandwidth))
                     )
@@ -218,3 +236,122 @@ def widest_routes(names: list[str], wires: dict[tuple[str, str], tuple[float, fl
         if len(out) == len(names) - 1:
             break
     return out
+
+
+# --------------------------------------------------------------------------- topology
+
+SWITCH_KINDS = ("pcie-switch", "host-bridge", "nvswitch", "nic", "network")
+"""Kinds of non-device nodes a topology may hold (informative: every kind routes the same way)."""
+
+
+@attrs.frozen
+class Switch:
+    """A node of the topology that is not a device.
+
+    A PCIe switch, a CPU's host bridge (root complex; the socket interconnect is a wire to the
+    other socket's bridge), an NVSwitch, a NIC or a network switch. It is non-blocking inside:
+    contention happens on its wires.
+    """
+
+    name: str
+    kind: str = "pcie-switch"
+
+
+@attrs.frozen
+class Wire:
+    """One direction of a physical link between two nodes (devices or switches).
+
+    Each wire is one shared resource: a full-duplex link is two wires, one per direction.
+    """
+
+    src: str
+    dst: str
+    latency: float
+    bandwidth: float
+    kind: str = "wire"
+
+
+@attrs.frozen
+class Topology:
+    """The physical interconnect: switches, directed wires and the route of every ordered device pair.
+
+    Attributes:
+        switches: the non-device nodes.
+        wires: directed wires (at most one per ordered node pair).
+        paths: one :class:`Link` per ordered pair of distinct devices: the numbers of the physical
+            route (narrowest wire; summed latencies, unless a preset gives measured numbers) and its
+            ``route`` (node names from source to destination, always filled, even for one hop).
+    """
+
+    switches: tuple[Switch, ...]
+    wires: tuple[Wire, ...]
+    paths: tuple[Link, ...]
+
+    def path(self, src: str, dst: str) -> Link:
+        """The physical route from device ``src`` to device ``dst``; raises ``KeyError``."""
+        for link in self.paths:
+            if link.src == src and link.dst == dst:
+                return link
+        raise KeyError((src, dst))
+
+
+def duplex(a: str, b: str, latency: float, bandwidth: float, kind: str) -> tuple[Wire, Wire]:
+    """The two directed wires of a full-duplex link ``a - b`` with the same numbers each way."""
+    return Wire(a, b, latency, bandwidth, kind), Wire(b, a, latency, bandwidth, kind)
+
+
+def build_topology(
+    device_names: tuple[str, ...] | list[str],
+    switches: tuple[Switch, ...] | list[Switch],
+    wires: tuple[Wire, ...] | list[Wire],
+    *,
+    relay: bool,
+    measured: dict[tuple[str, str], tuple[float, float]] | None = None,
+    where: str = "cluster",
+) -> Topology:
+    """Derive every device pair's physical route from the wires (:func:`widest_routes`).
+
+    Args:
+        device_names: the devices (route endpoints).
+        switches: the non-device nodes; routes always may pass through them.
+        wires: directed wires; a later wire between the same ordered nodes replaces an earlier one.
+        relay: whether a route may pass *through* a device (Moirai Fig. 3's forwarding devices).
+            TensorFlow copies a tensor point to point (cudaMemcpyPeer, staged through the host when
+            peer access is off): a GPU never forwards another GPU's tensor, so the presets say False.
+        measured: ``(src, dst) -> (latency, bandwidth)`` that replace a derived route's numbers
+            (Moirai Table III measures pairs end to end); the route's resources stay.
+        where: prefix of error messages.
+
+    Raises:
+        ClusterError: a wire names an unknown node, or a device pair has no route.
+    """
+    names = list(device_names)
+    nodes = names + [s.name for s in switches]
+    if len(set(nodes)) != len(nodes):
+        raise ClusterError(f"{where}: device and switch names must be unique, got {nodes}")
+    known = set(nodes)
+    table: dict[tuple[str, str], tuple[float, float]] = {}
+    kept: dict[tuple[str, str], Wire] = {}
+    for wire in wires:
+        if wire.src not in known or wire.dst not in known:
+            raise ClusterError(f"{where}: wire '{wire.src}' -> '{wire.dst}' joins an unknown device or switch")
+        if wire.src == wire.dst:
+            raise ClusterError(f"{where}: wire joins '{wire.src}' to itself")
+        table[(wire.src, wire.dst)] = (wire.latency, wire.bandwidth)
+        kept[(wire.src, wire.dst)] = wire
+    relays = None if relay else frozenset(s.name for s in switches)
+    paths: list[Link] = []
+    for a in names:
+        reach = widest_routes(nodes, table, a, relays)
+        for b in names:
+            if a == b:
+                continue
+            if b not in reach:
+                raise ClusterError(f"{where}: the wires connect no route from '{a}' to '{b}'")
+            link = reach[b]
+            route = link.route or (a, b)
+            latency, bandwidth = (link.latency, link.bandwidth)
+            if measured is not None and (a, b) in measured:
+                latency, bandwidth = measured[(a, b)]
+            paths.append(Link(a, b, latency, bandwidth, route))
+    return Topology(tuple(switches), tuple(kept.values()), tuple(paths))

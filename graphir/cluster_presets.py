@@ -1,6 +1,15 @@
 """Presets: the papers' testbeds as clusters (``--cluster=fastt``, ``celeritas``, ``pesto``, ``moirai-*``).
 
-Each builder documents its source (paper section, table) next to its numbers.
+Each builder documents its source (paper section, table) next to its numbers. A preset has two
+layers: its ``links`` (one end-to-end channel per ordered pair, the numbers every result used before
+topologies existed, and what the papers' own congestion rules ``pair|port|task`` use) and its
+``topology`` (switches and wires of the physical machine, used by ``congestion=topology``). Where a
+paper does not describe its machine's wiring, the builder says what it chose and why.
+
+Wire numbers (per direction): NVLink 2.0 25 GB/s per link (NVIDIA V100 whitepaper: six links of
+25 GB/s); PCIe 3.0 x16 12 GB/s achievable (as :data:`PCIE`), 5 us per hop so that the usual two-hop
+GPU-switch-GPU or GPU-switch-CPU route keeps :data:`PCIE`'s 10 us; the socket interconnect (QPI /
+UPI) 19.2 GB/s, 1 us; InfiniBand EDR 100 Gb/s = 12.5 GB/s, 5 us (:data:`INFINIBAND_LATENCY`).
 """
 
 from __future__ import annotations
@@ -16,9 +25,55 @@ from graphir.cluster_model import (
     Device,
     GiB,
     Link,
+    Switch,
+    Topology,
+    Wire,
+    build_topology,
     catalogue_device,
+    duplex,
     full_mesh,
 )
+
+NVLINK_WIRE = (5e-6, 25e9)
+"""One NVLink 2.0 link (brick) between two V100s, per direction; ``NV2`` pairs get two (50 GB/s)."""
+PCIE_HOP = (5e-6, 12e9)
+"""One PCIe 3.0 x16 hop (GPU - switch, switch - host bridge)."""
+SOCKET_LINK = (1e-6, 19.2e9)
+"""QPI/UPI between the two sockets' host bridges (one 9.6 GT/s link, per direction)."""
+INFINIBAND_EDR = (INFINIBAND_LATENCY, 100e9 / 8)
+"""100 Gb/s InfiniBand EDR (NIC - network switch)."""
+
+# DGX-1 with V100 (NVIDIA DGX-1 System Architecture whitepaper, "hybrid cube-mesh"; the
+# ``nvidia-smi topo -m`` matrix): NVLink links per GPU pair (1 = NV1, 2 = NV2); every GPU has six.
+_DGX1_NVLINKS = {
+    (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 2,
+    (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 2,
+}  # fmt: skip
+
+
+def _dgx1_wires(gpus: list[str], prefix: str, pairs: dict[tuple[int, int], int]) -> tuple[list[Switch], list[Wire]]:
+    """The NVLink mesh among ``gpus`` plus DGX-1's PCIe tree.
+
+    GPUs 2k and 2k+1 share PCIe switch k; switches 0-1 hang off socket 0's host bridge, 2-3 off
+    socket 1's; the sockets are joined by QPI.
+    """
+    switches: list[Switch] = []
+    wires: list[Wire] = []
+    for (a, b), count in pairs.items():
+        if a < len(gpus) and b < len(gpus):
+            wires += duplex(gpus[a], gpus[b], NVLINK_WIRE[0], count * NVLINK_WIRE[1], "nvlink")
+    sockets = sorted({k // 4 for k in range(len(gpus))})
+    for socket in sockets:
+        switches.append(Switch(f"{prefix}hb{socket}", "host-bridge"))
+    for k, gpu in enumerate(gpus):
+        if k % 2 == 0:
+            plx = f"{prefix}plx{k // 2}"
+            switches.append(Switch(plx, "pcie-switch"))
+            wires += duplex(plx, f"{prefix}hb{k // 4}", *PCIE_HOP, "pcie")
+        wires += duplex(gpu, f"{prefix}plx{k // 2}", *PCIE_HOP, "pcie")
+    if len(sockets) == 2:
+        wires += duplex(f"{prefix}hb0", f"{prefix}hb1", *SOCKET_LINK, "qpi")
+    return switches, wires
 
 
 def _gbps(value: float) -> float:
@@ -37,15 +92,65 @@ def _table_links(names: list[str], table: list[list[float | None]], latency: flo
 
 
 def _preset_celeritas(spec: str) -> Cluster:
-    # Celeritas §6.2.1: 4 NVIDIA Tesla V100 (32 GB each), interconnected via the PCIe bus.
+    # Celeritas §6.2.1: 2 Xeon Gold 5220 and 4 NVIDIA Tesla V100 (32 GB each), "interconnected via
+    # the PCIe bus". The paper does not say which GPUs share a switch; chosen: the common 4-GPU
+    # dual-socket layout, GPUs 0-1 behind a PCIe switch on socket 0, GPUs 2-3 behind one on socket 1,
+    # sockets joined by UPI. GPU 0 -> 1 stays under its switch (10 us, 12 GB/s, as the links);
+    # GPU 0 -> 2 crosses both host bridges (21 us) and contends on both switch uplinks.
     devices = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100-32GB") for i in range(4))
-    return Cluster(spec, devices, full_mesh(devices, *PCIE))
+    names = [d.name for d in devices]
+    switches = [Switch("hb0", "host-bridge"), Switch("hb1", "host-bridge"), Switch("plx0"), Switch("plx1")]
+    wires = [
+        *duplex("plx0", "hb0", *PCIE_HOP, "pcie"),
+        *duplex("plx1", "hb1", *PCIE_HOP, "pcie"),
+        *duplex("hb0", "hb1", *SOCKET_LINK, "upi"),
+    ]
+    for k, gpu in enumerate(names):
+        wires += duplex(gpu, f"plx{k // 2}", *PCIE_HOP, "pcie")
+    topology = build_topology(names, switches, wires, relay=False, where=spec)
+    return Cluster(spec, devices, full_mesh(devices, *PCIE), topology)
 
 
 def _preset_fastt(spec: str) -> Cluster:
-    # FastT §6 testbed: 8 NVIDIA Tesla V100 (16 GB each) with NVLinks.
+    # FastT §6.2 testbed: "physical machines, each equipped with 8 NVIDIA Tesla V100 GPUs with
+    # NVLinks" (16 GB). The links keep one 50 GB/s NVLink channel per pair; the topology is a DGX-1
+    # (the 8-V100 NVLink server of its time): the hybrid cube-mesh, where 12 of the 28 GPU pairs
+    # have no NVLink and TensorFlow's copy goes over PCIe through both sockets (relay=False: a GPU
+    # does not forward another GPU's tensor).
     devices = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100") for i in range(8))
-    return Cluster(spec, devices, full_mesh(devices, *NVLINK))
+    names = [d.name for d in devices]
+    switches, wires = _dgx1_wires(names, "", _DGX1_NVLINKS)
+    topology = build_topology(names, switches, wires, relay=False, where=spec)
+    return Cluster(spec, devices, full_mesh(devices, *NVLINK), topology)
+
+
+def _preset_fastt_2x4(spec: str) -> Cluster:
+    # FastT §6.2 "8 GPUs (2 servers)": "4 GPU cards each on two servers", inter-server traffic in
+    # the cost model. Chosen: GPUs 0-3 of a DGX-1 in each server (NVLink among them, PCIe switches
+    # on socket 0) and one 100 Gb/s InfiniBand EDR NIC per server on the host bridge, joined by a
+    # network switch; the paper names no network. Device gpu0-3 are /job:worker/task:0, gpu4-7
+    # task:1. Unlike the older presets, the links are the topology's own routes.
+    devices = tuple(
+        catalogue_device(f"gpu{4 * s + i}", f"/job:worker/task:{s}/device:GPU:{i}", "V100")
+        for s in range(2)
+        for i in range(4)
+    )
+    switches: list[Switch] = [Switch("ib", "network")]
+    wires: list[Wire] = []
+    for server in range(2):
+        gpus = [f"gpu{4 * server + i}" for i in range(4)]
+        prefix = f"s{server}."
+        more_switches, more_wires = _dgx1_wires(gpus, prefix, _DGX1_NVLINKS)
+        nic = f"{prefix}nic"
+        switches += [*more_switches, Switch(nic, "nic")]
+        wires += [
+            *more_wires,
+            *duplex(f"{prefix}hb0", nic, *PCIE_HOP, "pcie"),
+            *duplex(nic, "ib", *INFINIBAND_EDR, "infiniband"),
+        ]
+    names = [d.name for d in devices]
+    topology = build_topology(names, switches, wires, relay=False, where=spec)
+    return Cluster(spec, devices, topology.paths, topology)
 
 
 # Intel Xeon Silver 4116 (Pesto §5): 12 cores x 2.1 GHz x 32 FP32 FLOP/cycle (one AVX-512 FMA
@@ -58,10 +163,15 @@ def _preset_pesto(spec: str) -> Cluster:
     # connection to the CPU, the GPUs talk directly over NVLink.
     gpus = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100") for i in range(2))
     cpu = Device("cpu0", "/device:CPU:0", "cpu", 64 * GiB, *_XEON_SILVER_4116, CPU_LAUNCH_OVERHEAD)
+    # Topology: the same three wires (the NVLink pair counted as two links, 50 GB/s as the links'
+    # NVLINK; each GPU's dedicated PCIe connection one 10 us hop), plus ports.
     links = [Link("gpu0", "gpu1", *NVLINK), Link("gpu1", "gpu0", *NVLINK)]
+    wires = [*duplex("gpu0", "gpu1", *NVLINK, "nvlink")]
     for gpu in gpus:
         links += [Link(gpu.name, "cpu0", *PCIE), Link("cpu0", gpu.name, *PCIE)]
-    return Cluster(spec, (*gpus, cpu), tuple(links))
+        wires += duplex(gpu.name, "cpu0", *PCIE, "pcie")
+    topology = build_topology(["gpu0", "gpu1", "cpu0"], [], wires, relay=False, where=spec)
+    return Cluster(spec, (*gpus, cpu), tuple(links), topology)
 
 
 def _preset_moirai_inter(spec: str) -> Cluster:
@@ -75,7 +185,15 @@ def _preset_moirai_inter(spec: str) -> Cluster:
         [33.2, 35.31, None, 32.95],
         [42.08, 43.22, 33.28, None],
     ]
-    return Cluster(spec, devices, _table_links([d.name for d in devices], table, INFINIBAND_LATENCY))
+    # Topology: each server's NIC on one InfiniBand switch ("interconnected with a 100Gbps
+    # InfiniBand network", §V-A); route numbers stay the measured pairs, the route adds the NICs'
+    # and the switch ports' contention.
+    links = _table_links([d.name for d in devices], table, INFINIBAND_LATENCY)
+    switches = [Switch("ib", "network"), *(Switch(f"nic{i}", "nic") for i in range(4))]
+    wires: list[Wire] = []
+    for i, device in enumerate(devices):
+        wires += [*duplex(device.name, f"nic{i}", *PCIE_HOP, "pcie"), *duplex(f"nic{i}", "ib", *INFINIBAND_EDR, "ib")]
+    return Cluster(spec, devices, links, _measured_topology(devices, switches, wires, links, spec))
 
 
 def _preset_moirai_intra(spec: str) -> Cluster:
@@ -89,12 +207,32 @@ def _preset_moirai_intra(spec: str) -> Cluster:
         [630.43, 609.82, None, 571.96],
         [622.67, 575.08, 581.35, None],
     ]
-    return Cluster(spec, devices, _table_links([d.name for d in devices], table, NVLINK[0]))
+    # Topology: every GPU on one NVSwitch ("connected via NVLink and expanded through NVSwitch to
+    # enable all-to-all communication", §V-A); measured pair numbers, NVSwitch ports contend.
+    links = _table_links([d.name for d in devices], table, NVLINK[0])
+    wires: list[Wire] = []
+    for device in devices:
+        wires += duplex(device.name, "nvswitch", NVLINK_WIRE[0], 6 * NVLINK_WIRE[1], "nvlink")
+    return Cluster(
+        spec, devices, links, _measured_topology(devices, [Switch("nvswitch", "nvswitch")], wires, links, spec)
+    )
+
+
+def _measured_topology(
+    devices: tuple[Device, ...], switches: list[Switch], wires: list[Wire], links: tuple[Link, ...], spec: str
+) -> Topology:
+    """Routes from the wires, numbers from the measured ``links`` (Moirai Table III)."""
+    measured = {(link.src, link.dst): (link.latency, link.bandwidth) for link in links}
+    return build_topology([d.name for d in devices], switches, wires, relay=False, measured=measured, where=spec)
 
 
 PRESETS: dict[str, tuple[str, Callable[[str], Cluster]]] = {
     "celeritas": ("Celeritas testbed: 4x V100 32 GB over PCIe", _preset_celeritas),
-    "fastt": ("FastT testbed: 8x V100 16 GB over NVLink", _preset_fastt),
+    "fastt": ("FastT testbed: 8x V100 16 GB over NVLink (topology: DGX-1 hybrid cube-mesh + PCIe)", _preset_fastt),
+    "fastt-2x4": (
+        "FastT 2-server setting: 2 servers x 4 V100 16 GB (DGX-1 NVLink quad), 100 Gb/s InfiniBand between",
+        _preset_fastt_2x4,
+    ),
     "pesto": ("Pesto testbed: 2x V100 16 GB (NVLink) + Xeon Silver 4116 CPU (PCIe to each GPU)", _preset_pesto),
     "moirai-inter": (
         "Moirai Table III inter-server: 2080 Ti, T4, P4, 3060 Ti over InfiniBand (measured Gbps per pair)",

@@ -13,11 +13,15 @@ from graphir.cluster_model import (
     DEVICE_KINDS,
     GPU_LAUNCH_OVERHEAD,
     PCIE,
+    SWITCH_KINDS,
     Cluster,
     ClusterError,
     Device,
     GiB,
     Link,
+    Switch,
+    Wire,
+    build_topology,
     check_kinds,
     widest_routes,
 )
@@ -25,6 +29,7 @@ from graphir.cluster_model import (
 
 def device_toml(device: Device, memory: int | None = None) -> list[str]:
     """The ``[[device]]`` table of ``device`` as cluster-file lines (``memory`` overrides its bytes)."""
+    extra = [f"op_overhead = {device.op_overhead!r}"] if device.op_overhead else []
     return [
         "[[device]]",
         f'name = "{device.name}"',
@@ -34,6 +39,7 @@ def device_toml(device: Device, memory: int | None = None) -> list[str]:
         f"peak_flops = {device.peak_flops!r}",
         f"mem_bandwidth = {device.mem_bandwidth!r}",
         f"launch_overhead = {device.launch_overhead!r}",
+        *extra,
     ]
 
 
@@ -97,6 +103,7 @@ def _load_device(raw: dict[str, Any], k: int, where: str) -> Device:
         launch_overhead=_number(
             raw, "launch_overhead", entry.launch_overhead if entry else GPU_LAUNCH_OVERHEAD, where, positive=False
         ),
+        op_overhead=_number(raw, "op_overhead", 0.0, where, positive=False),
     )
 
 
@@ -139,12 +146,29 @@ def load_cluster_toml(path: Path) -> Cluster:
         given[(src, dst)] = Link(src, dst, latency, bandwidth)
         if raw.get("bidirectional", True) and (dst, src) not in given:
             given[(dst, src)] = Link(dst, src, latency, bandwidth)
+    switches: list[Switch] = []
+    for k, raw in enumerate(_table_list(data, "switch", path)):
+        where = f"{path}: switch #{k}"
+        if "name" not in raw:
+            raise ClusterError(f"{where}: missing key 'name'")
+        kind = str(raw.get("kind", "pcie-switch"))
+        if kind not in SWITCH_KINDS:
+            raise ClusterError(f"{where}: kind must be one of {', '.join(SWITCH_KINDS)}, got '{kind}'")
+        switches.append(Switch(str(raw["name"]), kind))
+    nodes = names + [s.name for s in switches]
+    if len(set(nodes)) != len(nodes):
+        raise ClusterError(f"{path}: device and switch names must be unique, got {nodes}")
+    topology_table = data.get("topology", {})
+    if not isinstance(topology_table, dict) or not isinstance(topology_table.get("relay", True), bool):
+        raise ClusterError(f"{path}: 'topology' must be a table with a boolean 'relay'")
+    relay = topology_table.get("relay", True)
     wires: dict[tuple[str, str], tuple[float, float]] = {}
+    wire_kinds: dict[tuple[str, str], str] = {}
     for k, raw in enumerate(_table_list(data, "wire", path)):
         where = f"{path}: wire #{k}"
         a, b = str(raw.get("a")), str(raw.get("b"))
-        if a not in names or b not in names:
-            raise ClusterError(f"{where} joins unknown devices '{a}' - '{b}'")
+        if a not in nodes or b not in nodes:
+            raise ClusterError(f"{where} joins unknown devices or switches '{a}' - '{b}'")
         if a == b:
             raise ClusterError(f"{where} joins '{a}' to itself")
         spec = (
@@ -152,11 +176,18 @@ def load_cluster_toml(path: Path) -> Cluster:
             _number(raw, "bandwidth", None, where, positive=True),
         )
         wires[(a, b)] = spec
-        if raw.get("bidirectional", True):
-            wires.setdefault((b, a), spec)
+        wire_kinds[(a, b)] = str(raw.get("kind", "wire"))
+        if raw.get("bidirectional", True) and (b, a) not in wires:
+            wires[(b, a)] = spec
+            wire_kinds[(b, a)] = wire_kinds[(a, b)]
+    overheads = data.get("overheads", {})
+    if not isinstance(overheads, dict):
+        raise ClusterError(f"{path}: 'overheads' must be a table")
+    transfer_overhead = _number(overheads, "transfer", 0.0, f"{path}: overheads", positive=False)
+    relays = None if relay else frozenset(s.name for s in switches)
     links: list[Link] = []
     for a in names:
-        routes = widest_routes(names, wires, a) if wires else {}
+        routes = widest_routes(nodes, wires, a, relays) if wires else {}
         for b in names:
             if a == b:
                 continue
@@ -168,4 +199,10 @@ def load_cluster_toml(path: Path) -> Cluster:
                 links.append(routes[b])
             else:
                 links.append(Link(a, b, default_latency, default_bandwidth))
-    return Cluster(str(path), tuple(devices), tuple(links))
+    topology = None
+    if wires:
+        directed = [
+            Wire(a, b, latency, bandwidth, wire_kinds[(a, b)]) for (a, b), (latency, bandwidth) in wires.items()
+        ]
+        topology = build_topology(names, switches, directed, relay=relay, where=str(path))
+    return Cluster(str(path), tuple(devices), tuple(links), topology, transfer_overhead)

@@ -15,10 +15,29 @@ for "data ready at t: when is it on each device?"), so a placer's estimate of a 
 simulator's to the bit.
 
 Resources: a transfer occupies every resource on its *route* for its whole duration; two transfers
-sharing a resource cannot overlap on it (FIFO, in the order they are requested). Today each ordered
-device pair is one resource, its *channel* (the papers' "one channel per device pair"), so the
-route of ``a -> b`` is that channel alone. The cluster's topology (ports, PCIe switches, NVLink,
-NICs) will add resources to routes; the simulator already books every resource of a route.
+sharing a resource cannot overlap on it: they serialise FIFO, in the order they are requested (a
+transfer starts when every resource of its route is free). Serialising rather than sharing bandwidth
+is a choice: it keeps the simulator an O(log) event per transfer and matches TensorFlow, which copies
+on one device-to-device stream per GPU, one tensor after the other. The route depends on the
+congestion rule (:data:`CONGESTION_RULES`), so that each paper's model can be run as published:
+
+* ``pair`` (the default; Pesto §3.2.2 and FastT: one channel per ordered device pair): the route of
+  ``a -> b`` is the channel ``"a->b"``; transfers between different pairs never contend.
+* ``port`` (Moirai eq. (8): "two communication operations should not be processing simultaneously"
+  when both leave, or both enter, device k): a device sends one transfer and receives one transfer
+  at a time: the route is ``("a.out", "b.in")``.
+* ``task`` (Celeritas §6.1: "we treat the data transmission process as an additional task ... on
+  the devices which need to send or receive data"): the transfer occupies the compute of both
+  devices, ``("a.compute", "b.compute")``; the simulator books the same resources for the nodes it
+  runs, so a transfer blocks compute on both ends and waits for the ops running there.
+* ``topology`` (the physical interconnect, :class:`graphir.cluster_model.Topology`): the sender's
+  egress port, every directed wire of the physical route (NVLink, PCIe links to switches and host
+  bridges, the socket interconnect, NIC and network links) and the receiver's ingress port; its time
+  is the route's own numbers (narrowest wire, summed latencies), not the pair's channel. A cluster
+  without topology data gets ``("a.out", "a->b", "b.in")`` with the channel's numbers.
+
+The cluster's ``transfer_overhead`` (seconds per transfer, the runtime's send/recv cost) is added to
+every pair's latency, for every rule.
 
 The representative time used before placement (coarsening priorities, HEFT's and FastT's ranks) is
 the mean over every ordered pair of distinct devices: ``mean(latency) + B · mean(1 / bandwidth)``,
@@ -37,6 +56,28 @@ if TYPE_CHECKING:
     from graphir.cluster import Cluster
 
 
+CONGESTION_RULES = ("pair", "port", "task", "topology")
+"""The congestion rules, in the order of the module docstring; ``pair`` is the default."""
+
+
+def _route_names(
+    congestion: str, names: tuple[str, ...], a: int, b: int, physical_routes: list[list[tuple[str, ...]]] | None
+) -> tuple[str, ...]:
+    """The resource names a transfer from device ``a`` to ``b`` occupies under ``congestion``."""
+    src, dst = names[a], names[b]
+    if congestion == "pair":
+        return (f"{src}->{dst}",)
+    if congestion == "port":
+        return (f"{src}.out", f"{dst}.in")
+    if congestion == "task":
+        return (f"{src}.compute", f"{dst}.compute")
+    if physical_routes is None:
+        return (f"{src}.out", f"{src}->{dst}", f"{dst}.in")
+    hops = physical_routes[a][b]
+    wires = tuple(f"{x}->{y}" for x, y in zip(hops, hops[1:], strict=False))
+    return (f"{src}.out", *wires, f"{dst}.in")
+
+
 class LinkModel:
     """Transfer times and routes between the devices of one cluster, by device position.
 
@@ -45,8 +86,12 @@ class LinkModel:
         latency: ``(D, D)`` seconds per transfer; 0 on the diagonal.
         bandwidth: ``(D, D)`` bytes per second; ``inf`` on the diagonal.
         seconds_per_byte: ``(D, D)`` ``1 / bandwidth``; 0 on the diagonal.
-        resource_names: one name per shared resource (today: ``"a->b"`` per ordered pair).
+        congestion: the congestion rule the routes follow (:data:`CONGESTION_RULES`).
+        resource_names: one name per shared resource (``"a->b"`` channels or wires, ``"a.out"`` and
+            ``"a.in"`` ports, ``"a.compute"``), ids in order of first use.
         routes: ``routes[a][b]``: the resource ids a transfer ``a -> b`` occupies (empty when a == b).
+        compute_resource: per device, the resource id of its compute under ``task`` (which the
+            simulator also books for the device's nodes); -1 under the other rules.
         mean_latency, mean_seconds_per_byte: the representative pair (see the module docstring).
     """
 
@@ -54,6 +99,8 @@ class LinkModel:
         "_latency_rows",
         "_bandwidth_rows",
         "bandwidth",
+        "compute_resource",
+        "congestion",
         "device_names",
         "latency",
         "mean_latency",
@@ -63,9 +110,20 @@ class LinkModel:
         "seconds_per_byte",
     )
 
-    def __init__(self, device_names: tuple[str, ...], latency: np.ndarray, bandwidth: np.ndarray) -> None:
+    def __init__(
+        self,
+        device_names: tuple[str, ...],
+        latency: np.ndarray,
+        bandwidth: np.ndarray,
+        *,
+        congestion: str = "pair",
+        physical_routes: list[list[tuple[str, ...]]] | None = None,
+    ) -> None:
+        if congestion not in CONGESTION_RULES:
+            raise ValueError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
         count = len(device_names)
         self.device_names = device_names
+        self.congestion = congestion
         self.latency = np.asarray(latency, dtype=np.float64)
         self.bandwidth = np.asarray(bandwidth, dtype=np.float64)
         assert self.latency.shape == (count, count) and self.bandwidth.shape == (count, count)
@@ -78,14 +136,17 @@ class LinkModel:
         self.seconds_per_byte = per_byte
         self._latency_rows: list[list[float]] = self.latency.tolist()
         self._bandwidth_rows: list[list[float]] = self.bandwidth.tolist()
-        names: list[str] = []
+        ids: dict[str, int] = {}
         routes: list[list[tuple[int, ...]]] = [[() for _ in range(count)] for _ in range(count)]
         for a in range(count):
             for b in range(count):
                 if a != b:
-                    routes[a][b] = (len(names),)
-                    names.append(f"{device_names[a]}->{device_names[b]}")
-        self.resource_names = tuple(names)
+                    names = _route_names(congestion, device_names, a, b, physical_routes)
+                    routes[a][b] = tuple(ids.setdefault(name, len(ids)) for name in names)
+        self.compute_resource: list[int] = [-1] * count
+        if congestion == "task":
+            self.compute_resource = [ids.setdefault(f"{name}.compute", len(ids)) for name in device_names]
+        self.resource_names = tuple(ids)
         self.routes = routes
         pairs = count * (count - 1)
         if pairs:
@@ -97,17 +158,28 @@ class LinkModel:
             self.mean_seconds_per_byte = 0.0
 
     @classmethod
-    def from_cluster(cls, cluster: Cluster) -> LinkModel:
-        """The link model of ``cluster`` (unlisted pairs: latency 0, infinite bandwidth)."""
+    def from_cluster(cls, cluster: Cluster, congestion: str = "pair") -> LinkModel:
+        """The link model of ``cluster`` under a congestion rule (unlisted pairs: latency 0, infinite bandwidth).
+
+        Under ``topology`` with a cluster topology, each pair's numbers and route are its physical
+        path's; otherwise the pair's link. ``transfer_overhead`` is added to every pair's latency.
+        """
         count = len(cluster.devices)
         position = {name: k for k, name in enumerate(cluster.device_names)}
         latency = np.zeros((count, count))
         bandwidth = np.full((count, count), np.inf)
-        for link in cluster.links:
+        physical = congestion == "topology" and cluster.topology is not None
+        physical_routes: list[list[tuple[str, ...]]] | None = None
+        if physical:
+            assert cluster.topology is not None
+            physical_routes = [[() for _ in range(count)] for _ in range(count)]
+        for link in cluster.topology.paths if physical and cluster.topology is not None else cluster.links:
             a, b = position[link.src], position[link.dst]
-            latency[a, b] = link.latency
+            latency[a, b] = link.latency + cluster.transfer_overhead
             bandwidth[a, b] = link.bandwidth
-        return cls(cluster.device_names, latency, bandwidth)
+            if physical_routes is not None:
+                physical_routes[a][b] = link.route
+        return cls(cluster.device_names, latency, bandwidth, congestion=congestion, physical_routes=physical_routes)
 
     @property
     def num_devices(self) -> int:

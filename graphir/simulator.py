@@ -2,16 +2,31 @@
 
 Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
 
-* Each device runs its nodes one at a time in their ``order``; a node starts when its device has
-  finished the previous node in that order and every input has arrived on its device.
+* Each device runs its nodes one at a time. Execution order (``order=``):
+
+  - ``enforced`` (the default; the TF lowering's control dependencies): a node starts when its
+    device has finished the previous node in its ``order`` and every input has arrived on its device.
+    A node whose inputs arrive late stalls its device even if a later node could run.
+  - ``dynamic`` (TensorFlow's executor without control dependencies, as Baechi and Celeritas run):
+    a free device runs whichever of its nodes is ready (every input arrived) first. The executor's
+    order is FIFO by readiness: TF enqueues a GPU kernel on the device's compute stream when the
+    executor finds the op ready, and the stream runs kernels in the order they were enqueued. Ties
+    (nodes ready at the same instant) go by the ``order`` annotation, then the graph index. Events at
+    one instant are all processed before any device picks its next node, so the choice does not
+    depend on the order in which simultaneous events are popped.
+
 * A node's duration is its ``cost`` for the kind of the device it is placed on (heterogeneous
-  clusters get per-kind times).
+  clusters get per-kind times) plus the device's ``op_overhead`` (the executor's per-op dispatch,
+  0 unless the cluster gives it).
 * A value consumed on another device is sent once per (value, destination device), when its
   producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`), taking
-  the link model's transfer time. A transfer occupies every shared resource of its route (today:
-  the channel of the ordered device pair) and starts when all of them are free: transfers queue
-  behind each other in the order they were requested (producer finish time; ties in the order the
-  producers started, then by destination node). Communication overlaps computation.
+  the link model's transfer time. A transfer occupies every shared resource of its route (which
+  resources depends on the congestion rule, ``congestion=pair|port|task|topology``: see
+  :mod:`graphir.links`) and starts when all of them are free: transfers queue behind each other in
+  the order they were requested (producer finish time; ties in the order the producers started,
+  then by destination node). Communication overlaps computation, except under ``task`` (Celeritas
+  §6.1), where a transfer also occupies the compute of both devices: a node then starts no earlier
+  than the device's compute resource is free, and books it until it finishes, in the same FIFO.
 * A control edge (a dependency without data) delays its consumer until the producer finished,
   plus the link latency when the two are on different devices; it occupies no channel.
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
@@ -33,7 +48,10 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.links import LinkModel
+from graphir.links import CONGESTION_RULES, LinkModel
+
+ORDERS = ("enforced", "dynamic")
+"""Execution-order semantics of :func:`simulate` (see the module docstring); ``enforced`` is the default."""
 
 
 @dataclasses.dataclass
@@ -76,13 +94,23 @@ class SimResult:
         return [name for name, peak, capacity in limits if peak > capacity]
 
 
-def simulate(module: Module) -> SimResult:
+def simulate(module: Module, congestion: str = "pair", order: str = "enforced") -> SimResult:
     """Simulate the placed and ordered graph of ``module``.
+
+    Args:
+        module: a module whose nodes carry ``device``, ``order`` and ``cost``.
+        congestion: the congestion rule of the link model (:data:`graphir.links.CONGESTION_RULES`).
+        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor).
 
     Raises:
         PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
             per-device orders deadlock against the data dependencies.
     """
+    if congestion not in CONGESTION_RULES:
+        raise PassError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
+    if order not in ORDERS:
+        raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
+    dynamic = order == "dynamic"
     graph = module.graph
     index = graph.index()
     cluster = module.cluster
@@ -92,7 +120,7 @@ def simulate(module: Module) -> SimResult:
     num_devices = len(names)
 
     device = np.empty(n, dtype=np.int64)
-    order = np.empty(n, dtype=np.int64)
+    position = np.empty(n, dtype=np.int64)
     for u, node in enumerate(index.nodes):
         if node.device is None or node.order is None:
             missing = "device" if node.device is None else "order"
@@ -100,7 +128,7 @@ def simulate(module: Module) -> SimResult:
         if node.device not in device_of_name:
             raise PassError(f"node '{node.name}' is placed on unknown device '{node.device}'")
         device[u] = device_of_name[node.device]
-        order[u] = node.order
+        position[u] = node.order
 
     # Durations on each node's own device kind.
     duration = np.zeros(n)
@@ -113,14 +141,19 @@ def simulate(module: Module) -> SimResult:
             node = index.nodes[int(np.flatnonzero(missing)[0])]
             raise PassError(f"node '{node.name}' has no cost for device kind '{kind}': run 'profile' first")
         duration[on_kind] = times[on_kind]
+        overhead = cluster.kind_device(kind).op_overhead
+        if overhead:  # the executor's per-op dispatch beyond the measured cost (0: unchanged times)
+            duration[on_kind] += overhead
 
     # Per-device sequences.
-    sequence_order = np.lexsort((order, device))
+    sequence_order = np.lexsort((position, device))
     bounds = np.searchsorted(device[sequence_order], np.arange(num_devices + 1))
     sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
 
-    links = LinkModel.from_cluster(cluster)
+    links = LinkModel.from_cluster(cluster, congestion)
     routes = links.routes
+    compute_resource = links.compute_resource
+    blocking = congestion == "task"  # transfers and nodes share each device's compute resource
     transfer_time = links.transfer_time
     latency_between = links.latency_between
 
@@ -146,64 +179,112 @@ def simulate(module: Module) -> SimResult:
     seq = 0
     done = 0
 
-    def try_start(d: int, now: float) -> None:
+    def start_node(d: int, v: int, begin: float) -> None:
         nonlocal seq
-        if busy_flag[d] or head[d] >= len(sequences[d]):
-            return
-        v = sequences[d][head[d]]
-        if pending[v]:
-            return
-        begin = ready[v] if ready[v] > now else now
+        if blocking:  # Celeritas §6.1: the device's compute is one resource with its transfers
+            r = compute_resource[d]
+            if resource_free[r] > begin:
+                begin = resource_free[r]
+            resource_free[r] = begin + dur[v]
         start[v] = begin
         busy_flag[d] = True
         heapq.heappush(events, (begin + dur[v], seq, v))
         seq += 1
 
-    for d in range(num_devices):
-        try_start(d, 0.0)
+    def try_start(d: int, now: float) -> None:
+        """``enforced``: start device ``d``'s next node in ``order`` once its inputs are in."""
+        if busy_flag[d] or head[d] >= len(sequences[d]):
+            return
+        v = sequences[d][head[d]]
+        if pending[v]:
+            return
+        start_node(d, v, ready[v] if ready[v] > now else now)
+
+    # ``dynamic``: per device, the nodes whose inputs have all arrived, keyed (ready time, order, node).
+    queues: list[list[tuple[float, int, int]]] = [[] for _ in range(num_devices)]
+    pos = position.tolist()
+
+    def try_start_dynamic(d: int, now: float) -> None:
+        """``dynamic``: a free device ``d`` starts its first-ready node (the executor's FIFO)."""
+        if busy_flag[d] or not queues[d]:
+            return
+        _, _, v = heapq.heappop(queues[d])
+        start_node(d, v, now)
+
+    if dynamic:
+        for v in range(n):
+            if pending[v] == 0:
+                queues[dev[v]].append((0.0, pos[v], v))
+        for queue in queues:
+            heapq.heapify(queue)
+        for d in range(num_devices):
+            try_start_dynamic(d, 0.0)
+    else:
+        for d in range(num_devices):
+            try_start(d, 0.0)
+    dirty: list[int] = []  # dynamic: devices to offer a node once every event of this instant is in
     while events:
         now, _, u = heapq.heappop(events)
-        finish[u] = now
-        done += 1
-        du = dev[u]
-        busy_flag[du] = False
-        head[du] += 1
-        touched: list[int] = []
-        for k in range(succ_offsets[u], succ_offsets[u + 1]):
-            e = succ_edge[k]
-            v = edge_dst[e]
-            dv = dev[v]
-            x = edge_value[e]
-            if dv == du:
-                when = now
-            elif x < 0:  # control edge: a zero-byte signal, no channel
-                when = now + latency_between(du, dv)
-            else:
-                key = (x, dv)
-                sent = arrival.get(key)
-                if sent is None:
-                    # FIFO on every resource of the route: the transfer starts when all are free.
-                    route = routes[du][dv]
-                    begin = now
-                    for r in route:
-                        if resource_free[r] > begin:
-                            begin = resource_free[r]
-                    took = transfer_time(value_bytes[x], du, dv)
-                    sent = (begin, begin + took)
-                    for r in route:
-                        resource_free[r] = begin + took
-                    arrival[key] = sent
-                    link_bytes[du, dv] += value_bytes[x]
-                    link_busy[du, dv] += took
-                when = sent[1]
-            if when > ready[v]:
-                ready[v] = when
-            pending[v] -= 1
-            if pending[v] == 0:
-                touched.append(dv)
-        try_start(du, now)
-        for dv in touched:
-            try_start(dv, now)
+        if u < 0:  # dynamic: the last input of ~u arrived
+            v = ~u
+            heapq.heappush(queues[dev[v]], (ready[v], pos[v], v))
+            dirty.append(dev[v])
+        else:
+            finish[u] = now
+            done += 1
+            du = dev[u]
+            busy_flag[du] = False
+            head[du] += 1
+            touched: list[int] = []
+            for k in range(succ_offsets[u], succ_offsets[u + 1]):
+                e = succ_edge[k]
+                v = edge_dst[e]
+                dv = dev[v]
+                x = edge_value[e]
+                if dv == du:
+                    when = now
+                elif x < 0:  # control edge: a zero-byte signal, no channel
+                    when = now + latency_between(du, dv)
+                else:
+                    key = (x, dv)
+                    sent = arrival.get(key)
+                    if sent is None:
+                        # FIFO on every resource of the route: the transfer starts when all are free.
+                        route = routes[du][dv]
+                        begin = now
+                        for r in route:
+                            if resource_free[r] > begin:
+                                begin = resource_free[r]
+                        took = transfer_time(value_bytes[x], du, dv)
+                        sent = (begin, begin + took)
+                        for r in route:
+                            resource_free[r] = begin + took
+                        arrival[key] = sent
+                        link_bytes[du, dv] += value_bytes[x]
+                        link_busy[du, dv] += took
+                    when = sent[1]
+                if when > ready[v]:
+                    ready[v] = when
+                pending[v] -= 1
+                if pending[v] == 0:
+                    touched.append(v)
+            if not dynamic:
+                try_start(du, now)
+                for v in touched:
+                    try_start(dev[v], now)
+                continue
+            dirty.append(du)
+            for v in touched:
+                if ready[v] > now:
+                    heapq.heappush(events, (ready[v], seq, ~v))
+                    seq += 1
+                else:
+                    heapq.heappush(queues[dev[v]], (ready[v], pos[v], v))
+                    dirty.append(dev[v])
+        if dirty and (not events or events[0][0] > now):
+            for d in sorted(set(dirty)):
+                try_start_dynamic(d, now)
+            dirty.clear()
     if done != n:
         stuck = [index.nodes[sequences[d][head[d]]].name for d in range(num_devices) if head[d] < len(sequences[d])]
         raise PassError(f"the per-device orders deadlock: nothing can run next among {', '.join(stuck)}")

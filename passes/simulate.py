@@ -1,6 +1,8 @@
 """``simulate``: run the placed, ordered graph through the simulator (see graphir/simulator.py).
 
-Requires ``cost``, ``device`` and ``order``; provides ``start`` and ``finish``. Statistics:
+Requires ``cost``, ``device`` and ``order``; provides ``start`` and ``finish``. Options choose the
+congestion rule of the link model (``congestion=pair|port|task|topology``, :mod:`graphir.links`)
+and the execution semantics (``order=enforced|dynamic``, :mod:`graphir.simulator`). Statistics:
 ``makespan-s``, ``busy-s.<device>``, ``peak-mem.<device>``, ``bytes.<src>-><dst>``, ``transfers``
 and ``oom`` (the comma-separated out-of-memory devices, empty when none).
 """
@@ -8,7 +10,7 @@ and ``oom`` (the comma-separated out-of-memory devices, empty when none).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from graphir.errors import PassError
 from graphir.ir import Module
@@ -23,16 +25,24 @@ class Simulate(Pass):
 
     Options:
         fail_on_oom: make an out-of-memory device an error instead of a statistic.
+        congestion: which transfers contend: ``pair`` (one FIFO channel per ordered device pair,
+            Pesto/FastT), ``port`` (a device sends one and receives one transfer at a time, Moirai
+            eq. 8), ``task`` (a transfer occupies both devices' compute, Celeritas §6.1) or
+            ``topology`` (ports plus every wire of the cluster's physical route).
+        order: ``enforced`` (each device runs its nodes in their ``order``, as the TF lowering's
+            control dependencies enforce) or ``dynamic`` (TensorFlow's executor: the first-ready node).
     """
 
     name: ClassVar[str] = "simulate"
     requires: ClassVar[tuple[str, ...]] = ("cost", "device", "order")
     provides: ClassVar[tuple[str, ...]] = ("start", "finish")
     fail_on_oom: bool = False
+    congestion: Literal["pair", "port", "task", "topology"] = "pair"
+    order: Literal["enforced", "dynamic"] = "enforced"
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Simulate, write ``start``/``finish`` on every node, and report the statistics."""
-        result = simulate(module)
+        result = simulate(module, self.congestion, self.order)
         index = module.graph.index()
         for node, begin, end in zip(index.nodes, result.start.tolist(), result.finish.tolist(), strict=True):
             node.start = begin

@@ -91,7 +91,7 @@ def test_presets_follow_the_papers():
     assert [d.kind for d in intra.devices] == ["V100-32GB", "V100-32GB", "P100", "P100"]
     assert intra.link("gpu0", "gpu1").bandwidth == pytest.approx(1170.04e9 / 8)
     assert intra.link("gpu3", "gpu2").bandwidth == pytest.approx(581.35e9 / 8)
-    assert set(PRESETS) == {"celeritas", "fastt", "pesto", "moirai-inter", "moirai-intra"}
+    assert set(PRESETS) == {"celeritas", "fastt", "fastt-2x4", "pesto", "moirai-inter", "moirai-intra"}
 
 
 def test_multi_hop_route_uses_its_narrowest_link(tmp_path):
@@ -195,3 +195,107 @@ def test_list_clusters_flag(capsys):
     out = capsys.readouterr().out
     for name in [*PRESETS, "NxKIND[-pcie|-nvlink]", "Nxcpu", "H100"]:
         assert name in out
+
+
+# ---- topology (issue 14): presets' physical routes and the TOML [[switch]] / [topology] / [overheads]
+
+
+def test_fastt_topology_is_the_dgx1_hybrid_cube_mesh():
+    topology = resolve_cluster("fastt").topology
+    assert topology is not None
+    nvlink = {(w.src, w.dst): w.bandwidth for w in topology.wires if w.kind == "nvlink"}
+    # Every V100 has six NVLink links of 25 GB/s: 150 GB/s out of each GPU.
+    for k in range(8):
+        assert sum(bw for (a, _), bw in nvlink.items() if a == f"gpu{k}") == 6 * 25e9
+    assert topology.path("gpu0", "gpu3").bandwidth == 50e9  # NV2
+    assert topology.path("gpu0", "gpu1").route == ("gpu0", "gpu1")  # NV1, direct
+    # No NVLink between gpu0 and gpu5: PCIe through both sockets, never relayed by a GPU.
+    path = topology.path("gpu0", "gpu5")
+    assert path.route == ("gpu0", "plx0", "hb0", "hb1", "plx2", "gpu5")
+    assert path.bandwidth == 12e9 and path.latency == pytest.approx(21e-6)
+    # The links (congestion=pair|port|task) keep the preset's 50 GB/s channels.
+    assert resolve_cluster("fastt").link("gpu0", "gpu5").bandwidth == 50e9
+
+
+def test_fastt_two_servers_cross_the_network():
+    cluster = resolve_cluster("fastt-2x4")
+    assert cluster.devices[4].tf_device == "/job:worker/task:1/device:GPU:0"
+    link = cluster.link("gpu1", "gpu6")
+    assert "ib" in link.route and link.bandwidth == 12e9  # the PCIe hop to the NIC is the narrowest
+    assert cluster.link("gpu1", "gpu2").bandwidth == 50e9  # NV2 inside a server
+
+
+def test_celeritas_topology_shares_switch_uplinks():
+    topology = resolve_cluster("celeritas").topology
+    assert topology is not None
+    assert topology.path("gpu0", "gpu1").route == ("gpu0", "plx0", "gpu1")
+    assert topology.path("gpu0", "gpu2").route[:3] == ("gpu0", "plx0", "hb0")
+    assert topology.path("gpu1", "gpu3").route[:3] == ("gpu1", "plx0", "hb0")
+
+
+def test_moirai_topology_keeps_the_measured_numbers():
+    cluster = resolve_cluster("moirai-inter")
+    assert cluster.topology is not None
+    path = cluster.topology.path("gpu0", "gpu1")
+    assert path.route == ("gpu0", "nic0", "ib", "nic1", "gpu1")
+    assert path.bandwidth == cluster.link("gpu0", "gpu1").bandwidth == pytest.approx(44.26e9 / 8)
+
+
+def test_toml_switches_relay_and_overheads(tmp_path):
+    path = write(
+        tmp_path,
+        """
+[overheads]
+transfer = 20e-6
+[topology]
+relay = false
+[[device]]
+name = "g0"
+op_overhead = 3e-6
+[[device]]
+name = "g1"
+op_overhead = 3e-6
+[[device]]
+name = "g2"
+op_overhead = 3e-6
+[[switch]]
+name = "sw"
+kind = "pcie-switch"
+[[wire]]
+a = "g0"
+b = "sw"
+latency = 1e-6
+bandwidth = 10e9
+[[wire]]
+a = "g1"
+b = "sw"
+latency = 1e-6
+bandwidth = 10e9
+[[wire]]
+a = "g0"
+b = "g2"
+latency = 2e-6
+bandwidth = 40e9
+[[wire]]
+a = "g2"
+b = "sw"
+latency = 1e-6
+bandwidth = 5e9
+""",
+    )
+    cluster = load_cluster_toml(path)
+    assert cluster.transfer_overhead == 20e-6 and cluster.devices[0].op_overhead == 3e-6
+    assert cluster.topology is not None
+    # relay = false: g1 -> g2 may not pass through g0 (the 40 GB/s wire), only through the switch.
+    assert cluster.link("g1", "g2").route == ("g1", "sw", "g2") and cluster.link("g1", "g2").bandwidth == 5e9
+    assert cluster.topology.path("g0", "g2").route == ("g0", "g2")
+    # The overhead is part of every transfer: 20 us + 2 us + 4e4 B / 40 GB/s = 23 us.
+    links = LinkModel.from_cluster(cluster, "topology")
+    assert links.transfer_time(4e4, 0, 2) == pytest.approx(23e-6)
+    assert [links.resource_names[r] for r in links.routes[1][2]] == ["g1.out", "g1->sw", "sw->g2", "g2.in"]
+
+
+def test_toml_rejects_unknown_switch_kind(tmp_path):
+    path = write(tmp_path, '[[device]]\nname = "g0"\n[[switch]]\nname = "x"\nkind = "hub"\n')
+    with pytest.raises(ClusterError, match="kind must be one of"):
+        load_cluster_toml(path)
