@@ -1,0 +1,296 @@
+"""Congestion rules and execution orders of the simulator (issue 14), golden cases worked by hand.
+
+Every cluster here has latency 0 and 1 GB/s wherever it moves data, and every tensor is
+``f32[250000]`` = 1e6 B, so one transfer alone takes exactly 1 ms; every node costs 1 ms unless
+stated. Times below are in ms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from graphir.cluster import load_cluster_toml
+from graphir.driver import run
+from graphir.errors import PassError
+from graphir.links import CONGESTION_RULES, LinkModel
+from graphir.parser import parse_module
+from graphir.simulator import simulate
+
+T = "f32[250000]"
+MS = 1e-3
+
+MESH3 = """
+[default_link]
+latency = 0.0
+bandwidth = 1e9
+[[device]]
+name = "g0"
+[[device]]
+name = "g1"
+[[device]]
+name = "g2"
+"""
+
+# Two PCIe switches under one host bridge: g0, g1 behind sw0; g2, g3 behind sw1.
+SWITCHES = """
+[topology]
+relay = false
+[[device]]
+name = "g0"
+[[device]]
+name = "g1"
+[[device]]
+name = "g2"
+[[device]]
+name = "g3"
+[[switch]]
+name = "sw0"
+[[switch]]
+name = "sw1"
+[[switch]]
+name = "hb"
+kind = "host-bridge"
+""" + "".join(
+    f'[[wire]]\na = "{a}"\nb = "{b}"\nlatency = 0.0\nbandwidth = 1e9\n'
+    for a, b in [("g0", "sw0"), ("g1", "sw0"), ("g2", "sw1"), ("g3", "sw1"), ("sw0", "hb"), ("sw1", "hb")]
+)
+
+MESH2 = MESH3.replace('[[device]]\nname = "g2"\n', "")
+
+
+def module(tmp_path: Path, cluster_toml: str, body: str, inputs: str = f"%x : {T}"):
+    path = tmp_path / "cluster.toml"
+    path.write_text(cluster_toml)
+    text = f'module @m {{cluster = "{path}"}} {{\n  graph @g({inputs}) {{\n{body}\n  }}\n}}\n'
+    return parse_module(text)
+
+
+def node(name: str, operands: str, device: str, order: int, cost: str = "1ms") -> str:
+    count = len(operands.split(","))
+    types = ", ".join([T] * count)
+    op = "onnx.Relu" if count == 1 else "onnx.Add"
+    return f'    %{name} = {op}({operands}) : ({types}) -> {T} [cost = {cost}, device = "{device}", order = {order}]'
+
+
+def times(result, m) -> dict[str, tuple[float, float]]:
+    index = m.graph.index()
+    return {
+        n.name: (round(s / MS, 9), round(f / MS, 9))
+        for n, s, f in zip(index.nodes, result.start.tolist(), result.finish.tolist(), strict=True)
+    }
+
+
+def transfers(result) -> list[tuple[float, float]]:
+    return sorted((round(begin / MS, 9), round(end / MS, 9)) for *_, begin, end in result.transfer_log)
+
+
+# ---- port: Moirai eq. (8), a device sends one and receives one transfer at a time
+
+
+def fan_out(tmp_path):
+    # a on g0 (0..1) feeds b on g1 and c on g2: two transfers leave g0 at t = 1.
+    nodes = [node("a", "%x", "g0", 0), node("b", "%a", "g1", 0), node("c", "%a", "g2", 0)]
+    body = "\n".join([*nodes, "    return %b, %c"])
+    return module(tmp_path, MESH3, body)
+
+
+def test_port_serialises_two_transfers_out_of_one_device(tmp_path):
+    m = fan_out(tmp_path)
+    # pair: g0->g1 and g0->g2 are different channels: both 1..2; b and c run 2..3. Makespan 3.
+    pair = simulate(m, "pair")
+    assert transfers(pair) == [(1.0, 2.0), (1.0, 2.0)]
+    assert pair.makespan == pytest.approx(3 * MS)
+    # port: both need g0.out: the first 1..2, the second 2..3; its consumer runs 3..4. Makespan 4.
+    port = simulate(m, "port")
+    assert transfers(port) == [(1.0, 2.0), (2.0, 3.0)]
+    assert sorted(times(port, m)[k] for k in "bc") == [(2.0, 3.0), (3.0, 4.0)]
+    assert port.makespan == pytest.approx(4 * MS)
+
+
+def test_port_serialises_two_transfers_into_one_device(tmp_path):
+    # a on g0 and b on g1 (0..1) both feed c on g2: two transfers enter g2 at t = 1.
+    nodes = [node("a", "%x", "g0", 0), node("b", "%x", "g1", 0), node("c", "%a, %b", "g2", 0)]
+    body = "\n".join([*nodes, "    return %c"])
+    m = module(tmp_path, MESH3, body)
+    # pair: 1..2 each, c 2..3. port: g2.in takes one at a time: 1..2 then 2..3, c 3..4.
+    assert simulate(m, "pair").makespan == pytest.approx(3 * MS)
+    port = simulate(m, "port")
+    assert transfers(port) == [(1.0, 2.0), (2.0, 3.0)]
+    assert times(port, m)["c"] == (3.0, 4.0)
+
+
+# ---- topology: a PCIe switch's uplink is one wire per direction, shared by every route over it
+
+
+def cross_switch(tmp_path):
+    # a on g0, b on g1 (both behind sw0, 0..1); c on g2 reads a, d on g3 reads b (behind sw1).
+    # Routes: g0 -> sw0 -> hb -> sw1 -> g2 and g1 -> sw0 -> hb -> sw1 -> g3: both use the uplink
+    # sw0->hb and the downlink hb->sw1; ports and the GPU wires differ.
+    body = "\n".join(
+        [
+            node("a", "%x", "g0", 0),
+            node("b", "%x", "g1", 0),
+            node("c", "%a", "g2", 0),
+            node("d", "%b", "g3", 0),
+            "    return %c, %d",
+        ]
+    )
+    return module(tmp_path, SWITCHES, body)
+
+
+def test_topology_serialises_transfers_through_one_switch_uplink(tmp_path):
+    m = cross_switch(tmp_path)
+    links = LinkModel.from_cluster(m.cluster, "topology")
+    route = [links.resource_names[r] for r in links.routes[0][2]]
+    assert route == ["g0.out", "g0->sw0", "sw0->hb", "hb->sw1", "sw1->g2", "g2.in"]
+    # Bottleneck 1 GB/s, latency 0: each transfer alone takes 1 ms.
+    # topology: a's transfer (requested first: g0 started first) 1..2, b's waits for the uplink 2..3;
+    # c 2..3, d 3..4. Makespan 4.
+    topology = simulate(m, "topology")
+    assert transfers(topology) == [(1.0, 2.0), (2.0, 3.0)]
+    assert times(topology, m)["c"] == (2.0, 3.0) and times(topology, m)["d"] == (3.0, 4.0)
+    assert topology.makespan == pytest.approx(4 * MS)
+    # port and pair see no shared resource: both transfers 1..2, makespan 3.
+    for rule in ("pair", "port"):
+        assert transfers(simulate(m, rule)) == [(1.0, 2.0), (1.0, 2.0)]
+
+
+def test_topology_same_switch_traffic_leaves_the_uplink_free(tmp_path):
+    # g0 -> g1 stays under sw0 (g0 -> sw0 -> g1): it does not wait for a transfer on the uplink.
+    body = "\n".join(
+        [
+            node("a", "%x", "g0", 0),
+            node("b", "%x", "g2", 0),
+            node("c", "%a", "g3", 0),  # uplink sw0->hb, from g0
+            node("d", "%b", "g1", 0),  # g2 -> sw1 -> hb -> sw0 -> g1: the *other* direction
+            "    return %c, %d",
+        ]
+    )
+    m = module(tmp_path, SWITCHES, body)
+    # Full duplex: sw0->hb and hb->sw0 are different wires: both transfers 1..2, makespan 3.
+    result = simulate(m, "topology")
+    assert transfers(result) == [(1.0, 2.0), (1.0, 2.0)]
+    assert result.makespan == pytest.approx(3 * MS)
+
+
+# ---- task: Celeritas §6.1, a transfer is a task on the sending and on the receiving device
+
+
+def test_task_blocks_compute_on_both_ends(tmp_path):
+    # g0: a (order 0, 0..1) -> c on g1; b (order 1) on g0 is independent.
+    # g1: d (order 0, 1.5 ms, independent) then c (order 1, reads a).
+    body = "\n".join(
+        [
+            node("a", "%x", "g0", 0),
+            node("b", "%x", "g0", 1),
+            node("d", "%x", "g1", 0, "1.5ms"),
+            node("c", "%a", "g1", 1),
+            "    return %b, %c, %d",
+        ]
+    )
+    m = module(tmp_path, MESH2, body)
+    # pair: the transfer overlaps compute: 1..2; b 1..2 on g0; c at max(2, d's end 1.5) = 2..3.
+    pair = times(simulate(m, "pair"), m)
+    assert pair["b"] == (1.0, 2.0) and pair["c"] == (2.0, 3.0)
+    # task: requested at 1, the transfer needs g0's compute (free at 1) and g1's (d runs until
+    # 1.5): 1.5..2.5. b, offered g0 after the transfer was booked, waits for it: 2.5..3.5 (FIFO,
+    # no back-filling). c starts when the transfer frees g1: 2.5..3.5. Makespan 3.5.
+    result = simulate(m, "task")
+    task = times(result, m)
+    assert transfers(result) == [(1.5, 2.5)]
+    assert task["d"] == (0.0, 1.5)
+    assert task["b"] == (2.5, 3.5) and task["c"] == (2.5, 3.5)
+    assert result.makespan == pytest.approx(3.5 * MS)
+
+
+# ---- execution order: enforced (control dependencies) against dynamic (TF's executor)
+
+
+def test_dynamic_order_runs_a_ready_op_ahead_of_a_blocked_one(tmp_path):
+    # g0: a (0..1) -> c on g1. g1's written order: c (order 0, waits for a's tensor), d (order 1,
+    # independent).
+    body = "\n".join(
+        [node("a", "%x", "g0", 0), node("c", "%a", "g1", 0), node("d", "%x", "g1", 1), "    return %c, %d"]
+    )
+    m = module(tmp_path, MESH2, body)
+    # enforced: g1 stalls until c's input arrives at 2: c 2..3, then d 3..4. Makespan 4.
+    enforced = times(simulate(m, order="enforced"), m)
+    assert enforced["c"] == (2.0, 3.0) and enforced["d"] == (3.0, 4.0)
+    # dynamic: at t = 0 only d is ready on g1: d 0..1; c runs when its input lands: 2..3. Makespan 3.
+    result = simulate(m, order="dynamic")
+    dynamic = times(result, m)
+    assert dynamic["d"] == (0.0, 1.0) and dynamic["c"] == (2.0, 3.0)
+    assert result.makespan == pytest.approx(3 * MS)
+
+
+def test_dynamic_ties_follow_the_written_order(tmp_path):
+    # Three independent nodes on g0, all ready at 0: the executor runs them in their ``order``
+    # (2, 0, 1 as written): q 0..1, r 1..2, p 2..3.
+    body = "\n".join([node("p", "%x", "g0", 2), node("q", "%x", "g0", 0), node("r", "%x", "g0", 1), "    return %p"])
+    m = module(tmp_path, MESH2, body)
+    dynamic = times(simulate(m, order="dynamic"), m)
+    assert dynamic["q"] == (0.0, 1.0) and dynamic["r"] == (1.0, 2.0) and dynamic["p"] == (2.0, 3.0)
+
+
+# ---- pair: today's model, unchanged
+
+
+def test_pair_reproduces_the_channel_model():
+    # tests/filecheck/simulate/congestion.gir on 4xV100 (PCIe 10 us + 12e6 B / 12 GB/s = 1.01 ms):
+    # a 0..1 sent 1..2.01; b 1..2 waits for the channel: 2.01..3.02; c 3.02..4.02.
+    m = parse_module(Path("tests/filecheck/simulate/congestion.gir").read_text())
+    default = simulate(m)
+    pair = simulate(m, "pair", "enforced")
+    assert default.makespan == pair.makespan == pytest.approx(4.02 * MS)
+    assert default.transfer_log == pair.transfer_log
+    assert [(b, e) for *_, b, e in pair.transfer_log] == [
+        pytest.approx((1 * MS, 2.01 * MS)),
+        pytest.approx((2.01 * MS, 3.02 * MS)),
+    ]
+
+
+def test_overheads_are_charged(tmp_path):
+    # op_overhead 0.5 ms per op, transfer overhead 0.25 ms: a 0..1.5, transfer 1.5..2.75, c 2.75..4.25.
+    toml = MESH2.replace('name = "g0"\n', 'name = "g0"\nop_overhead = 5e-4\n').replace(
+        'name = "g1"\n', 'name = "g1"\nop_overhead = 5e-4\n'
+    )
+    toml = "[overheads]\ntransfer = 2.5e-4\n" + toml
+    m = module(tmp_path, toml, "\n".join([node("a", "%x", "g0", 0), node("c", "%a", "g1", 0), "    return %c"]))
+    result = simulate(m)
+    assert transfers(result) == [(1.5, 2.75)]
+    assert result.makespan == pytest.approx(4.25 * MS)
+
+
+def test_every_rule_runs_on_every_preset_and_is_deterministic(tmp_path):
+    for rule in CONGESTION_RULES:
+        cluster = load_cluster_toml(_write(tmp_path, SWITCHES))
+        links = LinkModel.from_cluster(cluster, rule)
+        assert all(links.routes[a][b] for a in range(4) for b in range(4) if a != b)
+    m = cross_switch(tmp_path)
+    for rule in CONGESTION_RULES:
+        for order in ("enforced", "dynamic"):
+            first, second = simulate(m, rule, order), simulate(m, rule, order)
+            assert first.transfer_log == second.transfer_log and first.makespan == second.makespan
+
+
+def test_unknown_rule_is_an_error(tmp_path):
+    with pytest.raises(PassError, match="unknown congestion rule 'ring'"):
+        simulate(fan_out(tmp_path), "ring")
+
+
+def test_pass_options_reach_the_simulator(tmp_path, capsys):
+    m = fan_out(tmp_path)
+    from graphir.printer import print_module
+
+    source = tmp_path / "m.gir"
+    source.write_text(print_module(m))
+    assert run([str(source), "--passes=simulate{congestion=port}", "--stats", "-o", str(tmp_path / "o.gir")]) == 0
+    assert "simulate.makespan-s = 0.004" in capsys.readouterr().err
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return path
