@@ -1,0 +1,345 @@
+"""The fast path of the `.gir` parser: node lines as the printer writes them, read without tokens.
+
+A node line of a large module (``%y = onnx.Relu(%x) : (f32[8]) -> f32[8] [cost = 4us]``) is
+matched by two compiled regular expressions (the head up to the control inputs, then the types)
+with a small recursive scanner for the ``{params}`` and ``[annotations]`` values in between. It
+accepts only canonical spacing and the constructs the printer emits; anything else (a comment,
+other spacing, a quoted op, an ``opaque<...>`` value, an error of any kind) makes
+:func:`scan_node_line` return ``None`` and the line goes through the token parser, which reads
+every legal line and reports errors with their exact column. So for every line it accepts, the
+fast path must produce what the token parser would: its regular expressions are built from the
+token patterns of :mod:`graphir.lexer`, and a unit test compares both paths line by line.
+
+Columns are not computed here. The parser keeps the source line and re-reads it with the token
+parser when an error found later (an undefined operand, a bad annotation) needs a column.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from graphir.annotations import ANNOTATIONS, Cost, Mem
+from graphir.attributes import BYTE_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
+from graphir.lexer import NAME_CHARS, NUMBER, STRING, TYPE, UNIT, unquote
+from graphir.types import TensorType
+
+_NAME = NAME_CHARS + "+"
+_HEAD = re.compile(
+    rf" *(?:(?P<results>%{_NAME}(?:, %{_NAME})*) = )?"
+    r"(?P<op>[A-Za-z_][A-Za-z0-9_.$]*)"
+    rf"(?: @(?P<name>{_NAME}))?"
+    rf"\((?P<operands>(?:%{_NAME}(?:, %{_NAME})*)?)\)"
+    rf"(?: ctrl\((?P<controls>@{_NAME}(?:, @{_NAME})*)\))?"
+)
+_TYPES = re.compile(
+    rf" : \((?P<inputs>(?:{TYPE}(?:, {TYPE})*)?)\) -> (?:(?P<output>{TYPE})|\((?P<outputs>(?:{TYPE}(?:, {TYPE})*)?)\))"
+)
+_TYPE_LIST = re.compile(TYPE)
+
+
+def _item(key: str, value: str) -> str:
+    """An optional ``key = value`` item of a sorted annotation list (``, `` unless it comes first)."""
+    return rf"(?:(?:(?<=\[)|, ){key} = {value})?"
+
+
+_DURATION = rf"({NUMBER})(ns|us|ms|s)(?![A-Za-z0-9_])"
+_BYTES = r"(\d+)(B|KiB|MiB|GiB|TiB)(?![A-Za-z0-9_])"
+_MEM_FIELD = r"(?:(?:(?<=\{{)|, ){0} = " + _BYTES + ")?"
+_ANNOTATIONS = (
+    r"(?: \[(?!\])"
+    + _item("affinity", rf"(\[(?:{STRING}(?:, {STRING})*)?\])")
+    + _item("colocate", f"({STRING})")
+    + _item("cost", _DURATION)
+    + _item("device", f"({STRING})")
+    + _item("finish", _DURATION)
+    + _item("group", r"(\d+)(?![0-9.eE])")
+    + _item(
+        "mem", r"\{(?!\})" + "".join(_MEM_FIELD.format(f) for f in ("persistent", "activation", "temporary")) + r"\}"
+    )
+    + _item("order", r"(\d+)(?![0-9.eE])")
+    + _item("start", _DURATION)
+    + r"\])?\Z"
+)
+"""The built-in annotations as the printer writes them (sorted keys, each at most once, a
+default-only ``cost``, ``mem`` fields in declaration order), captured by one match; any other
+annotation list (a per-kind cost, a plugin's key) goes through the value scanner."""
+_TAIL = re.compile(_TYPES.pattern + _ANNOTATIONS)
+_LINE = re.compile(_HEAD.pattern + _TYPES.pattern + _ANNOTATIONS)
+_STRINGS = re.compile(STRING)
+_SCALAR = re.compile(
+    rf"(?P<number>{NUMBER})(?P<unit>{UNIT})?(?![A-Za-z0-9_])"
+    rf"|(?P<string>{STRING})"
+    r"|(?P<word>true|false|inf|-inf|nan)(?![A-Za-z0-9_.$])"
+)
+_INTEGER = re.compile(r"-?\d+")
+_KEY = re.compile(rf"(?:(?P<ident>[A-Za-z_][A-Za-z0-9_.$]*)|(?P<string>{STRING})) = ")
+_TYPE_VALUE = re.compile(rf"type<({TYPE})>")
+_DENSE_HEAD = re.compile(rf"dense<({TYPE}) = ")
+_B64 = re.compile(rf"b64({STRING})>")
+_WORDS = {"true": True, "false": False, "inf": float("inf"), "-inf": float("-inf"), "nan": float("nan")}
+_MAX_DEPTH = 64
+"""Deeper nesting is left to the token parser (and its limits)."""
+
+
+class _NotCanonicalError(Exception):
+    """The line is not one the fast path reads; the token parser takes it."""
+
+
+def _invalid() -> Any:
+    raise ValueError("not a valid annotation value")
+
+
+def _seconds(number: str, unit: str) -> float:
+    seconds = seconds_from(number, unit)
+    if seconds - seconds != 0:  # inf or nan
+        raise ValueError("not a finite time")
+    return seconds
+
+
+TypeReader = Callable[[str], "TensorType | None"]
+DenseBuilder = Callable[[TensorType, Any], DenseTensor]
+
+
+class LineScanner:
+    """Reads canonical node lines; ``types`` maps type text to a shared :class:`TensorType`.
+
+    Args:
+        type_cache: type text -> type, for the types already read (``read_type`` adds to it).
+        read_type: type text -> type, or ``None`` when the text is not a valid type.
+        dense_from_values: the token parser's conversion of a ``dense<...>`` value list (raises
+            ``ValueError`` when the values do not fit the type).
+    """
+
+    def __init__(self, type_cache: dict[str, TensorType], read_type: TypeReader, dense_from_values: DenseBuilder):
+        self.type_cache = type_cache
+        self.read_type = read_type
+        self.dense_from_values = dense_from_values
+
+    def scan_node_line(self, text: str, defined: set[str]) -> tuple[Any, ...] | None:
+        """The parts of a node line, or ``None`` when the token parser must read it.
+
+        Returns:
+            ``(op, node_name, results, operands, controls, params, operand_types, result_types,
+            annotations)``; names without sigils, ``annotations`` maps key -> generic value.
+        """
+        line = _LINE.match(text)
+        if line is not None:
+            parts = line.groups()
+            head, types, annotations = parts[:5], parts[5:8], self._annotations(parts[8:])
+            params: dict[str, Any] = {}
+        else:
+            head_match = _HEAD.match(text)
+            if head_match is None:
+                return None
+            head = head_match.groups()
+            try:
+                params, pos = {}, head_match.end()
+                if text.startswith(" {", pos):
+                    params, pos = self._dict(text, pos + 1, "}", 0)
+                tail = _TAIL.match(text, pos)
+                if tail is not None:
+                    parts = tail.groups()
+                    types, annotations = parts[:3], self._annotations(parts[3:])
+                else:
+                    types_match = _TYPES.match(text, pos)
+                    if types_match is None or not text.startswith(" [", types_match.end()):
+                        return None
+                    types = types_match.groups()
+                    generic, pos = self._dict(text, types_match.end() + 1, "]", 0)
+                    if pos != len(text):
+                        return None
+                    annotations = self._typed(generic)
+            except (_NotCanonicalError, RecursionError):
+                return None
+        if annotations is None:
+            return None
+        results_text, op, name, operands_text, controls_text = head
+        if "." not in op:
+            return None
+        results = [item[1:] for item in results_text.split(", ")] if results_text else []
+        for result in results:
+            if result in defined:
+                return None
+        if len(results) > 1 and len(set(results)) != len(results):
+            return None
+        operands = [item[1:] for item in operands_text.split(", ")] if operands_text else []
+        controls = [item[1:] for item in controls_text.split(", ")] if controls_text else []
+        operand_types = self._types(types[0])
+        result_types = self._types(types[1] if types[1] is not None else types[2])
+        if operand_types is None or result_types is None:
+            return None
+        if len(result_types) != len(results) or len(operand_types) != len(operands):
+            return None
+        return (op, name, results, operands, controls, params, operand_types, result_types, annotations)
+
+    @staticmethod
+    def _annotations(parts: tuple[str | None, ...]) -> dict[str, Any] | None:
+        """The typed values of the groups of :data:`_ANNOTATIONS`, as ``from_generic`` makes them.
+
+        Returns ``None`` when one is invalid: the token parser then reads the line and reports it.
+        """
+        (affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
+         persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
+         order, start, start_unit) = parts  # fmt: skip
+        out: dict[str, Any] = {}
+        try:
+            if affinity is not None:
+                kinds = tuple(unquote(item) for item in _STRINGS.findall(affinity))
+                if not all(kinds):
+                    return None
+                out["affinity"] = kinds
+            if colocate is not None:
+                out["colocate"] = unquote(colocate) or _invalid()
+            if cost is not None:
+                out["cost"] = Cost.of(_seconds(cost, cost_unit))  # type: ignore[arg-type]
+            if device is not None:
+                out["device"] = unquote(device) or _invalid()
+            if finish is not None:
+                out["finish"] = _seconds(finish, finish_unit)  # type: ignore[arg-type]
+            if group is not None:
+                out["group"] = int(group)
+            if persistent is not None or activation is not None or temporary is not None:
+                out["mem"] = Mem(
+                    int(persistent) * BYTE_UNITS[persistent_unit] if persistent is not None else 0,  # type: ignore[index]
+                    int(activation) * BYTE_UNITS[activation_unit] if activation is not None else 0,  # type: ignore[index]
+                    int(temporary) * BYTE_UNITS[temporary_unit] if temporary is not None else 0,  # type: ignore[index]
+                )
+            if order is not None:
+                out["order"] = int(order)
+            if start is not None:
+                out["start"] = _seconds(start, start_unit)  # type: ignore[arg-type]
+        except ValueError:
+            return None
+        return out
+
+    @staticmethod
+    def _typed(generic: dict[str, Any]) -> dict[str, Any]:
+        """Annotations read by the value scanner, converted by their declarations."""
+        out = {}
+        for key, value in generic.items():
+            kind = ANNOTATIONS.get(key)
+            if kind is None:
+                raise _NotCanonicalError
+            try:
+                out[key] = kind.from_generic(value)
+            except ValueError:
+                raise _NotCanonicalError from None
+        return out
+
+    def _types(self, text: str | None) -> list[TensorType] | None:
+        if not text:
+            return []
+        cache = self.type_cache
+        out = [cache.get(piece) for piece in text.split(", ")]
+        if None not in out:
+            return out  # type: ignore[return-value]
+        # A miss, or a spaced shape such as f32[1, 3] that the split cut in two.
+        out = []
+        for type_text in _TYPE_LIST.findall(text):
+            tensor_type = self.read_type(type_text)
+            if tensor_type is None:
+                return None
+            out.append(tensor_type)
+        return out
+
+    def _dict(self, text: str, pos: int, close: str, depth: int) -> tuple[dict[str, Any], int]:
+        """``{key = value, ...}`` (or ``[...]`` for annotations) opening at ``text[pos]``."""
+        out: dict[str, Any] = {}
+        pos += 1
+        if text.startswith(close, pos):
+            return out, pos + 1
+        while True:
+            key_match = _KEY.match(text, pos)
+            if key_match is None:
+                raise _NotCanonicalError
+            key = key_match.group("ident")
+            if key is None:
+                key = unquote(key_match.group("string"))
+            if key in out:
+                raise _NotCanonicalError
+            out[key], pos = self._value(text, key_match.end(), depth + 1)
+            if text.startswith(close, pos):
+                return out, pos + 1
+            if not text.startswith(", ", pos):
+                raise _NotCanonicalError
+            pos += 2
+
+    def _value(self, text: str, pos: int, depth: int) -> tuple[Any, int]:
+        if depth > _MAX_DEPTH:
+            raise _NotCanonicalError
+        scalar = _SCALAR.match(text, pos)
+        if scalar is not None:
+            return self._scalar(scalar), scalar.end()
+        first = text[pos : pos + 1]
+        if first == "[":
+            return self._list(text, pos, depth)
+        if first == "{":
+            return self._dict(text, pos, "}", depth)
+        type_value = _TYPE_VALUE.match(text, pos)
+        if type_value is not None:
+            tensor_type = self.read_type(type_value.group(1))
+            if tensor_type is None:
+                raise _NotCanonicalError
+            return tensor_type, type_value.end()
+        dense = _DENSE_HEAD.match(text, pos)
+        if dense is not None:
+            return self._dense(text, dense, depth)
+        raise _NotCanonicalError
+
+    def _list(self, text: str, pos: int, depth: int) -> tuple[tuple[Any, ...], int]:
+        pos += 1
+        if text.startswith("]", pos):
+            return (), pos + 1
+        items: list[Any] = []
+        while True:
+            item, pos = self._value(text, pos, depth + 1)
+            items.append(item)
+            if text.startswith("]", pos):
+                return tuple(items), pos + 1
+            if not text.startswith(", ", pos):
+                raise _NotCanonicalError
+            pos += 2
+
+    @staticmethod
+    def _scalar(match: re.Match[str]) -> Any:
+        number = match.group("number")
+        if number is not None:
+            unit = match.group("unit")
+            if unit is None:
+                return int(number) if _INTEGER.fullmatch(number) else float(number)
+            if unit in BYTE_UNITS:
+                if not _INTEGER.fullmatch(number):
+                    raise _NotCanonicalError
+                return ByteSize(int(number) * BYTE_UNITS[unit])
+            seconds = seconds_from(number, unit)
+            if seconds - seconds != 0:  # inf or nan: the token parser reports it
+                raise _NotCanonicalError
+            return Duration(seconds)
+        string = match.group("string")
+        if string is not None:
+            return unquote(string)
+        return _WORDS[match.group("word")]
+
+    def _dense(self, text: str, head: re.Match[str], depth: int) -> tuple[DenseTensor, int]:
+        tensor_type = self.read_type(head.group(1))
+        if tensor_type is None or not tensor_type.is_static:
+            raise _NotCanonicalError
+        pos = head.end()
+        b64 = _B64.match(text, pos)
+        if b64 is not None:
+            try:
+                data = b64decode(unquote(b64.group(1)))
+            except ValueError:
+                raise _NotCanonicalError from None
+            if tensor_type.nbytes != len(data):
+                raise _NotCanonicalError
+            return DenseTensor(tensor_type, data), b64.end()
+        values, pos = self._value(text, pos, depth + 1)
+        if not text.startswith(">", pos):
+            raise _NotCanonicalError
+        try:
+            return self.dense_from_values(tensor_type, values), pos + 1
+        except ValueError:
+            raise _NotCanonicalError from None

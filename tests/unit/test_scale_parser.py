@@ -1,0 +1,162 @@
+"""The parser's fast path (graphir.fastline) reads every line it accepts exactly as the token parser.
+
+The fast path reads canonical node lines with a few regular expressions; any line it does not
+accept goes to the token parser, which also gives every diagnostic. So the one property that
+matters: whenever the fast path returns a record, the token parser accepts the same line and
+builds the same record. It is checked on every node line of the golden tests, on printed modules
+(synthetic, placed and simulated), on hand-written tricky lines, and on random mutations of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphir.annotations import ANNOTATIONS
+from graphir.errors import GraphIRError
+from graphir.parser import _Parser, parse_module
+from graphir.printer import print_module
+from graphir.tools.synth import make_synthetic_module
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _slow_record(line: str) -> tuple | None:
+    """What the token parser makes of ``line`` as a node line (``None`` when it rejects it)."""
+    parser = _Parser("", "<test>")
+    try:
+        parser.cur = parser._tokenize(1, line)
+        record = parser.parse_node(set())
+        annotations = {key: ANNOTATIONS[key].from_generic(value) for key, value in record.annotations.items()}
+    except (GraphIRError, KeyError, ValueError):
+        return None
+    return (*record[:8], annotations)
+
+
+def _fast_record(line: str) -> tuple | None:
+    return _Parser("", "<test>").scanner.scan_node_line(line, set())
+
+
+def _check_line(line: str) -> bool:
+    """Assert the two paths agree on ``line``; returns whether the fast path read it."""
+    fast = _fast_record(line)
+    if fast is None:
+        return False
+    slow = _slow_record(line)
+    assert slow is not None, f"fast path accepted a line the token parser rejects: {line!r}"
+    # repr: NaN params compare unequal to themselves; key order matters too.
+    assert repr(fast) == repr(slow), line
+    assert [list(d) for d in (fast[5], fast[8])] == [list(d) for d in (slow[5], slow[8])], line
+    return True
+
+
+def _node_lines(text: str) -> list[str]:
+    return [
+        line
+        for line in text.split("\n")
+        if line.startswith("    ") and not line.lstrip().startswith(("const ", "return", "//", "}"))
+    ]
+
+
+def _placed_module_text() -> str:
+    from graphir.pass_infra import PassContext
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+
+    module = make_synthetic_module(400, seed=5)
+    PassManager(parse_pipeline("fuse{algo=cpd-topo},place{algo=adjusting},simulate")).run(module, PassContext())
+    return print_module(module)
+
+
+def test_fast_path_reads_every_printed_synthetic_line():
+    text = print_module(make_synthetic_module(3000, seed=2))
+    lines = _node_lines(text)
+    assert len(lines) == 3000
+    assert all(_check_line(line) for line in lines)
+
+
+def test_fast_path_reads_placed_and_simulated_lines():
+    lines = _node_lines(_placed_module_text())
+    assert lines and all(_check_line(line) for line in lines)
+    assert any("device = " in line and "start = " in line for line in lines)
+
+
+def test_golden_file_lines_agree():
+    golden = sorted((REPO / "tests" / "filecheck").rglob("*.gir"))
+    assert golden
+    read = total = 0
+    for path in golden:
+        for line in _node_lines(path.read_text()):
+            total += 1
+            read += _check_line(line)
+    assert read > total // 2  # the fast path is the common path, not a curiosity
+
+
+TRICKY = [
+    '    %y = onnx.Conv @c1(%x, %w) {strides = [2, 2], pads = [], mode = "SAME \\"x\\"", f = 1.5, n = -3} '
+    ": (f32[1,3,8,8], f32[4,3,3,3]) -> f32[1,4,4,4] [cost = 41.5us]",
+    "    %a, %b = tf.Split(%x) {axis = 0, t = type<f32[2]>, d = dense<i64[2] = [1, -1]>} "
+    ": (f32[4]) -> (f32[2], f32[2])",
+    '    %c = tf.Const() {value = dense<f32[2] = b64"AACAPwAAAEA=">, s = dense<str[2] = ["a", "b"]>} : () -> f32[2]',
+    "    test.Sink @s(%x) ctrl(@a, @b) : (f32[2]) -> ()",
+    "    %y = test.Op(%x) : (f32[1, 3]) -> f32[batch,?] [mem = {}]",
+    '    %y = test.Op(%x) : (f32[2]) -> f32[2] [cost = {V100 = 1us, default = 2us}, device = "gpu:0", order = 3]',
+    '    %y = test.Op(%x) : (f32[2]) -> f32[2] [affinity = ["cpu", "gpu"], colocate = "v", group = 7]',
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [mem = {activation = 4KiB, persistent = 1B}]",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [mem = {persistent = 1.5KiB}]",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [cost = -1us]",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [cost = 1e400s]",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [group = 5e3]",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2] [group = 1, group = 2]",
+    '    %y = test.Op(%x) : (f32[2]) -> f32[2] [device = ""]',
+    "    %y = test.Op(%x) {true = true, inf = -inf, x = nan, e = 1e5, u = 3MiB} : (f32[2]) -> f32[2]",
+    '    %y = test.Op(%x) {"quoted key" = {a = [1, [2, 3]]}} : (f32[2]) -> f32[2]',
+    "    %y = test.Op(%x) {a = 1} : (f32[2]) -> f32[2] // trailing comment",
+    "    %y = test.Op(%x) : (f32[2]) -> f32[2]  ",
+    "    %y, %y = test.Op(%x) : (f32[2]) -> (f32[2], f32[2])",
+    "    %y = Op(%x) : (f32[2]) -> f32[2]",
+    "    %y = test.Op(%x) : (q32[2]) -> f32[2]",
+    '    %"odd name" = test.Op(%x) : (f32[2]) -> f32[2]',
+    '    %y = test.Op(%x) {a = opaque<"k", b64"AA==">} : (f32[2]) -> f32[2]',
+]
+
+
+@pytest.mark.parametrize("line", TRICKY)
+def test_tricky_lines_agree(line):
+    _check_line(line)
+
+
+def test_fast_path_declines_what_it_should():
+    for line in (TRICKY[8], TRICKY[9], TRICKY[10], TRICKY[11], TRICKY[12], TRICKY[16], TRICKY[17], TRICKY[18]):
+        assert _fast_record(line) is None, line
+    assert _fast_record(TRICKY[0]) is not None
+    assert _fast_record(TRICKY[5]) is not None  # per-kind cost: read by the value scanner
+
+
+_ALPHABET = st.sampled_from(list(' ,=:()[]{}<>%@"\\-.0123456789eEsuBKiMafx_/#$'))
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.sampled_from(TRICKY[:8]), st.lists(st.tuples(st.integers(0, 200), st.integers(0, 2), _ALPHABET), max_size=3))
+def test_mutated_lines_agree(line, edits):
+    for position, action, char in edits:
+        position %= len(line) + 1
+        if action == 0:
+            line = line[:position] + char + line[position:]
+        elif action == 1:
+            line = line[:position] + line[position + 1 :]
+        else:
+            line = line[:position] + char + line[position + 1 :]
+    _check_line(line)
+
+
+def test_errors_after_a_fast_line_still_point_at_the_column():
+    line = "    %y = test.Op(%nope) : (f32[2]) -> f32[2] [cost = 1us]"
+    text = "module @m {\n  graph @main() {\n" + line + "\n    return\n  }\n}\n"
+    with pytest.raises(GraphIRError) as info:
+        parse_module(text, "t.gir")
+    assert info.value.loc.line == 3 and info.value.loc.col == 18
+    assert "use of undefined value '%nope'" in info.value.message
