@@ -344,9 +344,11 @@ def _peak_memory(
     for (x, _), (_, end) in arrival.items():
         if end > local_end[x]:
             local_end[x] = end
-    for value in module.graph.outputs:
-        if value.producer is not None:
-            local_end[index.values.index(value)] = makespan
+    outputs = {id(value) for value in module.graph.outputs if value.producer is not None}
+    if outputs:  # graph outputs stay to the end (one pass over the values: list.index per output is quadratic)
+        for x, value in enumerate(index.values):
+            if id(value) in outputs:
+                local_end[x] = makespan
     times: list[np.ndarray] = [start[producer], local_end]
     deltas: list[np.ndarray] = [index.value_bytes.astype(np.float64), -index.value_bytes.astype(np.float64)]
     devices: list[np.ndarray] = [device[producer], device[producer]]
