@@ -17,6 +17,14 @@ group ``graphir.passes`` or ``graphir-opt --load-plugin=module_or_file.py``::
 
         def run(self, module: Module, ctx: PassContext) -> PassResult:
             ...
+
+A pass that offers several algorithms (``place{algo=heft}``, ``fuse{algo=rules}``) keeps them in a
+*sub-registry*: each algorithm is a frozen dataclass derived from :class:`Algorithm` with its own
+typed options. The pass names the registry (``algorithms``), the option that selects an entry
+(``algorithm_selector``, e.g. ``algo``) and the field that holds the chosen algorithm's options
+instance (``algorithm_field``). The pipeline parser resolves the selector first, then checks every
+other option against the pass's own fields and that algorithm's fields, so ``place{algo=heft
+time-limit=5}`` is an error with a caret; :meth:`Pass.spec` prints the algorithm's options inline.
 """
 
 from __future__ import annotations
@@ -74,25 +82,65 @@ class PassContext:
 
 
 @dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """Base of the per-algorithm option classes a pass chooses among (placers, fusion algorithms...).
+
+    A subclass is a frozen dataclass with a kebab-case ``name``, typed option fields with defaults
+    (the same types as pass options) and a docstring whose first line is its one-line summary and
+    whose ``Options:`` section documents each field.
+    """
+
+    name: ClassVar[str] = ""
+
+
+AlgorithmRegistry = dict[str, type[Algorithm]]
+"""Algorithms of one pass by name (e.g. :data:`graphir.passes.place.PLACERS`)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class Pass:
-    """Base of all passes (subclasses are frozen dataclasses)."""
+    """Base of all passes (subclasses are frozen dataclasses).
+
+    A pass with a sub-registry of algorithms sets ``algorithms`` (the registry),
+    ``algorithm_selector`` (the field naming the algorithm, e.g. ``algo``), ``algorithm_field`` (the
+    field holding the chosen :class:`Algorithm` instance, not an option of its own) and
+    ``algorithm_kind`` (how error messages call an entry, e.g. ``placement algorithm``).
+    """
 
     name: ClassVar[str] = ""
     requires: ClassVar[tuple[str, ...]] = ()
     provides: ClassVar[tuple[str, ...]] = ()
+    algorithms: ClassVar[AlgorithmRegistry | None] = None
+    algorithm_selector: ClassVar[str] = ""
+    algorithm_field: ClassVar[str] = ""
+    algorithm_kind: ClassVar[str] = "algorithm"
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Transform or analyse ``module`` in place."""
         raise NotImplementedError
 
     def spec(self) -> str:
-        """The pipeline text of this pass with its non-default options (``fuse{window=4}``)."""
-        parts = []
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value != field.default:
-                parts.append(f"{_kebab(field.name)}={format_option(value)}")
+        """The pipeline text of this pass with its non-default options (``fuse{window=4}``).
+
+        The chosen algorithm's non-default options follow the pass's own (``place{algo=ilp
+        time-limit=5.0}``); the text parses back to an equal pass.
+        """
+        parts = _changed_options(self, skip=self.algorithm_field)
+        if self.algorithm_field:
+            parts += _changed_options(getattr(self, self.algorithm_field))
         return self.name + ("{" + " ".join(parts) + "}" if parts else "")
+
+
+def _changed_options(obj: Any, skip: str = "") -> list[str]:
+    """``key=value`` texts of the fields of dataclass ``obj`` that differ from their defaults."""
+    parts = []
+    for field in dataclasses.fields(obj):
+        if field.name == skip:
+            continue
+        value = getattr(obj, field.name)
+        if value != field.default:
+            parts.append(f"{_kebab(field.name)}={format_option(value)}")
+    return parts
 
 
 def _kebab(name: str) -> str:
@@ -182,15 +230,54 @@ def _option_converter(tp: Any) -> tuple[str, Callable[[str | list[str]], Any]]:
     return scalar_text, single
 
 
-def pass_options(cls: type[Pass]) -> dict[str, OptionInfo]:
-    """The options of a pass class keyed by kebab-case name."""
+def pass_options(cls: type[Pass] | type[Algorithm]) -> dict[str, OptionInfo]:
+    """The options of a pass or algorithm class keyed by kebab-case name.
+
+    A pass's ``algorithm_field`` is not an option: its algorithm's options are
+    (:func:`algorithm_options`).
+    """
     hints = typing.get_type_hints(cls)
+    skip = getattr(cls, "algorithm_field", "")
     out: dict[str, OptionInfo] = {}
     for field in dataclasses.fields(cls):
+        if field.name == skip:
+            continue
         type_text, convert = _option_converter(hints[field.name])
         default = field.default if field.default is not dataclasses.MISSING else None
         out[_kebab(field.name)] = OptionInfo(_kebab(field.name), field.name, type_text, default, convert)
     return out
+
+
+def algorithm_options(cls: type[Pass], algo: str) -> dict[str, OptionInfo]:
+    """The options of algorithm ``algo`` of pass ``cls`` (KeyError: no such algorithm)."""
+    assert cls.algorithms is not None, f"pass '{cls.name}' has no algorithms"
+    return pass_options(cls.algorithms[algo])
+
+
+def register_algorithm(pass_cls: type[Pass], cls: type[Algorithm]) -> type[Algorithm]:
+    """Add ``cls`` to the sub-registry of ``pass_cls`` under ``cls.name``.
+
+    Raises:
+        TypeError: no name, the name is taken by another class, an option type is unsupported, or an
+            option has the name of one of the pass's own options (it could not be told apart).
+    """
+    registry = pass_cls.algorithms
+    assert registry is not None, f"pass '{pass_cls.name}' has no algorithms"
+    if not cls.name:
+        raise TypeError(f"{pass_cls.algorithm_kind} {cls.__name__} has no 'name'")
+    existing = registry.get(cls.name)
+    if existing is not None and (existing.__module__, existing.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise TypeError(
+            f"{pass_cls.algorithm_kind} '{cls.name}' is already taken by {existing.__module__}.{existing.__qualname__}"
+        )
+    clashes = set(pass_options(cls)) & set(pass_options(pass_cls))
+    if clashes:
+        raise TypeError(
+            f"{pass_cls.algorithm_kind} '{cls.name}' has options named like options of pass '{pass_cls.name}': "
+            f"{', '.join(sorted(clashes))}"
+        )
+    registry[cls.name] = cls
+    return cls
 
 
 # --------------------------------------------------------------------------- registry

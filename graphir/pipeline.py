@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from graphir.errors import Location, PassOptionError
-from graphir.pass_infra import Pass, load_builtin_passes, pass_options
+from graphir.pass_infra import Algorithm, OptionInfo, Pass, load_builtin_passes, pass_options
 
 _BARE_STOP = set(' \t,{}="')
 
@@ -135,8 +135,12 @@ def parse_pipeline_text(text: str) -> list[PassText]:
 def parse_pipeline(text: str) -> list[Pass]:
     """Parse ``text`` into pass instances, checking names, options and option types.
 
+    For a pass with a sub-registry of algorithms (``place{algo=heft}``), the selecting option is
+    resolved first (its default when absent), then every other option must be the pass's own or the
+    chosen algorithm's.
+
     Raises:
-        PassOptionError: unknown pass or option, or a value of the wrong type, with a caret.
+        PassOptionError: unknown pass, algorithm or option, or a value of the wrong type, with a caret.
     """
     registry = load_builtin_passes()
     scanner = _Scanner(text)
@@ -146,24 +150,82 @@ def parse_pipeline(text: str) -> list[Pass]:
         if cls is None:
             raise scanner.error(f"unknown pass '{entry.name}' (known passes: {', '.join(sorted(registry))})", entry.col)
         options = pass_options(cls)
-        kwargs = {}
+        kwargs: dict[str, object] = {}
+        algorithm, algorithm_kwargs, algorithm_opts = _resolve_algorithm(scanner, cls, entry, options)
         for option in entry.options:
             info = options.get(option.key)
+            target = kwargs
+            if info is None and option.key in algorithm_opts:
+                info, target = algorithm_opts[option.key], algorithm_kwargs
             if info is None:
-                valid = ", ".join(options) or "none"
                 raise scanner.error(
-                    f"unknown option '{option.key}' for pass '{entry.name}' (options: {valid})", option.key_col
+                    _unknown_option(cls, entry.name, option.key, options, algorithm, algorithm_opts), option.key_col
                 )
+            target[info.field] = _convert(scanner, entry, option, info)
+        if algorithm is not None:
             try:
-                kwargs[info.field] = info.convert(option.value)
-            except ValueError as exc:
-                shown = option.value if isinstance(option.value, str) else ",".join(option.value)
+                kwargs[cls.algorithm_field] = algorithm(**algorithm_kwargs)
+            except (TypeError, ValueError) as exc:
                 raise scanner.error(
-                    f"bad value '{shown}' for option '{option.key}' of pass '{entry.name}' ({info.type_text}): {exc}",
-                    option.value_col,
+                    f"invalid options for {cls.algorithm_kind} '{algorithm.name}' of pass '{entry.name}': {exc}",
+                    entry.col,
                 ) from None
         try:
             out.append(cls(**kwargs))
         except (TypeError, ValueError) as exc:
             raise scanner.error(f"invalid options for pass '{entry.name}': {exc}", entry.col) from None
     return out
+
+
+def _convert(scanner: _Scanner, entry: PassText, option: OptionText, info: OptionInfo) -> object:
+    """The typed value of one option, or a caret error under the value."""
+    try:
+        return info.convert(option.value)
+    except ValueError as exc:
+        shown = option.value if isinstance(option.value, str) else ",".join(option.value)
+        raise scanner.error(
+            f"bad value '{shown}' for option '{option.key}' of pass '{entry.name}' ({info.type_text}): {exc}",
+            option.value_col,
+        ) from None
+
+
+def _resolve_algorithm(
+    scanner: _Scanner, cls: type[Pass], entry: PassText, options: dict[str, OptionInfo]
+) -> tuple[type[Algorithm] | None, dict[str, object], dict[str, OptionInfo]]:
+    """The algorithm ``entry`` selects, and its options (``(None, {}, {})`` for a plain pass)."""
+    algorithms = cls.algorithms
+    if algorithms is None:
+        return None, {}, {}
+    selector = cls.algorithm_selector.replace("_", "-")
+    chosen = next((option for option in entry.options if option.key == selector), None)
+    if chosen is None:
+        name = str(options[selector].default)
+    else:
+        name = str(_convert(scanner, entry, chosen, options[selector]))
+    algorithm = algorithms.get(name)
+    if algorithm is None:
+        col = chosen.value_col if chosen is not None else entry.col
+        raise scanner.error(
+            f"unknown {cls.algorithm_kind} '{name}' for pass '{entry.name}' (known: {', '.join(sorted(algorithms))})",
+            col,
+        )
+    return algorithm, {}, pass_options(algorithm)
+
+
+def _unknown_option(
+    cls: type[Pass],
+    pass_name: str,
+    key: str,
+    options: dict[str, OptionInfo],
+    algorithm: type[Algorithm] | None,
+    algorithm_opts: dict[str, OptionInfo],
+) -> str:
+    """The message for option ``key``, which neither the pass nor its chosen algorithm has."""
+    if algorithm is None:
+        return f"unknown option '{key}' for pass '{pass_name}' (options: {', '.join(options) or 'none'})"
+    selector = cls.algorithm_selector.replace("_", "-")
+    own = ", ".join(algorithm_opts) or "none"
+    return (
+        f"unknown option '{key}' for {pass_name}{{{selector}={algorithm.name}}} "
+        f"({algorithm.name} options: {own}; {pass_name} options: {', '.join(options)})"
+    )

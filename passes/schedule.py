@@ -15,7 +15,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
+from graphir.passes.place.problem import PlacementProblem, coarse_devices, list_schedule, write_placement
 
 
 @register_pass
@@ -31,15 +31,14 @@ class Schedule(Pass):
         """Schedule and write ``order`` (devices stay as they are)."""
         problem = PlacementProblem.from_module(module)
         index = module.graph.index()
-        device = np.full(problem.num_nodes, -1, dtype=np.int64)
-        names = problem.device_names
-        for u, node in enumerate(index.nodes):
-            assert node.device is not None
-            g = int(problem.node_group[u])
-            d = names.index(node.device)
-            if device[g] >= 0 and device[g] != d:
-                raise PassError(f"node '{node.name}' is not on the device of the rest of its group {node.group}")
-            device[g] = d
+        position = {name: k for k, name in enumerate(problem.device_names)}
+        fine_device = np.fromiter(
+            (position[node.device] for node in index.nodes), dtype=np.int64, count=index.num_nodes
+        )  # type: ignore[index]
+        device, conflict = coarse_devices(problem.node_group, problem.num_nodes, fine_device)
+        if conflict >= 0:
+            node = index.nodes[conflict]
+            raise PassError(f"node '{node.name}' is not on the device of the rest of its group {node.group}")
         start, finish = list_schedule(problem, device)
         write_placement(module, problem, device, start)
         return PassResult(True, {"estimated-makespan-s": float(finish.max()) if len(finish) else 0.0})

@@ -1,7 +1,7 @@
 """OS-DPOS benchmark (FastT §5.2 / Table 6): writes ``benchmarks/results/os_dpos.md``.
 
 For each model and cluster: analytical ``profile``, then ``place{algo=dpos}`` and
-``place{algo=os-dpos}`` on fresh copies of the fine graph, and the simulated makespan of each (the
+the ``os-dpos`` pass on fresh copies of the fine graph, and the simulated makespan of each (the
 simulator is the judge). Reports the reduction, the splits OS-DPOS kept (``op:dim:n``), the DPOS
 trials it ran and its wall time. Models: the zoo's inference CNNs (tf2onnx, batch as built: see
 ``benchmarks/results/zoo.md``) and, for batch 1, the ONNX light models shipped with the ``onnx``
@@ -28,6 +28,7 @@ from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
+from graphir.passes.place.os_dpos import OsDpos
 from graphir.passes.profile import Profile
 from graphir.simulator import simulate
 from graphir.verifier import verify
@@ -76,7 +77,7 @@ def measure(path: Path, cluster: str) -> dict[str, object]:
     dpos = simulate(module).makespan
     module = _load(path, cluster)
     began = time.perf_counter()
-    stats = Place(algo="os-dpos").run(module, PassContext()).stats
+    stats = OsDpos().run(module, PassContext()).stats
     wall = time.perf_counter() - began
     verify(module)
     os_dpos = simulate(module).makespan

@@ -24,7 +24,7 @@ import numpy as np
 
 from graphir.ir import Module
 from graphir.pass_infra import load_builtin_passes
-from graphir.passes.place import PLACERS, Place
+from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
 from graphir.simulator import simulate
 from graphir.tools.synth import make_synthetic_module
@@ -49,7 +49,7 @@ def bench(num_nodes: int, cluster: str, seed: int = 0) -> tuple[list[str], list[
     for algo in ALGOS:
         print(f"bench_place_baechi: {algo} ...", file=sys.stderr, flush=True)
         started = time.perf_counter()
-        placement = PLACERS[algo](problem, Place(algo=algo), module)
+        placement = PLACERS[algo]().place(problem, PlacementContext())
         seconds = time.perf_counter() - started
         device = np.asarray(placement.device, dtype=np.int64)
         start = placement.start if placement.start is not None else list_schedule(problem, device)[0]

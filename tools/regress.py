@@ -89,6 +89,12 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _placing(algo: str) -> str:
+    """The pipeline of one placement cell: ``place{algo=...}``, or the ``os-dpos`` pass (it rewrites the graph)."""
+    placing = "os-dpos" if algo == "os-dpos" else f"place{{algo={algo}}}"
+    return f"{placing},simulate"
+
+
 def _model_cells(spec: str, label: str, light: bool, work: Path) -> dict[str, str]:
     """Run every cell of one model; returns ``{cell: sha256 or 'error: ...'}``."""
     out: dict[str, str] = {}
@@ -98,12 +104,12 @@ def _model_cells(spec: str, label: str, light: bool, work: Path) -> dict[str, st
         status, err = _driver([spec, f"--cluster={CLUSTER}", f"--passes={passes}", "-o", str(path)])
         if status:
             return {f"{label}/{passes}": "error: " + err.strip().splitlines()[-1]}
-    cells: list[tuple[str, Path, str]] = [(algo, base, f"place{{algo={algo}}},simulate") for algo in UNFUSED]
-    cells += [(algo, fused, f"place{{algo={algo}}},simulate") for algo in FUSED]
+    cells: list[tuple[str, Path, str]] = [(algo, base, _placing(algo)) for algo in UNFUSED]
+    cells += [(algo, fused, _placing(algo)) for algo in FUSED]
     if light:
-        cells += [(algo.split()[0], fused, f"place{{algo={algo}}},simulate") for algo in LIGHT_ONLY]
+        cells += [(algo.split()[0], fused, _placing(algo)) for algo in LIGHT_ONLY]
         # Small graphs: the list schedulers also on the unfused graph, where they spread the branches.
-        cells += [(f"{algo}.unfused", base, f"place{{algo={algo}}},simulate") for algo in (*FUSED, "os-dpos")]
+        cells += [(f"{algo}.unfused", base, _placing(algo)) for algo in (*FUSED, "os-dpos")]
     if label == "lstm_train":
         cells.append(("data-parallel", base, "data-parallel{replicas=2},profile,place{algo=data-parallel},simulate"))
     for name, source, passes in cells:

@@ -2,12 +2,24 @@
 
 Requires ``cost``; provides ``device`` and ``order``. Placers work on the quotient graph when
 ``group`` annotations exist (see :class:`graphir.passes.place.problem.PlacementProblem`) and the result is
-expanded to member nodes. Each algorithm lives in its own module and registers itself in
-:data:`PLACERS` with :func:`register_placer`; a placer that only assigns devices leaves the order to
+expanded to member nodes.
+
+**One placer API.** A placer is a frozen dataclass derived from :class:`Placer`, registered with
+:func:`register_placer` in :data:`PLACERS`, with a ``name``, typed option fields (the same types as
+pass options) and a docstring (first line: the summary ``--list-passes`` shows; ``Options:``: one
+entry per field). ``place{algo=ilp time-limit=30 workers=2}`` resolves ``algo`` first and then
+accepts only that placer's options, at parse time. Its method ``place(problem, ctx)`` is pure: it
+gets the :class:`~graphir.passes.place.problem.PlacementProblem` and a :class:`PlacementContext`
+(seed, progress log, the simulator for candidate placements) and returns a :class:`Placement`
+(device and, when it schedules, start time per coarse node, plus statistics); it never sees the
+Module, so it can neither rewrite the graph nor write annotations. A placer that needs a per-node
+fact the problem does not hold declares :meth:`Placer.device_hints`, a pre-step on the Module
+whose answer reaches it as ``problem.preferred``. Graph rewrites are passes (``os-dpos``).
+A placer that only assigns devices leaves the order to
 :func:`graphir.passes.place.problem.list_schedule`.
 
 Algorithms: ``single`` (everything on one device, ``device=NAME`` or the first), ``file`` (read
-``{node_id: device}`` JSON from ``path``), and the papers' placers in ``passes/place_*.py``.
+``{node_id: device}`` JSON from ``path``), and the papers' placers, one module each in this package.
 """
 
 from __future__ import annotations
@@ -15,16 +27,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from graphir.clone import clone_module
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
-from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
+from graphir.pass_infra import (
+    Algorithm,
+    AlgorithmRegistry,
+    Pass,
+    PassContext,
+    PassResult,
+    Stat,
+    register_algorithm,
+    register_pass,
+)
+from graphir.passes.place.problem import PlacementProblem, coarse_devices, list_schedule, write_placement
+from graphir.simulator import SimResult, simulate
+
+DEFAULT_ALGO = "adjusting"
+"""The placer ``place`` runs when no ``algo`` is given."""
 
 
 @dataclasses.dataclass
@@ -35,28 +61,64 @@ class Placement:
         device: device number per coarse node.
         start: start time per coarse node when the placer schedules, else ``None``.
         stats: extra statistics to report.
-        problem: the problem this placement answers when the placer rewrote the module (os-dpos
-            splits operations), else ``None``: the problem the placer was given.
     """
 
     device: np.ndarray
     start: np.ndarray | None = None
     stats: dict[str, Stat] = dataclasses.field(default_factory=dict)
-    problem: PlacementProblem | None = None
 
 
-PlacerFn = Callable[[PlacementProblem, "Place", Module], Placement]
-PLACERS: dict[str, PlacerFn] = {}
+def _silent(message: str) -> None:
+    """The default progress sink: drop the message."""
 
 
-def register_placer(name: str) -> Callable[[PlacerFn], PlacerFn]:
-    """Register ``fn(problem, options, module) -> Placement`` as ``place{algo=name}``."""
+CandidateSimulator = Callable[[PlacementProblem, np.ndarray, np.ndarray], SimResult]
+"""``simulate(problem, device, start)``: the simulator's verdict on a candidate placement of ``problem``."""
 
-    def decorate(fn: PlacerFn) -> PlacerFn:
-        PLACERS[name] = fn
-        return fn
 
-    return decorate
+@dataclasses.dataclass(frozen=True)
+class PlacementContext:
+    """What a placer may use besides its problem and options.
+
+    Attributes:
+        seed: the pipeline seed (``graphir-opt --seed``); every randomised placer seeds from it.
+        log: progress output (``--verbose``).
+        simulate: the simulator on a candidate placement of the problem being placed (device and
+            start per coarse node, expanded as ``place`` would write it); it works on a private copy
+            of the graph, so the Module is never touched. ``None`` outside the ``place`` pass.
+    """
+
+    seed: int = 0
+    log: Callable[[str], None] = _silent
+    simulate: CandidateSimulator | None = None
+
+    def simulator(self) -> CandidateSimulator:
+        """:attr:`simulate`, or a :class:`PassError` when this context has none."""
+        if self.simulate is None:
+            raise PassError("this placer needs the simulator: run it through the 'place' pass")
+        return self.simulate
+
+
+@dataclasses.dataclass(frozen=True)
+class Placer(Algorithm):
+    """Base of the placers of ``place{algo=...}`` (frozen dataclasses; fields are their options)."""
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Place (and optionally schedule) the coarse graph of ``problem``."""
+        raise NotImplementedError
+
+    def device_hints(self, module: Module) -> Mapping[str, str] | None:
+        """A preferred device name per fine node name, computed by ``place`` before building the problem.
+
+        The answer reaches :meth:`place` as ``problem.preferred``. Default: no hints. Only a
+        placer whose rule depends on the graph's meaning (node names, op types) beyond the problem's
+        arrays overrides this; it must not change the Module.
+        """
+        return None
+
+
+PLACERS: dict[str, type[Placer]] = {}
+"""Every placer by ``algo`` name."""
 
 
 @register_pass
@@ -65,49 +127,95 @@ class Place(Pass):
     """Place and order the graph with the chosen algorithm.
 
     Options:
-        algo: the placer, a name from the placer registry (``register_placer``; listed in
-            ``docs/passes.md``).
-        path: placement JSON for ``algo=file``.
-        device: target device for ``algo=single`` (default: the cluster's first).
-        time_limit: seconds for placers that search (ILP).
+        algo: the placer, a name from the placer registry (``register_placer``); each placer has its
+            own options, listed with it.
     """
 
     name: ClassVar[str] = "place"
     requires: ClassVar[tuple[str, ...]] = ("cost",)
     provides: ClassVar[tuple[str, ...]] = ("device", "order")
-    algo: str = "adjusting"
-    path: str = ""
-    device: str = ""
-    time_limit: float = 60.0
+    algorithms: ClassVar[AlgorithmRegistry | None] = PLACERS  # type: ignore[assignment]
+    algorithm_selector: ClassVar[str] = "algo"
+    algorithm_field: ClassVar[str] = "placer"
+    algorithm_kind: ClassVar[str] = "placement algorithm"
+    algo: str = DEFAULT_ALGO
+    placer: Placer | None = None
 
     def __post_init__(self) -> None:
-        """Reject an unknown algorithm when the pipeline is parsed."""
+        """Reject an unknown algorithm when the pipeline is parsed; default the placer's options."""
         if self.algo not in PLACERS:
             raise ValueError(f"unknown placement algorithm '{self.algo}' (known: {', '.join(sorted(PLACERS))})")
+        if self.placer is None:
+            object.__setattr__(self, "placer", PLACERS[self.algo]())
+        elif self.placer.name != self.algo:
+            raise ValueError(f"placer '{self.placer.name}' given for algo={self.algo}")
+
+    @classmethod
+    def of(cls, algo: str, **options: object) -> Place:
+        """``place{algo=ALGO key=value ...}`` from Python: ``Place.of("ilp", time_limit=5.0)``."""
+        if algo not in PLACERS:
+            raise ValueError(f"unknown placement algorithm '{algo}' (known: {', '.join(sorted(PLACERS))})")
+        return cls(algo, PLACERS[algo](**options))
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the coarse problem, run the placer, schedule if needed, write annotations."""
+        placer = self.placer
+        assert placer is not None
         started = time.perf_counter()
-        problem = PlacementProblem.from_module(module)
+        problem = PlacementProblem.from_module(module, placer.device_hints(module))
         ctx.log(f"place: {self.algo} on {problem.num_nodes} coarse nodes, {problem.num_devices} devices")
-        placement = PLACERS[self.algo](problem, self, module)
-        if placement.problem is not None:  # the placer rewrote the graph: its answer is for the new one
-            problem = placement.problem
-        device = np.asarray(placement.device, dtype=np.int64)
-        _check_constraints(problem, device)
-        start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
-        write_placement(module, problem, device, start)
-        seconds = time.perf_counter() - started
-        stats: dict[str, Stat] = {
-            "algo": self.algo,
-            "coarse-nodes": problem.num_nodes,
-            "placement-wall-s": seconds,
-        }
-        used = np.bincount(device, minlength=problem.num_devices)
-        for k, name in enumerate(problem.device_names):
-            stats[f"nodes.{name}"] = int(used[k])
-        stats.update(placement.stats)
-        return PassResult(True, stats)
+        placement = placer.place(problem, placement_context(module, ctx))
+        return PassResult(True, apply_placement(module, problem, placement, self.algo, started))
+
+
+def placement_context(module: Module, ctx: PassContext) -> PlacementContext:
+    """The :class:`PlacementContext` of a pass run: the pipeline seed, its log, a simulator on a copy of ``module``."""
+    copy: Module | None = None
+
+    def simulate_candidate(problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> SimResult:
+        nonlocal copy
+        if copy is None:
+            copy = clone_module(module)  # same insertion order: the same index numbering
+        write_placement(copy, problem, np.asarray(device, dtype=np.int64), np.asarray(start))
+        return simulate(copy)
+
+    return PlacementContext(seed=ctx.seed, log=ctx.log, simulate=simulate_candidate)
+
+
+def apply_placement(
+    module: Module, problem: PlacementProblem, placement: Placement, algo: str, started: float
+) -> dict[str, Stat]:
+    """Check a placer's answer, schedule it when it has no start times, write it; return the statistics.
+
+    Raises:
+        PassError: the answer is malformed or violates affinity or colocation (a placer bug).
+    """
+    device = np.asarray(placement.device, dtype=np.int64)
+    _check_constraints(problem, device)
+    start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
+    write_placement(module, problem, device, start)
+    seconds = time.perf_counter() - started
+    stats: dict[str, Stat] = {
+        "algo": algo,
+        "coarse-nodes": problem.num_nodes,
+        "placement-wall-s": seconds,
+    }
+    used = np.bincount(device, minlength=problem.num_devices)
+    for k, name in enumerate(problem.device_names):
+        stats[f"nodes.{name}"] = int(used[k])
+    stats.update(placement.stats)
+    return stats
+
+
+def register_placer(cls: type[Placer]) -> type[Placer]:
+    """Class decorator: make ``cls`` available as ``place{algo=cls.name}``.
+
+    Raises:
+        TypeError: no name, a name taken by another class, an unsupported option type, or an
+            option named like one of ``place``'s own (``algo``).
+    """
+    register_algorithm(Place, cls)
+    return cls
 
 
 def _check_constraints(problem: PlacementProblem, device: np.ndarray) -> None:
@@ -132,46 +240,68 @@ def first_allowed(problem: PlacementProblem, preferred: int) -> np.ndarray:
     return device
 
 
-@register_placer("single")
-def place_single(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Single(Placer):
     """Everything on one device (nodes its affinity forbids go to their first allowed device).
 
     Memory is not checked here: ``simulate`` reports the OOM, which is the point of this baseline.
+
+    Options:
+        device: the device's name (empty: the cluster's first).
     """
-    target = 0
-    if options.device:
-        if options.device not in problem.device_names:
-            raise PassError(f"device '{options.device}' is not in the cluster ({', '.join(problem.device_names)})")
-        target = problem.device_names.index(options.device)
-    return Placement(first_allowed(problem, target))
+
+    name: ClassVar[str] = "single"
+    device: str = ""
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """All nodes on the target device where their affinity allows."""
+        target = 0
+        if self.device:
+            if self.device not in problem.device_names:
+                raise PassError(f"device '{self.device}' is not in the cluster ({', '.join(problem.device_names)})")
+            target = problem.device_names.index(self.device)
+        return Placement(first_allowed(problem, target))
 
 
-@register_placer("file")
-def place_from_file(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class FromFile(Placer):
     """Read ``{node_id: device_name}`` (the ``--emit=placement`` format) and schedule it.
 
     Every node must be listed; members of one group must share a device.
+
+    Options:
+        path: the placement JSON file (required).
     """
-    if not options.path:
-        raise PassError("place{algo=file} needs path=FILE.json")
-    try:
-        mapping = json.loads(Path(options.path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PassError(f"cannot read placement '{options.path}': {exc}") from None
-    if not isinstance(mapping, dict):
-        raise PassError(f"placement '{options.path}' must be a JSON object {{node_id: device}}")
-    index = module.graph.index()
-    names = problem.device_names
-    device = np.full(problem.num_nodes, -1, dtype=np.int64)
-    for u, node in enumerate(index.nodes):
-        name = mapping.get(node.name)
-        if name is None:
-            raise PassError(f"placement '{options.path}' has no device for node '{node.name}'")
-        if name not in names:
-            raise PassError(f"placement '{options.path}': node '{node.name}' is on unknown device '{name}'")
-        g = int(problem.node_group[u])
-        d = names.index(name)
-        if device[g] >= 0 and device[g] != d:
-            raise PassError(f"placement '{options.path}' splits the group of node '{node.name}' over two devices")
-        device[g] = d
-    return Placement(device)
+
+    name: ClassVar[str] = "file"
+    path: str = ""
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """The file's device per node, checked against the cluster and the groups."""
+        if not self.path:
+            raise PassError("place{algo=file} needs path=FILE.json")
+        try:
+            mapping = json.loads(Path(self.path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PassError(f"cannot read placement '{self.path}': {exc}") from None
+        if not isinstance(mapping, dict):
+            raise PassError(f"placement '{self.path}' must be a JSON object {{node_id: device}}")
+        names = problem.device_names
+        position = {name: k for k, name in enumerate(names)}
+        node_names = problem.fine.node_names
+        fine_device = np.full(len(node_names), -1, dtype=np.int64)
+        for u, node in enumerate(node_names):
+            name = mapping.get(node)
+            if name is None:
+                raise PassError(f"placement '{self.path}' has no device for node '{node}'")
+            if name not in position:
+                raise PassError(f"placement '{self.path}': node '{node}' is on unknown device '{name}'")
+            fine_device[u] = position[name]
+        device, conflict = coarse_devices(problem.node_group, problem.num_nodes, fine_device)
+        if conflict >= 0:
+            raise PassError(
+                f"placement '{self.path}' splits the group of node '{node_names[conflict]}' over two devices"
+            )
+        return Placement(device)

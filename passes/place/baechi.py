@@ -53,24 +53,25 @@ Choices where the papers are vague (documented deviations):
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
+from typing import ClassVar
 
 import numpy as np
 
 from graphir.errors import PassError
 from graphir.extras import require
-from graphir.ir import Module
 from graphir.passes.orders import m_topo, positions
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
 
 __all__ = [
     "Constraints",
+    "MEtf",
+    "MSct",
+    "MTopo",
     "favourite_children",
-    "place_m_etf",
-    "place_m_sct",
-    "place_m_topo",
     "solve_favourite_lp",
 ]
 
@@ -153,31 +154,37 @@ def _m_topo_priority(problem: PlacementProblem) -> np.ndarray:
 # m-TOPO
 
 
-@register_placer("m-topo")
-def place_m_topo(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class MTopo(Placer):
     """Baechi's m-TOPO: fill devices in order along the M-TOPO order up to an equal memory share.
 
     Baechi (uniform m-TOPO): ``share = sum of node memory / number of devices + max node memory``;
     nodes are taken in topological order and device ``d`` receives them until the next one does
     not fit under the share, then the cursor moves to device ``d + 1`` and never comes back.
     """
-    n = problem.num_nodes
-    num_devices = problem.num_devices
-    order = m_topo(n, problem.succ_offsets, problem.succ).tolist()
-    memory = problem.memory
-    share = (float(memory.sum()) / num_devices + float(memory.max())) if n else 0.0
-    limit = np.minimum(share, problem.capacity)
-    constraints = Constraints(problem)
-    device = np.full(n, -1, dtype=np.int64)
-    cursor = 0
-    for v in order:
-        d, cursor = _m_topo_device(constraints, v, cursor, limit)
-        if d < 0:
-            d = constraints.fallback_device(v)
-            constraints.best_effort += 1
-        constraints.place(v, d)
-        device[v] = d
-    return Placement(device, None, {"best-effort-nodes": constraints.best_effort, "memory-share-B": int(share)})
+
+    name: ClassVar[str] = "m-topo"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Walk the M-TOPO order with a device cursor bounded by the memory share."""
+        n = problem.num_nodes
+        num_devices = problem.num_devices
+        order = m_topo(n, problem.succ_offsets, problem.succ).tolist()
+        memory = problem.memory
+        share = (float(memory.sum()) / num_devices + float(memory.max())) if n else 0.0
+        limit = np.minimum(share, problem.capacity)
+        constraints = Constraints(problem)
+        device = np.full(n, -1, dtype=np.int64)
+        cursor = 0
+        for v in order:
+            d, cursor = _m_topo_device(constraints, v, cursor, limit)
+            if d < 0:
+                d = constraints.fallback_device(v)
+                constraints.best_effort += 1
+            constraints.place(v, d)
+            device[v] = d
+        return Placement(device, None, {"best-effort-nodes": constraints.best_effort, "memory-share-B": int(share)})
 
 
 def _m_topo_device(constraints: Constraints, v: int, cursor: int, limit: np.ndarray) -> tuple[int, int]:
@@ -424,11 +431,17 @@ def _argmin_key(values: np.ndarray, prio: np.ndarray) -> int:
     return int(rows[np.argmin(prio[rows])])
 
 
-@register_placer("m-etf")
-def place_m_etf(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class MEtf(Placer):
     """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule."""
-    device, start, best_effort = _etf_schedule(problem, None)
-    return Placement(device, start, {"best-effort-nodes": best_effort})
+
+    name: ClassVar[str] = "m-etf"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Baechi's event-driven ETF without favourite children."""
+        device, start, best_effort = _etf_schedule(problem, None)
+        return Placement(device, start, {"best-effort-nodes": best_effort})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -536,18 +549,35 @@ def favourite_children(problem: PlacementProblem, x: np.ndarray, threshold: floa
     return favourite
 
 
-@register_placer("m-sct")
-def place_m_sct(problem: PlacementProblem, options: Place, module: Module) -> Placement:
-    """Baechi's m-SCT: m-ETF that keeps a device awake for the LP favourite child."""
-    started = time.perf_counter()
-    x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
-    favourite = favourite_children(problem, x)
-    lp_seconds = time.perf_counter() - started
-    device, start, best_effort = _etf_schedule(problem, favourite)
-    stats = {
-        "best-effort-nodes": best_effort,
-        "favourite-children": int((favourite >= 0).sum()),
-        "lp-makespan-s": lp_makespan,
-        "lp-wall-s": lp_seconds,
-    }
-    return Placement(device, start, stats)
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class MSct(Placer):
+    """Baechi's m-SCT: m-ETF that keeps a device awake for the LP favourite child.
+
+    Options:
+        threshold: an edge whose relaxed LP variable is at most this makes its head the favourite
+            child of its tail (Baechi rounds at 0.5).
+    """
+
+    name: ClassVar[str] = "m-sct"
+    threshold: float = 0.5
+
+    def __post_init__(self) -> None:
+        """Reject a threshold outside [0, 1] when the pipeline is parsed."""
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Solve the favourite-child LP, round it, run the SCT scheduler."""
+        started = time.perf_counter()
+        x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
+        favourite = favourite_children(problem, x, self.threshold)
+        lp_seconds = time.perf_counter() - started
+        device, start, best_effort = _etf_schedule(problem, favourite)
+        stats = {
+            "best-effort-nodes": best_effort,
+            "favourite-children": int((favourite >= 0).sum()),
+            "lp-makespan-s": lp_makespan,
+            "lp-wall-s": lp_seconds,
+        }
+        return Placement(device, start, stats)

@@ -26,9 +26,11 @@ Memory, affinity, colocation and best effort follow :mod:`graphir.passes.place.c
 
 from __future__ import annotations
 
-from graphir.ir import Module
+import dataclasses
+from typing import ClassVar
+
 from graphir.passes.orders import cpd_topo
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import INF, ListScheduler, argmin
 from graphir.passes.place.problem import PlacementProblem
 
@@ -40,61 +42,73 @@ def celeritas_order(problem: PlacementProblem) -> list[int]:
     return cpd_topo(problem.num_nodes, problem.succ_offsets, problem.succ, node_time, succ_comm).tolist()
 
 
-@register_placer("order-place")
-def place_order_place(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class OrderPlace(Placer):
     """Celeritas Order-Place: CPD-TOPO order, fill one device up to its memory, then the next."""
-    scheduler = ListScheduler(problem)
-    num_devices = problem.num_devices
-    current = 0
-    for v in celeritas_order(problem):
-        d = scheduler.pinned(v)
-        if d < 0:
-            if scheduler.fits(v, current):
-                d = current
-            else:
-                # From the current device on, then wrapping round: the first with room.
-                candidates = [(current + step) % num_devices for step in range(1, num_devices)]
-                d = next((c for c in candidates if scheduler.fits(v, c)), -1)
-                if d < 0:
-                    scheduler.book_best_effort(v)
-                    continue
-                if scheduler.allowed[v][current] and d > current:
-                    current = d  # the current device is full for v: move on
-        scheduler.book(v, d)
-    return scheduler.placement()
+
+    name: ClassVar[str] = "order-place"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Fill the current device in CPD-TOPO order; move on when a node does not fit."""
+        scheduler = ListScheduler(problem)
+        num_devices = problem.num_devices
+        current = 0
+        for v in celeritas_order(problem):
+            d = scheduler.pinned(v)
+            if d < 0:
+                if scheduler.fits(v, current):
+                    d = current
+                else:
+                    # From the current device on, then wrapping round: the first with room.
+                    candidates = [(current + step) % num_devices for step in range(1, num_devices)]
+                    d = next((c for c in candidates if scheduler.fits(v, c)), -1)
+                    if d < 0:
+                        scheduler.book_best_effort(v)
+                        continue
+                    if scheduler.allowed[v][current] and d > current:
+                        current = d  # the current device is full for v: move on
+            scheduler.book(v, d)
+        return scheduler.placement()
 
 
-@register_placer("adjusting")
-def place_adjusting(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Adjusting(Placer):
     """Celeritas Adjusting Placement (Algorithm 2, eq. (7)-(9)) with insertion slots."""
-    scheduler = ListScheduler(problem)
-    succ_offsets = scheduler.succ_offsets
-    succ_edge = scheduler.succ_edge
-    edge_bytes = scheduler.edge_bytes
-    previous = -1
-    moved = 0
-    for v in celeritas_order(problem):
-        est = scheduler.earliest_starts(v)  # lines 8-12, eq. (7)
-        first = argmin(est)  # line 14: d_1 (ties: lowest device number)
-        if first < 0:  # lines 19-20: every device is full (or excluded)
-            previous = scheduler.book_best_effort(v)
-            continue
-        kept = previous if previous >= 0 else first  # line 13: d_k = Placement[v_{i-1}]
-        if kept == first:
-            d = kept
-        elif est[kept] == INF:  # d_k is full: the device with room and the earliest EST
-            d = first
-        else:
-            # Eq. (8), line 7: back_cost = max_{s in succ(v)} c_{v,s}, sent back from d_1 to d_k.
-            back_cost = 0.0
-            for k in range(succ_offsets[v], succ_offsets[v + 1]):
-                c = scheduler.comm_time(edge_bytes[succ_edge[k]], first, kept)
-                if c > back_cost:
-                    back_cost = c
-            # Eq. (9), line 15: move only if waiting on d_k costs more than sending results back.
-            d = first if est[kept] - est[first] > back_cost else kept
-        if d != kept:
-            moved += 1
-        scheduler.commit(v, d, est[d])
-        previous = d
-    return scheduler.placement({"moved": moved})
+
+    name: ClassVar[str] = "adjusting"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Keep the previous node's device unless waiting there costs more than sending back (eq. (9))."""
+        scheduler = ListScheduler(problem)
+        succ_offsets = scheduler.succ_offsets
+        succ_edge = scheduler.succ_edge
+        edge_bytes = scheduler.edge_bytes
+        previous = -1
+        moved = 0
+        for v in celeritas_order(problem):
+            est = scheduler.earliest_starts(v)  # lines 8-12, eq. (7)
+            first = argmin(est)  # line 14: d_1 (ties: lowest device number)
+            if first < 0:  # lines 19-20: every device is full (or excluded)
+                previous = scheduler.book_best_effort(v)
+                continue
+            kept = previous if previous >= 0 else first  # line 13: d_k = Placement[v_{i-1}]
+            if kept == first:
+                d = kept
+            elif est[kept] == INF:  # d_k is full: the device with room and the earliest EST
+                d = first
+            else:
+                # Eq. (8), line 7: back_cost = max_{s in succ(v)} c_{v,s}, sent back from d_1 to d_k.
+                back_cost = 0.0
+                for k in range(succ_offsets[v], succ_offsets[v + 1]):
+                    c = scheduler.comm_time(edge_bytes[succ_edge[k]], first, kept)
+                    if c > back_cost:
+                        back_cost = c
+                # Eq. (9), line 15: move only if waiting on d_k costs more than sending results back.
+                d = first if est[kept] - est[first] > back_cost else kept
+            if d != kept:
+                moved += 1
+            scheduler.commit(v, d, est[d])
+            previous = d
+        return scheduler.placement({"moved": moved})

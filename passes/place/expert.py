@@ -24,14 +24,16 @@ unbounded ``T`` cannot fit the graph in memory, the sweep keeps what fits and th
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 
-from graphir.ir import Module
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.baechi import Constraints
 from graphir.passes.place.problem import PlacementProblem
 
-__all__ = ["balanced_split", "place_expert"]
+__all__ = ["Expert", "balanced_split"]
 
 _BISECTION_STEPS = 64
 
@@ -93,31 +95,37 @@ def balanced_split(times: np.ndarray, memory: np.ndarray, capacity: np.ndarray) 
     return part
 
 
-@register_placer("expert")
-def place_expert(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Expert(Placer):
     """Expert: contiguous split of the topological order, compute balanced, memory-aware."""
-    n = problem.num_nodes
-    part = balanced_split(problem.times, problem.memory, problem.capacity)
-    constraints = Constraints(problem)
-    device = np.full(n, -1, dtype=np.int64)
-    num_devices = problem.num_devices
-    moved = 0
-    for v in range(n):
-        want = int(part[v])
-        d = -1
-        if constraints.pin[v] >= 0:
-            d = int(constraints.pin[v])
-        elif want >= 0:
-            # The part's device, else the nearest allowed device with room (ties: lower number).
-            for candidate in sorted(range(num_devices), key=lambda k: (abs(k - want), k)):
-                if constraints.fits(v, candidate):
-                    d = candidate
-                    break
-            moved += int(d != want and d >= 0)
-        if d < 0:
-            d = constraints.fallback_device(v)
-            constraints.best_effort += 1
-        constraints.place(v, d)
-        device[v] = d
-    stats = {"best-effort-nodes": constraints.best_effort, "moved-nodes": moved}
-    return Placement(device, None, stats)
+
+    name: ClassVar[str] = "expert"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """The balanced split, then affinity, colocation and memory in topological order."""
+        n = problem.num_nodes
+        part = balanced_split(problem.times, problem.memory, problem.capacity)
+        constraints = Constraints(problem)
+        device = np.full(n, -1, dtype=np.int64)
+        num_devices = problem.num_devices
+        moved = 0
+        for v in range(n):
+            want = int(part[v])
+            d = -1
+            if constraints.pin[v] >= 0:
+                d = int(constraints.pin[v])
+            elif want >= 0:
+                # The part's device, else the nearest allowed device with room (ties: lower number).
+                for candidate in sorted(range(num_devices), key=lambda k: (abs(k - want), k)):
+                    if constraints.fits(v, candidate):
+                        d = candidate
+                        break
+                moved += int(d != want and d >= 0)
+            if d < 0:
+                d = constraints.fallback_device(v)
+                constraints.best_effort += 1
+            constraints.place(v, d)
+            device[v] = d
+        stats = {"best-effort-nodes": constraints.best_effort, "moved-nodes": moved}
+        return Placement(device, None, stats)

@@ -33,11 +33,13 @@ those of :mod:`graphir.passes.place.common`.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 
-from graphir.ir import Module
 from graphir.passes.orders import tlevel_blevel
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
 from graphir.passes.place.problem import PlacementProblem
 
@@ -108,34 +110,40 @@ def select_cp_devices(scheduler: ListScheduler, path: list[int], begin: int) -> 
     return assignment
 
 
-@register_placer("dpos")
-def place_dpos(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Dpos(Placer):
     """FastT DPOS (Algorithm 1): rank_u priority, critical-path devices, minimum EFT with insertion."""
-    scheduler = ListScheduler(problem)
-    rank = fastt_rank(problem)
-    path = critical_path(problem, rank)
-    position = {v: i for i, v in enumerate(path)}
-    cp_device = select_cp_devices(scheduler, path, 0)
-    reselections = 0
-    for v in ready_order(problem, rank):
-        i = position.get(v, -1)
-        if i < 0:
-            scheduler.book_min_eft(v)  # lines 12-20
-            continue
-        d = scheduler.pinned(v)
-        if d < 0:
-            d = cp_device.get(v, -1)
-            if d >= 0 and not scheduler.fits(v, d):
-                # The CP device is full: "find another critical-path device" for the rest of the path.
-                for u in path[i:]:
-                    cp_device.pop(u, None)
-                cp_device.update(select_cp_devices(scheduler, path, i))
-                reselections += 1
+
+    name: ClassVar[str] = "dpos"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Critical-path nodes on their critical-path devices, the others on their minimum-EFT device."""
+        scheduler = ListScheduler(problem)
+        rank = fastt_rank(problem)
+        path = critical_path(problem, rank)
+        position = {v: i for i, v in enumerate(path)}
+        cp_device = select_cp_devices(scheduler, path, 0)
+        reselections = 0
+        for v in ready_order(problem, rank):
+            i = position.get(v, -1)
+            if i < 0:
+                scheduler.book_min_eft(v)  # lines 12-20
+                continue
+            d = scheduler.pinned(v)
+            if d < 0:
                 d = cp_device.get(v, -1)
                 if d >= 0 and not scheduler.fits(v, d):
-                    d = -1
-        if d < 0:
-            scheduler.book_min_eft(v)
-        else:
-            scheduler.book(v, d)  # line 10, started at its earliest slot on the CP device
-    return scheduler.placement({"critical-path-nodes": len(path), "cp-reselections": reselections})
+                    # The CP device is full: "find another critical-path device" for the rest of the path.
+                    for u in path[i:]:
+                        cp_device.pop(u, None)
+                    cp_device.update(select_cp_devices(scheduler, path, i))
+                    reselections += 1
+                    d = cp_device.get(v, -1)
+                    if d >= 0 and not scheduler.fits(v, d):
+                        d = -1
+            if d < 0:
+                scheduler.book_min_eft(v)
+            else:
+                scheduler.book(v, d)  # line 10, started at its earliest slot on the CP device
+        return scheduler.placement({"critical-path-nodes": len(path), "cp-reselections": reselections})

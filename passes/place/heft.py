@@ -18,16 +18,24 @@ that fits nowhere goes to the allowed device with the most free memory (the shar
 
 from __future__ import annotations
 
-from graphir.ir import Module
-from graphir.passes.place import Place, Placement, register_placer
+import dataclasses
+from typing import ClassVar
+
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
 from graphir.passes.place.problem import PlacementProblem, upward_rank
 
 
-@register_placer("heft")
-def place_heft(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Heft(Placer):
     """Insertion-based HEFT: rank_u priority, minimum EFT device."""
-    scheduler = ListScheduler(problem)
-    for v in ready_order(problem, upward_rank(problem)):
-        scheduler.book_min_eft(v)
-    return scheduler.placement()
+
+    name: ClassVar[str] = "heft"
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Book the nodes by decreasing rank_u, each on its minimum-EFT device."""
+        scheduler = ListScheduler(problem)
+        for v in ready_order(problem, upward_rank(problem)):
+            scheduler.book_min_eft(v)
+        return scheduler.placement()

@@ -23,7 +23,7 @@ endpoints are on different devices" and "one task at a time per device and per c
   durations their request order is the device order of their producers. An order literal per pair
   of producers ties the two: ``o ⇒ E[g] ≤ S[g']`` on a shared device and ``o ⇒ Te[v] ≤ Ts[v']`` on a
   shared channel (``o`` is fixed when one producer is an ancestor of the other). This costs
-  ``O(pairs · channels)`` constraints, so it is added only up to :data:`FIFO_CONSTRAINT_LIMIT`;
+  ``O(pairs · channels)`` constraints, so it is added only up to ``fifo-limit`` constraints;
   beyond that the channel order is free (Pesto's own relaxation) and the stat ``fifo = 0`` says so.
 * **Memory** (as the list-scheduling heuristics): ``Σ_g memory[g]·x[g, d] ≤ capacity[d]``
   (persistent + activation bytes per coarse node, nothing freed). Training graphs often need more
@@ -48,21 +48,23 @@ both are reported. Known approximations: several results of one node sent to one
 queued in the simulator's edge order but in any order here; zero-duration nodes get one time unit.
 
 **Time scaling.** CP-SAT needs integers. The unit is the power of ten ``u`` with
-``horizon / u`` in ``[10^6, 10^7)``, ``horizon`` being the sum of every node's longest time and
-every possible transfer's longest time (a bound on any left-justified schedule); durations are
-rounded to the nearest unit (at least one). A chain of ``k`` tasks is therefore off by at most
-``k·u/2`` from the real durations, i.e. a relative error below ``k·5e-7``; the stat
-``time-unit-s`` reports ``u``.
+``horizon / u`` in ``[R, 10 R)`` (``R`` = the ``resolution`` option, 10^6 by default), ``horizon``
+being the sum of every node's longest time and every possible transfer's longest time (a bound on
+any left-justified schedule); durations are rounded to the nearest unit (at least one). A chain of
+``k`` tasks is therefore off by at most ``k·u/2`` from the real durations, i.e. a relative error
+below ``k·0.5/R``; the stat ``time-unit-s`` reports ``u``.
 
 **Warm start.** The registered list schedulers ``heft``, ``dpos``, ``adjusting`` and ``m-etf`` are
-run, their placements written and simulated; the best one that fits the memory constraint (else
+run and their placements simulated (through the placement context's simulator, on a copy of the
+graph: the ILP never writes annotations); the best one that fits the memory constraint (else
 the best) is evaluated in the model's own semantics (an exact, integer, coarse-level replay) and
 given to CP-SAT as a complete hint. If the solver's schedule simulates worse than the warm start
 (possible only when the solver stopped early on a coarsened graph), the warm start is returned
 and ``result = warm-start``: the ILP never does worse than the best heuristic.
 
 **Determinism.** CP-SAT runs with ``interleave_search`` (its subsolvers interleaved in one thread,
-:data:`NUM_WORKERS` of them) and a fixed ``random_seed``, which makes the search reproducible. The
+``workers`` of them) and ``random_seed`` = the pipeline seed (``graphir-opt --seed``), which makes
+the search reproducible for one seed. The
 wall-clock limit (``time-limit`` minus the warm-start time) is the one source of variation: when
 it stops the search, the incumbent depends on the machine's speed. A run that proves optimality
 is reproducible.
@@ -70,21 +72,21 @@ is reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import pickle
 import subprocess
 import sys
 import time
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from graphir.errors import PassError
 from graphir.extras import require
-from graphir.ir import Module
 from graphir.pass_infra import Stat
-from graphir.passes.place import PLACERS, Place, Placement, register_placer
-from graphir.passes.place.problem import PlacementProblem, keyed_topological_order, list_schedule, write_placement
-from graphir.simulator import simulate
+from graphir.passes.place import PLACERS, Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.problem import PlacementProblem, keyed_topological_order, list_schedule
 
 WARM_START_PLACERS = ("heft", "dpos", "adjusting", "m-etf")
 """List-scheduling placers tried for the warm start, in tie-breaking order."""
@@ -92,24 +94,24 @@ WARM_START_PLACERS = ("heft", "dpos", "adjusting", "m-etf")
 FORMULATION = "cp-sat"
 """The formulation used (the only one implemented; a big-M MILP through scipy is future work)."""
 
-NUM_WORKERS = 8
-"""CP-SAT subsolvers, interleaved deterministically in one thread."""
 
-RANDOM_SEED = 0
-"""CP-SAT's random seed."""
+@dataclasses.dataclass(frozen=True)
+class SolverSettings:
+    """The CP-SAT run's tunables (the placer's options; picklable for the isolated process).
 
-FIFO_CONSTRAINT_LIMIT = 60_000
-"""Most channel FIFO constraints added; beyond that the channel order is left free."""
+    Attributes:
+        time_limit: seconds for the search.
+        seed: CP-SAT's ``random_seed``.
+        workers: subsolvers interleaved in one thread.
+        resolution: integer steps at least in the scheduling horizon.
+        fifo_limit: most channel FIFO constraints added.
+    """
 
-ISOLATE: bool | str = "auto"
-"""Solve in a fresh interpreter: ``True``, ``False`` or ``"auto"`` (when TensorFlow is loaded).
-
-TensorFlow and OR-Tools bundle different builds of abseil/protobuf; once TensorFlow is imported
-(e.g. by the ``.pb`` importer behind ``zoo:*_train``) CP-SAT crashes the process on real models.
-The isolated process receives the (picklable) problem and returns plain numbers."""
-
-RESOLUTION = 1e6
-"""Integer steps at least in the scheduling horizon (see "Time scaling")."""
+    time_limit: float
+    seed: int = 0
+    workers: int = 8
+    resolution: float = 1e6
+    fifo_limit: int = 60_000
 
 
 class _Transfers:
@@ -123,8 +125,8 @@ class _Transfers:
         control: ``(g, h)`` coarse pairs joined only by control edges.
     """
 
-    def __init__(self, problem: PlacementProblem, module: Module) -> None:
-        index = module.graph.index()
+    def __init__(self, problem: PlacementProblem) -> None:
+        index = problem.fine
         group = problem.node_group
         src = group[index.edge_src]
         dst = group[index.edge_dst]
@@ -154,7 +156,14 @@ class _Transfers:
 class _Model:
     """The CP-SAT model of one :class:`PlacementProblem` (see the module docstring)."""
 
-    def __init__(self, problem: PlacementProblem, transfers: _Transfers, memory: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        problem: PlacementProblem,
+        transfers: _Transfers,
+        memory: np.ndarray | None,
+        resolution: float = 1e6,
+        fifo_limit: int = 60_000,
+    ) -> None:
         cp_model = require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")
 
         self.problem = problem
@@ -169,7 +178,7 @@ class _Model:
         times = problem.times
         horizon_s = float(times.max(axis=1).sum()) + sum((num_devices - 1) * max(max(row) for row in c) for c in comm)
         horizon_s = max(horizon_s, 1e-12)
-        self.unit = 10.0 ** math.floor(math.log10(horizon_s / RESOLUTION))
+        self.unit = 10.0 ** math.floor(math.log10(horizon_s / resolution))
         unit = self.unit
         self.dur = [[max(1, round(float(times[g, d]) / unit)) for d in self.devices] for g in range(n)]
         self.comm = [
@@ -272,7 +281,7 @@ class _Model:
         for intervals in channel_intervals.values():
             model.AddNoOverlap(intervals)
         self.order: dict[tuple[int, int], object] = {}
-        self.fifo = self._add_fifo(model)
+        self.fifo = self._add_fifo(model, fifo_limit)
         self.makespan = model.NewIntVar(0, horizon, "M")
         for g in range(n):
             if problem.succ_offsets[g] == problem.succ_offsets[g + 1]:
@@ -287,7 +296,7 @@ class _Model:
             if terms:
                 model.Add(sum(terms) <= int(problem.capacity[d]))
 
-    def _add_fifo(self, model: object) -> bool:
+    def _add_fifo(self, model: object, limit: int) -> bool:
         """Channel order = producer order on the shared source device (see the module docstring)."""
         transfers = self.transfers
         producers = [g for g in range(self.problem.num_nodes) if transfers.of_node[g]]
@@ -295,7 +304,7 @@ class _Model:
         for present in self.on_channel:
             for channel in present:
                 load[channel] = load.get(channel, 0) + 1
-        if sum(c * (c - 1) for c in load.values()) > FIFO_CONSTRAINT_LIMIT:
+        if sum(c * (c - 1) for c in load.values()) > limit:
             return False
         ancestors = _ancestors(self.problem)
         allowed = self.problem.allowed.tolist()
@@ -439,25 +448,26 @@ def _coarse_sequence(problem: PlacementProblem, fine_start: np.ndarray) -> list[
 
 
 def warm_start(
-    problem: PlacementProblem, options: Place, module: Module, stats: dict[str, Stat]
+    problem: PlacementProblem, ctx: PlacementContext, stats: dict[str, Stat]
 ) -> tuple[str, Placement, list[int], float]:
     """Run the warm-start placers; return (algo, placement, coarse sequence, simulated makespan) of the best.
 
-    Each placer's simulated makespan is recorded in ``stats`` as ``heuristic.<algo>-s``.
+    Each placer runs with its default options and is judged by ``ctx``'s simulator; its simulated
+    makespan is recorded in ``stats`` as ``heuristic.<algo>-s``.
 
     A placement that fits the memory constraint beats one that does not; then the lower simulated
     makespan wins (ties: :data:`WARM_START_PLACERS` order).
     """
+    simulate = ctx.simulator()
     best: tuple[tuple[bool, float], str, Placement, list[int], float] | None = None
     for algo in WARM_START_PLACERS:
         if algo not in PLACERS:
             continue
-        placement = PLACERS[algo](problem, options, module)
+        placement = PLACERS[algo]().place(problem, ctx)
         device = np.asarray(placement.device, dtype=np.int64)
         if placement.start is None:
             placement.start = list_schedule(problem, device)[0]
-        write_placement(module, problem, device, placement.start)
-        result = simulate(module)
+        result = simulate(problem, device, placement.start)
         stats[f"heuristic.{algo}-s"] = result.makespan
         key = (not _fits_memory(problem, device), result.makespan)
         if best is None or key < best[0]:
@@ -472,7 +482,7 @@ def solve(
     memory: np.ndarray | None,
     device: list[int],
     sequence: list[int],
-    time_limit: float,
+    settings: SolverSettings,
 ) -> dict[str, object]:
     """Build the model, hint the warm start, run CP-SAT; return plain results (picklable).
 
@@ -482,14 +492,14 @@ def solve(
     """
     cp_model = require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")
 
-    ilp = _Model(problem, transfers, memory)
+    ilp = _Model(problem, transfers, memory, settings.resolution, settings.fifo_limit)
     hinted = ilp.hint(device, sequence)
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.random_seed = RANDOM_SEED
-    params.num_workers = NUM_WORKERS
+    params.random_seed = settings.seed
+    params.num_workers = settings.workers
     params.interleave_search = True
-    params.max_time_in_seconds = max(0.1, time_limit)
+    params.max_time_in_seconds = max(0.1, settings.time_limit)
     status = solver.Solve(ilp.model)
     names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
     out: dict[str, object] = {
@@ -508,7 +518,7 @@ def solve(
 
 
 def _solve_isolated(*args: object) -> dict[str, object]:
-    """Run :func:`solve` in a fresh interpreter (see :data:`ISOLATE`); pickles in, pickles out."""
+    """Run :func:`solve` in a fresh interpreter (see :class:`Ilp`'s ``isolate``); pickles in, pickles out."""
     code = "from graphir.passes.place.ilp import _solve_child; _solve_child()"
     done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(args), capture_output=True, check=False)
     if done.returncode != 0:
@@ -525,63 +535,98 @@ def _solve_child() -> None:
     sys.stdout.buffer.flush()
 
 
-@register_placer("ilp")
-def place_ilp(problem: PlacementProblem, options: Place, module: Module) -> Placement:
-    """Exact joint placement and scheduling with CP-SAT, warm-started from the best list scheduler."""
-    require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")  # before the warm start's work
-    began = time.perf_counter()
-    heuristics: dict[str, Stat] = {}
-    algo, warm, warm_sequence, warm_makespan = warm_start(problem, options, module, heuristics)
-    warm_device = np.asarray(warm.device, dtype=np.int64)
-    transfers = _Transfers(problem, module)
-    remaining = options.time_limit - (time.perf_counter() - began)
-    # The strictest memory rule the warm start satisfies (so the model is never infeasible for
-    # memory alone): every node's persistent + activation bytes, else persistent bytes only, else none.
-    if _fits_memory(problem, warm_device):
-        memory_rule, memory = "activations", problem.memory
-    elif _fits_memory(problem, warm_device, problem.persistent):
-        memory_rule, memory = "persistent", problem.persistent
-    else:
-        memory_rule, memory = "none", None
-    args = (problem, transfers, memory, warm_device.tolist(), warm_sequence, remaining)
-    isolate = ISOLATE if isinstance(ISOLATE, bool) else "tensorflow" in sys.modules
-    result = _solve_isolated(*args) if isolate else solve(*args)
-    unit = float(result["unit"])  # type: ignore[arg-type]
-    stats: dict[str, Stat] = {
-        "formulation": FORMULATION,
-        "warm-start": algo,
-        "warm-start-makespan-s": warm_makespan,
-        "time-unit-s": unit,
-        "fifo": int(bool(result["fifo"])),
-        "transfer-units": len(transfers.producer),
-        "hint-objective-s": float(result["hint"]) * unit,  # type: ignore[arg-type]
-        "isolated": int(isolate),
-        "memory-constraint": memory_rule,
-        **heuristics,
-    }
-    if result["status"] == "infeasible":
-        raise PassError("place{algo=ilp}: no placement satisfies the memory, affinity and colocation constraints")
-    if result["status"] == "unknown":
-        stats.update({"status": "unknown", "result": "warm-start"})
-        return Placement(warm_device, warm.start, stats)
-    objective = float(result["objective"])  # type: ignore[arg-type]
-    bound = float(result["bound"])  # type: ignore[arg-type]
-    device = np.asarray(result["device"], dtype=np.int64)
-    start = np.asarray(result["start"], dtype=np.float64) * unit
-    write_placement(module, problem, device, start)
-    simulated = simulate(module).makespan
-    stats.update(
-        {
-            "status": str(result["status"]),
-            "objective-s": objective * unit,
-            "bound-s": bound * unit,
-            "gap": 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective),
-            "solver-wall-s": float(result["wall"]),  # type: ignore[arg-type]
-            "ilp-simulated-makespan-s": simulated,
-            "result": "ilp",
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Ilp(Placer):
+    """Exact joint placement and scheduling with CP-SAT, warm-started from the best list scheduler.
+
+    CP-SAT's ``random_seed`` is the pipeline seed (``graphir-opt --seed``).
+
+    Options:
+        time_limit: seconds for the whole placer (warm start included); the search stops then and
+            keeps its incumbent.
+        workers: CP-SAT subsolvers, interleaved deterministically in one thread.
+        resolution: integer time steps at least in the scheduling horizon (see "Time scaling").
+        fifo_limit: most channel FIFO constraints added; beyond that the channel order is left free.
+        isolate: solve in a fresh interpreter: ``yes``, ``no`` or ``auto`` (when TensorFlow is loaded:
+            TensorFlow and OR-Tools bundle different builds of abseil/protobuf, and once TensorFlow
+            is imported CP-SAT crashes the process on real models).
+    """
+
+    name: ClassVar[str] = "ilp"
+    time_limit: float = 60.0
+    workers: int = 8
+    resolution: float = 1e6
+    fifo_limit: int = 60_000
+    isolate: Literal["auto", "yes", "no"] = "auto"
+
+    def __post_init__(self) -> None:
+        """Reject impossible settings when the pipeline is parsed."""
+        if not self.time_limit > 0:
+            raise ValueError(f"time-limit must be positive, got {self.time_limit}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if not self.resolution >= 1:
+            raise ValueError(f"resolution must be >= 1, got {self.resolution}")
+        if self.fifo_limit < 0:
+            raise ValueError(f"fifo-limit must be >= 0, got {self.fifo_limit}")
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Warm start, CP-SAT, and the better of the two by the simulator."""
+        require("ortools.sat.python.cp_model", "solvers", "place{algo=ilp}")  # before the warm start's work
+        began = time.perf_counter()
+        heuristics: dict[str, Stat] = {}
+        algo, warm, warm_sequence, warm_makespan = warm_start(problem, ctx, heuristics)
+        warm_device = np.asarray(warm.device, dtype=np.int64)
+        transfers = _Transfers(problem)
+        remaining = self.time_limit - (time.perf_counter() - began)
+        # The strictest memory rule the warm start satisfies (so the model is never infeasible for
+        # memory alone): every node's persistent + activation bytes, else persistent bytes only, else none.
+        if _fits_memory(problem, warm_device):
+            memory_rule, memory = "activations", problem.memory
+        elif _fits_memory(problem, warm_device, problem.persistent):
+            memory_rule, memory = "persistent", problem.persistent
+        else:
+            memory_rule, memory = "none", None
+        settings = SolverSettings(remaining, ctx.seed, self.workers, self.resolution, self.fifo_limit)
+        args = (problem, transfers, memory, warm_device.tolist(), warm_sequence, settings)
+        isolate = self.isolate == "yes" or (self.isolate == "auto" and "tensorflow" in sys.modules)
+        result = _solve_isolated(*args) if isolate else solve(*args)
+        unit = float(result["unit"])  # type: ignore[arg-type]
+        stats: dict[str, Stat] = {
+            "formulation": FORMULATION,
+            "warm-start": algo,
+            "warm-start-makespan-s": warm_makespan,
+            "time-unit-s": unit,
+            "fifo": int(bool(result["fifo"])),
+            "transfer-units": len(transfers.producer),
+            "hint-objective-s": float(result["hint"]) * unit,  # type: ignore[arg-type]
+            "isolated": int(isolate),
+            "memory-constraint": memory_rule,
+            **heuristics,
         }
-    )
-    if simulated > warm_makespan:
-        stats["result"] = "warm-start"
-        return Placement(warm_device, warm.start, stats)
-    return Placement(device, start, stats)
+        if result["status"] == "infeasible":
+            raise PassError("place{algo=ilp}: no placement satisfies the memory, affinity and colocation constraints")
+        if result["status"] == "unknown":
+            stats.update({"status": "unknown", "result": "warm-start"})
+            return Placement(warm_device, warm.start, stats)
+        objective = float(result["objective"])  # type: ignore[arg-type]
+        bound = float(result["bound"])  # type: ignore[arg-type]
+        device = np.asarray(result["device"], dtype=np.int64)
+        start = np.asarray(result["start"], dtype=np.float64) * unit
+        simulated = ctx.simulator()(problem, device, start).makespan
+        stats.update(
+            {
+                "status": str(result["status"]),
+                "objective-s": objective * unit,
+                "bound-s": bound * unit,
+                "gap": 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective),
+                "solver-wall-s": float(result["wall"]),  # type: ignore[arg-type]
+                "ilp-simulated-makespan-s": simulated,
+                "result": "ilp",
+            }
+        )
+        if simulated > warm_makespan:
+            stats["result"] = "warm-start"
+            return Placement(warm_device, warm.start, stats)
+        return Placement(device, start, stats)

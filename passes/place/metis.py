@@ -12,7 +12,8 @@ the coarse graph to the real METIS library (through ``pymetis``, imported on fir
 * **Target weights** (``tpwgts``): proportional to each device's speed, ``1 / Σ_v t[v, d]``, so a
   heterogeneous cluster gets proportionally larger parts on its faster devices (equal parts on a
   homogeneous one).
-* **k-way** (``METIS_PartGraphKway``), METIS's fixed seed :data:`METIS_SEED`: deterministic.
+* **k-way** (``METIS_PartGraphKway``; ``recursive=true``: recursive bisection), seeded with the
+  pipeline seed (``graphir-opt --seed``, ``METIS_OPTION_SEED``): deterministic for one seed.
 
 METIS knows neither execution order nor memory. Order: the framework's list scheduler
 (:func:`graphir.passes.place.problem.list_schedule`, rank_u priority) orders each device. Memory is not
@@ -23,21 +24,20 @@ moves to the allowed device with the least compute load relative to its speed (t
 
 from __future__ import annotations
 
+import dataclasses
+from typing import ClassVar
+
 import numpy as np
 
 from graphir.extras import require
-from graphir.ir import Module
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
 
-METIS_SEED = 0
-"""METIS's random seed (``METIS_OPTION_SEED``)."""
-
 VERTEX_WEIGHT_SCALE = 10_000_000
-"""The total vertex weight METIS sees (integers; kept well below 2^31 for 32-bit METIS builds)."""
+"""Default total vertex weight METIS sees (integers; kept well below 2^31 for 32-bit METIS builds)."""
 
 EDGE_WEIGHT_SCALE = 1_000_000
-"""The heaviest edge's integer weight; every edge weighs at least 1."""
+"""Default integer weight of the heaviest edge; every edge weighs at least 1."""
 
 
 def contract_colocation(problem: PlacementProblem) -> np.ndarray:
@@ -55,9 +55,18 @@ def contract_colocation(problem: PlacementProblem) -> np.ndarray:
 
 
 def metis_graph(
-    problem: PlacementProblem, unit: np.ndarray
+    problem: PlacementProblem,
+    unit: np.ndarray,
+    vertex_scale: int = VERTEX_WEIGHT_SCALE,
+    edge_scale: int = EDGE_WEIGHT_SCALE,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The undirected weighted graph METIS partitions, in CSR form.
+
+    Args:
+        problem: the coarse problem.
+        unit: METIS vertex of each coarse node (:func:`contract_colocation`).
+        vertex_scale: the total integer vertex weight.
+        edge_scale: the integer weight of the heaviest edge.
 
     Returns:
         ``(xadj, adjncy, eweights, vweights, cut_scale)``: ``vweights`` are integer compute times,
@@ -69,7 +78,7 @@ def metis_graph(
     unit_time = np.bincount(unit, weights=mean_time, minlength=num_units)
     total = float(unit_time.sum())
     if total > 0:
-        vweights = np.maximum(1, np.rint(unit_time / total * VERTEX_WEIGHT_SCALE)).astype(np.int64)
+        vweights = np.maximum(1, np.rint(unit_time / total * vertex_scale)).astype(np.int64)
     else:
         vweights = np.ones(num_units, dtype=np.int64)
     src = unit[problem.edge_src]
@@ -82,7 +91,7 @@ def metis_graph(
     pairs, inverse = np.unique(pair, return_inverse=True)
     summed = np.bincount(inverse, weights=nbytes, minlength=len(pairs))
     heaviest = float(summed.max()) if len(summed) else 0.0
-    cut_scale = max(1, int(np.ceil(heaviest / EDGE_WEIGHT_SCALE))) if heaviest > 0 else 1
+    cut_scale = max(1, int(np.ceil(heaviest / edge_scale))) if heaviest > 0 else 1
     weights = np.maximum(1, np.rint(summed / cut_scale)).astype(np.int64)
     a = pairs // max(num_units, 1)
     b = pairs % max(num_units, 1)
@@ -106,8 +115,23 @@ def device_shares(problem: PlacementProblem) -> np.ndarray:
     return speed / speed.sum()
 
 
-def partition(problem: PlacementProblem, unit: np.ndarray) -> tuple[np.ndarray, int]:
-    """METIS k-way partition of the contracted graph: ``(part per vertex, edge cut in weight units)``.
+def partition(
+    problem: PlacementProblem,
+    unit: np.ndarray,
+    seed: int = 0,
+    vertex_scale: int = VERTEX_WEIGHT_SCALE,
+    edge_scale: int = EDGE_WEIGHT_SCALE,
+    recursive: bool = False,
+) -> tuple[np.ndarray, int]:
+    """METIS partition of the contracted graph: ``(part per vertex, edge cut in weight units)``.
+
+    Args:
+        problem: the coarse problem.
+        unit: METIS vertex of each coarse node.
+        seed: ``METIS_OPTION_SEED``.
+        vertex_scale: the total integer vertex weight (:func:`metis_graph`).
+        edge_scale: the integer weight of the heaviest edge (:func:`metis_graph`).
+        recursive: recursive bisection instead of k-way.
 
     Raises:
         MissingExtraError: ``pymetis`` (the ``solvers`` extra) is not installed.
@@ -117,9 +141,9 @@ def partition(problem: PlacementProblem, unit: np.ndarray) -> tuple[np.ndarray, 
     if num_units <= k:  # nothing to partition: one vertex per device, in order
         return np.arange(num_units, dtype=np.int64), 0
     pymetis = require("pymetis", "solvers", "place{algo=metis}")
-    xadj, adjncy, eweights, vweights, _ = metis_graph(problem, unit)
+    xadj, adjncy, eweights, vweights, _ = metis_graph(problem, unit, vertex_scale, edge_scale)
     options = pymetis.Options()
-    options.seed = METIS_SEED
+    options.seed = seed
     shares = device_shares(problem)
     cut, parts = pymetis.part_graph(
         k,
@@ -127,7 +151,7 @@ def partition(problem: PlacementProblem, unit: np.ndarray) -> tuple[np.ndarray, 
         vweights=vweights.tolist(),
         eweights=eweights.tolist() if len(eweights) else None,
         tpwgts=shares.tolist(),
-        recursive=False,
+        recursive=recursive,
         options=options,
     )
     return np.asarray(parts, dtype=np.int64), int(cut)
@@ -157,20 +181,43 @@ def fix_affinity(problem: PlacementProblem, device: np.ndarray) -> int:
     return int(bad.sum())
 
 
-@register_placer("metis")
-def place_metis(problem: PlacementProblem, options: Place, module: Module) -> Placement:
-    """k-way METIS partition (compute-time vertex weights, byte edge weights); list-scheduled order."""
-    if problem.num_nodes == 0:
-        return Placement(np.zeros(0, dtype=np.int64))
-    unit = contract_colocation(problem)
-    parts, cut = partition(problem, unit)
-    device = parts[unit]
-    moved = fix_affinity(problem, device)
-    crossing = device[problem.edge_src] != device[problem.edge_dst]
-    stats = {
-        "metis-vertices": int(unit.max()) + 1,
-        "metis-cut-weight": cut,
-        "cut-bytes": float(problem.edge_bytes[crossing].sum()),
-        "affinity-moves": moved,
-    }
-    return Placement(device, None, stats)
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class Metis(Placer):
+    """k-way METIS partition (compute-time vertex weights, byte edge weights); list-scheduled order.
+
+    METIS is seeded with the pipeline seed (``graphir-opt --seed``).
+
+    Options:
+        vertex_scale: the total integer vertex weight METIS sees (compute times are scaled to it).
+        edge_scale: the integer weight of the heaviest edge (bytes are scaled to it; at least 1 each).
+        recursive: recursive bisection (``METIS_PartGraphRecursive``) instead of k-way.
+    """
+
+    name: ClassVar[str] = "metis"
+    vertex_scale: int = VERTEX_WEIGHT_SCALE
+    edge_scale: int = EDGE_WEIGHT_SCALE
+    recursive: bool = False
+
+    def __post_init__(self) -> None:
+        """Reject scales METIS cannot use when the pipeline is parsed."""
+        for key, value in (("vertex-scale", self.vertex_scale), ("edge-scale", self.edge_scale)):
+            if not 1 <= value < 2**31:
+                raise ValueError(f"{key} must be in [1, 2^31), got {value}")
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """Partition the contracted graph, then move nodes off devices their affinity excludes."""
+        if problem.num_nodes == 0:
+            return Placement(np.zeros(0, dtype=np.int64))
+        unit = contract_colocation(problem)
+        parts, cut = partition(problem, unit, ctx.seed, self.vertex_scale, self.edge_scale, self.recursive)
+        device = parts[unit]
+        moved = fix_affinity(problem, device)
+        crossing = device[problem.edge_src] != device[problem.edge_dst]
+        stats = {
+            "metis-vertices": int(unit.max()) + 1,
+            "metis-cut-weight": cut,
+            "cut-bytes": float(problem.edge_bytes[crossing].sum()),
+            "affinity-moves": moved,
+        }
+        return Placement(device, None, stats)

@@ -1,6 +1,6 @@
-"""FastT's Operation Splitting DPOS: ``place{algo=os-dpos}`` (FastT §5.2, Algorithm 2).
+"""FastT's Operation Splitting DPOS: the ``os-dpos`` pass (FastT §5.2, Algorithm 2).
 
-1. Line 3: place with DPOS (:func:`graphir.passes.place.fastt.place_dpos`) and **simulate**
+1. Line 3: place with DPOS (:class:`graphir.passes.place.fastt.Dpos`) and **simulate**
    (:func:`graphir.simulator.simulate` is the judge, so ``FT(o_exit)`` is the simulated makespan).
 2. Lines 4-5: the critical path *of that placement*: from the node that finishes last, walk back
    to whatever made each node start when it did: the input that arrived last (its producer's
@@ -24,9 +24,11 @@ FastT's input graph is the model DAG, or a data-parallel replica graph when the 
 device; here it is the module's graph as given (replicate it beforehand for FastT's data-parallel
 start). The graph must be the fine graph: an op in a fusion group (``group``) is not split.
 
-The placer **rewrites the module** (the split nodes replace the ops) and returns a
-:class:`~graphir.passes.place.Placement` for the rewritten graph together with its
-:class:`~graphir.passes.place.problem.PlacementProblem` (``Placement.problem``), which ``place`` then expands.
+OS-DPOS **rewrites the module** (the split nodes replace the ops), so it is a pass, not a placer
+(a placer never sees the Module): ``os-dpos`` composes the split rewrite
+(:mod:`graphir.passes.transform.split_rewrite`) with the ``dpos`` placer and writes the final DPOS
+placement of the rewritten graph as ``place`` would (requires ``cost``; provides ``device`` and
+``order``). It replaces ``place{algo=os-dpos}``.
 Statistics: ``splits``, ``split-list`` (``op:dim:n`` comma-separated), ``split-trials``,
 ``split-candidates``, ``makespan-before-s`` (DPOS) and ``makespan-after-s`` (simulated), plus
 DPOS's own for the final graph.
@@ -34,15 +36,19 @@ DPOS's own for the final graph.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
+from typing import ClassVar
 
 import numpy as np
 
 from graphir.clone import clone_module
 from graphir.ir import Module, Node
 from graphir.links import LinkModel
-from graphir.passes.place import Place, Placement, register_placer
-from graphir.passes.place.fastt import place_dpos
+from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
+from graphir.passes.place import Placement, PlacementContext, apply_placement
+from graphir.passes.place.fastt import Dpos
 from graphir.passes.place.problem import PlacementProblem, write_placement
 from graphir.passes.transform.split_rewrite import annotate_split, parallel_dims, split_node, split_reason
 from graphir.simulator import SimResult, simulate
@@ -108,20 +114,20 @@ def _candidates(module: Module, path: list[Node]) -> list[str]:
     return [name for _, _, name in sorted(rows)]
 
 
-def _trial(module: Module, name: str, dim: str, parts: int, options: Place) -> float:
+def _trial(module: Module, name: str, dim: str, parts: int, ctx: PlacementContext) -> float:
     """Makespan of DPOS on a copy of ``module`` with ``name`` split on ``dim`` into ``parts``."""
     copy = clone_module(module)
     result = split_node(copy.graph.node(name), dim, parts)
     annotate_split(copy, result)
     problem = PlacementProblem.from_module(copy)
-    makespan, _ = _simulated_makespan(copy, problem, place_dpos(problem, options, copy))
+    makespan, _ = _simulated_makespan(copy, problem, Dpos().place(problem, ctx))
     return makespan
 
 
-@register_placer("os-dpos")
-def place_os_dpos(problem: PlacementProblem, options: Place, module: Module) -> Placement:
-    """FastT OS-DPOS (Algorithm 2): DPOS, then split critical-path ops while the makespan improves."""
-    placement = place_dpos(problem, options, module)
+def os_dpos(module: Module, pctx: PlacementContext) -> tuple[PlacementProblem, Placement]:
+    """FastT OS-DPOS (Algorithm 2) on ``module``, which it rewrites; returns the final problem and DPOS placement."""
+    problem = PlacementProblem.from_module(module)
+    placement = Dpos().place(problem, pctx)
     makespan, result = _simulated_makespan(module, problem, placement)
     before = makespan
     candidates = _candidates(module, simulated_critical_path(module, result))
@@ -138,7 +144,7 @@ def place_os_dpos(problem: PlacementProblem, options: Place, module: Module) -> 
                 if split_reason(node, dim, parts) is not None:
                     continue
                 trials += 1
-                trial = _trial(module, name, dim, parts, options)
+                trial = _trial(module, name, dim, parts, pctx)
                 if best is None or trial < best[0]:
                     best = (trial, dim, parts)
         if best is None:
@@ -148,7 +154,7 @@ def place_os_dpos(problem: PlacementProblem, options: Place, module: Module) -> 
         _, dim, parts = best
         annotate_split(module, split_node(node, dim, parts))
         problem = PlacementProblem.from_module(module)
-        placement = place_dpos(problem, options, module)
+        placement = Dpos().place(problem, pctx)
         makespan, _ = _simulated_makespan(module, problem, placement)
         applied.append(f"{name}:{dim}:{parts}")
     placement.stats.update(
@@ -161,5 +167,25 @@ def place_os_dpos(problem: PlacementProblem, options: Place, module: Module) -> 
             "makespan-after-s": makespan,
         }
     )
-    placement.problem = problem
-    return placement
+    return problem, placement
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class OsDpos(Pass):
+    """FastT OS-DPOS (Algorithm 2): DPOS, then split critical-path ops while the simulated makespan improves.
+
+    Rewrites the graph (split and concat nodes replace the split ops) and places it like
+    ``place{algo=dpos}``.
+    """
+
+    name: ClassVar[str] = "os-dpos"
+    requires: ClassVar[tuple[str, ...]] = ("cost",)
+    provides: ClassVar[tuple[str, ...]] = ("device", "order")
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Split while it pays, then write the final DPOS placement."""
+        started = time.perf_counter()
+        problem, placement = os_dpos(module, PlacementContext(seed=ctx.seed, log=ctx.log))
+        ctx.log(f"os-dpos: {placement.stats['splits']} splits on {problem.num_nodes} coarse nodes")
+        return PassResult(True, apply_placement(module, problem, placement, "os-dpos", started))

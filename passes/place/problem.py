@@ -8,6 +8,13 @@ needs, the devices it may use (``affinity``), and its colocation class (``coloca
 pinned to the device its first placed member went to). Communication between devices follows the
 cluster's link model (:class:`graphir.links.LinkModel`).
 
+The problem also carries what a placer may need from the fine graph without seeing the Module:
+:class:`FineGraph` (node names, the value-level edges: ``place{algo=file}`` reads a placement by
+node name, the ILP counts one transfer per crossing value) and ``preferred``, a device per coarse
+node from the chosen placer's *device hints* (``Placer.device_hints``, a pre-step the ``place``
+pass runs on the Module before building the problem; ``data-parallel`` uses it). The one
+fine-to-coarse device mapping is :func:`coarse_devices`.
+
 A placer returns a device per coarse node and, when it schedules, a start time per coarse node;
 :func:`write_placement` expands that to every member node as ``device`` and ``order``
 annotations (members of one coarse node run consecutively, in topological order).
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -26,6 +34,50 @@ from graphir.ir import Module
 from graphir.links import LinkModel
 from graphir.topo import csr
 from graphir.unionfind import DisjointSets
+
+
+@dataclasses.dataclass(frozen=True)
+class FineGraph:
+    """The fine graph's names and value-level edges, in the graph index's numbering (arrays shared with it).
+
+    Attributes:
+        node_names: name of each fine node.
+        edge_src, edge_dst: fine producer and consumer of each edge.
+        edge_value: the value an edge carries (-1: a control edge).
+        edge_control: whether an edge is a control dependency.
+        value_producer: fine producer node of each value.
+        value_bytes: bytes of each value.
+    """
+
+    node_names: tuple[str, ...]
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_value: np.ndarray
+    edge_control: np.ndarray
+    value_producer: np.ndarray
+    value_bytes: np.ndarray
+
+
+def coarse_devices(node_group: np.ndarray, num_groups: int, fine_device: np.ndarray) -> tuple[np.ndarray, int]:
+    """A device per coarse node from a device per fine node (-1: none): the first member's that has one.
+
+    Args:
+        node_group: coarse node of each fine node.
+        num_groups: number of coarse nodes.
+        fine_device: device per fine node, -1 where the fine node has none.
+
+    Returns:
+        ``(device, conflict)``: the device per coarse node (-1 when no member has one) and the first
+        fine node (in index order) whose device differs from its coarse node's, -1 when none does.
+    """
+    fine = np.asarray(fine_device, dtype=np.int64)
+    device = np.full(num_groups, -1, dtype=np.int64)
+    placed = np.flatnonzero(fine >= 0)
+    groups = node_group[placed]
+    present, first = np.unique(groups, return_index=True)
+    device[present] = fine[placed[first]]
+    differs = placed[fine[placed] != device[groups]]
+    return device, int(differs[0]) if len(differs) else -1
 
 
 @dataclasses.dataclass
@@ -48,6 +100,9 @@ class PlacementProblem:
         links: the cluster's link model (every transfer time of the placers comes from it).
         members: fine node numbers (graph index numbering) of each coarse node, topological.
         node_group: coarse node of each fine node.
+        fine: the fine graph's names and value-level edges.
+        preferred: device per coarse node from the placer's device hints (-1: none; all -1
+            without hints).
     """
 
     num_nodes: int
@@ -71,14 +126,22 @@ class PlacementProblem:
     links: LinkModel
     members: list[list[int]]
     node_group: np.ndarray
+    fine: FineGraph
+    preferred: np.ndarray
 
     @classmethod
-    def from_module(cls, module: Module) -> PlacementProblem:
+    def from_module(cls, module: Module, hints: Mapping[str, str] | None = None) -> PlacementProblem:
         """Build the problem from the module's quotient graph and cluster.
 
+        Args:
+            module: the module to place (read only).
+            hints: preferred device name per fine node name (``Placer.device_hints``); a coarse
+                node prefers its first hinted member's device.
+
         Raises:
-            PassError: a node has no cost for some device kind of the cluster, or a coarse node's
-                allowed devices are empty (affinities of its members do not intersect).
+            PassError: a node has no cost for some device kind of the cluster, a coarse node's
+                allowed devices are empty (affinities of its members do not intersect), or a hint
+                names an unknown device.
         """
         graph = module.graph
         index = graph.index()
@@ -150,6 +213,19 @@ class PlacementProblem:
             )
 
         names = cluster.device_names
+        node_names = tuple(node.name for node in index.nodes)
+        preferred = np.full(n, -1, dtype=np.int64)
+        if hints:
+            position = {name: k for k, name in enumerate(names)}
+            fine_device = np.full(len(node_names), -1, dtype=np.int64)
+            for u, name in enumerate(node_names):
+                hint = hints.get(name)
+                if hint is None:
+                    continue
+                if hint not in position:
+                    raise PassError(f"node '{name}' is hinted to unknown device '{hint}'")
+                fine_device[u] = position[hint]
+            preferred = coarse_devices(node_group, n, fine_device)[0]
         member_order = np.argsort(node_group, kind="stable")
         bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
         members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]
@@ -175,6 +251,16 @@ class PlacementProblem:
             links=LinkModel.from_cluster(cluster),
             members=members,
             node_group=node_group,
+            fine=FineGraph(
+                node_names=node_names,
+                edge_src=index.edge_src,
+                edge_dst=index.edge_dst,
+                edge_value=index.edge_value,
+                edge_control=index.edge_control,
+                value_producer=index.value_producer,
+                value_bytes=index.value_bytes,
+            ),
+            preferred=preferred,
         )
 
     def mean_comm_times(self) -> np.ndarray:

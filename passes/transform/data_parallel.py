@@ -14,6 +14,10 @@ targets and other batch-dependent constants are right. A profiled module keeps c
 ``i`` on device ``i mod |D|``, variables spread over the devices by bytes together with their
 reads, optimizer slots and updates, aggregation with its update
 (:func:`graphir.passes.transform.replicate.data_parallel_devices`); the order comes from list scheduling.
+That device map depends on the graph's meaning (replica name prefixes, resource handles), which the
+placement problem's arrays do not hold, so the placer computes it in its *device hints* pre-step
+(``Placer.device_hints``, run by ``place`` on the Module before the problem is built) and its pure
+``place`` reads the answer as ``problem.preferred`` (a fusion group follows its first member).
 
 Requires nothing; provides nothing. Options: ``replicas`` (>= 1), ``batch`` (the global batch, 0:
 the module's own; a multiple of ``replicas``). Statistics: ``replicas``, ``global-batch``,
@@ -24,13 +28,13 @@ the module's own; a multiple of ``replicas``). Statistics: ``replicas``, ``globa
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import ClassVar
 
-import numpy as np
-
+from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-from graphir.passes.place import Place, Placement, register_placer
+from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.transform.replicate import data_parallel, data_parallel_devices
 
@@ -80,14 +84,20 @@ class DataParallel(Pass):
         )
 
 
-@register_placer("data-parallel")
-def place_data_parallel(problem: PlacementProblem, options: Place, module: Module) -> Placement:
+@register_placer
+@dataclasses.dataclass(frozen=True)
+class DataParallelPlacer(Placer):
     """The "data parallel" baseline: each replica on its own device, variables balanced by bytes."""
-    mapping = data_parallel_devices(module)
-    names = problem.device_names
-    device = np.full(problem.num_nodes, -1, dtype=np.int64)
-    for u, node in enumerate(module.graph.index().nodes):
-        g = int(problem.node_group[u])
-        if device[g] < 0:  # a fusion group follows its first member
-            device[g] = names.index(mapping[node.name])
-    return Placement(device)
+
+    name: ClassVar[str] = "data-parallel"
+
+    def device_hints(self, module: Module) -> Mapping[str, str]:
+        """Replica ``i`` on device ``i mod |D|``, variable classes balanced by bytes (every node gets one)."""
+        return data_parallel_devices(module)
+
+    def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
+        """The hinted device of every coarse node."""
+        device = problem.preferred.copy()
+        if (device < 0).any():
+            raise PassError("place{algo=data-parallel}: a node has no data-parallel device (run data-parallel first)")
+        return Placement(device)

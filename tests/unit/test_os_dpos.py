@@ -1,4 +1,4 @@
-"""FastT OS-DPOS: place{algo=os-dpos} (FastT §5.2, Algorithm 2)."""
+"""FastT OS-DPOS: the ``os-dpos`` pass (FastT §5.2, Algorithm 2)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
-from graphir.passes.place.os_dpos import simulated_critical_path
+from graphir.passes.place.os_dpos import OsDpos, simulated_critical_path
 from graphir.passes.profile import Profile
 from graphir.printer import print_module
 from graphir.simulator import simulate
@@ -45,7 +45,7 @@ def conv_chain(batch: int, channels: int, cluster: str = "2xV100-nvlink") -> Mod
 
 def test_heavy_conv_is_split_and_the_makespan_drops() -> None:
     module = conv_chain(64, 256)
-    stats = Place(algo="os-dpos").run(module, PassContext()).stats
+    stats = OsDpos().run(module, PassContext()).stats
     assert stats["splits"] == 1 and stats["split-list"] in ("conv:batch:2", "conv:channel:2")
     assert stats["makespan-after-s"] < stats["makespan-before-s"]
     verify(module)
@@ -59,7 +59,7 @@ def test_heavy_conv_is_split_and_the_makespan_drops() -> None:
 def test_nothing_pays_off_leaves_the_dpos_placement() -> None:
     module = conv_chain(1, 4)  # launch-overhead bound: splitting only adds split/concat nodes
     reference = conv_chain(1, 4)
-    stats = Place(algo="os-dpos").run(module, PassContext()).stats
+    stats = OsDpos().run(module, PassContext()).stats
     Place(algo="dpos").run(reference, PassContext())
     assert stats["splits"] == 0 and stats["split-trials"] >= 1
     assert stats["makespan-after-s"] == stats["makespan-before-s"]
@@ -77,7 +77,7 @@ def test_deterministic() -> None:
     texts = []
     for _ in range(2):
         module = conv_chain(64, 256, "4xV100-nvlink")
-        Place(algo="os-dpos").run(module, PassContext())
+        OsDpos().run(module, PassContext())
         texts.append(print_module(module))
     assert texts[0] == texts[1]
 
@@ -89,7 +89,7 @@ def test_zoo_inception_v3_splits_a_convolution() -> None:
     module = load_module("zoo:inception_v3_infer")
     module.cluster_spec = "fastt"
     Profile().run(module, PassContext())
-    stats = Place(algo="os-dpos").run(module, PassContext()).stats
+    stats = OsDpos().run(module, PassContext()).stats
     assert stats["splits"] >= 1
     assert stats["makespan-after-s"] < stats["makespan-before-s"]
     first = str(stats["split-list"]).split(",")[0].rsplit(":", 2)[0]

@@ -10,7 +10,7 @@ from test_place_heft import ALL_PLACERS, GiB, check_placer, placement_of, random
 from graphir.annotations import Mem
 from graphir.ir import Graph, Module
 from graphir.passes.orders import cpd_topo
-from graphir.passes.place import PLACERS, Place, Placement
+from graphir.passes.place import PLACERS, Placement, PlacementContext
 from graphir.passes.place.celeritas import celeritas_order
 from graphir.passes.place.problem import PlacementProblem
 from graphir.types import DType, TensorType
@@ -22,7 +22,7 @@ def f32(n: int) -> TensorType:
 
 def run_placer(module: Module, algo: str) -> tuple[PlacementProblem, Placement]:
     problem = PlacementProblem.from_module(module)
-    return problem, PLACERS[algo](problem, Place(algo=algo), module)
+    return problem, PLACERS[algo]().place(problem, PlacementContext())
 
 
 @given(random_case())

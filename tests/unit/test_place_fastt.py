@@ -8,7 +8,7 @@ from test_place_heft import GiB, check_placer, heterogeneous_fork, random_case
 
 from graphir.annotations import Cost, Mem
 from graphir.ir import Graph, Module
-from graphir.passes.place import PLACERS, Place
+from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.common import ListScheduler
 from graphir.passes.place.fastt import critical_path, fastt_rank, select_cp_devices
 from graphir.passes.place.problem import PlacementProblem, upward_rank
@@ -86,7 +86,7 @@ def test_dpos_reselects_when_critical_path_device_fills() -> None:
     path = critical_path(problem, fastt_rank(problem))
     assert path == [0, 1]  # head (rank 2.01ms) -> tail; filler (1.9ms) and big (1.5ms) are off it
     assert select_cp_devices(ListScheduler(problem), path, 0) == {0: 0, 1: 0}  # 9 GiB fit one V100
-    placement = PLACERS["dpos"](problem, Place(algo="dpos"), module)
+    placement = PLACERS["dpos"]().place(problem, PlacementContext())
     # Order head, filler, big, tail. head: gpu0 [0, 1]. filler: EFT 2.9 on gpu0, 1.9 on gpu1: gpu1.
     # big: EFT 2.5 on gpu0, 3.4 on gpu1: gpu0, which keeps 5 GiB free. tail (8 GiB) no longer fits
     # its CP device: the selection is rerun and gpu1 takes it, [1.9, 2.9].

@@ -14,7 +14,7 @@ from graphir.annotations import Cost, Mem
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
-from graphir.passes.place import PLACERS, Place
+from graphir.passes.place import PLACERS, Place, PlacementContext
 from graphir.passes.place.common import DeviceTimeline, ListScheduler, argmin, ready_order
 from graphir.passes.place.problem import PlacementProblem
 from graphir.simulator import simulate
@@ -218,7 +218,7 @@ def test_heft_memory_full_falls_back_to_most_free_device() -> None:
     graph.set_outputs([node.outputs[0] for node in graph.nodes])
     module = Module("full", graph, "2xV100")
     problem = PlacementProblem.from_module(module)
-    placement = PLACERS["heft"](problem, Place(algo="heft"), module)
+    placement = PLACERS["heft"]().place(problem, PlacementContext())
     # a (10 GiB) -> gpu0, b (12 GiB) -> gpu1 (gpu0 full), c (8 GiB) fits nowhere: gpu0 has 6 GiB free.
     assert placement.device.tolist() == [0, 1, 0]
     assert placement.stats["best-effort-nodes"] == 1

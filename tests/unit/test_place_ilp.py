@@ -117,8 +117,8 @@ def brute_force(module: Module) -> float:
     return float(best)
 
 
-def run_ilp(module: Module, time_limit: float = 30.0) -> dict[str, object]:
-    result = Place(algo="ilp", time_limit=time_limit).run(module, PassContext())
+def run_ilp(module: Module, time_limit: float = 30.0, **options: object) -> dict[str, object]:
+    result = Place.of("ilp", time_limit=time_limit, **options).run(module, PassContext())
     verify(module)
     return dict(result.stats)
 
@@ -240,32 +240,27 @@ def test_ilp_is_deterministic() -> None:
 _IN_PROCESS_RUN = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from graphir.passes.place import ilp as place_ilp
 from test_place_ilp import comm_heavy_module, run_ilp
 assert "tensorflow" not in sys.modules
-place_ilp.ISOLATE = False
 module = comm_heavy_module(4, 6, "2xV100")
-stats = run_ilp(module)
+stats = run_ilp(module, isolate="no")
 print(json.dumps([stats["isolated"], stats["status"], stats["objective-s"],
                   [[node.device, node.order] for node in module.graph.index().nodes]]))
 """
 
 
-def test_ilp_isolated_solver_process_gives_the_same_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ilp_isolated_solver_process_gives_the_same_schedule() -> None:
     """The subprocess path (used when TensorFlow is loaded) returns what the in-process solve does.
 
     CP-SAT crashes in a process that has loaded TensorFlow, which the test session may have done,
     so the in-process reference solve runs in a fresh interpreter without TensorFlow.
     """
-    from graphir.passes.place import ilp as place_ilp
-
     script = _IN_PROCESS_RUN.format(tests=str(Path(__file__).parent))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     isolated, status, objective, schedule = json.loads(done.stdout.strip().splitlines()[-1])
     assert isolated == 0 and status == "optimal"
-    monkeypatch.setattr(place_ilp, "ISOLATE", True)
     module = comm_heavy_module(4, 6, "2xV100")
-    stats = run_ilp(module)
+    stats = run_ilp(module, isolate="yes")
     assert stats["isolated"] == 1 and stats["status"] == "optimal"
     assert stats["objective-s"] == objective
     assert [[node.device, node.order] for node in module.graph.index().nodes] == schedule

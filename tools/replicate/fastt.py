@@ -18,7 +18,7 @@ Here, for each zoo training graph and each device count ``n``:
 2. Three placements of that same graph, each simulated (the judge): **DP**, the data-parallel
    baseline (``place{algo=data-parallel}``: replica ``i`` on GPU ``i``, variables spread over the
    GPUs by bytes with their reads and updates, aggregation at the variable); **DPOS**
-   (``place{algo=dpos}``, FastT Algorithm 1); **OS-DPOS** (``place{algo=os-dpos}``, Algorithm 2:
+   (``place{algo=dpos}``, FastT Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass, Algorithm 2:
    DPOS, then operation splitting along the simulated critical path while the makespan improves).
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is the model at batch ``G`` on one V100.
 
@@ -54,6 +54,7 @@ from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
+from graphir.passes.place.os_dpos import OsDpos
 from graphir.passes.profile import Profile
 from graphir.passes.transform.replicate import DataParallelGraph, data_parallel
 from graphir.simulator import simulate
@@ -165,7 +166,8 @@ def _place(module: Module, algo: str, check: bool) -> Cell:
     """Place a copy of ``module`` with ``algo`` and simulate it."""
     copy = clone_module(module)
     began = time.perf_counter()
-    stats = Place(algo=algo).run(copy, PassContext()).stats
+    placing = OsDpos() if algo == "os-dpos" else Place(algo=algo)
+    stats = placing.run(copy, PassContext()).stats
     wall = time.perf_counter() - began
     if check:
         verify(copy)
@@ -267,7 +269,7 @@ def render(
         "Adam update), profiled analytically (roofline, V100: 15.7 TFLOP/s FP32, 900 GB/s) and scored by the "
         "simulator. **DP** = replica i on GPU i, each variable with its reads, optimizer slots and update on one GPU "
         "(variables spread by bytes), aggregation at the variable; **DPOS** = `place{algo=dpos}` (Algorithm 1); "
-        "**OS-DPOS** = `place{algo=os-dpos}` (Algorithm 2). **FastT** = the better of DP and OS-DPOS: FastT keeps "
+        "**OS-DPOS** = the `os-dpos` pass (Algorithm 2). **FastT** = the better of DP and OS-DPOS: FastT keeps "
         "a new strategy only if it is faster than the current one and starts from data parallelism (§4). "
         "Clusters: `2xV100-nvlink`, `4xV100-nvlink`, `fastt` (8x V100 16 GB, NVLink 50 GB/s, 5 us between every "
         "pair); 1 GPU: `1xV100`. Samples/s = global batch / simulated step time. No fusion (FastT places the fine "
