@@ -96,6 +96,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
         help="check errors against '// expected-error@+N {{text}}' comments in the .gir input (exit 0 when all match)",
     )
     parser.add_argument("--no-verify", action="store_true", help="do not run the verifier after each pass")
+    parser.add_argument(
+        "--verify-each",
+        action="store_true",
+        help="run the full verifier after every pass (default: after the first check, only what the pass changed)",
+    )
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR to stderr after every pass")
     parser.add_argument(
         "--print-ir-after", action="append", default=[], metavar="PASS", help="print the IR after PASS (repeatable)"
@@ -180,6 +185,7 @@ def _process(module: Module, args: argparse.Namespace, chunk: int | None = None)
     manager = PassManager(
         passes,
         verify_each=not args.no_verify,
+        verify_full=args.verify_each,
         print_ir_after_all=args.print_ir_after_all,
         print_ir_after=frozenset(n for item in args.print_ir_after for n in item.split(",")),
     )

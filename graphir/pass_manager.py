@@ -3,7 +3,9 @@
 For each pass the manager (1) checks the facts it ``requires`` and, for a missing one, runs the
 first registered pass that ``provides`` it with default options (noted on stderr with
 ``--verbose`` and listed in ``--timing``), or fails naming what is missing; (2) runs the pass;
-(3) verifies the module (on by default); (4) prints the IR when asked. A failure names the pass
+(3) verifies the module (on by default: after the first full check, only what the pass may have
+invalidated, tracked by the graph's structure and annotation versions; ``verify_full`` checks
+everything after every pass); (4) prints the IR when asked. A failure names the pass
 and the passes that ran before it.
 """
 
@@ -18,7 +20,7 @@ from graphir.errors import GraphIRError, PassError, PreconditionError, VerifyErr
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, fact_holds, providers_of
 from graphir.printer import print_module
-from graphir.verifier import verify
+from graphir.verifier import VerifyState, verify
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +40,9 @@ class PassManager:
     Attributes:
         passes: the pipeline.
         verify_each: run the verifier after every pass (and once before the first).
+        verify_full: make each of those a full check; by default a check after a pass skips the
+            structural checks when the pass changed no structure (an annotating pass), and
+            everything when it changed nothing (see :class:`~graphir.verifier.VerifyState`).
         print_ir_after_all: print the module after every pass.
         print_ir_after: names of passes after which to print the module.
         ir_stream: where printed IR goes (stderr, as in MLIR).
@@ -46,16 +51,19 @@ class PassManager:
 
     passes: list[Pass]
     verify_each: bool = True
+    verify_full: bool = False
     print_ir_after_all: bool = False
     print_ir_after: frozenset[str] = frozenset()
     ir_stream: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
     auto_prerequisites: bool = True
     records: list[PassRecord] = dataclasses.field(default_factory=list)
+    _verified: VerifyState = dataclasses.field(default_factory=VerifyState, init=False, repr=False)
 
     def run(self, module: Module, ctx: PassContext | None = None) -> list[PassRecord]:
         """Run the pipeline; returns the records of every executed pass (auto-inserted ones too)."""
         ctx = ctx or PassContext()
         self.records = []
+        self._verified = VerifyState()
         if self.verify_each:
             self._verify(module, None)
         for position, pass_ in enumerate(self.passes):
@@ -112,7 +120,7 @@ class PassManager:
 
     def _verify(self, module: Module, after: Pass | None) -> None:
         try:
-            verify(module)
+            verify(module, None if self.verify_full else self._verified)
         except VerifyError as exc:
             if after is None:
                 raise

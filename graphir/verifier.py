@@ -13,6 +13,7 @@ Checks, in order:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 
 import numpy as np
@@ -20,7 +21,7 @@ import numpy as np
 from graphir.errors import Location, VerifyError
 from graphir.ir import Graph, Module, Node, ValueKind
 from graphir.ops import type_rule_of
-from graphir.topo import find_cycle, stable_topological_order
+from graphir.topo import find_cycle
 
 
 def _node_loc(node: Node) -> Location:
@@ -70,10 +71,14 @@ def _check_types(graph: Graph) -> None:
 def _check_annotations(module: Module) -> None:
     graph = module.graph
     devices: dict[str, str] | None = None
-    by_device: dict[str, list[tuple[int, Node]]] = defaultdict(list)
+    ordered: list[tuple[str, int, Node]] = []  # (device, order, node) in graph order
     colocated: dict[str, tuple[str | None, Node]] = {}
     for node in graph.nodes:
-        device = node.device
+        # One read of the node's own annotation dict (the typed accessors cost a call per key).
+        annotations = node._annotations
+        if not annotations:
+            continue
+        device = annotations.get("device")
         if device is not None:
             if devices is None:
                 devices = {d.name: d.kind for d in module.cluster.devices}
@@ -82,25 +87,74 @@ def _check_annotations(module: Module) -> None:
                 raise _err(
                     node, f"is placed on unknown device '{device}' (cluster '{module.cluster.spec}' has {names})"
                 )
-            if node.affinity is not None and devices[device] not in node.affinity:
-                raise _err(
-                    node, f"runs only on {', '.join(node.affinity)} but is placed on '{device}' ({devices[device]})"
-                )
-        if node.order is not None:
+            affinity = annotations.get("affinity")
+            if affinity is not None and devices[device] not in affinity:
+                raise _err(node, f"runs only on {', '.join(affinity)} but is placed on '{device}' ({devices[device]})")
+        order = annotations.get("order")
+        if order is not None:
             if device is None:
                 raise _err(node, "has an 'order' but no 'device'")
-            by_device[device].append((node.order, node))
-        if node.colocate is not None:
-            first = colocated.get(node.colocate)
+            ordered.append((device, order, node))
+        colocate = annotations.get("colocate")
+        if colocate is not None:
+            first = colocated.get(colocate)
             if first is None:
-                colocated[node.colocate] = (device, node)
+                colocated[colocate] = (device, node)
             elif first[0] != device:
                 where = f"on '{device}'" if device is not None else "unplaced"
                 other = f"on '{first[0]}'" if first[0] is not None else "unplaced"
-                raise _err(
-                    node,
-                    f"is {where} but its colocation class '{node.colocate}' has '{first[1].name}' {other}",
-                )
+                raise _err(node, f"is {where} but its colocation class '{colocate}' has '{first[1].name}' {other}")
+    if ordered:
+        _check_orders(graph, ordered)
+
+
+def _check_orders(graph: Graph, ordered: list[tuple[str, int, Node]]) -> None:
+    """Each device's orders are ``0..k-1``, and its sequence does not deadlock the data edges.
+
+    Vectorised: one sort by (device name, order, graph position) puts every device's sequence in
+    line; the first entry whose order differs from its rank is the one reported (devices by name,
+    entries by order, as a per-device check in that order would find it).
+    """
+    names = sorted({device for device, _, _ in ordered})
+    rank = {name: k for k, name in enumerate(names)}
+    device_rank = np.fromiter((rank[device] for device, _, _ in ordered), dtype=np.int64, count=len(ordered))
+    orders = [order for _, order, _ in ordered]
+    if max(orders) > len(ordered):
+        # Some order is wrong for sure, and may not fit int64: find it on Python ints.
+        _check_orders_exact(ordered)
+    order_array = np.asarray(orders, dtype=np.int64)
+    sequence = np.lexsort((np.arange(len(ordered)), order_array, device_rank))
+    sorted_rank = device_rank[sequence]
+    counts = np.bincount(sorted_rank, minlength=len(names))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    expected = np.arange(len(ordered)) - starts[sorted_rank]
+    wrong = np.flatnonzero(order_array[sequence] != expected)
+    if len(wrong):
+        k = int(wrong[0])
+        device, order, node = ordered[int(sequence[k])]
+        count = int(counts[sorted_rank[k]])
+        raise _err(node, f"has order {order} on '{device}', expected {int(expected[k])}: orders must be 0..{count - 1}")
+    # Every device's sequence is now 0..k-1: chain consecutive entries and check the union with
+    # the data edges for a cycle.
+    index = graph.index()
+    positions = np.fromiter((index.position(node) for _, _, node in ordered), dtype=np.int64, count=len(ordered))
+    in_line = positions[sequence]
+    same_device = sorted_rank[1:] == sorted_rank[:-1]
+    src = np.concatenate([index.edge_src, in_line[:-1][same_device]])
+    dst = np.concatenate([index.edge_dst, in_line[1:][same_device]])
+    if _acyclic(index.num_nodes, src, dst):
+        return
+    cycle = [index.nodes[u].name for u in find_cycle(index.num_nodes, src, dst)]
+    raise VerifyError(
+        "the per-device 'order' deadlocks against the data dependencies: " + " -> ".join(cycle + cycle[:1])
+    )
+
+
+def _check_orders_exact(ordered: list[tuple[str, int, Node]]) -> None:
+    """The per-device order check on Python ints (orders too large for int64 arrays)."""
+    by_device: dict[str, list[tuple[int, Node]]] = defaultdict(list)
+    for device, order, node in ordered:
+        by_device[device].append((order, node))
     for device, entries in sorted(by_device.items()):
         entries.sort(key=lambda e: e[0])
         for expected, (order, node) in enumerate(entries):
@@ -108,27 +162,22 @@ def _check_annotations(module: Module) -> None:
                 raise _err(
                     node, f"has order {order} on '{device}', expected {expected}: orders must be 0..{len(entries) - 1}"
                 )
-    if by_device:
-        _check_order_respects_dependencies(graph, by_device)
 
 
-def _check_order_respects_dependencies(graph: Graph, by_device: dict[str, list[tuple[int, Node]]]) -> None:
-    """Data edges plus each device's sequence must stay acyclic, or the schedule deadlocks."""
-    index = graph.index()
-    chain_src: list[int] = []
-    chain_dst: list[int] = []
-    for entries in by_device.values():
-        positions = [index.position(node) for _, node in entries]
-        chain_src.extend(positions[:-1])
-        chain_dst.extend(positions[1:])
-    src = np.concatenate([index.edge_src, np.asarray(chain_src, dtype=np.int64)])
-    dst = np.concatenate([index.edge_dst, np.asarray(chain_dst, dtype=np.int64)])
-    if stable_topological_order(index.num_nodes, src, dst) is not None:
-        return
-    cycle = [index.nodes[u].name for u in find_cycle(index.num_nodes, src, dst)]
-    raise VerifyError(
-        "the per-device 'order' deadlocks against the data dependencies: " + " -> ".join(cycle + cycle[:1])
-    )
+def _acyclic(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether the edges ``src -> dst`` (no self-loops) form a DAG: every strong component is one node.
+
+    scipy's strongly connected components run in compiled code, O(V+E); the heap-based
+    topological sort in :mod:`graphir.topo` would give the same answer a Python step per edge.
+    """
+    if len(src) == 0 or bool(np.all(src < dst)):
+        return True
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    adjacency = csr_matrix((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(num_nodes, num_nodes))
+    count, _ = connected_components(adjacency, directed=True, connection="strong")
+    return int(count) == num_nodes
 
 
 def check_quotient(graph: Graph) -> None:
@@ -147,11 +196,49 @@ def check_quotient(graph: Graph) -> None:
     raise VerifyError(f"the quotient graph of groups has a cycle: {' -> '.join(names + names[:1])}")
 
 
-def verify(module: Module) -> None:
-    """Check every invariant of ``module``; raises :class:`~graphir.errors.VerifyError`."""
+@dataclasses.dataclass
+class VerifyState:
+    """The graph versions at the last successful :func:`verify`, so the next one skips what is unchanged.
+
+    Every structural mutation through the IR API bumps ``Graph._version`` (the same counter that
+    invalidates :meth:`~graphir.ir.Graph.index`) and every annotation change bumps
+    ``Graph._annotation_version``. A pass that only annotates leaves the first alone, so the
+    structural checks (use lists, acyclicity, types) need not run again; a pass that changes
+    nothing skips the annotation checks too. Mutations outside the API (editing ``params`` or an
+    op name in place) must call ``graph._touch()``, as they must for the index.
+    """
+
+    graph: Graph | None = None
+    structure: int = -1
+    annotations: int = -1
+    cluster_spec: str | None = None
+
+
+def verify(module: Module, since: VerifyState | None = None) -> None:
+    """Check every invariant of ``module``; raises :class:`~graphir.errors.VerifyError`.
+
+    Args:
+        module: the module.
+        since: when given, only the checks whose inputs changed since this state was recorded
+            run, and the state is updated after a successful check (an empty state checks all).
+    """
     graph = module.graph
-    _check_uses(graph)
-    graph.index()  # raises on a cycle, naming it
-    _check_types(graph)
-    _check_annotations(module)
-    check_quotient(graph)
+    structural = since is None or since.graph is not graph or since.structure != graph._version
+    if structural:
+        _check_uses(graph)
+        graph.index()  # raises on a cycle, naming it
+        _check_types(graph)
+    annotations = (
+        structural
+        or since is None
+        or since.annotations != graph._annotation_version
+        or since.cluster_spec != module.cluster_spec
+    )
+    if annotations:
+        _check_annotations(module)
+        check_quotient(graph)
+    if since is not None:
+        since.graph = graph
+        since.structure = graph._version
+        since.annotations = graph._annotation_version
+        since.cluster_spec = module.cluster_spec
