@@ -21,7 +21,8 @@ Pesto §5); the rules below follow Baechi's paper and its open-source placer:
   it goes to, i.e. ``max over devices of the schedulable start <= now``) or waits for the
   favourite child.
 
-Constraints, common to the three (and to ``expert``, see :mod:`graphir.passes.place.expert`):
+Constraints, common to the three (and to every list-scheduling placer; the bookkeeping is the one
+constraint kernel, :class:`graphir.passes.place.constraints.Constraints`):
 
 * **Affinity**: a node only goes to a device in ``problem.allowed``.
 * **Colocation**: the first placed member of a colocation class decides the device of the whole
@@ -64,85 +65,16 @@ from graphir.errors import PassError
 from graphir.extras import require
 from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
 
 __all__ = [
-    "Constraints",
     "MEtf",
     "MSct",
     "MTopo",
     "favourite_children",
     "solve_favourite_lp",
 ]
-
-
-class Constraints:
-    """Affinity, colocation pins and memory bookkeeping shared by the Baechi and Expert placers.
-
-    Attributes:
-        problem: the coarse problem.
-        used: bytes currently charged to each device.
-        pin: per coarse node, the device it must go to (-1: free); set for the whole colocation
-            class when its first member is placed, and for best-effort nodes.
-        need: per coarse node, the bytes checked when it is placed unpinned (the whole class's
-            memory for a colocation class member, else its own memory).
-        best_effort: number of nodes (or classes) placed by the fallback.
-    """
-
-    def __init__(self, problem: PlacementProblem):
-        """Prepare the bookkeeping for ``problem`` (nothing placed yet)."""
-        self.problem = problem
-        self.used = np.zeros(problem.num_devices)
-        self.pin = np.full(problem.num_nodes, -1, dtype=np.int64)
-        self.need = problem.memory.astype(np.float64).copy()
-        self.best_effort = 0
-        self._classes: dict[int, list[int]] = {}
-        colocation = problem.colocation
-        if (colocation >= 0).any():
-            for v in np.flatnonzero(colocation >= 0).tolist():
-                self._classes.setdefault(int(colocation[v]), []).append(v)
-            for members in self._classes.values():
-                self.need[members] = float(problem.memory[members].sum())
-
-    def fits(self, v: int, d: int, limit: np.ndarray | None = None) -> bool:
-        """Whether ``v`` may go to ``d``: allowed, compatible with its pin, and its memory fits.
-
-        Args:
-            v: coarse node.
-            d: device.
-            limit: per-device memory limit (default: the capacities).
-        """
-        problem = self.problem
-        if not problem.allowed[v, d]:
-            return False
-        pinned = int(self.pin[v])
-        if pinned >= 0:
-            return pinned == d
-        cap = problem.capacity if limit is None else limit
-        return bool(self.used[d] + self.need[v] <= cap[d])
-
-    def fallback_device(self, v: int) -> int:
-        """Celeritas's best effort: the allowed device with the most free memory (ties: lowest number)."""
-        pinned = int(self.pin[v])
-        if pinned >= 0:
-            return pinned
-        free = self.problem.capacity - self.used
-        free = np.where(self.problem.allowed[v], free, -np.inf)
-        return int(np.argmax(free))
-
-    def pin_class(self, v: int, d: int) -> None:
-        """Pin ``v`` and, when it starts a colocation class, every member of the class, to ``d``."""
-        root = int(self.problem.colocation[v])
-        if root >= 0:
-            self.pin[self._classes[root]] = d
-        else:
-            self.pin[v] = d
-
-    def place(self, v: int, d: int) -> None:
-        """Charge ``v``'s memory to ``d`` and pin its colocation class there."""
-        if self.pin[v] < 0:
-            self.pin_class(v, d)
-        self.used[d] += self.problem.memory[v]
 
 
 def _m_topo_priority(problem: PlacementProblem) -> np.ndarray:
@@ -249,14 +181,11 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
     n = problem.num_nodes
     num_devices = problem.num_devices
     times = problem.times
-    capacity = problem.capacity
-    allowed = problem.allowed
     activation = (problem.memory - problem.persistent).tolist()
     links = problem.links
     priority = _m_topo_priority(problem)
     constraints = Constraints(problem)
-    pin = constraints.pin
-    need = constraints.need
+    pin = constraints.pin  # updated in place by the kernel
 
     pred_offsets = problem.pred_offsets.tolist()
     pred = problem.pred
@@ -311,7 +240,7 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
             u = int(pred[k])
             consumers_left[u] -= 1
             if consumers_left[u] == 0:
-                constraints.used[device[u]] -= activation[u]
+                constraints.release(int(device[u]), activation[u])
 
     now = 0.0
     scheduled = 0
@@ -329,13 +258,7 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
                 raise PassError("internal error: the ETF scheduler ran out of ready nodes")
             now = events[0][0]
             continue
-        # Feasibility of every (ready node, device): affinity, colocation pin, memory.
-        pinned = pin[nodes]
-        feasible = allowed[nodes] & np.where(
-            (pinned >= 0)[:, None],
-            device_arange[None, :] == pinned[:, None],
-            need[nodes][:, None] + constraints.used[None, :] <= capacity[None, :],
-        )
+        feasible = constraints.feasible(nodes)  # affinity, colocation pin, memory
         schedulable = np.where(feasible, np.maximum(data_ready[nodes], free_at[None, :]), np.inf)
         free = free_at <= now
         pick, upcoming = _choose(schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready)

@@ -9,8 +9,9 @@ books the node on that device's timeline. What they share lives here, once:
   scan: a node may start in the first idle slot after its data-ready time that is long enough to
   hold it. Touching intervals are merged, so a densely packed device costs one block, not
   thousands, and the scan only visits real gaps.
-- :class:`ListScheduler`: the incremental state (device, start and finish per placed node, free
-  memory per device, colocation pins, timelines) and the earliest-start computation
+- :class:`ListScheduler`: the incremental state (device, start and finish per placed node,
+  timelines; memory, colocation pins and affinity through the one constraint kernel,
+  :class:`graphir.passes.place.constraints.Constraints`) and the earliest-start computation
   ``EST(v, d) = max(pre_t(v, d), d_ava[d])`` — Celeritas eq. (7) and FastT's EST formula, which
   are the same equation: ``pre_t(v, d) = max_{p in pred(v)} Fin_t[p] + I(d_p != d) c_{p,v}``.
 
@@ -23,7 +24,7 @@ Conventions every placer inherits (the papers leave them open):
   ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
   freed, as in both papers. The first placed member of a colocation class must find room for the
   *whole* class (the rest of the class will follow it there); later members go to the pinned
-  device whether it has room or not.
+  device whether it has room or not (the kernel's rules, shared with Baechi's placers and Expert).
 - Affinity: a device a node may not use gets ``EST = +inf``, exactly like a full device.
 - Best effort (Celeritas §5.2: "the device with the lowest memory usage"): when no allowed device
   has room, the allowed device with the most free memory (ties: lowest number). Algorithm 2 line
@@ -41,6 +42,7 @@ import numpy as np
 
 from graphir.pass_infra import Stat
 from graphir.passes.place import Placement
+from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
 
 INF = math.inf
@@ -121,9 +123,8 @@ class ListScheduler:
         num_devices: number of devices.
         device: device per coarse node (-1 while unplaced).
         start, finish: scheduled start and finish per coarse node (``Fin_t`` of Celeritas).
-        free_memory: bytes still free per device (``Ava_m``); negative after a best-effort overflow.
+        constraints: affinity, colocation pins and memory (``Ava_m`` is ``capacity - used``).
         timelines: one :class:`DeviceTimeline` per device.
-        best_effort_nodes: how many nodes the all-devices-full fallback placed.
     """
 
     def __init__(self, problem: PlacementProblem) -> None:
@@ -134,12 +135,11 @@ class ListScheduler:
         self.device = [-1] * n
         self.start = [0.0] * n
         self.finish = [0.0] * n
-        self.free_memory = problem.capacity.astype(np.float64).tolist()
+        self.constraints = Constraints(problem)
         self.timelines = [DeviceTimeline() for _ in range(num_devices)]
-        self.best_effort_nodes = 0
         self.times = problem.times.tolist()
         self.memory = problem.memory.tolist()
-        self.allowed = problem.allowed.tolist()
+        self.allowed = self.constraints.allowed_rows
         self.pred_offsets = problem.pred_offsets.tolist()
         self.pred = problem.pred.tolist()
         self.pred_edge = problem.pred_edge.tolist()
@@ -147,44 +147,21 @@ class ListScheduler:
         self.succ_edge = problem.succ_edge.tolist()
         self.edge_bytes = problem.edge_bytes.tolist()
         self.links = problem.links
-        # Colocation: class root per node (-1: none), the class's total memory, its pinned device.
-        self.colocation = problem.colocation.tolist()
-        self.class_memory: dict[int, float] = {}
-        for v, root in enumerate(self.colocation):
-            if root >= 0:
-                self.class_memory[root] = self.class_memory.get(root, 0.0) + self.memory[v]
-        self.pin: dict[int, int] = {}
         self.devices = list(range(num_devices))
 
-    # ---- constraints -------------------------------------------------------------------------
+    # ---- constraints (the kernel's) --------------------------------------------------------
 
     def pinned(self, v: int) -> int:
         """The device ``v``'s colocation class is pinned to (its first placed member's), else -1."""
-        root = self.colocation[v]
-        if root < 0:
-            return -1
-        return self.pin.get(root, -1)
-
-    def memory_need(self, v: int) -> float:
-        """Bytes ``v`` must find free: the whole class for a colocation class's first member."""
-        root = self.colocation[v]
-        if root >= 0 and root not in self.pin:
-            return self.class_memory[root]
-        return self.memory[v]
+        return self.constraints.pinned(v)
 
     def fits(self, v: int, d: int) -> bool:
         """Whether ``d`` may run ``v`` and has room for it (Algorithm 2 line 9, negated)."""
-        return self.allowed[v][d] and self.free_memory[d] >= self.memory_need(v)
+        return self.constraints.fits(v, d)
 
     def best_effort(self, v: int) -> int:
         """Celeritas's fallback when every device is full: the allowed device with the most free memory."""
-        allowed = self.allowed[v]
-        best = -1
-        for d in self.devices:
-            if allowed[d] and (best < 0 or self.free_memory[d] > self.free_memory[best]):
-                best = d
-        assert best >= 0, "PlacementProblem guarantees an allowed device"
-        return best
+        return self.constraints.fallback_device(v)
 
     # ---- times -------------------------------------------------------------------------------
 
@@ -230,17 +207,13 @@ class ListScheduler:
         ready = self.data_ready(v)
         est = [INF] * self.num_devices
         times = self.times[v]
-        pin = self.pinned(v)
+        pin = self.constraints.pinned(v)
         if pin >= 0:
             est[pin] = self.timelines[pin].earliest_start(ready[pin], times[pin])
             return est
-        allowed = self.allowed[v]
-        need = self.memory_need(v)
-        free = self.free_memory
-        for d in self.devices:
-            if not allowed[d] or free[d] < need:
-                continue
-            est[d] = self.timelines[d].earliest_start(ready[d], times[d])
+        timelines = self.timelines
+        for d in self.constraints.open_devices(v):
+            est[d] = timelines[d].earliest_start(ready[d], times[d])
         return est
 
     def start_on(self, v: int, d: int) -> float:
@@ -259,10 +232,7 @@ class ListScheduler:
         self.device[v] = d
         self.start[v] = start
         self.finish[v] = end
-        self.free_memory[d] -= self.memory[v]  # Algorithm 2 line 21
-        root = self.colocation[v]
-        if root >= 0 and root not in self.pin:
-            self.pin[root] = d
+        self.constraints.place(v, d)  # Algorithm 2 line 21; pins v's colocation class
         self.timelines[d].reserve(start, end)
         return end
 
@@ -275,7 +245,7 @@ class ListScheduler:
     def book_best_effort(self, v: int) -> int:
         """Place ``v`` by the all-devices-full fallback (see :meth:`best_effort`); return the device."""
         d = self.best_effort(v)
-        self.best_effort_nodes += 1
+        self.constraints.best_effort += 1
         self.book(v, d)
         return d
 
@@ -298,7 +268,7 @@ class ListScheduler:
         assert all(d >= 0 for d in self.device), "every node is placed"
         out: dict[str, Stat] = {
             "estimated-makespan-s": max(self.finish, default=0.0),
-            "best-effort-nodes": self.best_effort_nodes,
+            "best-effort-nodes": self.constraints.best_effort,
         }
         if stats:
             out.update(stats)

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
-from graphir.passes.place.baechi import Constraints
+from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
 
 __all__ = ["Expert", "balanced_split"]

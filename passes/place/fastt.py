@@ -80,7 +80,7 @@ def select_cp_devices(scheduler: ListScheduler, path: list[int], begin: int) -> 
         ``{node: device}`` for the CP nodes some device can take; a node no device can take is
         left out (it is then placed by the minimum-EFT rule and its fallback).
     """
-    free = list(scheduler.free_memory)
+    free = scheduler.constraints.free_memory()
     times = scheduler.times
     allowed = scheduler.allowed
     memory = scheduler.memory

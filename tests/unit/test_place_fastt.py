@@ -66,7 +66,8 @@ def test_critical_path_devices_prefer_fast_devices_and_respect_memory() -> None:
     # The average over the path: V100 (1 + 4) / 2 = 2.5ms, P100 (3 + 1) / 2 = 2ms: gpu2.
     assert select_cp_devices(scheduler, path, 0) == {0: 2, 1: 2}
     # When a P100 can hold a alone, its average is a's 3ms: the V100 run (2.5ms) takes both.
-    scheduler.free_memory[2] = scheduler.free_memory[3] = problem.memory[0]
+    used = scheduler.constraints.used
+    used[2], used[3] = problem.capacity[2] - problem.memory[0], problem.capacity[3] - problem.memory[0]
     assert select_cp_devices(scheduler, path, 0) == {0: 0, 1: 0}
 
 

@@ -229,9 +229,9 @@ def test_pinned_node_ignores_memory() -> None:
     problem = PlacementProblem.from_module(module)
     problem.colocation[:] = [0, 0, -1]
     scheduler = ListScheduler(problem)
-    assert scheduler.memory_need(0) == problem.memory[0] + problem.memory[1]  # the whole class
+    assert scheduler.constraints.need[0] == problem.memory[0] + problem.memory[1]  # the whole class
     scheduler.commit(0, 1, 0.0)
-    scheduler.free_memory[1] = -1.0  # full
+    scheduler.constraints.used[1] = problem.capacity[1] + 1.0  # full
     est = scheduler.earliest_starts(1)
     assert est[1] < float("inf") and all(t == float("inf") for d, t in enumerate(est) if d != 1)
 
