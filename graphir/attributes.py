@@ -200,8 +200,17 @@ def format_duration(seconds: float) -> str:
         unit = "s"
     scaled = _scaled(seconds, unit)
     suffix = f"e{TIME_UNITS[unit]}"
+    size = abs(scaled)
+    # Digits before the point (the usual case, 1 <= |scaled| < 1000): rounding to d significant
+    # digits is rounding to d - whole decimals, which '%.Nf' does directly.
+    whole = 1 if 1.0 <= size < 10.0 else 2 if 10.0 <= size < 100.0 else 3 if 100.0 <= size < 1000.0 else 0
     for digits in range(_significant_digits(repr(seconds)), 18):
-        text = _positional(f"{scaled:.{digits - 1}e}")
+        if whole and digits >= whole:
+            text = f"{scaled:.{digits - whole}f}"
+            if "." in text:
+                text = text.rstrip("0").rstrip(".")
+        else:
+            text = _positional(f"{scaled:.{digits - 1}e}")
         if float(text + suffix) == seconds:
             return text + unit
     return f"{seconds!r}s"
