@@ -34,7 +34,8 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   last local consumer finished and every transfer of it completed (graph outputs stay to the end);
   a received copy occupies the destination from the transfer's start until its last consumer
   there finished; ``mem.temporary`` is held while the node runs. At equal times frees come before
-  allocations. A device whose peak exceeds its memory is reported as out of memory (OOM).
+  allocations. A device whose peak exceeds its memory is reported as out of memory (OOM). The
+  accounting is :mod:`graphir.memory`'s (``liveness``), the one the memory-aware placers use.
 
 The event loop is O((V + E) log V) over the graph's array view.
 """
@@ -49,6 +50,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.links import CONGESTION_RULES, LinkModel
+from graphir.memory import output_mask, peak_memory
 
 ORDERS = ("enforced", "dynamic")
 """Execution-order semantics of :func:`simulate` (see the module docstring); ``enforced`` is the default."""
@@ -294,7 +296,8 @@ def simulate(module: Module, congestion: str = "pair", order: str = "enforced") 
     makespan = float(finish_arr.max()) if n else 0.0
     busy = np.bincount(device, weights=duration, minlength=num_devices) if n else np.zeros(num_devices)
     persistent = np.bincount(device, weights=index.persistent_bytes(), minlength=num_devices).astype(np.int64)
-    peak = _peak_memory(module, index, device, start_arr, finish_arr, arrival, makespan, num_devices) + persistent
+    outputs = output_mask(graph, index)
+    peak = peak_memory(index, outputs, device, start_arr, finish_arr, arrival, makespan, num_devices) + persistent
     pairs = {(names[a], names[b]) for a, b in zip(*np.nonzero(link_bytes), strict=True)}
     return SimResult(
         makespan=makespan,
@@ -312,74 +315,3 @@ def simulate(module: Module, congestion: str = "pair", order: str = "enforced") 
             (x, int(device[index.value_producer[x]]), dst, begin, end) for (x, dst), (begin, end) in arrival.items()
         ],
     )
-
-
-def _peak_memory(
-    module: Module,
-    index: object,
-    device: np.ndarray,
-    start: np.ndarray,
-    finish: np.ndarray,
-    arrival: dict[tuple[int, int], tuple[float, float]],
-    makespan: float,
-    num_devices: int,
-) -> np.ndarray:
-    """Peak live activation + temporary bytes per device (see the module docstring)."""
-    from graphir.index import GraphIndex
-
-    assert isinstance(index, GraphIndex)
-    num_values = len(index.values)
-    producer = index.value_producer
-    # Local lifetime of each value: from its producer's start to the last local consumer's finish
-    # or the end of its last outgoing transfer, whichever is later.
-    local_end = finish[producer].copy() if num_values else np.zeros(0)
-    data = ~index.edge_control
-    src, dst, val = index.edge_src[data], index.edge_dst[data], index.edge_value[data]
-    same = device[src] == device[dst]
-    np.maximum.at(local_end, val[same], finish[dst[same]])
-    remote_end: dict[tuple[int, int], float] = {}
-    for v_dst, x in zip(dst[~same].tolist(), val[~same].tolist(), strict=True):
-        key = (x, int(device[v_dst]))
-        remote_end[key] = max(remote_end.get(key, 0.0), float(finish[v_dst]))
-    for (x, _), (_, end) in arrival.items():
-        if end > local_end[x]:
-            local_end[x] = end
-    outputs = {id(value) for value in module.graph.outputs if value.producer is not None}
-    if outputs:  # graph outputs stay to the end (one pass over the values: list.index per output is quadratic)
-        for x, value in enumerate(index.values):
-            if id(value) in outputs:
-                local_end[x] = makespan
-    times: list[np.ndarray] = [start[producer], local_end]
-    deltas: list[np.ndarray] = [index.value_bytes.astype(np.float64), -index.value_bytes.astype(np.float64)]
-    devices: list[np.ndarray] = [device[producer], device[producer]]
-    if arrival:
-        keys = list(arrival)
-        xs = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
-        ds = np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys))
-        begins = np.fromiter((arrival[k][0] for k in keys), dtype=np.float64, count=len(keys))
-        ends = np.fromiter((remote_end.get(k, arrival[k][1]) for k in keys), dtype=np.float64, count=len(keys))
-        sizes = index.value_bytes[xs].astype(np.float64)
-        times += [begins, ends]
-        deltas += [sizes, -sizes]
-        devices += [ds, ds]
-    temporary = np.fromiter(
-        (0 if node.mem is None else node.mem.temporary for node in index.nodes), dtype=np.float64, count=index.num_nodes
-    )
-    if temporary.any():
-        times += [start, finish]
-        deltas += [temporary, -temporary]
-        devices += [device, device]
-    all_times = np.concatenate(times)
-    all_deltas = np.concatenate(deltas)
-    all_devices = np.concatenate(devices)
-    # Frees (negative deltas) before allocations at the same instant.
-    sort = np.lexsort((all_deltas > 0, all_times, all_devices))
-    peak = np.zeros(num_devices, dtype=np.int64)
-    sorted_devices = all_devices[sort]
-    running = all_deltas[sort]
-    bounds = np.searchsorted(sorted_devices, np.arange(num_devices + 1))
-    for d in range(num_devices):
-        segment = running[bounds[d] : bounds[d + 1]]
-        if len(segment):
-            peak[d] = int(max(0.0, float(np.cumsum(segment).max())))
-    return peak

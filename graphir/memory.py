@@ -1,0 +1,417 @@
+"""The memory model: one accounting of device memory for the simulator, the placers and the ILP.
+
+Two rules (``mem-model``), both computed here:
+
+``liveness`` (the default; DESIGN.md "The simulator is the judge"). Memory of a device over time is
+
+* the persistent bytes (``mem.persistent``: weights, optimizer slots) of every node on it, for the
+  whole step;
+* each result (a value, its bytes from its type) on its producer's device from the producer's
+  start until its last consumer on that device finished *and* every transfer of it to another
+  device completed, whichever is later (a result nobody consumes lives while its producer runs);
+* each received copy on the destination device from the start of its transfer until its last
+  consumer there finished (one copy per value and destination device);
+* ``mem.temporary`` of a node while it runs, ``[start, finish)``;
+* graph outputs on their producer's device until the end of the step.
+
+An allocation holds its bytes on the half-open interval ``[begin, end)``: at equal times frees come
+before allocations, so an interval ending at ``t`` and one starting at ``t`` never overlap, and an
+empty interval (a zero-time node's temporaries) holds nothing. The peak of a device is the largest
+total over time (at least 0).
+
+``paper`` (the papers' whole-step rule: Pesto's ILP, Baechi's m-TOPO, FastT, Celeritas): every node
+holds ``persistent + activation`` bytes on its device for the whole step, ``activation`` being
+``mem.activation`` when the node carries ``mem`` and the bytes of its results otherwise (the same
+bytes as :attr:`graphir.passes.place.problem.PlacementProblem.memory`). Received copies and
+temporaries are not counted, nothing is freed. It is kept so that replications run as published.
+
+Three ways to use it, one set of rules:
+
+* :func:`peak_memory`: peaks per device of a finished simulation (the simulator calls it);
+* :class:`MemoryLedger`: the memory of one device as a step function of time, built
+  allocation by allocation, with queries ``usage_at``, ``peak_between``, ``peak_with``, ``fits``;
+* :class:`ScheduleMemory`: the ledgers of every device driven node by node, as a list scheduler
+  places nodes (:meth:`ScheduleMemory.fits` before, :meth:`ScheduleMemory.place` after). While a
+  value has unplaced consumers, its copies stay allocated until further notice (an open interval
+  ``[begin, inf)``); when its last consumer is placed, each copy is cut to its final end. Cutting
+  only ever lowers usage, so a device that fits every placement when it was made still fits at the
+  end, and when the scheduler's times are the simulator's (same order, same link model), the
+  final ledgers hold exactly what :func:`peak_memory` measures.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from graphir.index import GraphIndex
+from graphir.ir import Graph
+
+MEM_MODELS = ("liveness", "paper")
+"""Memory rules (see the module docstring); ``liveness`` is the default."""
+
+
+def check_mem_model(model: str) -> None:
+    """Raise ``ValueError`` unless ``model`` is one of :data:`MEM_MODELS`."""
+    if model not in MEM_MODELS:
+        raise ValueError(f"unknown memory model '{model}': expected one of {', '.join(MEM_MODELS)}")
+
+
+# --------------------------------------------------------------------------- whole placements
+
+
+@dataclasses.dataclass(frozen=True)
+class Allocations:
+    """Allocations as parallel arrays: ``nbytes`` held on ``device`` during ``[begin, end)``."""
+
+    device: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    nbytes: np.ndarray
+
+
+def output_mask(graph: Graph, index: GraphIndex) -> np.ndarray:
+    """Boolean per value of ``index``: the value is a graph output (one pass over the values)."""
+    outputs = {id(value) for value in graph.outputs if value.producer is not None}
+    mask = np.zeros(len(index.values), dtype=bool)
+    if outputs:
+        for x, value in enumerate(index.values):
+            if id(value) in outputs:
+                mask[x] = True
+    return mask
+
+
+def temporary_bytes(index: GraphIndex) -> np.ndarray:
+    """``mem.temporary`` per node (0 without ``mem``), int64."""
+    return np.fromiter(
+        (0 if node.mem is None else node.mem.temporary for node in index.nodes), dtype=np.int64, count=index.num_nodes
+    )
+
+
+def whole_step_bytes(index: GraphIndex) -> np.ndarray:
+    """The ``paper`` rule per node: ``persistent + activation`` (results' bytes without ``mem``), int64."""
+    out_bytes = index.out_bytes()
+    return np.fromiter(
+        (
+            out_bytes[u] if node.mem is None else node.mem.persistent + node.mem.activation
+            for u, node in enumerate(index.nodes)
+        ),
+        dtype=np.int64,
+        count=index.num_nodes,
+    )
+
+
+def liveness_allocations(
+    index: GraphIndex,
+    outputs: np.ndarray,
+    device: np.ndarray,
+    start: np.ndarray,
+    finish: np.ndarray,
+    arrival: dict[tuple[int, int], tuple[float, float]],
+    makespan: float,
+) -> Allocations:
+    """The ``liveness`` allocations of a timed placement (persistent bytes excluded).
+
+    Args:
+        index: the graph's index (nodes and values numbered as there).
+        outputs: :func:`output_mask` of the graph.
+        device: device number per node.
+        start: start time per node.
+        finish: finish time per node.
+        arrival: per ``(value, destination device)``, the transfer's ``(begin, end)``.
+        makespan: the end of the step (graph outputs live until then).
+    """
+    producer = index.value_producer
+    # A result lives on its producer's device from the producer's start to the last local
+    # consumer's finish or the end of its last outgoing transfer, whichever is later.
+    local_end = finish[producer].astype(np.float64) if len(producer) else np.zeros(0)
+    data = ~index.edge_control
+    src, dst, val = index.edge_src[data], index.edge_dst[data], index.edge_value[data]
+    same = device[src] == device[dst]
+    np.maximum.at(local_end, val[same], finish[dst[same]])
+    remote_end: dict[tuple[int, int], float] = {}
+    for v_dst, x in zip(dst[~same].tolist(), val[~same].tolist(), strict=True):
+        key = (x, int(device[v_dst]))
+        remote_end[key] = max(remote_end.get(key, 0.0), float(finish[v_dst]))
+    for (x, _), (_, end) in arrival.items():
+        if end > local_end[x]:
+            local_end[x] = end
+    local_end[outputs] = makespan
+    devices = [device[producer]]
+    begins = [start[producer].astype(np.float64)]
+    ends = [local_end]
+    sizes = [index.value_bytes.astype(np.int64)]
+    if arrival:
+        keys = list(arrival)
+        xs = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
+        devices.append(np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys)))
+        begins.append(np.fromiter((arrival[k][0] for k in keys), dtype=np.float64, count=len(keys)))
+        # A received copy lives until its last consumer there finished (the transfer's end without one).
+        ends.append(np.fromiter((remote_end.get(k, arrival[k][1]) for k in keys), dtype=np.float64, count=len(keys)))
+        sizes.append(index.value_bytes[xs].astype(np.int64))
+    temporary = temporary_bytes(index)
+    if temporary.any():
+        devices.append(device)
+        begins.append(start.astype(np.float64))
+        ends.append(finish.astype(np.float64))
+        sizes.append(temporary)
+    return Allocations(
+        device=np.concatenate(devices).astype(np.int64),
+        begin=np.concatenate(begins),
+        end=np.concatenate(ends),
+        nbytes=np.concatenate(sizes),
+    )
+
+
+def device_peaks(allocations: Allocations, num_devices: int) -> np.ndarray:
+    """Peak total bytes per device (int64, at least 0): a sweep with frees before allocations at equal times."""
+    times = np.concatenate([allocations.begin, allocations.end])
+    deltas = np.concatenate([allocations.nbytes, -allocations.nbytes])
+    devices = np.concatenate([allocations.device, allocations.device])
+    order = np.lexsort((deltas > 0, times, devices))
+    sorted_devices = devices[order]
+    running = deltas[order]
+    bounds = np.searchsorted(sorted_devices, np.arange(num_devices + 1))
+    peak = np.zeros(num_devices, dtype=np.int64)
+    for d in range(num_devices):
+        segment = running[bounds[d] : bounds[d + 1]]
+        if len(segment):
+            peak[d] = max(0, int(np.cumsum(segment).max()))
+    return peak
+
+
+def peak_memory(
+    index: GraphIndex,
+    outputs: np.ndarray,
+    device: np.ndarray,
+    start: np.ndarray,
+    finish: np.ndarray,
+    arrival: dict[tuple[int, int], tuple[float, float]],
+    makespan: float,
+    num_devices: int,
+    model: str = "liveness",
+) -> np.ndarray:
+    """Peak bytes per device of a timed placement under ``model``, persistent bytes *excluded*.
+
+    Under ``liveness``: live results, received copies and temporaries (see the module docstring).
+    Under ``paper``: the whole-step bytes minus the persistent ones, i.e. ``activation`` per node.
+    Add the persistent bytes per device for the device's peak.
+    """
+    check_mem_model(model)
+    if model == "paper":
+        activation = whole_step_bytes(index) - index.persistent_bytes().astype(np.int64)
+        return np.bincount(device, weights=activation, minlength=num_devices).astype(np.int64)
+    allocations = liveness_allocations(index, outputs, device, start, finish, arrival, makespan)
+    return device_peaks(allocations, num_devices)
+
+
+# --------------------------------------------------------------------------- one device, incrementally
+
+
+class MemoryLedger:
+    """The bytes in use on one device as a step function of time, built allocation by allocation.
+
+    ``allocate(n, b, e)`` holds ``n`` bytes on ``[b, e)`` (``e = inf``: until :meth:`free`);
+    ``free(n, t)`` releases ``n`` bytes from ``t`` on, ending an open allocation; ``hold(n)`` holds
+    ``n`` bytes for the whole step (persistent bytes). Usage is right-continuous: at a time where
+    one allocation ends and another begins, only the second counts (frees before allocations).
+
+    The function is kept as sorted breakpoints with the level after each; an update costs
+    O(log k + m) and a query O(log k + m), ``k`` breakpoints in all and ``m`` inside the range
+    touched (list schedulers work near the frontier, so ``m`` stays small).
+    """
+
+    __slots__ = ("_levels", "_times", "persistent")
+
+    def __init__(self) -> None:
+        """An empty ledger: no bytes at any time."""
+        self.persistent = 0
+        self._times: list[float] = [-math.inf]
+        self._levels: list[int] = [0]
+
+    def hold(self, nbytes: int) -> None:
+        """Hold ``nbytes`` for the whole step."""
+        self.persistent += int(nbytes)
+
+    def allocate(self, nbytes: int, begin: float, end: float = math.inf) -> None:
+        """Hold ``nbytes`` on ``[begin, end)``; an empty interval holds nothing."""
+        if nbytes == 0 or not end > begin:
+            return
+        i = self._split(begin)
+        j = self._split(end)
+        levels = self._levels
+        for k in range(i, j):
+            levels[k] += int(nbytes)
+
+    def free(self, nbytes: int, end: float) -> None:
+        """Release ``nbytes`` from ``end`` on (the end of an allocation made with ``end = inf``)."""
+        self.allocate(-int(nbytes), end)
+
+    def usage_at(self, time: float) -> int:
+        """Bytes in use at ``time`` (after the frees and allocations at that instant)."""
+        return self.persistent + self._levels[bisect.bisect_right(self._times, time) - 1]
+
+    def peak(self) -> int:
+        """The largest usage over all time (at least the persistent bytes)."""
+        return self.persistent + max(0, max(self._levels))
+
+    def peak_between(self, begin: float, end: float) -> int:
+        """The largest usage on ``[begin, end)``; ``end`` must exceed ``begin``."""
+        if not end > begin:
+            raise ValueError(f"peak_between: empty interval [{begin}, {end})")
+        i = bisect.bisect_right(self._times, begin) - 1
+        j = bisect.bisect_left(self._times, end)
+        return self.persistent + max(self._levels[i:j])
+
+    def peak_with(self, allocations: Iterable[tuple[int, float, float]]) -> int:
+        """The peak if ``allocations`` (``(nbytes, begin, end)`` each) were added; the ledger is unchanged."""
+        extra = [(int(n), b, e) for n, b, e in allocations if n and e > b]
+        if not extra:
+            return self.peak()
+        low = min(b for _, b, _ in extra)
+        high = max(e for _, _, e in extra)
+        times, levels = self._times, self._levels
+        first = bisect.bisect_right(times, low) - 1
+        last = bisect.bisect_left(times, high)
+        points = {low, *times[first + 1 : last]}
+        points.update(b for _, b, _ in extra)
+        points.update(e for _, _, e in extra if e < high)
+        best = max(0, max(levels))  # the usage outside [low, high) is unchanged
+        k = first
+        for point in sorted(points):
+            while k + 1 < len(times) and times[k + 1] <= point:
+                k += 1
+            best = max(best, levels[k] + sum(n for n, b, e in extra if b <= point < e))
+        return self.persistent + best
+
+    def fits(self, nbytes: int, begin: float, end: float, capacity: int) -> bool:
+        """Whether holding ``nbytes`` more on ``[begin, end)`` keeps the usage within ``capacity``."""
+        return self.peak_with([(nbytes, begin, end)]) <= capacity
+
+    def _split(self, time: float) -> int:
+        """Index of the breakpoint at ``time``, inserted if missing (``len`` for ``inf``)."""
+        times = self._times
+        if time == math.inf:
+            return len(times)
+        i = bisect.bisect_left(times, time)
+        if i < len(times) and times[i] == time:
+            return i
+        times.insert(i, time)
+        self._levels.insert(i, self._levels[i - 1])
+        return i
+
+
+# --------------------------------------------------------------------------- a whole schedule, incrementally
+
+
+class ScheduleMemory:
+    """Every device's :class:`MemoryLedger`, driven node by node as a list scheduler places nodes.
+
+    Usage: before committing node ``v`` to device ``d`` at ``[start, finish)``, ask
+    :meth:`fits`; after committing, call :meth:`place` with the same arguments. ``received`` lists
+    the values that reach ``d`` for ``v`` by a new transfer, as ``(value, begin, end)`` (value
+    numbers of the graph index; transfers of a value to a device already holding a copy are not
+    listed). Nodes must be placed after their producers (any topological order).
+
+    Under ``liveness`` the ledgers follow the module docstring's rules; under ``paper`` each node
+    holds its whole-step bytes (``persistent + activation``) on its device and nothing else counts.
+
+    Graph outputs stay allocated on their producer's device to infinity rather than to the
+    makespan (unknown while scheduling); the peaks are the same, except for a result of a
+    zero-time node that starts exactly at the makespan, which the simulator gives an empty
+    lifetime. Fed the simulator's times node by node, the ledgers end with the simulator's peaks
+    (property-tested in ``tests/unit/test_memory.py``).
+    """
+
+    def __init__(self, index: GraphIndex, graph: Graph, capacity: Sequence[int], model: str = "liveness") -> None:
+        """Empty ledgers for ``len(capacity)`` devices of the given capacities."""
+        check_mem_model(model)
+        self.model = model
+        self.capacity = [int(c) for c in capacity]
+        self.ledgers = [MemoryLedger() for _ in self.capacity]
+        self._index = index
+        self._value_bytes = index.value_bytes.astype(np.int64).tolist()
+        self._persistent = index.persistent_bytes().astype(np.int64).tolist()
+        self._temporary = temporary_bytes(index).tolist()
+        self._whole_step = whole_step_bytes(index).tolist()
+        self._is_output = output_mask(graph, index).tolist()
+        data = ~index.edge_control
+        pairs = sorted(set(zip(index.edge_dst[data].tolist(), index.edge_value[data].tolist(), strict=True)))
+        self._inputs: list[list[int]] = [[] for _ in range(index.num_nodes)]
+        self._consumers_left = [0] * len(self._value_bytes)
+        for v, x in pairs:
+            self._inputs[v].append(x)
+            self._consumers_left[x] += 1
+        self._outputs: list[list[int]] = [[] for _ in range(index.num_nodes)]
+        for x, u in enumerate(index.value_producer.tolist()):
+            self._outputs[u].append(x)
+        self._home: dict[int, int] = {}  # value -> its producer's device
+        self._copy_end: dict[int, dict[int, float]] = {}  # value -> device -> end so far
+
+    def fits(
+        self, node: int, device: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
+    ) -> bool:
+        """Whether placing ``node`` on ``device`` at ``[start, finish)`` keeps ``device`` within capacity."""
+        ledger = self.ledgers[device]
+        if self.model == "paper":
+            return ledger.peak() + self._whole_step[node] <= self.capacity[device]
+        extra = [(self._temporary[node], start, finish)]
+        extra += [(self._value_bytes[x], start, self._output_end(x, finish)) for x in self._outputs[node]]
+        extra += [
+            (self._value_bytes[x], begin, math.inf)
+            for x, begin, _ in received
+            if device not in self._copy_end.get(x, {})
+        ]
+        return ledger.peak_with(extra) + self._persistent[node] <= self.capacity[device]
+
+    def place(
+        self, node: int, device: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
+    ) -> None:
+        """Commit ``node`` to ``device`` at ``[start, finish)`` (see the class docstring for ``received``).
+
+        Raises:
+            ValueError: an input of ``node`` has no copy on ``device`` and is not in ``received``.
+        """
+        ledger = self.ledgers[device]
+        if self.model == "paper":
+            ledger.hold(self._whole_step[node])
+            return
+        ledger.hold(self._persistent[node])
+        ledger.allocate(self._temporary[node], start, finish)
+        for x in self._outputs[node]:
+            ledger.allocate(self._value_bytes[x], start, self._output_end(x, finish))
+            self._home[x] = device
+            self._copy_end[x] = {device: finish}
+        for x, begin, end in received:
+            copies = self._copy_end[x]
+            if device not in copies:
+                ledger.allocate(self._value_bytes[x], begin)
+                copies[device] = -math.inf
+            home = self._home[x]
+            copies[home] = max(copies[home], end)  # the producer's copy lives until the transfer ends
+        for x in self._inputs[node]:
+            copies = self._copy_end[x]
+            if device not in copies:
+                raise ValueError(f"node {node}: input value {x} has no copy on device {device} (list it in received)")
+            copies[device] = max(copies[device], finish)
+            self._consumers_left[x] -= 1
+            if self._consumers_left[x]:
+                continue
+            home = self._home[x]
+            for holder, end in copies.items():
+                if holder != home or not self._is_output[x]:  # a graph output stays home until the end
+                    self.ledgers[holder].free(self._value_bytes[x], end)
+
+    def peaks(self) -> list[int]:
+        """Peak bytes per device so far (persistent included)."""
+        return [ledger.peak() for ledger in self.ledgers]
+
+    def _output_end(self, value: int, finish: float) -> float:
+        """Provisional end of a new result: open while it has consumers or is a graph output."""
+        if self._consumers_left[value] or self._is_output[value]:
+            return math.inf
+        return finish
