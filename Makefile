@@ -8,6 +8,8 @@
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
+#   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print: times, peak RSS
+#                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
 #                 against benchmarks/results/regression.json (tools/regress.py)
 #   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
@@ -25,7 +27,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place bench-scale regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -80,13 +82,17 @@ test-all: test
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
 
-bench: bench-core bench-place
+bench: bench-core bench-place bench-scale
 
 bench-core: $(STAMP)
 	$(BIN)/python tools/bench_core.py
 
 bench-place: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix.toml
+
+# Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
+bench-scale: $(STAMP)
+	$(BIN)/python tools/bench_scale.py
 
 # A restructuring must not change any answer: the printed module of every (model, placer) cell is
 # compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).
