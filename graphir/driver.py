@@ -21,7 +21,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -33,7 +33,15 @@ from graphir.fileio import write_atomically
 from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, format_option, load_builtin_passes, load_plugin, pass_options
+from graphir.pass_infra import (
+    OptionInfo,
+    PassContext,
+    format_option,
+    load_builtin_passes,
+    load_plugin,
+    pass_options,
+    plain_summary,
+)
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 
@@ -134,16 +142,27 @@ def list_passes() -> str:
     """Every registered pass with its description, requirements and typed options."""
     lines = []
     for name, cls in sorted(load_builtin_passes().items()):
-        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        lines.append(f"{name}: {doc}")
+        lines.append(f"{name}: {plain_summary(cls)}")
         if cls.requires:
             lines.append(f"    requires: {', '.join(cls.requires)}")
         if cls.provides:
             lines.append(f"    provides: {', '.join(cls.provides)}")
-        for option in pass_options(cls).values():
-            shown = "none" if option.default is None else format_option(option.default)
-            lines.append(f"    {option.name}: {option.type_text} = {shown}")
+        lines += _option_lines(pass_options(cls).values(), "    ")
+        if cls.algorithms is not None:
+            selector = cls.algorithm_selector.replace("_", "-")
+            for algo, algorithm in sorted(cls.algorithms.items()):
+                lines.append(f"    {selector}={algo}: {plain_summary(algorithm)}")
+                lines += _option_lines(pass_options(algorithm).values(), "        ")
     return "\n".join(lines) + "\n"
+
+
+def _option_lines(options: Iterable[OptionInfo], indent: str) -> list[str]:
+    """``name: type = default`` per option."""
+    out = []
+    for option in options:
+        shown = "none" if option.default is None else format_option(option.default)
+        out.append(f"{indent}{option.name}: {option.type_text} = {shown}")
+    return out
 
 
 def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:

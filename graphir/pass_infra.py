@@ -33,6 +33,8 @@ import dataclasses
 import importlib
 import importlib.metadata
 import importlib.util
+import inspect
+import re
 import sys
 import types
 import typing
@@ -278,6 +280,16 @@ def register_algorithm(pass_cls: type[Pass], cls: type[Algorithm]) -> type[Algor
         )
     registry[cls.name] = cls
     return cls
+
+
+def plain_summary(obj: Any) -> str:
+    """The first line of ``obj``'s docstring as plain text (RST literals and Sphinx roles unwrapped)."""
+    doc = (inspect.getdoc(obj) or "").strip()
+    if not doc:
+        return ""
+    first = doc.splitlines()[0].strip()
+    first = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", first)
+    return re.sub(r"``([^`]+)``", r"\1", first)
 
 
 # --------------------------------------------------------------------------- registry

@@ -6,8 +6,10 @@ its docstring, its ``requires`` / ``provides`` facts, and each option's type and
 ``graphir-opt`` parses them (:func:`graphir.pass_infra.pass_options`). An option's help text is
 the field's ``metadata["help"]`` when the dataclass field sets one, else its entry in the
 ``Options:`` section of the pass docstring (Google style; ``mem_cap`` or ``mem-cap``). An option
-with neither is an error, so a new option cannot ship undocumented. ``place{algo=...}`` also lists
-the placer registry (:data:`graphir.passes.place.PLACERS`) with each placer's first docstring line.
+with neither is an error, so a new option cannot ship undocumented. A pass with a sub-registry of
+algorithms (``place{algo=...}``: :data:`graphir.passes.place.PLACERS`) also lists every algorithm
+with its first docstring line and its own options, documented the same way (the same data
+``graphir-opt --list-passes`` prints).
 
 Two outputs are generated: the full reference ``docs/passes.md`` and a short table in
 ``README.md`` between the markers ``<!-- passes:begin -->`` and ``<!-- passes:end -->``.
@@ -28,7 +30,7 @@ import dataclasses
 import inspect
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,23 @@ class OptionDoc:
 
 
 @dataclasses.dataclass(frozen=True)
+class AlgorithmDoc:
+    """One algorithm of a pass's sub-registry (``place{algo=ilp}``), as documented.
+
+    Attributes:
+        name: the selector's value.
+        summary: first line of the class docstring.
+        options: its own options in declaration order.
+        module: the Python module defining it.
+    """
+
+    name: str
+    summary: str
+    options: tuple[OptionDoc, ...]
+    module: str
+
+
+@dataclasses.dataclass(frozen=True)
 class PassDoc:
     """One registered pass, as documented.
 
@@ -74,6 +93,8 @@ class PassDoc:
         provides: facts the pass establishes.
         options: its options in declaration order.
         module: the Python module defining it.
+        selector: the option choosing an algorithm (``algo``), empty for a plain pass.
+        algorithms: its built-in algorithms, sorted by name.
     """
 
     name: str
@@ -82,6 +103,8 @@ class PassDoc:
     provides: tuple[str, ...]
     options: tuple[OptionDoc, ...]
     module: str
+    selector: str = ""
+    algorithms: tuple[AlgorithmDoc, ...] = ()
 
 
 # --------------------------------------------------------------------------- reading the registry
@@ -135,15 +158,12 @@ def _summary(obj: Any) -> str:
     return re.sub(r"\s+(Requires|Provides)\b.*$", "", first)
 
 
-def document_pass(cls: type[Pass]) -> PassDoc:
-    """Describe one pass class.
+def _document_options(cls: type, what: str) -> tuple[OptionDoc, ...]:
+    """The options of pass or algorithm class ``cls`` with their help texts.
 
     Raises:
-        PassDocError: the class has no docstring or an option has no help text.
+        PassDocError: an option has no help text (``what`` names the class in the message).
     """
-    summary = markdown(_summary(cls))
-    if not summary:
-        raise PassDocError(f"pass '{cls.name}' ({cls.__module__}) has no docstring")
     from_docstring = docstring_options(cls)
     fields = {field.name: field for field in dataclasses.fields(cls)}
     options: list[OptionDoc] = []
@@ -151,11 +171,47 @@ def document_pass(cls: type[Pass]) -> PassDoc:
         help_text = str(fields[info.field].metadata.get("help", "")) or from_docstring.get(info.field, "")
         if not help_text:
             raise PassDocError(
-                f"option '{kebab}' of pass '{cls.name}' has no help text: describe it in the 'Options:' "
+                f"option '{kebab}' of {what} has no help text: describe it in the 'Options:' "
                 f"section of {cls.__module__}.{cls.__qualname__}'s docstring"
             )
         options.append(OptionDoc(kebab, info.type_text, format_option(info.default), help_text))
-    return PassDoc(cls.name, summary, tuple(cls.requires), tuple(cls.provides), tuple(options), cls.__module__)
+    return tuple(options)
+
+
+def document_pass(cls: type[Pass]) -> PassDoc:
+    """Describe one pass class and its built-in algorithms.
+
+    Raises:
+        PassDocError: the class or an algorithm has no docstring, or an option has no help text.
+    """
+    summary = markdown(_summary(cls))
+    if not summary:
+        raise PassDocError(f"pass '{cls.name}' ({cls.__module__}) has no docstring")
+    options = _document_options(cls, f"pass '{cls.name}'")
+    algorithms: list[AlgorithmDoc] = []
+    selector = ""
+    if cls.algorithms is not None:
+        selector = cls.algorithm_selector.replace("_", "-")
+        for name, algorithm in sorted(cls.algorithms.items()):
+            if not algorithm.__module__.startswith(_BUILTIN_PREFIX):
+                continue
+            what = f"{cls.name}{{{selector}={name}}}"
+            algo_summary = markdown(_summary(algorithm))
+            if not algo_summary:
+                raise PassDocError(f"{what} ({algorithm.__module__}.{algorithm.__qualname__}) has no docstring")
+            algorithms.append(
+                AlgorithmDoc(name, algo_summary, _document_options(algorithm, what), algorithm.__module__)
+            )
+    return PassDoc(
+        cls.name,
+        summary,
+        tuple(cls.requires),
+        tuple(cls.provides),
+        options,
+        cls.__module__,
+        selector,
+        tuple(algorithms),
+    )
 
 
 def builtin_passes() -> list[PassDoc]:
@@ -163,27 +219,6 @@ def builtin_passes() -> list[PassDoc]:
     registry = load_builtin_passes()
     classes = [cls for cls in registry.values() if cls.__module__.startswith(_BUILTIN_PREFIX)]
     return [document_pass(cls) for cls in sorted(classes, key=lambda cls: cls.name)]
-
-
-def placers() -> list[tuple[str, str]]:
-    """``(algo, summary)`` for every built-in placer of ``place{algo=...}``, sorted by name.
-
-    Raises:
-        PassDocError: a placer function has no docstring.
-    """
-    load_builtin_passes()
-    from graphir.passes.place import PLACERS
-
-    out: list[tuple[str, str]] = []
-    for name in sorted(PLACERS):
-        fn: Callable[..., Any] = PLACERS[name]
-        if not getattr(fn, "__module__", "").startswith(_BUILTIN_PREFIX):
-            continue
-        summary = markdown(_summary(fn))
-        if not summary:
-            raise PassDocError(f"placer '{name}' ({fn.__module__}.{fn.__qualname__}) has no docstring")
-        out.append((name, summary))
-    return out
 
 
 # --------------------------------------------------------------------------- rendering
@@ -203,7 +238,16 @@ def _facts(facts: tuple[str, ...]) -> str:
     return ", ".join(f"`{fact}`" for fact in facts) if facts else "—"
 
 
-def render_reference(passes: Sequence[PassDoc], algos: Sequence[tuple[str, str]]) -> str:
+def _option_table(options: Sequence[OptionDoc]) -> list[str]:
+    lines = ["| option | type | default | help |", "|---|---|---|---|"]
+    for option in options:
+        lines.append(
+            f"| `{option.name}` | {_code(option.type_text)} | {_code(option.default)} | {_cell(option.help)} |"
+        )
+    return lines
+
+
+def render_reference(passes: Sequence[PassDoc]) -> str:
     """The full reference page (``docs/passes.md``)."""
     lines = [
         "# Pass reference",
@@ -229,25 +273,25 @@ def render_reference(passes: Sequence[PassDoc], algos: Sequence[tuple[str, str]]
         lines.append(f"- provides: {_facts(doc.provides)}")
         lines.append(f"- defined in: `{doc.module}`")
         lines.append("")
-        if doc.options:
-            lines += ["| option | type | default | help |", "|---|---|---|---|"]
-            for option in doc.options:
-                lines.append(
-                    f"| `{option.name}` | {_code(option.type_text)} | {_code(option.default)} | {_cell(option.help)} |"
-                )
-        else:
-            lines.append("No options.")
-        if doc.name == "place" and algos:
-            lines += ["", "Algorithms (`algo=`), from the placer registry:", "", "| algo | what it does |", "|---|---|"]
-            lines += [f"| `{name}` | {_cell(summary)} |" for name, summary in algos]
+        lines += _option_table(doc.options) if doc.options else ["No options."]
+        if doc.algorithms:
+            lines += ["", f"Algorithms (`{doc.selector}=`), each with its own options:", ""]
+            lines += [f"| {doc.selector} | what it does | options (defaults) |", "|---|---|---|"]
+            for algo in doc.algorithms:
+                lines.append(f"| `{algo.name}` | {_cell(algo.summary)} | {_option_summary(algo.options)} |")
+            for algo in doc.algorithms:
+                if algo.options:
+                    lines += ["", f"### {doc.name}{{{doc.selector}={algo.name}}}", "", algo.summary, ""]
+                    lines.append(f"- defined in: `{algo.module}`")
+                    lines += ["", *_option_table(algo.options)]
     return "\n".join(lines) + "\n"
 
 
-def _option_summary(doc: PassDoc) -> str:
-    return " ".join(_code(f"{option.name}={option.default}") for option in doc.options) or "—"
+def _option_summary(options: Sequence[OptionDoc]) -> str:
+    return " ".join(_code(f"{option.name}={option.default}") for option in options) or "—"
 
 
-def render_readme_section(passes: Sequence[PassDoc], algos: Sequence[tuple[str, str]]) -> str:
+def render_readme_section(passes: Sequence[PassDoc]) -> str:
     """The README's pass table (the text between the markers, markers excluded)."""
     lines = [
         f"<!-- Generated by `{WRITE_COMMAND}`; details in docs/passes.md. -->",
@@ -257,10 +301,15 @@ def render_readme_section(passes: Sequence[PassDoc], algos: Sequence[tuple[str, 
     ]
     for doc in passes:
         facts = f"{_facts(doc.requires)} → {_facts(doc.provides)}"
-        lines.append(f"| `{doc.name}` | {facts} | {_option_summary(doc)} | {_cell(doc.summary)} |")
-    if algos:
-        lines += ["", "Placers (`place{algo=...}`):", ""]
-        lines += [f"- `{name}`: {summary}" for name, summary in algos]
+        lines.append(f"| `{doc.name}` | {facts} | {_option_summary(doc.options)} | {_cell(doc.summary)} |")
+    for doc in passes:
+        if doc.algorithms:
+            lines += [
+                "",
+                f"Algorithms of `{doc.name}` (`{doc.name}{{{doc.selector}=...}}`, options in docs/passes.md):",
+                "",
+            ]
+            lines += [f"- `{algo.name}`: {algo.summary}" for algo in doc.algorithms]
     return "\n".join(lines) + "\n"
 
 
@@ -281,15 +330,15 @@ def splice_readme(readme: str, section: str) -> str:
 
 def expected_files(root: Path) -> dict[Path, str]:
     """The generated files under ``root`` and the text each should hold."""
-    passes, algos = builtin_passes(), placers()
+    passes = builtin_passes()
     readme_path = root / README_PATH
     try:
         readme = readme_path.read_text()
     except OSError as exc:
         raise PassDocError(f"cannot read {readme_path}: {exc.strerror or exc}") from exc
     return {
-        root / REFERENCE_PATH: render_reference(passes, algos),
-        readme_path: splice_readme(readme, render_readme_section(passes, algos)),
+        root / REFERENCE_PATH: render_reference(passes),
+        readme_path: splice_readme(readme, render_readme_section(passes)),
     }
 
 
@@ -323,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"passdoc: error: {names} out of date: run `{WRITE_COMMAND}`", file=sys.stderr)
                 return 1
             return 0
-        sys.stdout.write(render_reference(builtin_passes(), placers()))
+        sys.stdout.write(render_reference(builtin_passes()))
         return 0
     except PassDocError as exc:
         print(f"passdoc: error: {exc}", file=sys.stderr)

@@ -518,3 +518,27 @@ def test_pass_failure_is_wrapped_even_if_its_message_mentions_a_pass(chain):
     with pytest.raises(PassError) as info:
         PassManager(parse_pipeline("dce") + [_FailingMentioningAPass()]).run(module)
     assert info.value.message.startswith("pass 'test-failing-2' failed after 'dce': ")
+
+
+# --------------------------------------------------------------------------- algorithm sub-registries
+
+
+def test_place_options_belong_to_the_chosen_placer() -> None:
+    from graphir.errors import PassOptionError
+    from graphir.passes.place import Place
+    from graphir.passes.place.ilp import Ilp
+    from graphir.pipeline import parse_pipeline
+
+    (place,) = parse_pipeline("place{algo=ilp time-limit=30 workers=2}")
+    assert place == Place("ilp", Ilp(time_limit=30.0, workers=2))
+    assert place.spec() == "place{algo=ilp time-limit=30.0 workers=2}"
+    assert parse_pipeline(place.spec()) == [place]
+    assert parse_pipeline("place")[0].spec() == "place"
+    with pytest.raises(PassOptionError) as caught:
+        parse_pipeline("profile,place{algo=heft time-limit=5}")
+    message = "unknown option 'time-limit' for place{algo=heft} (heft options: none; place options: algo)"
+    assert str(caught.value).startswith(f"<pipeline>:1:25: error: {message}")  # the caret under time-limit
+    with pytest.raises(PassOptionError, match=r"1:12: error: unknown placement algorithm 'nope' for pass 'place'"):
+        parse_pipeline("place{algo=nope}")
+    with pytest.raises(PassOptionError, match=r"bad value 'x' for option 'workers'"):
+        parse_pipeline("place{algo=ilp workers=x}")

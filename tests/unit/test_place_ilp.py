@@ -30,6 +30,7 @@ from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.place.problem import PlacementProblem
+from graphir.printer import print_module
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
@@ -264,3 +265,35 @@ def test_ilp_isolated_solver_process_gives_the_same_schedule() -> None:
     assert stats["isolated"] == 1 and stats["status"] == "optimal"
     assert stats["objective-s"] == objective
     assert [[node.device, node.order] for node in module.graph.index().nodes] == schedule
+
+
+def test_the_pipeline_seed_and_the_options_reach_cp_sat(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--seed becomes CP-SAT's random_seed; workers and time-limit reach its parameters."""
+    cp_model = pytest.importorskip("ortools.sat.python.cp_model")
+    seen: list[tuple[int, int, float]] = []
+    original = cp_model.CpSolver.Solve
+
+    def spy(self: object, model: object, *args: object) -> object:
+        params = self.parameters  # type: ignore[attr-defined]
+        seen.append((params.random_seed, params.num_workers, params.max_time_in_seconds))
+        return original(self, model, *args)
+
+    monkeypatch.setattr(cp_model.CpSolver, "Solve", spy)
+    module = comm_heavy_module(1, 5, "2xV100")
+    place = Place.of("ilp", time_limit=20.0, workers=2, isolate="no")
+    place.run(module, PassContext(seed=7))
+    assert len(seen) == 1
+    seed, workers, limit = seen[0]
+    assert (seed, workers) == (7, 2) and 0 < limit <= 20.0
+
+
+def test_ilp_writes_no_annotation_before_place_does() -> None:
+    """The placer is pure: the warm start and the final comparison simulate on a copy of the graph."""
+    from graphir.passes.place import PLACERS, placement_context
+
+    module = comm_heavy_module(2, 5, "2xV100")
+    before = print_module(module)
+    problem = PlacementProblem.from_module(module)
+    placement = PLACERS["ilp"](time_limit=20.0, isolate="no").place(problem, placement_context(module, PassContext()))
+    assert print_module(module) == before
+    assert placement.device.shape == (problem.num_nodes,) and placement.start is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from test_place_heft import check_placer, placement_of, random_module
 from graphir.extras import MissingExtraError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
-from graphir.passes.place import PLACERS, Place
+from graphir.passes.place import PLACERS, Place, PlacementContext
 from graphir.passes.place.metis import contract_colocation, device_shares, metis_graph
 from graphir.passes.place.problem import PlacementProblem
 from graphir.types import DType, TensorType
@@ -121,3 +122,43 @@ def test_missing_pymetis_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     message = "place{algo=metis} needs pymetis: pip install 'graphir[solvers]'"
     with pytest.raises(MissingExtraError, match=re.escape(message)):
         Place(algo="metis").run(two_chains(), PassContext())
+
+
+def test_the_pipeline_seed_reaches_metis() -> None:
+    """METIS is seeded with ctx.seed (graphir-opt --seed): one seed repeats, another can differ."""
+    problem = PlacementProblem.from_module(random_module(0, 60, "4xV100"))
+
+    def placed(seed: int) -> list[int]:
+        return PLACERS["metis"]().place(problem, PlacementContext(seed=seed)).device.tolist()
+
+    assert placed(1) == placed(1)
+    answers = {tuple(placed(seed)) for seed in range(4)}
+    assert len(answers) > 1  # on this graph METIS' k-way refinement depends on the seed
+
+
+def test_seed_option_of_graphir_opt_reaches_metis(tmp_path: Path) -> None:
+    from graphir.driver import run
+    from graphir.parser import parse_module
+    from graphir.printer import print_module
+
+    source = tmp_path / "m.gir"
+    source.write_text(print_module(random_module(0, 60, "4xV100")))
+    outputs = {}
+    for seed in (0, 0, 1, 2, 3):
+        target = tmp_path / f"out{seed}.gir"
+        assert run([str(source), "--passes=place{algo=metis}", f"--seed={seed}", "-o", str(target)]) == 0
+        devices = [node.device for node in parse_module(target.read_text()).graph.index().nodes]
+        assert outputs.setdefault(seed, devices) == devices  # the same seed repeats
+    assert len({tuple(devices) for devices in outputs.values()}) > 1
+
+
+def test_metis_options_are_typed_and_checked() -> None:
+    from graphir.errors import PassOptionError
+    from graphir.pipeline import parse_pipeline
+
+    (place,) = parse_pipeline("place{algo=metis recursive=true edge-scale=1000}")
+    assert place.spec() == "place{algo=metis edge-scale=1000 recursive=true}"
+    with pytest.raises(PassOptionError, match=r"unknown option 'seed' for place\{algo=metis\}"):
+        parse_pipeline("place{algo=metis seed=3}")
+    with pytest.raises(PassOptionError, match="edge-scale must be in"):
+        parse_pipeline("place{algo=metis edge-scale=0}")

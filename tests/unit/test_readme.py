@@ -205,10 +205,12 @@ def test_undocumented_option_is_an_error():
 def test_rendered_tables_escape_pipes():
     doc = passdoc.document_pass(_Documented)
     piped = dataclasses.replace(doc.options[0], type_text="a|b", help="x | y")
-    text = passdoc.render_reference([dataclasses.replace(doc, options=(piped,))], [])
+    text = passdoc.render_reference([dataclasses.replace(doc, options=(piped,))])
     assert "| `alpha` | `a\\|b` | `3` | x \\| y |" in text
-    placed = passdoc.render_reference([dataclasses.replace(doc, name="place")], [("algo-x", "one | two")])
-    assert "| `algo-x` | one \\| two |" in placed
+    algo = passdoc.AlgorithmDoc("algo-x", "one | two", (piped,), "graphir.passes.x")
+    placed = passdoc.render_reference([dataclasses.replace(doc, name="place", selector="algo", algorithms=(algo,))])
+    assert "| `algo-x` | one \\| two | `alpha=3` |" in placed
+    assert "### place{algo=algo-x}" in placed and "| `alpha` | `a\\|b` | `3` | x \\| y |" in placed
 
 
 def test_splice_readme_requires_markers():

@@ -73,6 +73,21 @@ def test_tutorial_has_every_part():
     assert '[project.entry-points."graphir.passes"]' in files()["pyproject.toml"]
 
 
+def test_tutorial_has_a_placer_plugin_with_its_golden_test():
+    """The "Write a placer" section: one file, registered, typed options, a golden test that loads it by path."""
+    placer = files()["round_robin.py"]
+    assert "@register_placer" in placer and "class RoundRobin(Placer)" in placer and "stride: int = 1" in placer
+    golden = files()["tests/round-robin.gir"]
+    assert "--load-plugin=%S/../round_robin.py" in golden
+    assert "place{algo=round-robin stride=2}" in golden
+    message = (
+        "error: unknown option 'strid' for place{algo=round-robin} (round-robin options: stride; place options: algo)"
+    )
+    assert f"// ERR:         {message}" in golden
+    commands = " ".join(script for script, _ in steps())
+    assert "lit -v tests/round-robin.gir" in commands
+
+
 def test_tutorial_code_is_lint_clean(tmp_path):
     # The repository's ruff rules, applied as in the plugin's own project (kind_affinity first-party).
     ruff_settings = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["ruff"]
