@@ -33,6 +33,7 @@ from graphir.attributes import (
     format_string,
     format_value,
 )
+from graphir.gcpause import gc_paused
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import TensorType
 
@@ -216,9 +217,10 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     for value in graph.constants:
         out.write(inner + _print_constant(value, ttext) + "\n")
     nodes = graph.index().nodes
-    for begin in range(0, len(nodes), _CHUNK):
-        lines = [inner + _node_line(node, ttext, vtext, strings) + "\n" for node in nodes[begin : begin + _CHUNK]]
-        out.write("".join(lines))
+    with gc_paused():  # printing makes no reference cycles: no collector passes over a big graph
+        for begin in range(0, len(nodes), _CHUNK):
+            lines = [inner + _node_line(node, ttext, vtext, strings) + "\n" for node in nodes[begin : begin + _CHUNK]]
+            out.write("".join(lines))
     results = ", ".join("%" + format_name(v.name) for v in graph.outputs)
     out.write(f"{inner}return {results}\n".replace("return \n", "return\n"))
     out.write(f"{indent}}}\n")

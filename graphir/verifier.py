@@ -19,6 +19,7 @@ from collections import defaultdict
 import numpy as np
 
 from graphir.errors import Location, VerifyError
+from graphir.gcpause import gc_paused
 from graphir.ir import Graph, Module, Node, ValueKind
 from graphir.ops import type_rule_of
 from graphir.topo import find_cycle
@@ -222,6 +223,11 @@ def verify(module: Module, since: VerifyState | None = None) -> None:
         since: when given, only the checks whose inputs changed since this state was recorded
             run, and the state is updated after a successful check (an empty state checks all).
     """
+    with gc_paused():  # the checks make short-lived objects only: no collector passes over a big graph
+        _verify(module, since)
+
+
+def _verify(module: Module, since: VerifyState | None) -> None:
     graph = module.graph
     structural = since is None or since.graph is not graph or since.structure != graph._version
     if structural:

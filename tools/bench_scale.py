@@ -167,6 +167,7 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float) -> str:
     lines += [
         "| *parse, nodes/s* | " + " | ".join(f"{r:,.0f}" for r in parse_rate) + " | |",
         "| *print, nodes/s* | " + " | ".join(f"{r:,.0f}" for r in print_rate) + " | |",
+        "| *1-min load average after the run* | " + " | ".join(f"{results[n]['load']:.1f}" for n in sizes) + " | |",
         "",
         "## Whole commands (wall seconds, peak RSS)",
         "",
@@ -211,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         summary_wall, summary_rss = run_command([opt, str(path), "--emit=summary"])
         results[n] = {
+            "load": os.getloadavg()[0],
             "stages": stages,
             "passes_wall": passes_wall,
             "passes_rss": passes_rss,
