@@ -68,6 +68,16 @@ def _steps(text: str) -> int:
     return value
 
 
+class _StoreEmit(argparse.Action):
+    """``--emit``: store the format and note that it was given (``--compare`` changes only the default)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option: object = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.emit_given = True
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """Usage errors are user errors too: one line, exit status 1 (argparse's default is 2)."""
 
@@ -80,8 +90,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
         prog="graphir-opt",
         description=(
-            "Import a model (.onnx or .gir text; '-' reads .gir from stdin), run a pass pipeline over its "
-            "typed graph IR, and emit the result."
+            "Import a model, run a pass pipeline over its typed graph IR, and emit the result. Inputs: ONNX "
+            "(.onnx), graphir text (.gir; '-' reads it from stdin), a TensorFlow GraphDef (.pb binary, .pbtxt "
+            "text) or a TensorFlow SavedModel directory (one holding saved_model.pb)."
         ),
         epilog=(
             "Pipelines use the xDSL/MLIR grammar: 'a,b{key=value list=x,y},c'. Missing prerequisites "
@@ -91,11 +102,25 @@ def build_arg_parser() -> argparse.ArgumentParser:
             "130 when interrupted."
         ),
     )
-    parser.add_argument("input", nargs="?", help="model file (.onnx, .gir) or '-' for .gir on stdin")
+    parser.add_argument(
+        "input",
+        nargs="?",
+        help="model: .onnx, .gir, TensorFlow GraphDef .pb/.pbtxt, SavedModel directory, or '-' for .gir on stdin",
+    )
     parser.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline to run")
     parser.add_argument("--cluster", metavar="SPEC", help=f"cluster shorthand or TOML file (default {DEFAULT_CLUSTER})")
-    parser.add_argument("--emit", default="gir", metavar="FORMAT", help="output format (see --list-emitters)")
+    parser.add_argument(
+        "--emit", default="gir", action=_StoreEmit, metavar="FORMAT", help="output format (see --list-emitters)"
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write output to FILE instead of stdout")
+    parser.add_argument(
+        "--compare",
+        metavar="PLACERS",
+        help="run these placers (comma-separated names from --list-passes, place's algorithms; empty: "
+        "single and the published ones) on copies of the module after the pipeline, keep the best placement "
+        "and emit the comparison (--emit=compare unless another format is given: a table; with -o DIR/ "
+        "also JSON and an HTML page)",
+    )
     parser.add_argument("--seed", type=_seed, default=0, help="seed (>= 0) for randomised passes (default 0)")
     parser.add_argument("--split-input-file", action="store_true", help=f"process chunks separated by '{SPLIT_MARKER}'")
     parser.add_argument(
@@ -314,6 +339,8 @@ def _run(args: argparse.Namespace) -> int:
         raise GraphIRError(f"unknown output format '{args.emit}' (known: {', '.join(sorted(emitters))})")
     if args.cluster:
         resolve_cluster(args.cluster)
+    if args.compare is not None:
+        _add_compare(args)
     parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
     if args.output and args.output.endswith(("/", os.sep)) and emitters[args.emit].writes_files:
         _make_output_dir(Path(args.output))  # `-o out/` names a directory even before it exists
@@ -330,6 +357,15 @@ def _run(args: argparse.Namespace) -> int:
     elif not args.output:
         sys.stdout.write(output)
     return 1 if failed else 0
+
+
+def _add_compare(args: argparse.Namespace) -> None:
+    """``--compare=a,b``: append ``compare{algos=a,b}`` to the pipeline; emit the comparison by default."""
+    algos = ",".join(name.strip() for name in args.compare.split(",") if name.strip())
+    step = f"compare{{algos={algos}}}" if algos else "compare"
+    args.passes = f"{args.passes},{step}" if args.passes.strip() else step
+    if not getattr(args, "emit_given", False):  # by default a comparison run emits the comparison
+        args.emit = "compare"
 
 
 def _make_output_dir(path: Path) -> None:

@@ -95,6 +95,7 @@ def register_emitter(
 
 
 BUILTIN_EMITTER_PLUGINS = (
+    "graphir.backends.compare",
     "graphir.backends.json_export",
     "graphir.backends.placement",
     "graphir.backends.report",

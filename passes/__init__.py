@@ -18,6 +18,7 @@ pass manager runs it (analytical mode) when a pipeline needs costs that are miss
 
 from graphir.passes import profile  # isort: skip  (first provider of cost/mem)
 from graphir.passes import (
+    compare,
     critical_path,
     dce,
     fuse,
@@ -37,6 +38,7 @@ __all__ = [
     "baechi",
     "calibrate_comm",
     "celeritas",
+    "compare",
     "critical_path",
     "data_parallel",
     "dce",
