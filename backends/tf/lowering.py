@@ -445,7 +445,7 @@ def _lower_onnx(
                 try:
                     convert = lowering_of(node.op)
                     assert convert is not None  # check_supported ran first
-                    results = convert(OpContext(tf, node, opset), operands)
+                    results = convert(OpContext(tf, node, opset, operands), operands)
                 except BackendError:
                     raise
                 except Exception as exc:  # TensorFlow rejects a shape or dtype: name the node

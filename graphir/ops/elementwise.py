@@ -119,7 +119,6 @@ _UNARY: dict[str, str] = {
     "Log": "math.log",
     "Sqrt": "math.sqrt",
     "Neg": "math.negative",
-    "Abs": "math.abs",
     "Reciprocal": "math.reciprocal",
     "Floor": "math.floor",
     "Ceil": "math.ceil",
@@ -182,7 +181,7 @@ for _name, _path in _VARIADIC.items():
 def _div(cx: OpContext, operands: list[Any]) -> list[Any]:
     a, b = operands[0], operands[1]
     if a.dtype.is_integer:
-        return [cx.tf.math.truncatediv(a, b)]  # ONNX integer division truncates toward zero
+        return [cx.tf.raw_ops.TruncateDiv(x=a, y=b)]  # ONNX integer division truncates toward zero
     return [cx.tf.math.divide(a, b)]
 
 
@@ -233,11 +232,6 @@ def _clip(cx: OpContext, operands: list[Any]) -> list[Any]:
     return [x]
 
 
-@lowering("Cast")
-def _cast(cx: OpContext, operands: list[Any]) -> list[Any]:
-    return [cx.tf.cast(operands[0], _onnx_elem_dtype(cx.tf, int(cx.param("to"))))]
-
-
 @lowering("Softmax", "LogSoftmax")
 def _softmax(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
@@ -277,3 +271,218 @@ def _selu(cx: OpContext, operands: list[Any]) -> list[Any]:
     alpha = float(cx.param("alpha", 1.67326319217681884765625))
     gamma = float(cx.param("gamma", 1.05070102214813232421875))
     return [tf.where(x > 0, gamma * x, (gamma * alpha) * (tf.math.exp(x) - 1))]
+
+
+_MORE_UNARY: dict[str, str] = {
+    "Sin": "math.sin",
+    "Cos": "math.cos",
+    "Tan": "math.tan",
+    "Asin": "math.asin",
+    "Acos": "math.acos",
+    "Atan": "math.atan",
+    "Sinh": "math.sinh",
+    "Cosh": "math.cosh",
+    "Asinh": "math.asinh",
+    "Acosh": "math.acosh",
+    "Atanh": "math.atanh",
+    "Softsign": "math.softsign",
+    "Round": "math.round",  # banker's rounding, as ONNX (round half to even)
+    "BitwiseNot": "bitwise.invert",
+}
+_MORE_BINARY: dict[str, str] = {
+    "LessOrEqual": "math.less_equal",
+    "GreaterOrEqual": "math.greater_equal",
+    "Xor": "math.logical_xor",
+    "BitwiseAnd": "bitwise.bitwise_and",
+    "BitwiseOr": "bitwise.bitwise_or",
+    "BitwiseXor": "bitwise.bitwise_xor",
+}
+for _name, _path in _MORE_UNARY.items():
+    lowering(_name)(_make_unary(_path))
+for _name, _path in _MORE_BINARY.items():
+    lowering(_name)(_make_binary(_path))
+
+
+def _unsigned(dtype: Any) -> bool:
+    return bool(dtype.is_integer and dtype.is_unsigned)
+
+
+@lowering("Sign")
+def _sign(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    if _unsigned(x.dtype):
+        return [cx.tf.cast(x > 0, x.dtype)]
+    return [cx.tf.math.sign(x)]
+
+
+@lowering("CastLike")
+def _cast_like(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_cast_to(cx, operands[0], operands[1].dtype)]
+
+
+def _cast_to(cx: OpContext, x: Any, dtype: Any) -> Any:
+    """ONNX ``Cast`` semantics: strings parse and print numbers, floats to bool test non-zero."""
+    tf = cx.tf
+    if x.dtype == dtype:
+        return tf.identity(x)
+    if dtype == tf.string:
+        if x.dtype.is_floating:
+            return _float_to_string(tf, x)
+        return tf.strings.as_string(x)
+    if x.dtype == tf.string:
+        if dtype.is_floating:
+            return tf.cast(tf.strings.to_number(x, tf.float64), dtype)
+        if dtype == tf.bool:
+            return tf.strings.to_number(x, tf.float64) != 0
+        return tf.cast(tf.strings.to_number(x, tf.int64), dtype)
+    return tf.cast(x, dtype)
+
+
+def _float_to_string(tf: Any, x: Any) -> Any:
+    """Floats as ONNX's reference prints them: like numpy's ``str`` of a float32 (``%g``-like, 9 digits)."""
+    text = tf.strings.as_string(tf.cast(x, tf.float32), shortest=True)
+    text = tf.strings.regex_replace(text, "^inf$", "INF")
+    text = tf.strings.regex_replace(text, "^-inf$", "-INF")
+    return tf.strings.regex_replace(text, "^-?nan$", "NaN")
+
+
+@lowering("Cast")
+def _cast_onnx(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_cast_to(cx, operands[0], _onnx_elem_dtype(cx.tf, int(cx.param("to"))))]
+
+
+@lowering("Where")
+def _where(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.where(operands[0], operands[1], operands[2])]
+
+
+@lowering("Mod")
+def _mod(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    a, b = operands
+    if int(cx.param("fmod", 0)) and not a.dtype.is_integer:
+        wide = tf.float64 if a.dtype == tf.float64 else tf.float32
+        result = tf.raw_ops.TruncateMod(x=tf.cast(a, wide), y=tf.cast(b, wide))  # C fmod: the dividend's sign
+        return [tf.cast(result, a.dtype)]
+    if int(cx.param("fmod", 0)):
+        return [a - b * tf.raw_ops.TruncateDiv(x=a, y=b)]
+    return [tf.math.floormod(a, b)]  # integer mod: the divisor's sign (Python's %)
+
+
+@lowering("BitShift")
+def _bit_shift(cx: OpContext, operands: list[Any]) -> list[Any]:
+    # A shift by a negative amount or by the bit width or more gives 0 (-1 for a negative value
+    # shifted right), as the ONNX reference defines it; TensorFlow leaves those undefined.
+    tf = cx.tf
+    a, b = operands
+    a, b = a + tf.zeros_like(b), b + tf.zeros_like(a)  # broadcast both
+    bits = a.dtype.size * 8
+    valid = tf.logical_and(b >= 0, b < tf.cast(bits, b.dtype))
+    safe = tf.where(valid, b, tf.zeros_like(b))
+    if cx.param("direction") == "LEFT":
+        shifted, fallback = tf.bitwise.left_shift(a, safe), tf.zeros_like(a)
+    else:
+        shifted = tf.bitwise.right_shift(a, safe)
+        fallback = tf.where(a < 0, -tf.ones_like(a), tf.zeros_like(a)) if not _unsigned(a.dtype) else tf.zeros_like(a)
+    return [tf.where(valid, shifted, fallback)]
+
+
+@lowering("IsNaN")
+def _is_nan(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.math.is_nan(operands[0])]
+
+
+@lowering("IsInf")
+def _is_inf(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    result = tf.math.is_inf(x)
+    if not int(cx.param("detect_positive", 1)):
+        result = tf.logical_and(result, x < 0)
+    if not int(cx.param("detect_negative", 1)):
+        result = tf.logical_and(result, x > 0)
+    return [result]
+
+
+@lowering("HardSigmoid")
+def _hard_sigmoid(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    alpha, beta = float(cx.param("alpha", 0.2)), float(cx.param("beta", 0.5))
+    return [cx.tf.clip_by_value(alpha * x + beta, 0.0, 1.0)]
+
+
+@lowering("HardSwish")
+def _hard_swish(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    return [x * cx.tf.clip_by_value(x / 6.0 + 0.5, 0.0, 1.0)]
+
+
+@lowering("Gelu")
+def _gelu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    approximate = cx.param("approximate", "none") == "tanh"
+    return [cx.tf.nn.gelu(operands[0], approximate=approximate)]
+
+
+@lowering("Swish")
+def _swish(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    return [x * cx.tf.math.sigmoid(float(cx.param("alpha", 1.0)) * x)]
+
+
+@lowering("Mish")
+def _mish(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    return [x * cx.tf.math.tanh(cx.tf.math.softplus(x))]
+
+
+@lowering("Celu")
+def _celu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    alpha = float(cx.param("alpha", 1.0))
+    zero = tf.zeros_like(x)
+    return [tf.maximum(x, zero) + tf.minimum(zero, alpha * (tf.math.exp(x / alpha) - 1.0))]
+
+
+@lowering("ThresholdedRelu")
+def _thresholded_relu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    return [cx.tf.where(x > float(cx.param("alpha", 1.0)), x, cx.tf.zeros_like(x))]
+
+
+@lowering("Shrink")
+def _shrink(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    bias, lambd = float(cx.param("bias", 0.0)), float(cx.param("lambd", 0.5))
+    low = tf.cast(-lambd, x.dtype) if x.dtype.is_floating else tf.cast(int(-lambd), x.dtype)
+    return [
+        tf.where(
+            x < low,
+            x + tf.cast(bias, x.dtype),
+            tf.where(x > tf.cast(lambd, x.dtype), x - tf.cast(bias, x.dtype), tf.zeros_like(x)),
+        )
+    ]
+
+
+@lowering("Hardmax")
+def _hardmax(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank()
+    if cx.opset >= 13:
+        axis = _norm_axis(int(cx.param("axis", -1)), rank)
+        index = tf.math.argmax(x, axis=axis)
+        hot = tf.one_hot(index, tf.shape(x)[axis], axis=axis, dtype=x.dtype)
+        return [hot]
+    axis = _norm_axis(int(cx.param("axis", 1)), rank)
+    shape = tf.shape(x)
+    flat = tf.reshape(x, tf.stack([tf.reduce_prod(shape[:axis]), tf.reduce_prod(shape[axis:])]))
+    hot = tf.one_hot(tf.math.argmax(flat, axis=1), tf.shape(flat)[1], dtype=x.dtype)
+    return [tf.reshape(hot, shape)]
+
+
+@lowering("Abs")
+def _abs(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    return [cx.tf.identity(x) if _unsigned(x.dtype) else cx.tf.math.abs(x)]

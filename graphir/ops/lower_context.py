@@ -34,11 +34,15 @@ class OpContext:
         tf: the ``tensorflow`` module.
         node: the IR node being lowered.
         opset: the default-domain ONNX opset of the module.
+        operands: the TF tensors of the node's ONNX inputs (``None`` for absent ones), when the
+            driver passes them: ranks and shapes the IR leaves unknown are then read from the
+            tensors' static shapes.
     """
 
     tf: Any
     node: Node
     opset: int
+    operands: list[Any] | None = None
 
     def error(self, message: str) -> BackendError:
         """A one-line :class:`BackendError` about this node (naming its op and node)."""
@@ -55,9 +59,17 @@ class OpContext:
             raise self.error(f"input #{position} is absent")
         return value.type
 
+    def _tensor(self, position: int) -> Any:
+        if self.operands is None or position >= len(self.operands):
+            return None
+        return self.operands[position]
+
     def rank(self, position: int = 0) -> int:
-        """The static rank of ONNX input ``position``; raises when it is unknown."""
+        """The static rank of ONNX input ``position`` (IR type, else the TF tensor's); raises when unknown."""
         rank = self.in_type(position).rank
+        if rank is None:
+            tensor = self._tensor(position)
+            rank = None if tensor is None else tensor.shape.rank
         if rank is None:
             raise self.error(f"input #{position} has unknown rank; lowering needs it")
         return rank
@@ -66,8 +78,31 @@ class OpContext:
         """The static shape of ONNX input ``position``; raises when a dimension is not a number."""
         tensor_type = self.in_type(position)
         if not tensor_type.is_static:
+            tensor = self._tensor(position)
+            if tensor is not None and tensor.shape.is_fully_defined():
+                return tuple(int(d) for d in tensor.shape)
             raise self.error(f"input #{position} has type {tensor_type}; lowering needs a static shape")
         return tuple(int(d) for d in tensor_type.shape)  # type: ignore[union-attr, arg-type]
+
+    def maybe_shape(self, position: int = 0) -> tuple[int | None, ...] | None:
+        """The shape of ONNX input ``position`` with ``None`` for unknown dims (``None``: unknown rank)."""
+        tensor_type = self.in_type(position)
+        if tensor_type.shape is not None:
+            known = tuple(d if isinstance(d, int) else None for d in tensor_type.shape)
+            if all(d is not None for d in known):
+                return known
+        tensor = self._tensor(position)
+        if tensor is not None and tensor.shape.rank is not None:
+            return tuple(tensor.shape.as_list())
+        return None if tensor_type.shape is None else known
+
+    def const(self, position: int) -> np.ndarray | None:
+        """The value of ONNX input ``position`` when it is a constant (else ``None``)."""
+        return _const_array(self, position)
+
+    def unsupported(self, message: str) -> BackendError:
+        """A :class:`BackendError` for a case TensorFlow cannot express (the message says why)."""
+        return self.error(f"cannot be expressed in TensorFlow: {message}")
 
     def out_shape(self, position: int = 0) -> tuple[int, ...]:
         """The static shape of result ``position``; raises when it is not static."""
@@ -92,6 +127,8 @@ def tf_dtype(tf: Any, tensor_type: TensorType) -> Any:
     """The TensorFlow dtype of an IR tensor type; ``KeyError`` when numpy has no such type."""
     if tensor_type.dtype.short == "str":
         return tf.string
+    if tensor_type.dtype.short == "bf16":
+        return tf.bfloat16
     return tf.as_dtype(np.dtype(numpy_dtype(tensor_type.dtype)))
 
 
@@ -129,10 +166,38 @@ def _axes(cx: OpContext, operands: list[Any], from_input_opset: int) -> list[int
     value = onnx_inputs(cx.node)[1] if len(onnx_inputs(cx.node)) > 1 else None
     if value is None:
         return None
-    data = value.const if value.const is not None else None
-    if isinstance(data, DenseTensor) or (data is not None and hasattr(data, "numpy")):
-        return [int(a) for a in np.asarray(data.numpy()).reshape(-1)]
+    array = _const_array(cx, 1)
+    if array is not None:
+        return [int(a) for a in array.reshape(-1)]
     raise cx.error("needs constant axes to be lowered")
+
+
+def _axes_or_tensor(cx: OpContext, operands: list[Any], from_input_opset: int) -> list[int] | Any | None:
+    """Like :func:`_axes`, but axes computed at run time come back as the (int64) tensor itself."""
+    if cx.opset < from_input_opset or _arg(operands, 1) is None:
+        return _axes(cx, operands, from_input_opset)
+    array = _const_array(cx, 1)
+    if array is not None:
+        return [int(a) for a in array.reshape(-1)]
+    return cx.tf.cast(cx.tf.reshape(operands[1], [-1]), cx.tf.int64)
+
+
+def _int_vector(cx: OpContext, operands: list[Any], position: int) -> list[int] | Any | None:
+    """ONNX input ``position`` as ints when it is a constant, else as a flat int64 tensor (``None``: absent)."""
+    if _arg(operands, position) is None:
+        return None
+    array = _const_array(cx, position)
+    if array is not None:
+        return [int(v) for v in array.reshape(-1)]
+    return cx.tf.cast(cx.tf.reshape(operands[position], [-1]), cx.tf.int64)
+
+
+def _vector_length(cx: OpContext, position: int) -> int:
+    """The static length of the 1-D ONNX input ``position`` (its IR type, else its TF tensor's shape)."""
+    shape = cx.maybe_shape(position)
+    if shape is None or len(shape) != 1 or shape[0] is None:
+        raise cx.error(f"input #{position} needs a static length to be lowered")
+    return int(shape[0])
 
 
 def _const_array(cx: OpContext, position: int) -> np.ndarray | None:

@@ -27,10 +27,11 @@ from graphir.ops.lower_context import (
     OpContext,
     _arg,
     _axes,
-    _const_array,
+    _axes_or_tensor,
+    _int_vector,
     _norm_axis,
-    _required_const,
     _tf_fn,
+    _vector_length,
 )
 from graphir.ops.registry import Lowering, cost, lowering
 from graphir.ops.work import _copy, _gather, _over_input, _produce, _reduce, _scatter, _slice, _zero
@@ -95,9 +96,21 @@ def _concat(cx: OpContext, operands: list[Any]) -> list[Any]:
 
 @lowering("Split")
 def _lower_split(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
     axis = _norm_axis(int(cx.param("axis", 0)), cx.rank(0))
-    sizes = [cx.out_shape(k)[axis] for k in range(len(cx.node.outputs))]
-    return list(cx.tf.split(operands[0], sizes, axis=axis))
+    count = len(cx.node.outputs)
+    sizes: Any = cx.param("split") if cx.opset < 13 else _int_vector(cx, operands, 1)
+    if sizes is None:
+        shapes = [cx.node.outputs[k].type.shape for k in range(count)]
+        if all(s is not None and isinstance(s[axis], int) for s in shapes):
+            sizes = [int(s[axis]) for s in shapes]  # type: ignore[index]
+        else:  # equal parts, the last one smaller (opset 18's num_outputs): ceil(dim / count) each
+            dim = tf.shape(operands[0], out_type=tf.int64)[axis]
+            chunk = (dim + count - 1) // count
+            sizes = tf.concat([tf.fill([count - 1], chunk), [dim - chunk * (count - 1)]], axis=0)
+    elif isinstance(sizes, (list, tuple)):
+        sizes = [int(v) for v in sizes]
+    return list(tf.split(operands[0], sizes, axis=axis, num=count))
 
 
 @lowering("Reshape")
@@ -203,20 +216,61 @@ _REDUCE: dict[str, str] = {
     "ReduceMax": "math.reduce_max",
     "ReduceMin": "math.reduce_min",
     "ReduceProd": "math.reduce_prod",
+    "ReduceL1": "math.reduce_sum",
+    "ReduceL2": "math.reduce_sum",
+    "ReduceSumSquare": "math.reduce_sum",
+    "ReduceLogSum": "math.reduce_sum",
+    "ReduceLogSumExp": "math.reduce_logsumexp",
 }
+_REDUCE_BOOL = {"ReduceMax": "math.reduce_any", "ReduceMin": "math.reduce_all"}
+
+
+def _reduce_input(tf: Any, op_type: str, x: Any) -> Any:
+    if op_type == "ReduceL1":
+        return tf.math.abs(x) if not (x.dtype.is_integer and x.dtype.is_unsigned) else x
+    if op_type in ("ReduceL2", "ReduceSumSquare"):
+        return x * x
+    return x
+
+
+def _reduce_output(tf: Any, op_type: str, y: Any) -> Any:
+    if op_type == "ReduceL2":
+        return tf.cast(tf.math.sqrt(tf.cast(y, tf.float64)), y.dtype) if y.dtype.is_integer else tf.math.sqrt(y)
+    if op_type == "ReduceLogSum":
+        return tf.math.log(y)
+    return y
 
 
 def _make_reduce(path: str, op_type: str) -> Converter:
     def convert(cx: OpContext, operands: list[Any]) -> list[Any]:
+        tf = cx.tf
+        x = operands[0]
         # ReduceSum takes axes as an input from opset 13, the others from opset 18.
-        axes = _axes(cx, operands, 13 if op_type == "ReduceSum" else 18)
+        axes = _axes_or_tensor(cx, operands, 13 if op_type == "ReduceSum" else 18)
         keepdims = bool(int(cx.param("keepdims", 1)))
-        if axes is None or not axes:
-            if int(cx.param("noop_with_empty_axes", 0)) and axes is not None:
-                return [cx.tf.identity(operands[0])]
-            axes = list(range(cx.rank(0)))
-        axes = [_norm_axis(a, cx.rank(0)) for a in axes]
-        return [_tf_fn(cx.tf, path)(operands[0], axis=axes, keepdims=keepdims)]
+        noop = int(cx.param("noop_with_empty_axes", 0))
+        fn = _tf_fn(tf, _REDUCE_BOOL[op_type] if x.dtype == tf.bool and op_type in _REDUCE_BOOL else path)
+        source = _reduce_input(tf, op_type, x)
+
+        def reduce(axis: Any) -> Any:
+            return _reduce_output(tf, op_type, fn(source, axis=axis, keepdims=keepdims))
+
+        if axes is None or isinstance(axes, list):
+            if not axes:
+                if noop and axes is not None:
+                    return [tf.identity(x)]
+                return [reduce(None)]
+            return [reduce([_norm_axis(a, cx.rank(0)) for a in axes])]
+        # Axes computed at run time: an empty tensor means all axes (or none with noop_with_empty_axes).
+        length = cx.maybe_shape(1)
+        if length is not None and length[0] is not None and length[0] > 0:
+            return [reduce(axes)]
+        if length is not None and length[0] == 0:
+            return [tf.identity(x) if noop else reduce(None)]
+        if noop:
+            return [tf.cond(tf.size(axes) > 0, lambda: reduce(axes), lambda: tf.identity(x))]
+        every = tf.range(tf.rank(x, name="rank"), dtype=tf.int64)
+        return [reduce(tf.cond(tf.size(axes) > 0, lambda: axes, lambda: every))]
 
     return convert
 
@@ -233,13 +287,14 @@ def _tile(cx: OpContext, operands: list[Any]) -> list[Any]:
     return [tf.tile(operands[0], tf.cast(operands[1], tf.int64))]
 
 
-def _edge_pad(tf: Any, x: Any, pads: Sequence[tuple[int, int]]) -> Any:
-    """Pad by repeating the border values (ONNX ``edge`` mode)."""
+def _edge_pad(tf: Any, x: Any, pads: Sequence[tuple[Any, Any]], wrap: bool = False) -> Any:
+    """Pad by repeating the border values (ONNX ``edge``) or by wrapping around (``wrap``), axis by axis."""
     for axis, (begin, end) in enumerate(pads):
-        if begin == 0 and end == 0:
+        if isinstance(begin, int) and isinstance(end, int) and begin == 0 and end == 0:
             continue
-        size = tf.shape(x)[axis]
-        index = tf.clip_by_value(tf.range(-begin, size + end), 0, size - 1)
+        size = tf.shape(x, out_type=tf.int64)[axis]
+        index = tf.range(-tf.cast(begin, tf.int64), size + tf.cast(end, tf.int64))
+        index = tf.math.floormod(index, size) if wrap else tf.clip_by_value(index, 0, size - 1)
         x = tf.gather(x, index, axis=axis)
     return x
 
@@ -250,64 +305,149 @@ def _lower_pad(cx: OpContext, operands: list[Any]) -> list[Any]:
     x = operands[0]
     rank = cx.rank(0)
     mode = cx.param("mode", "constant")
+    fill: Any = None
     if cx.opset < 11:
-        flat = [int(p) for p in cx.param("pads", cx.param("paddings", ()))]
-        fill: Any = float(cx.param("value", 0.0))
-        axes = list(range(rank))
+        flat: Any = [int(p) for p in cx.param("pads", cx.param("paddings", ()))]
+        fill = float(cx.param("value", 0.0))
+        axes: Any = list(range(rank))
     else:
-        flat = _required_const(cx, 1, "pads")
+        flat = _int_vector(cx, operands, 1)
         value = _arg(operands, 2)
         fill = None if value is None else tf.reshape(tf.cast(value, x.dtype), [])
-        axes_array = _const_array(cx, 3)
-        if _arg(operands, 3) is not None and axes_array is None:
-            raise cx.error("needs constant axes (input #3) to be lowered")
-        axes = list(range(rank)) if axes_array is None else [_norm_axis(int(a), rank) for a in axes_array.reshape(-1)]
-    count = len(axes)
-    if len(flat) != 2 * count:
-        raise cx.error(f"has {len(flat)} pads for {count} axes")
-    pads = [(0, 0)] * rank
-    for k, axis in enumerate(axes):
-        pads[axis] = (flat[k], flat[k + count])
-    grow = [(max(b, 0), max(e, 0)) for b, e in pads]
-    if any(p != (0, 0) for p in grow):
-        if mode == "constant":
-            x = tf.pad(x, grow, constant_values=0 if fill is None else fill)
-        elif mode == "reflect":
-            x = tf.pad(x, grow, mode="REFLECT")
-        elif mode == "edge":
-            x = _edge_pad(tf, x, grow)
-        else:
-            raise cx.error(f"has mode '{mode}', which the TensorFlow lowering does not support")
-    if any(b < 0 or e < 0 for b, e in pads):  # negative pads crop
-        shape = cx.static_shape(0)
-        index = tuple(
-            slice(-min(b, 0), size + max(b, 0) + max(e, 0) + min(e, 0))
-            for (b, e), size in zip(pads, shape, strict=True)
+        axes = _int_vector(cx, operands, 3)
+        if axes is None:
+            axes = list(range(rank))
+    if isinstance(axes, list) and isinstance(flat, list):
+        count = len(axes)
+        if len(flat) != 2 * count:
+            raise cx.error(f"has {len(flat)} pads for {count} axes")
+        static = [(0, 0)] * rank
+        for k, axis in enumerate(axes):
+            static[_norm_axis(axis, rank)] = (flat[k], flat[k + count])
+        begins = tf.constant([b for b, _ in static], tf.int64)
+        ends = tf.constant([e for _, e in static], tf.int64)
+    else:
+        count = len(axes) if isinstance(axes, list) else _vector_length(cx, 3)
+        flat = tf.constant(flat, tf.int64) if isinstance(flat, list) else flat
+        axes_t = tf.constant(axes, tf.int64) if isinstance(axes, list) else axes
+        axes_t = tf.where(axes_t < 0, axes_t + rank, axes_t)[:, None]
+        begins = tf.scatter_nd(axes_t, flat[:count], [rank])
+        ends = tf.scatter_nd(axes_t, flat[count:], [rank])
+        static = None
+    grow = tf.stack([tf.maximum(begins, 0), tf.maximum(ends, 0)], axis=1)
+    if mode == "constant":
+        x = tf.pad(x, grow, constant_values=0 if fill is None else fill)
+    elif mode == "reflect":
+        x = tf.pad(x, grow, mode="REFLECT")
+    elif mode in ("edge", "wrap"):
+        pads = (
+            [(grow[k, 0], grow[k, 1]) for k in range(rank)]
+            if static is None
+            else [(max(b, 0), max(e, 0)) for b, e in static]
         )
-        x = x[index]
+        x = _edge_pad(tf, x, pads, wrap=mode == "wrap")
+    else:
+        raise cx.error(f"has mode '{mode}', which the TensorFlow lowering does not support")
+    if static is None or any(b < 0 or e < 0 for b, e in static):  # negative pads crop
+        crop_begin, crop_end = tf.maximum(-begins, 0), tf.maximum(-ends, 0)
+        size = tf.shape(x, out_type=tf.int64) - crop_begin - crop_end
+        x = tf.slice(x, crop_begin, size)
     return [x]
 
 
 @lowering("Slice")
 def _lower_slice(cx: OpContext, operands: list[Any]) -> list[Any]:
-    shape = cx.static_shape(0)
-    rank = len(shape)
+    tf = cx.tf
     if cx.opset < 10:
-        starts = [int(v) for v in cx.param("starts")]
-        ends = [int(v) for v in cx.param("ends")]
-        axes = [int(v) for v in cx.param("axes", range(len(starts)))]
-        steps = [1] * len(starts)
+        starts: Any = [int(v) for v in cx.param("starts")]
+        ends: Any = [int(v) for v in cx.param("ends")]
+        axes: Any = [int(v) for v in cx.param("axes", range(len(starts)))]
+        steps: Any = [1] * len(starts)
     else:
-        starts = _required_const(cx, 1, "starts")
-        ends = _required_const(cx, 2, "ends")
-        axes = _required_const(cx, 3, "axes") if _arg(operands, 3) is not None else list(range(len(starts)))
-        steps = _required_const(cx, 4, "steps") if _arg(operands, 4) is not None else [1] * len(starts)
-    index = [slice(None)] * rank
-    for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
-        if step == 0:
-            raise cx.error("has a zero step")
-        axis = _norm_axis(axis, rank)
-        begin, stop, stride = slice(start, end, step).indices(shape[axis])
-        # slice.indices gives stop -1 for "before index 0" with a negative step; that is an end mask.
-        index[axis] = slice(begin, None if stop < 0 else stop, stride)
-    return [operands[0][tuple(index)]]
+        starts, ends = _int_vector(cx, operands, 1), _int_vector(cx, operands, 2)
+        axes, steps = _int_vector(cx, operands, 3), _int_vector(cx, operands, 4)
+    shape = cx.maybe_shape(0)
+    rank = cx.rank(0)
+    known = shape is not None and all(d is not None for d in shape)
+    if all(isinstance(v, list) or v is None for v in (starts, ends, axes, steps)) and known:
+        axes = list(range(len(starts))) if axes is None else axes
+        steps = [1] * len(starts) if steps is None else steps
+        index = [slice(None)] * rank
+        for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
+            if step == 0:
+                raise cx.error("has a zero step")
+            axis = _norm_axis(axis, rank)
+            begin, stop, stride = slice(start, end, step).indices(shape[axis])  # type: ignore[index, arg-type]
+            # slice.indices gives stop -1 for "before index 0" with a negative step: an end mask.
+            index[axis] = slice(begin, None if stop < 0 else stop, stride)
+        return [operands[0][tuple(index)]]
+    # Starts, ends, axes or steps computed at run time: gather the selected indices axis by axis.
+    count = len(starts) if isinstance(starts, list) else _vector_length(cx, 1)
+
+    def item(values: Any, k: int, default: int | None) -> Any:
+        if values is None:
+            return default if default is not None else k
+        return values[k]
+
+    x = operands[0]
+    for k in range(count):
+        axis = item(axes, k, None)
+        if isinstance(axis, int):
+            axis = _norm_axis(axis, rank)
+        else:
+            axis = tf.where(axis < 0, axis + rank, axis)
+        dim = tf.shape(x, out_type=tf.int64)[axis]
+        start = tf.cast(item(starts, k, 0), tf.int64)
+        end = tf.cast(item(ends, k, 0), tf.int64)
+        step = tf.cast(item(steps, k, 1), tf.int64)
+        start = tf.where(start < 0, start + dim, start)
+        end = tf.where(end < 0, end + dim, end)
+        forward = step > 0
+        start = tf.where(forward, tf.clip_by_value(start, 0, dim), tf.clip_by_value(start, 0, dim - 1))
+        end = tf.where(forward, tf.clip_by_value(end, 0, dim), tf.clip_by_value(end, -1, dim - 1))
+        x = tf.gather(x, tf.range(start, end, step), axis=axis)
+    return [x]
+
+
+@lowering("Expand")
+def _expand(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, shape = operands[0], tf.cast(operands[1], tf.int64)
+    target = tf.broadcast_dynamic_shape(tf.shape(x, out_type=tf.int64), shape)  # bidirectional broadcast
+    return [tf.broadcast_to(x, target)]
+
+
+@lowering("Size")
+def _size(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.size(operands[0], out_type=cx.tf.int64)]
+
+
+@lowering("Range")
+def _range(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    start, limit, delta = operands
+    dtype = start.dtype
+    if dtype in (tf.int8, tf.int16, tf.uint8, tf.uint16, tf.uint32, tf.uint64):
+        wide = [tf.cast(v, tf.int64) for v in (start, limit, delta)]
+        return [tf.cast(tf.range(*wide), dtype)]
+    return [tf.range(start, limit, delta)]
+
+
+def _arg_extreme(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    axis = _norm_axis(int(cx.param("axis", 0)), rank)
+    keepdims = bool(int(cx.param("keepdims", 1)))
+    fn = tf.math.argmax if cx.node.op == "onnx.ArgMax" else tf.math.argmin
+    if x.dtype == tf.bool:
+        x = tf.cast(x, tf.int32)
+    if int(cx.param("select_last_index", 0)):
+        size = tf.shape(x, out_type=tf.int64)[axis]
+        index = size - 1 - fn(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
+    else:
+        index = fn(x, axis=axis, output_type=tf.int64)
+    return [tf.expand_dims(index, axis) if keepdims else index]
+
+
+lowering("ArgMax", "ArgMin")(_arg_extreme)
