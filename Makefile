@@ -10,6 +10,8 @@
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print: times, peak RSS
 #                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
+#   make bench-fidelity  simulate vs measured median step on the 2-worker TF rig (2xcpu-workers; >= 5 models x 3
+#                 placements), table + scatter plot in benchmarks/results/fidelity.md (+ .png); run on a quiet machine
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
 #                 against benchmarks/results/regression.json (tools/regress.py)
 #   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
@@ -27,7 +29,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place bench-scale regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo test test-all lint format bench bench-core bench-place bench-scale bench-fidelity regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -93,6 +95,11 @@ bench-place: $(STAMP)
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
 bench-scale: $(STAMP)
 	$(BIN)/python tools/bench_scale.py
+
+# Real TF worker processes pinned one per core: needs the cores to itself (check `uptime` first).
+# FIDELITY_ARGS=--calibrate recalibrates the rig's cached cluster description first.
+bench-fidelity: $(STAMP)
+	$(BIN)/python -m graphir.tools.bench_fidelity $(FIDELITY_ARGS)
 
 # A restructuring must not change any answer: the printed module of every (model, placer) cell is
 # compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).

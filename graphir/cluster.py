@@ -7,6 +7,8 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
   one PCIe (default) or NVLink channel;
 * ``Nxcpu``: N logical CPU devices ``/device:CPU:0..N-1`` sharing this machine's CPU, whose peak
   FLOP/s and memory bandwidth are measured once (:func:`host_cpu_speed`);
+* ``Nxcpu-workers``: the fidelity rig, N local TensorFlow worker processes
+  ``/job:worker/task:0..N-1/device:CPU:0``, each pinned to one core (:func:`cpu_workers_cluster`);
 * a **preset** for a paper's testbed (:data:`PRESETS`, listed by ``graphir-opt --list-clusters``);
 * a **TOML file** (``*.toml``)::
 
@@ -52,8 +54,11 @@ share peak FLOP/s, memory bandwidth and launch overhead.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+
+import attrs
 
 from graphir.cluster_model import (
     CPU_LAUNCH_OVERHEAD,
@@ -75,7 +80,7 @@ from graphir.cluster_model import (
 )
 from graphir.cluster_presets import PRESETS
 from graphir.cluster_toml import device_toml, link_toml, load_cluster_toml
-from graphir.hostcpu import CPU_MEASURE_ENV, CpuSpeed, host_cpu_speed
+from graphir.hostcpu import CPU_MEASURE_ENV, CpuSpeed, cache_dir, host_cpu_speed
 
 __all__ = [
     "CPU_LAUNCH_OVERHEAD",
@@ -87,6 +92,7 @@ __all__ = [
     "NVLINK",
     "PCIE",
     "PRESETS",
+    "WORKERS_SUFFIX",
     "Cluster",
     "ClusterError",
     "Device",
@@ -94,6 +100,8 @@ __all__ = [
     "GiB",
     "Link",
     "cpu_cluster",
+    "cpu_workers_cluster",
+    "rig_cache_path",
     "device_toml",
     "link_toml",
     "list_clusters",
@@ -137,6 +145,48 @@ def cpu_cluster(count: int, spec: str | None = None) -> Cluster:
     return Cluster(spec or f"{count}xcpu", devices, full_mesh(devices, 20e-6, speed.mem_bandwidth / 2))
 
 
+WORKERS_SUFFIX = "xcpu-workers"
+"""``Nxcpu-workers``: the rig of N single-core local TensorFlow workers."""
+
+
+def rig_cache_path(count: int) -> Path:
+    """Where ``calibrate-comm{rig=true}`` caches the calibrated ``{count}xcpu-workers`` cluster TOML."""
+    return cache_dir() / f"cluster-{count}{WORKERS_SUFFIX}.toml"
+
+
+def cpu_workers_cluster(count: int, spec: str | None = None) -> Cluster:
+    """``count`` local TensorFlow workers, one core each: ``/job:worker/task:k/device:CPU:0``, kind ``cpu``.
+
+    The description calibrated on this machine (``python -m graphir.passes.profile.calibrate_comm
+    --rig --cluster=2xcpu-workers``: one core's roofline, the executor's per-op overhead, gRPC
+    transfer latency and bandwidth, the fixed per-transfer cost) is read from :func:`rig_cache_path`
+    when it exists, so every model is judged with one cluster description. Without it (or with
+    ``GRAPHIR_MEASURE_CPU=0``) the devices get one core's share of the host's measured speed and
+    the links typical loopback-gRPC numbers (1 ms, 0.5 GB/s), uncalibrated.
+    """
+    spec = spec or f"{count}{WORKERS_SUFFIX}"
+    measure = os.environ.get(CPU_MEASURE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    cached = rig_cache_path(count)
+    if measure and cached.is_file():
+        return attrs.evolve(load_cluster_toml(cached), spec=spec)
+    fallback = DEVICE_KINDS["cpu"]
+    speed = host_cpu_speed(CpuSpeed(fallback.peak_flops, fallback.mem_bandwidth, fallback.memory, False))
+    cores = max(os.cpu_count() or 1, 1)
+    devices = tuple(
+        Device(
+            name=f"worker{k}",
+            tf_device=f"/job:worker/task:{k}/device:CPU:0",
+            kind="cpu",
+            memory=speed.memory // count,
+            peak_flops=speed.peak_flops / cores,
+            mem_bandwidth=speed.mem_bandwidth / cores,
+            launch_overhead=CPU_LAUNCH_OVERHEAD,
+        )
+        for k in range(count)
+    )
+    return Cluster(spec, devices, full_mesh(devices, 1e-3, 0.5e9))
+
+
 def list_clusters() -> str:
     """Text for ``graphir-opt --list-clusters``: presets, shorthands and the TOML form."""
     lines = ["presets:"]
@@ -153,6 +203,7 @@ def list_clusters() -> str:
         )
     lines.append("  Nxcpu                  N logical CPU devices /device:CPU:0..N-1 with this CPU's measured speed")
     lines.append(f"                         ({CPU_MEASURE_ENV}=0: fixed 100 GFLOP/s, 20 GB/s)")
+    lines.append("  Nxcpu-workers          N local TF workers /job:worker/task:k, one core each (the fidelity rig)")
     lines.append("files:")
     lines.append("  PATH.toml              [[device]], [[link]] and/or [[wire]] tables (see graphir/cluster.py)")
     return "\n".join(lines) + "\n"
@@ -172,6 +223,11 @@ def resolve_cluster(spec: str) -> Cluster:
     """
     if spec in PRESETS:
         return PRESETS[spec][1](spec)
+    if spec.endswith(WORKERS_SUFFIX) and spec[: -len(WORKERS_SUFFIX)].isdigit():
+        count = int(spec[: -len(WORKERS_SUFFIX)])
+        if not 1 <= count <= 64:
+            raise ClusterError(f"cluster '{spec}': between 1 and 64 workers")
+        return cpu_workers_cluster(count, spec)
     match = _SHORTHAND.match(spec)
     if match and match.group("kind") in DEVICE_KINDS:
         count = int(match.group("count"))

@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from graphir.cluster import Cluster
@@ -42,9 +42,14 @@ _SERVER_SCRIPT = """
 import json, os, sys, threading, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-spec, job, task, cpus, lifetime = json.loads(sys.argv[1])
+spec, job, task, cpus, lifetime, core, threads = json.loads(sys.argv[1])
+if core is not None:  # taskset -c CORE: this process and every thread TensorFlow starts run on one core
+    os.sched_setaffinity(0, {core})
 import tensorflow as tf
 config = tf.compat.v1.ConfigProto(device_count={"CPU": cpus})
+if threads:  # the worker's kernel (intra-op) and executor (inter-op) pools
+    config.intra_op_parallelism_threads = threads
+    config.inter_op_parallelism_threads = threads
 server = tf.distribute.Server(tf.train.ClusterSpec(spec), job_name=job, task_index=task, protocol="grpc",
                               config=config, start=True)
 print("ready", flush=True)
@@ -139,7 +144,11 @@ class LocalServers:
 
 @contextlib.contextmanager
 def start_local_servers(
-    cluster: Cluster, timeout_s: float = 120.0, lifetime_s: float = 3600.0
+    cluster: Cluster,
+    timeout_s: float = 120.0,
+    lifetime_s: float = 3600.0,
+    cores: Sequence[int] | None = None,
+    threads: int | None = None,
 ) -> Iterator[LocalServers]:
     """Start one ``tf.distribute.Server`` process per task of ``cluster`` on 127.0.0.1; stop them on exit.
 
@@ -147,6 +156,10 @@ def start_local_servers(
         cluster: a cluster whose devices are ``/job:J/task:K/device:CPU:N``.
         timeout_s: bound on the start-up of all servers.
         lifetime_s: a server exits by itself after this long, whatever happens to its parent.
+        cores: pin the i-th task (in ``(job, task)`` order) to core ``cores[i % len(cores)]`` (the
+            effect of ``taskset -c``, set in the child before TensorFlow starts a thread);
+            ``None``: no pinning.
+        threads: the servers' intra- and inter-op thread counts (``None``: TensorFlow's default).
 
     Raises:
         BackendError: a server that exits or is not ready within ``timeout_s`` (its last output quoted).
@@ -161,8 +174,9 @@ def start_local_servers(
     env.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # oneDNN fuses ops (Pad into Conv2D) under new names
     servers = LocalServers(spec, {})
     try:
-        for (job, task), cpus in tasks.items():
-            argument = json.dumps([spec, job, task, cpus, lifetime_s])
+        for position, ((job, task), cpus) in enumerate(tasks.items()):
+            core = cores[position % len(cores)] if cores else None
+            argument = json.dumps([spec, job, task, cpus, lifetime_s, core, threads])
             servers.processes[(job, task)] = subprocess.Popen(
                 [sys.executable, "-c", _SERVER_SCRIPT, argument],
                 stdin=subprocess.PIPE,

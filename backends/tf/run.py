@@ -37,6 +37,7 @@ from graphir.errors import BackendError
 from graphir.ir import Module, Value
 
 __all__ = [
+    "RUN_TF_LINE",
     "RunReport",
     "SessionRunner",
     "configure_cpus",
@@ -48,6 +49,9 @@ __all__ = [
     "simulated_makespan",
     "tasks_used",
 ]
+
+RUN_TF_LINE = re.compile(r"^run-tf: measured median (?P<measured>\S+) s, simulated (?:(?P<simulated>\S+) s|n/a)")
+"""Reads the measured and simulated seconds back from a :meth:`RunReport.line`."""
 
 _CPU_INDEX = re.compile(r"/device:CPU:(\d+)$", re.IGNORECASE)
 _TASK = re.compile(r"/job:([^/]+)/(?:replica:\d+/)?task:(\d+)")
@@ -246,6 +250,15 @@ class SessionRunner:
         placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
         return [np.asarray(o) for o in outputs], placed
 
+    def run_metadata(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> Any:
+        """One step traced in full (``FULL_TRACE``, partition graphs): its ``RunMetadata``."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        metadata = self.tf.compat.v1.RunMetadata()
+        options = self._options(trace=True)
+        options.trace_level = self.tf.compat.v1.RunOptions.FULL_TRACE
+        self.session.run(list(fetches or self.lowered.fetches), feed, options=options, run_metadata=metadata)
+        return metadata
+
     def read_variables(self) -> dict[str, np.ndarray]:
         """Every variable's current value, keyed by its VarHandleOp node name."""
         if not self.read_fetches:
@@ -288,12 +301,16 @@ class RunReport:
     tasks: list[str]
 
     def line(self) -> str:
-        """One line for standard error: the measured step next to the simulated makespan."""
-        simulated = "n/a (no schedule)" if self.simulated_s is None else f"{self.simulated_s * 1e3:.3f} ms"
+        """One line for standard error, ``run-tf: measured median X s, simulated Y s (details)``.
+
+        The part before the parenthesis is a stable format (:data:`RUN_TF_LINE` reads it back):
+        seconds with 6 significant digits; ``simulated n/a`` when nothing could be simulated.
+        """
+        simulated = "n/a" if self.simulated_s is None else f"{self.simulated_s:.6g} s"
         where = f"{len(self.devices)} device(s)" + (f" on {len(self.tasks)} task(s)" if self.tasks else "")
         return (
-            f"run-tf: median step {self.median_s * 1e3:.3f} ms over {self.steps} step(s) "
-            f"({self.warmup} warm-up, {where}); simulated makespan {simulated}"
+            f"run-tf: measured median {self.median_s:.6g} s, simulated {simulated} "
+            f"({self.steps} step(s) after {self.warmup} warm-up, {where})"
         )
 
 
@@ -349,32 +366,39 @@ def run_module(
     """
     if steps < 1:
         raise BackendError(f"--run-tf needs at least one step, got {steps}")
-    if not is_multihost(module):
-        configure_cpus(local_cpu_count(module))  # the first TensorFlow call: logical devices
-    from graphir.backends.tf import lower
-
     if enforce_order is None:
         placed = [n for n in module.graph.nodes if n.device is not None]
         enforce_order = bool(placed) and all(n.order is not None for n in placed)
-    lowered = lower(module, enforce_order=enforce_order)
-    from graphir.backends.tf.tf_graphdef import variable_values
+    from graphir.backends.tf import lower
 
-    given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
-    values = {**random_variables(module, seed, skip=set(given)), **given}
-    inputs = random_inputs(module, lowered.input_names, seed)
-    devices = sorted({d for d in lowered.node_devices.values() if d})
+    devices = sorted({module.cluster.device(n.device).tf_device for n in module.graph.nodes if n.device is not None})
     simulated = simulated_makespan(module)
     if is_multihost(module):
-        from graphir.backends.tf.distributed import start_local_servers
+        from graphir.backends.tf.rig import rig, run_on_rig
 
-        with (
-            start_local_servers(module.cluster, timeout_s=timeout_s) as servers,
-            SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner,
-        ):
-            _, placed_ops = runner.run_traced(inputs)
-            times = time_steps(runner, inputs, steps, max(warmup - 1, 0))
-        tasks = sorted(tasks_used(placed_ops))
+        with rig(module.cluster, timeout_s=timeout_s) as servers:
+            measured = run_on_rig(
+                module,
+                servers,
+                steps=steps,
+                warmup=warmup,
+                trace_steps=1,
+                seed=seed,
+                variables=variables,
+                enforce_order=enforce_order,
+                timeout_s=timeout_s,
+            )
+        times = measured.times_s
+        tasks = sorted(tasks_used({name: device for name, device in measured.node_devices.items()}))
     else:
+        configure_cpus(local_cpu_count(module))
+        lowered = lower(module, enforce_order=enforce_order)
+        from graphir.backends.tf.tf_graphdef import variable_values
+
+        given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
+        values = {**random_variables(module, seed, skip=set(given)), **given}
+        inputs = random_inputs(module, lowered.input_names, seed)
+        devices = sorted({d for d in lowered.node_devices.values() if d})
         with SessionRunner(module, lowered, "", local_cpu_count(module), values, timeout_s) as runner:
             times = time_steps(runner, inputs, steps, warmup)
         tasks = []

@@ -26,6 +26,9 @@ Celeritas's batch-size regression slot in as further entries with their own opti
   linear fits of memory and time against batch size measured at ``batches`` and predicted at
   ``target``. Both are documented in :mod:`graphir.passes.profile.tf` (variables, inputs,
   unmeasured nodes, re-batching, deviation statistics).
+* ``tf-run``: lowers the module and runs it on the cluster's local TensorFlow workers (the
+  fidelity rig, ``--cluster=2xcpu-workers``), each node's cost the median kernel time measured on
+  the device it ran on; see :mod:`graphir.passes.profile.tf_run`.
 
 In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
 first user, activation = output bytes, temporary where known; see :mod:`graphir.passes.profile.roofline`).
@@ -62,7 +65,7 @@ from graphir.passes.profile.roofline import GraphWork, analyze_graph
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
-ProfileMode = Literal["analytical", "onnxruntime", "tf", "regression"]
+ProfileMode = Literal["analytical", "onnxruntime", "tf", "tf-run", "regression"]
 
 
 @register_pass
@@ -72,6 +75,7 @@ class Profile(Pass):
 
     Options:
         mode: ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
+            ``tf-run`` (the module run on the cluster's TF workers, see :mod:`graphir.passes.profile.tf_run`),
             ``regression`` (Celeritas's Standard Evaluation: TF measurements at small batches, fitted
             per node and predicted at ``target``; see :mod:`graphir.passes.profile.tf`).
         iterations: measured runs whose per-node median is kept (measured modes).
@@ -423,6 +427,12 @@ def _run_tf(options: Profile, module: Module, ctx: PassContext) -> PassResult:
     return run_tf(options, module, ctx)
 
 
+def _run_tf_run(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    from graphir.passes.profile.tf_run import run_tf_run  # imports TensorFlow only when it runs
+
+    return run_tf_run(options, module, ctx)
+
+
 def _run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
     from graphir.passes.profile.tf import run_regression
 
@@ -433,6 +443,7 @@ MODES: dict[str, Callable[[Profile, Module, PassContext], PassResult]] = {
     "analytical": _run_analytical,
     "onnxruntime": _run_onnxruntime,
     "tf": _run_tf,
+    "tf-run": _run_tf_run,
     "regression": _run_regression,
 }
 """Mode name -> profiler (``tf`` and ``regression`` live in :mod:`graphir.passes.profile.tf`)."""

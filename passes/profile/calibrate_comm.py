@@ -16,6 +16,28 @@ what a real device-to-device transfer costs, and keeps the model linear in bytes
 call overhead, measured on a no-transfer function, is subtracted. When the fitted intercept is
 negative, the latency is set to 0 and the bandwidth refitted through the origin.
 
+**On the rig** (``rig=true``, a cluster of ``/job:worker/task:k`` devices such as
+``2xcpu-workers``): the cluster's pinned single-core TF workers are started
+(:mod:`graphir.backends.tf.rig`) and the micro-benchmarks of
+:func:`graphir.backends.tf.rig.calibration_runs` run on them. From the same runs it fits
+
+* per ordered pair, ``t = latency + bytes / bandwidth`` over the measured transfer times (the
+  producing kernel's end to the receiver's ``RecvTensor`` end, over TF's gRPC);
+* the **per-transfer fixed cost** ``[overheads] transfer``: the smallest fitted intercept over the
+  pairs (what every transfer pays in the runtime); each link keeps the rest of its own intercept;
+* the **per-op overhead** ``op_overhead`` of each device: the slope of an untraced step's time over
+  the length of a chain of dependent scalar ops (one op's kernel plus the executor's gap) minus the
+  op's traced kernel time (its cost); the intercept is the fixed cost of a step (client → master →
+  worker RPCs), reported as ``step-overhead-s`` (the simulator has no per-step term);
+* each device's roofline: one core's FLOP/s (a 1024² MatMul) and bytes/s (an ``AddV2`` of 16 MiB
+  vectors, bytes read + written), so ``profile{mode=analytical}`` works on the rig too.
+
+It writes the cluster TOML (default for an ``Nxcpu-workers`` cluster: the cache that resolving
+``Nxcpu-workers`` reads, :func:`graphir.cluster.rig_cache_path`), so every model is then judged
+with this one description::
+
+    python -m graphir.tools.calibrate_comm --rig --cluster=2xcpu-workers
+
 TensorFlow is imported only when the pass runs. Logical CPU devices must be configured before
 TensorFlow initialises its runtime; in a process where it already has, the devices it has are
 used and missing ones are reported as unreachable. From the command line (a fresh process)::
@@ -41,9 +63,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import numpy as np
 
 from graphir.cluster import (
+    WORKERS_SUFFIX,
     Cluster,
     ClusterError,
     Device,
@@ -51,6 +75,7 @@ from graphir.cluster import (
     link_toml,
     load_cluster_toml,
     resolve_cluster,
+    rig_cache_path,
 )
 from graphir.errors import GraphIRError, PassError
 from graphir.importers.tf import load_tensorflow
@@ -73,8 +98,12 @@ class LinkFit:
     samples: tuple[tuple[int, float], ...]
 
 
-def fit_linear(samples: Sequence[tuple[float, float]]) -> tuple[float, float, float]:
+def fit_linear(samples: Sequence[tuple[float, float]], relative: bool = False) -> tuple[float, float, float]:
     """Least-squares ``t = latency + bytes / bandwidth`` over (bytes, seconds) points.
+
+    With ``relative``, each point's residual is divided by its measured time (the fit minimises
+    relative errors, so the small transfers that dominate a model's count are not swamped by the
+    largest size); R² is still computed on absolute residuals.
 
     Returns:
         (latency, bandwidth, r2). A negative intercept is clamped to 0 and the slope refitted
@@ -82,11 +111,13 @@ def fit_linear(samples: Sequence[tuple[float, float]]) -> tuple[float, float, fl
     """
     x = np.array([s[0] for s in samples], dtype=float)
     y = np.array([s[1] for s in samples], dtype=float)
+    weight = 1.0 / np.maximum(y, 1e-12) if relative else np.ones_like(y)
     design = np.stack([np.ones_like(x), x], axis=1)
-    (intercept, slope), *_ = np.linalg.lstsq(design, y, rcond=None)
+    (intercept, slope), *_ = np.linalg.lstsq(design * weight[:, None], y * weight, rcond=None)
     if intercept < 0:
         intercept = 0.0
-        slope = float(x @ y / (x @ x)) if x @ x > 0 else 0.0
+        wx, wy = x * weight, y * weight
+        slope = float(wx @ wy / (wx @ wx)) if wx @ wx > 0 else 0.0
     predicted = intercept + slope * x
     total = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(((y - predicted) ** 2).sum()) / total if total > 0 else 1.0
@@ -212,6 +243,8 @@ class CalibrateComm(Pass):
         min_bytes: smallest transfer (default 1 KiB).
         max_bytes: largest transfer (default 64 MiB); sizes go up by factors of 4.
         apply: after writing ``output``, make it the module's cluster.
+        rig: measure on the cluster's local TF workers (see the module docstring) and fit the
+            overheads and device speeds too.
     """
 
     name: ClassVar[str] = "calibrate-comm"
@@ -220,6 +253,7 @@ class CalibrateComm(Pass):
     min_bytes: int = 1024
     max_bytes: int = 64 << 20
     apply: bool = False
+    rig: bool = False
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Measure, fit, report, and write the TOML when asked."""
@@ -229,13 +263,112 @@ class CalibrateComm(Pass):
         if self.apply and not self.output:
             raise PassError("'apply' needs an 'output' TOML path")
         cluster = module.cluster
-        fits, unreachable = measure_pairs(cluster, sizes, self.repeats)
-        stats = fit_stats(fits, unreachable)
+        if self.rig:
+            fitted = calibrate_rig(cluster, sizes, self.repeats)
+            stats = fit_stats(fitted.links, []) | fitted.stats()
+            text = fitted.toml(cluster)
+        else:
+            fits, unreachable = measure_pairs(cluster, sizes, self.repeats)
+            stats = fit_stats(fits, unreachable)
+            text = cluster_toml(cluster, fits)
         if self.output:
-            write_text(Path(self.output), cluster_toml(cluster, fits))
+            write_text(Path(self.output), text)
             if self.apply:
                 module.set_cluster(load_cluster_toml(Path(self.output)))
         return PassResult(bool(self.apply), stats)
+
+
+@dataclasses.dataclass(frozen=True)
+class RigFit:
+    """What ``calibrate-comm{rig=true}`` fitted (see the module docstring).
+
+    Attributes:
+        links: one fit per measured ordered pair (intercept = the pair's whole fixed cost).
+        transfer_overhead: the per-transfer fixed cost (smallest intercept).
+        op_overhead: device -> executor seconds per op beyond its kernel.
+        step_overhead: device -> fixed seconds per step (intercept of the chain fit).
+        peak_flops / mem_bandwidth: device -> one core's roofline.
+    """
+
+    links: tuple[LinkFit, ...]
+    transfer_overhead: float
+    op_overhead: dict[str, float]
+    step_overhead: dict[str, float]
+    peak_flops: dict[str, float]
+    mem_bandwidth: dict[str, float]
+
+    def stats(self) -> dict[str, Stat]:
+        """Pass statistics of the overheads and speeds."""
+        stats: dict[str, Stat] = {"transfer-overhead-s": self.transfer_overhead}
+        for name in sorted(self.op_overhead):
+            stats[f"op-overhead-s.{name}"] = self.op_overhead[name]
+            stats[f"step-overhead-s.{name}"] = self.step_overhead[name]
+            stats[f"peak-flops.{name}"] = self.peak_flops[name]
+            stats[f"mem-bandwidth.{name}"] = self.mem_bandwidth[name]
+        return stats
+
+    def toml(self, cluster: Cluster) -> str:
+        """The calibrated cluster TOML: devices with their speeds and overheads, links, ``[overheads]``.
+
+        Devices of one kind share speeds (costs are per kind): each kind gets its devices' median.
+        """
+        lines = [
+            f"# Calibrated on the rig by graphir calibrate-comm{{rig=true}} from cluster '{cluster.spec}'.",
+            "# step-overhead (client -> master -> worker, per step; not simulated): "
+            + ", ".join(f"{n} {s * 1e6:.0f} us" for n, s in sorted(self.step_overhead.items())),
+            "",
+        ]
+        by_kind: dict[str, list[str]] = {}
+        for device in cluster.devices:
+            by_kind.setdefault(device.kind, []).append(device.name)
+
+        def kind_median(values: dict[str, float], kind: str, default: float) -> float:
+            found = [values[name] for name in by_kind[kind] if name in values]
+            return float(f"{statistics.median(found):.4g}") if found else default
+
+        for device in cluster.devices:
+            calibrated = attrs.evolve(
+                device,
+                peak_flops=kind_median(self.peak_flops, device.kind, device.peak_flops),
+                mem_bandwidth=kind_median(self.mem_bandwidth, device.kind, device.mem_bandwidth),
+                op_overhead=kind_median(self.op_overhead, device.kind, device.op_overhead),
+            )
+            lines += [*device_toml(calibrated), ""]
+        lines += ["[overheads]", f"transfer = {float(f'{self.transfer_overhead:.4g}')!r}", ""]
+        for fit in self.links:
+            bandwidth = fit.bandwidth if np.isfinite(fit.bandwidth) else 1e15
+            latency = float(f"{max(fit.latency - self.transfer_overhead, 0.0):.4g}")
+            note = f"R^2 = {fit.r2:.4f} over {len(fit.samples)} sizes; intercept {fit.latency * 1e6:.1f} us"
+            lines += [*link_toml(fit.src, fit.dst, latency, float(f"{bandwidth:.4g}"), note), ""]
+        return "\n".join(lines)
+
+
+def fit_rig(measured: Any) -> RigFit:
+    """Fit a :class:`~graphir.backends.tf.rig.RigCalibration` (see the module docstring)."""
+    links = []
+    for (src, dst), samples in sorted(measured.transfers.items()):
+        latency, bandwidth, r2 = fit_linear(samples, relative=True)
+        links.append(LinkFit(src, dst, latency, bandwidth, r2, tuple(samples)))
+    op_overhead, step_overhead = {}, {}
+    for name, samples in sorted(measured.chains.items()):
+        x = np.array([s[0] for s in samples], dtype=float)
+        y = np.array([s[1] for s in samples], dtype=float)
+        slope, intercept = np.polyfit(x, y, 1)
+        op_overhead[name] = max(float(slope) - measured.chain_kernel_s.get(name, 0.0), 0.0)
+        step_overhead[name] = max(float(intercept), 0.0)
+    peak = {name: flops / seconds for name, (flops, seconds) in measured.matmul.items() if seconds > 0}
+    stream = {name: nbytes / seconds for name, (nbytes, seconds) in measured.stream.items() if seconds > 0}
+    overhead = min((fit.latency for fit in links), default=0.0)
+    return RigFit(tuple(links), overhead, op_overhead, step_overhead, peak, stream)
+
+
+def calibrate_rig(cluster: Cluster, sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 5) -> RigFit:
+    """Start the cluster's rig, run its micro-benchmarks and fit them."""
+    from graphir.backends.tf.rig import calibration_runs, rig
+
+    with rig(cluster) as servers:
+        measured = calibration_runs(cluster, servers, sizes, repeats)
+    return fit_rig(measured)
 
 
 def calibration_sizes(min_bytes: int, max_bytes: int) -> tuple[int, ...]:
@@ -279,9 +412,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per size (default 5)")
     parser.add_argument("--min-bytes", type=int, default=1024)
     parser.add_argument("--max-bytes", type=int, default=64 << 20)
+    parser.add_argument(
+        "--rig",
+        action="store_true",
+        help="measure on the cluster's local TF workers, fit overheads and speeds too (default output for "
+        "Nxcpu-workers: the cache its resolution reads)",
+    )
     args = parser.parse_args(argv)
     try:
         cluster = resolve_cluster(args.cluster)
+        if args.rig:
+            return _main_rig(cluster, args)
         fits, unreachable = measure_pairs(cluster, calibration_sizes(args.min_bytes, args.max_bytes), args.repeats)
         for fit in fits:
             print(
@@ -295,4 +436,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GraphIRError, ClusterError) as exc:
         print(f"calibrate-comm: error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _main_rig(cluster: Cluster, args: argparse.Namespace) -> int:
+    fitted = calibrate_rig(cluster, calibration_sizes(args.min_bytes, args.max_bytes), args.repeats)
+    for fit in fitted.links:
+        print(
+            f"{fit.src} -> {fit.dst}: intercept {fit.latency * 1e6:.1f} us, "
+            f"bandwidth {fit.bandwidth / 1e9:.3f} GB/s, R^2 {fit.r2:.4f}"
+        )
+    print(f"per-transfer overhead {fitted.transfer_overhead * 1e6:.1f} us")
+    for name in sorted(fitted.op_overhead):
+        print(
+            f"{name}: op overhead {fitted.op_overhead[name] * 1e6:.2f} us, step overhead "
+            f"{fitted.step_overhead[name] * 1e6:.0f} us, {fitted.peak_flops.get(name, 0) / 1e9:.1f} GFLOP/s, "
+            f"{fitted.mem_bandwidth.get(name, 0) / 1e9:.1f} GB/s"
+        )
+    output = args.output
+    if output is None and cluster.spec.endswith(WORKERS_SUFFIX) and cluster.spec[: -len(WORKERS_SUFFIX)].isdigit():
+        path = rig_cache_path(int(cluster.spec[: -len(WORKERS_SUFFIX)]))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        output = str(path)
+    if output:
+        write_text(Path(output), fitted.toml(cluster))
+        print(f"wrote {output}")
     return 0

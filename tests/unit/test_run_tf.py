@@ -16,7 +16,15 @@ import numpy as np
 import onnx
 import pytest
 
-from graphir.backends.tf.run import local_cpu_count, random_inputs, random_variables, run_module, tasks_used
+from graphir.backends.tf.run import (
+    RUN_TF_LINE,
+    RunReport,
+    local_cpu_count,
+    random_inputs,
+    random_variables,
+    run_module,
+    tasks_used,
+)
 from graphir.backends.tf.tf_graphdef import colocate_resource_users, variable_values
 from graphir.cluster import resolve_cluster
 from graphir.driver import run
@@ -46,8 +54,9 @@ def test_driver_run_tf_reports_measured_and_simulated_times(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("run-tf:")]
-    assert "over 3 step(s) (2 warm-up, 3 device(s)); simulated makespan" in line, line
-    assert line.endswith(" ms") and "n/a" not in line
+    match = RUN_TF_LINE.match(line)
+    assert match is not None and float(match["measured"]) > 0 and float(match["simulated"]) > 0, line
+    assert line.endswith("(3 step(s) after 2 warm-up, 3 device(s))"), line
     assert result.stdout  # the emitter still runs after the measurement
 
 
@@ -65,6 +74,19 @@ def test_run_tf_tool_json(tmp_path):
 def test_run_tf_flag_validates_steps(capsys):
     assert run([str(MODEL), "--run-tf=0"]) == 1
     assert "invalid step count '0': expected an integer >= 1" in capsys.readouterr().err
+
+
+def test_run_tf_line_is_a_stable_format():
+    report = RunReport(5, 2, 0.0123456789, [0.0123456789] * 5, 0.01, ["/job:worker/task:0/device:CPU:0"], ["t0"])
+    line = report.line()
+    assert line.startswith("run-tf: measured median 0.0123457 s, simulated 0.01 s ("), line
+    assert "\n" not in line
+    match = RUN_TF_LINE.match(line)
+    assert match is not None and (match["measured"], match["simulated"]) == ("0.0123457", "0.01")
+    unsimulated = RunReport(1, 0, 2.5, [2.5], None, [], []).line()
+    assert unsimulated.startswith("run-tf: measured median 2.5 s, simulated n/a (")
+    match = RUN_TF_LINE.match(unsimulated)
+    assert match is not None and match["simulated"] is None
 
 
 def test_run_module_needs_a_step():

@@ -148,6 +148,7 @@ def test_graphir_opt_places_and_runs_a_tf_training_graph_as_imported(pipeline, s
     assert result.returncode == 0, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("run-tf:")]
     used = len(set(json.loads(placement.read_text()).values()))
-    assert f"over 2 step(s) (2 warm-up, {used} device(s))" in line, line
+    assert line.startswith("run-tf: measured median "), line
+    assert f"(2 step(s) after 2 warm-up, {used} device(s))" in line, line
     if "m-topo" in pipeline:
         assert used == 4, line  # variables and their users spread over every device, and it runs

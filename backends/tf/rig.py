@@ -1,0 +1,441 @@
+"""The fidelity rig: a placed module run on pinned local TensorFlow workers, with step statistics.
+
+Logical CPU devices of one process share one thread pool, so their "parallel" ops are not. The rig
+instead runs TensorFlow's own distributed runtime on this machine:
+
+* **Workers.** One ``tf.distribute.Server`` process per ``/job:worker/task:k`` of the cluster
+  (:func:`graphir.backends.tf.distributed.start_local_servers`), on a free localhost port, pinned
+  to core ``k mod ncores`` (``sched_setaffinity`` in the child before TensorFlow starts a thread:
+  what ``taskset -c k`` does) with intra- and inter-op thread pools of one thread each. Transfers
+  between tasks go over TF's gRPC ``RecvTensor``. Leaving :func:`rig` stops the workers (SIGTERM,
+  then SIGKILL after a bounded wait); start-up is bounded too.
+* **Client.** The caller's process holds the ``tf.compat.v1.Session`` (target: task 0's master).
+  During a step it only waits for the master's reply, so it does not compete for the workers'
+  cores beyond the per-step RPCs.
+* **Step time.** ``warmup`` untraced steps, then ``steps`` untraced timed steps: the wall time of
+  ``session.run`` in the client, and the median over the timed steps (:attr:`RigRun.median_s`).
+  Tracing is off for these steps, so the statistics collection does not slow them.
+* **Step statistics.** Then ``trace_steps`` more steps with ``RunOptions(trace_level=FULL_TRACE,
+  output_partition_graphs=True)``; from their ``RunMetadata``, per TF op (median over the traced
+  steps):
+
+  - its **kernel time**: ``op_end_rel - op_start_rel`` of its ``NodeExecStats`` on the device it ran
+    on (the worker's executor gap between kernels is not part of it: that is the cluster's
+    per-op overhead, see :func:`graphir.passes.profile.calibrate_comm.calibrate_rig`);
+  - for every tensor that crossed tasks, its **transfer time**: from the end of the producing op's
+    kernel on the sending task (the moment ``_Send`` hands the tensor to the rendezvous) to the end
+    of the receiving task's ``RecvTensor`` RPC (the tensor is in the receiver's memory), both read
+    from the same machine's wall clock (``all_start_micros`` of the stats). The bytes are the
+    ``RecvTensor`` record's. ``_Send``/``_Recv`` ops themselves report no step statistics in a
+    distributed run; the partition graphs (``output_partition_graphs``) name each ``_Send``'s
+    producer and its ``tensor_name``, which the ``RecvTensor`` record quotes.
+
+Times are seconds. Device strings are normalised (``/replica:0`` dropped) so they compare with the
+cluster's ``tf_device``. TensorFlow is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import statistics
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphir.cluster import Cluster
+from graphir.errors import BackendError
+from graphir.ir import Module
+
+__all__ = [
+    "OpStat",
+    "RigCalibration",
+    "RigRun",
+    "StepTrace",
+    "TransferStat",
+    "calibration_runs",
+    "normalise_device",
+    "parse_step_stats",
+    "rig",
+    "rig_cores",
+    "run_on_rig",
+]
+
+_REPLICA = re.compile(r"/replica:\d+")
+_RECV_LABEL = re.compile(r"\]\s+(\S+) from (\S+) to (\S+)")
+
+
+def normalise_device(device: str) -> str:
+    """``/job:worker/replica:0/task:1/device:CPU:0`` -> ``/job:worker/task:1/device:CPU:0``."""
+    return _REPLICA.sub("", device)
+
+
+def rig_cores(count: int) -> list[int]:
+    """Cores the ``count`` workers are pinned to: the process's allowed cores, one per task, wrapping."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return [allowed[k % len(allowed)] for k in range(count)]
+
+
+@contextlib.contextmanager
+def rig(cluster: Cluster, timeout_s: float = 120.0, pin: bool = True) -> Iterator[Any]:
+    """Start the cluster's pinned, single-threaded local workers; stop them on exit (see the module docstring).
+
+    Yields:
+        The :class:`~graphir.backends.tf.distributed.LocalServers`.
+    """
+    from graphir.backends.tf.distributed import cluster_tasks, start_local_servers
+
+    cores = rig_cores(len(cluster_tasks(cluster))) if pin else None
+    with start_local_servers(cluster, timeout_s=timeout_s, cores=cores, threads=1) as servers:
+        yield servers
+
+
+@dataclasses.dataclass(frozen=True)
+class OpStat:
+    """One TF op's kernel in one traced step: its device and absolute start/end (seconds, wall clock)."""
+
+    device: str
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        """Kernel time."""
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class TransferStat:
+    """One tensor sent between tasks in one traced step.
+
+    Attributes:
+        producer: TF op name producing the tensor (``""`` when the partition graphs do not say).
+        output: its output index.
+        src: sending device; dst: receiving device (normalised).
+        nbytes: bytes received.
+        seconds: producer's kernel end to the receiver's ``RecvTensor`` end (see the module docstring).
+    """
+
+    producer: str
+    output: int
+    src: str
+    dst: str
+    nbytes: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTrace:
+    """The statistics of one traced step: ops by TF name, and transfers."""
+
+    ops: dict[str, OpStat]
+    transfers: list[TransferStat]
+
+
+def _sender_inputs(partition_graphs: Sequence[Any]) -> dict[str, str]:
+    """``tensor_name`` of every ``_Send`` between tasks -> the TF tensor it sends (``op:k``)."""
+    out = {}
+    for graph in partition_graphs:
+        for node in graph.node:
+            if node.op not in ("_Send", "_HostSend") or not node.input:
+                continue
+            src = normalise_device(node.attr["send_device"].s.decode())
+            dst = normalise_device(node.attr["recv_device"].s.decode())
+            if src != dst:
+                out[node.attr["tensor_name"].s.decode()] = node.input[0]
+    return out
+
+
+def _resolve_producer(tensor: str, forwards: Mapping[str, str]) -> tuple[str, int]:
+    """Follow ``_Recv``/``Identity`` forwards inserted by partitioning back to the op computing ``tensor``."""
+    name, _, index = tensor.partition(":")
+    seen = set()
+    while name in forwards and name not in seen:
+        seen.add(name)
+        name, _, index = forwards[name].partition(":")
+    return name, int(index or 0)
+
+
+def parse_step_stats(metadata: Any) -> StepTrace:
+    """Read ops' kernel times and transfers' times from one traced step's ``RunMetadata``."""
+    ops: dict[str, OpStat] = {}
+    receives: list[tuple[str, str, str, int, float]] = []
+    for device_stats in metadata.step_stats.dev_stats:
+        device = normalise_device(device_stats.device)
+        for ns in device_stats.node_stats:
+            base = ns.all_start_nanos * 1e-9 if ns.all_start_nanos else ns.all_start_micros * 1e-6
+            if ns.node_name == "RecvTensor":
+                match = _RECV_LABEL.search(ns.timeline_label)
+                if match is None:
+                    continue
+                nbytes = sum(int(o.tensor_description.allocation_description.requested_bytes) for o in ns.output)
+                end = ns.all_start_micros * 1e-6 + ns.all_end_rel_micros * 1e-6
+                receives.append((match.group(1), normalise_device(match.group(2)), device, nbytes, end))
+                continue
+            if ns.op_end_rel_nanos or ns.op_start_rel_nanos:
+                start, end = base + ns.op_start_rel_nanos * 1e-9, base + ns.op_end_rel_nanos * 1e-9
+            else:
+                start, end = base + ns.op_start_rel_micros * 1e-6, base + ns.op_end_rel_micros * 1e-6
+            previous = ops.get(ns.node_name)
+            if previous is not None:  # reported twice (two executors): keep the span
+                start, end = min(start, previous.start), max(end, previous.end)
+            ops[ns.node_name] = OpStat(device, start, end)
+    senders = _sender_inputs(metadata.partition_graphs)
+    forwards = {
+        node.name: node.input[0]
+        for graph in metadata.partition_graphs
+        for node in graph.node
+        if node.op in ("_Recv", "_HostRecv", "Identity") and node.input
+    }
+    transfers = []
+    for tensor_name, src, dst, nbytes, end in receives:
+        producer, output = _resolve_producer(senders.get(tensor_name, ""), forwards)
+        stat = ops.get(producer)
+        if stat is None:
+            continue  # a fed or untraced producer: no send time to measure from
+        transfers.append(TransferStat(producer, output, src, dst, nbytes, max(end - stat.end, 0.0)))
+    return StepTrace(ops, transfers)
+
+
+@dataclasses.dataclass
+class RigRun:
+    """A module measured on the rig.
+
+    Attributes:
+        times_s: wall time of every timed (untraced) step.
+        median_s: their median.
+        warmup: untimed steps run first.
+        node_seconds: IR node name -> median kernel seconds (sum over the TF ops lowered from it).
+        node_devices: IR node name -> normalised TF device it ran on.
+        transfers: ``(IR value name, src device, dst device, bytes, median seconds)`` per tensor sent
+            between tasks (the IR value is ``""`` when the producer maps to no IR node).
+        traced_steps: traced steps the medians come from.
+    """
+
+    times_s: list[float]
+    median_s: float
+    warmup: int
+    node_seconds: dict[str, float]
+    node_devices: dict[str, str]
+    transfers: list[tuple[str, str, str, int, float]]
+    traced_steps: int
+
+
+def _median_ops(traces: Sequence[StepTrace]) -> dict[str, tuple[str, float]]:
+    samples: dict[str, list[float]] = {}
+    where: dict[str, str] = {}
+    for trace in traces:
+        for name, stat in trace.ops.items():
+            samples.setdefault(name, []).append(stat.seconds)
+            where[name] = stat.device
+    return {name: (where[name], float(statistics.median(values))) for name, values in samples.items()}
+
+
+def _median_transfers(traces: Sequence[StepTrace]) -> dict[tuple[str, int, str, str], tuple[int, float]]:
+    samples: dict[tuple[str, int, str, str], list[tuple[int, float]]] = {}
+    for trace in traces:
+        for t in trace.transfers:
+            samples.setdefault((t.producer, t.output, t.src, t.dst), []).append((t.nbytes, t.seconds))
+    return {
+        key: (max(b for b, _ in rows), float(statistics.median(s for _, s in rows))) for key, rows in samples.items()
+    }
+
+
+def run_on_rig(
+    module: Module,
+    servers: Any,
+    *,
+    steps: int = 5,
+    warmup: int = 2,
+    trace_steps: int = 3,
+    seed: int = 0,
+    variables: Mapping[str, Any] | None = None,
+    enforce_order: bool | None = None,
+    timeout_s: float = 600.0,
+) -> RigRun:
+    """Lower ``module`` and measure it on running rig ``servers`` (see the module docstring).
+
+    Args:
+        module: a module whose placed nodes name the servers' ``/job:worker/task:k`` devices
+            (unplaced nodes run where TensorFlow puts them: task 0).
+        servers: from :func:`rig`.
+        steps: timed untraced steps (>= 1).
+        warmup: untimed steps before them.
+        trace_steps: traced steps after the timed ones (0: no statistics).
+        seed: seeds inputs and variables not given.
+        variables: given variable values (``{shared_name or node name: array}``).
+        enforce_order: add the per-device order control dependencies (default: when every placed
+            node has an order).
+        timeout_s: bound of each session run.
+    """
+    from graphir.backends.tf import lower
+    from graphir.backends.tf.run import SessionRunner, random_inputs, random_variables
+    from graphir.backends.tf.tf_graphdef import variable_values
+
+    if steps < 1:
+        raise BackendError(f"the rig needs at least one timed step, got {steps}")
+    if enforce_order is None:
+        placed = [n for n in module.graph.nodes if n.device is not None]
+        enforce_order = bool(placed) and all(n.order is not None for n in placed)
+    lowered = lower(module, enforce_order=enforce_order)
+    given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
+    values = {**random_variables(module, seed, skip=set(given)), **given}
+    inputs = random_inputs(module, lowered.input_names, seed)
+    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
+        for _ in range(warmup):
+            runner.run(inputs)
+        times = []
+        for _ in range(steps):
+            begin = time.perf_counter()
+            runner.run(inputs)
+            times.append(time.perf_counter() - begin)
+        traces = [parse_step_stats(runner.run_metadata(inputs)) for _ in range(trace_steps)]
+    ops = _median_ops(traces)
+    node_seconds: dict[str, float] = {}
+    node_devices: dict[str, str] = {}
+    op_node: dict[str, str] = {}
+    for node_name, op_names in lowered.node_ops.items():
+        measured = [ops[op] for op in op_names if op in ops]
+        for op in op_names:
+            op_node[op] = node_name
+        if measured:
+            node_seconds[node_name] = float(sum(seconds for _, seconds in measured))
+            node_devices[node_name] = measured[-1][0]
+    transfers = []
+    for (producer, output, src, dst), (nbytes, seconds) in sorted(_median_transfers(traces).items()):
+        value = ""
+        node = module.graph.get_node(op_node[producer]) if producer in op_node else None
+        if node is not None and node.outputs:
+            value = node.outputs[min(output, len(node.outputs) - 1)].name
+        transfers.append((value, src, dst, nbytes, seconds))
+    return RigRun(times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces))
+
+
+# --------------------------------------------------------------------------- calibration runs
+
+
+@dataclasses.dataclass
+class RigCalibration:
+    """Raw measurements of the rig's micro-benchmarks (fitted by ``calibrate-comm{rig=true}``).
+
+    Attributes:
+        transfers: ``(src, dst) -> [(bytes, median seconds)]``, one per size, measured as in the
+            module docstring (producer end to ``RecvTensor`` end).
+        chains: ``device -> [(ops, median untraced step seconds)]`` for chains of tiny ops.
+        chain_kernel_s: ``device -> median kernel seconds of one tiny op`` (traced).
+        matmul: ``device -> (flops, median kernel seconds)`` of a square float32 MatMul.
+        stream: ``device -> (bytes read + written, median kernel seconds)`` of a large AddV2.
+    """
+
+    transfers: dict[tuple[str, str], list[tuple[int, float]]]
+    chains: dict[str, list[tuple[int, float]]]
+    chain_kernel_s: dict[str, float]
+    matmul: dict[str, tuple[float, float]]
+    stream: dict[str, tuple[float, float]]
+
+
+def calibration_runs(
+    cluster: Cluster,
+    servers: Any,
+    sizes: Sequence[int],
+    repeats: int = 5,
+    chain_lengths: Sequence[int] = (50, 200, 800),
+    matmul_n: int = 1024,
+    stream_elements: int = 4 << 20,
+) -> RigCalibration:
+    """Run the rig's micro-benchmarks on running ``servers`` (one TF graph, one session).
+
+    * transfers: for each ordered device pair and size, a ``Fill`` of that many bytes on the
+      source consumed by an ``Identity`` on the destination (the transfer happens every step);
+    * executor overhead: chains of ``chain_lengths`` dependent scalar ``AddV2`` ops on one device,
+      timed untraced (the slope of step time over chain length is one op's kernel plus the
+      executor's gap between kernels; the traced kernel time is subtracted by the caller);
+    * a ``matmul_n``-square MatMul and an ``AddV2`` of ``stream_elements`` floats per device: one
+      core's roofline (FLOP/s and bytes/s, from traced kernel times).
+
+    Every number is a median over ``repeats`` steps after two warm-up steps.
+    """
+    from graphir.backends.tf.run import session_config
+    from graphir.importers.tf import load_tensorflow
+
+    tf = load_tensorflow("calibrating the rig")
+    graph = tf.Graph()
+    devices = {device.tf_device: device.name for device in cluster.devices}
+    transfer_targets: dict[tuple[str, str, int], Any] = {}
+    chain_targets: dict[tuple[str, int], Any] = {}
+    roof_targets: dict[str, tuple[Any, Any]] = {}
+    with graph.as_default():
+        for src in cluster.devices:
+            for dst in cluster.devices:
+                if src.name == dst.name:
+                    continue
+                for size in sizes:
+                    with tf.device(src.tf_device):
+                        sent = tf.fill([max(size // 4, 1)], 1.0, name=f"send_{src.name}_{dst.name}_{size}")
+                    with tf.device(dst.tf_device):
+                        transfer_targets[(src.name, dst.name, size)] = tf.identity(sent).op
+        for device in cluster.devices:
+            with tf.device(device.tf_device):
+                for length in chain_lengths:
+                    value = tf.constant(0.0)
+                    for _ in range(length):
+                        value = value + 1.0
+                    chain_targets[(device.name, length)] = value.op
+                a = tf.random.stateless_normal([matmul_n, matmul_n], seed=[1, 2])
+                matmul = tf.matmul(a, a, name=f"roof_matmul_{device.name}")
+                x = tf.random.stateless_normal([stream_elements], seed=[3, 4])
+                stream = tf.add(x, x, name=f"roof_stream_{device.name}")
+                roof_targets[device.name] = (tf.reduce_sum(matmul).op, tf.reduce_sum(stream).op)
+    config = session_config(tf)
+    trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE, output_partition_graphs=True)
+
+    def traced(session: Any, target: Any) -> list[StepTrace]:
+        for _ in range(2):
+            session.run(target)
+        out = []
+        for _ in range(repeats):
+            metadata = tf.compat.v1.RunMetadata()
+            session.run(target, options=trace, run_metadata=metadata)
+            out.append(parse_step_stats(metadata))
+        return out
+
+    result = RigCalibration({}, {}, {}, {}, {})
+    with tf.compat.v1.Session(servers.target, graph=graph, config=config) as session:
+        for (src, dst, size), target in transfer_targets.items():
+            seconds = [t.seconds for trace in traced(session, target) for t in trace.transfers]
+            if seconds:
+                result.transfers.setdefault((src, dst), []).append((size, float(statistics.median(seconds))))
+        for (name, length), target in chain_targets.items():
+            for _ in range(2):
+                session.run(target)
+            walls = []
+            for _ in range(repeats):
+                begin = time.perf_counter()
+                session.run(target)
+                walls.append(time.perf_counter() - begin)
+            result.chains.setdefault(name, []).append((length, float(statistics.median(walls))))
+            if length == max(chain_lengths):
+                kernels = [
+                    stat.seconds
+                    for trace in traced(session, target)
+                    for op, stat in trace.ops.items()
+                    if op.startswith("add") and devices.get(stat.device) == name
+                ]
+                result.chain_kernel_s[name] = float(statistics.median(kernels)) if kernels else 0.0
+        for name, (matmul_op, stream_op) in roof_targets.items():
+            matmul_s = _op_median(traced(session, matmul_op), f"roof_matmul_{name}")
+            stream_s = _op_median(traced(session, stream_op), f"roof_stream_{name}")
+            result.matmul[name] = (2.0 * matmul_n**3, matmul_s)
+            result.stream[name] = (3.0 * 4 * stream_elements, stream_s)
+    return result
+
+
+def _op_median(traces: Sequence[StepTrace], name: str) -> float:
+    values = [trace.ops[name].seconds for trace in traces if name in trace.ops]
+    if not values:
+        raise BackendError(f"rig calibration: op '{name}' reported no step statistics")
+    return float(statistics.median(values))

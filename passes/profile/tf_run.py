@@ -1,0 +1,122 @@
+"""``profile{mode=tf-run}``: costs measured from the module itself run on the rig's TensorFlow workers.
+
+The module is lowered (:mod:`graphir.backends.tf`, ONNX- and TF-imported modules alike) and run on
+its cluster's local ``tf.distribute.Server`` workers, each pinned to one core with one thread
+(:mod:`graphir.backends.tf.rig`, e.g. ``--cluster=2xcpu-workers``). After ``warmup`` discarded steps
+and one timed step, ``iterations`` steps run traced (``RunMetadata`` step statistics), and every
+node's ``cost`` becomes the **median kernel time** of the TF ops lowered from it, **on the device
+it ran on**:
+
+* a fully placed module runs as placed; each node's cost for its device's kind is its measured
+  time (other kinds keep a cost they already had, else get the same time);
+* otherwise, for each device kind of the cluster, the unplaced nodes run on the first device of
+  that kind (placed nodes stay where they are), so every kind gets its own measurement; the
+  placement is restored afterwards.
+
+What the cost does **not** include: the worker executor's gap between kernels (the cluster's
+``op_overhead``) and transfers between tasks (the link model, ``calibrate-comm{rig=true}``); the
+simulator adds both. Nodes that ran no kernel (fed inputs, ops TensorFlow pruned) cost 0 and are
+counted as ``unmeasured-ops``. ``mem`` comes from the analytical model, as in ``mode=onnxruntime``.
+
+Statistics: ``nodes``, ``unmeasured-ops``, ``iterations``, ``compute-s`` (sum of costs),
+``measured-run-s`` (the untraced step's wall time), ``measured-node-sum-s``, ``executor-gap-s``
+(``(run − node sum) / nodes`` when the run used one device: the per-op overhead plus the step's
+fixed cost spread over the nodes; compare with the cluster's ``op_overhead``), ``transfers``,
+``transfer-bytes`` and ``transfer-s`` (measured transfers between tasks in a placed run).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from graphir.annotations import Cost, Mem
+from graphir.errors import PassError
+from graphir.ir import Module, Node
+from graphir.pass_infra import PassContext, PassResult, Stat
+from graphir.passes.profile.roofline import analyze_graph
+
+if TYPE_CHECKING:
+    from graphir.backends.tf.rig import RigRun
+    from graphir.passes.profile import Profile
+
+__all__ = ["measure_placed", "run_tf_run"]
+
+
+def _check_rig(module: Module) -> None:
+    if not module.cluster.devices or not all("/job:" in d.tf_device for d in module.cluster.devices):
+        raise PassError(
+            f"profile{{mode=tf-run}} runs on local TensorFlow workers: cluster '{module.cluster.spec}' needs "
+            "/job:worker/task:k devices (e.g. --cluster=2xcpu-workers)"
+        )
+
+
+def measure_placed(module: Module, iterations: int, warmup: int, seed: int, steps: int = 1) -> RigRun:
+    """Run ``module`` as placed on its cluster's rig and return the measurements."""
+    from graphir.backends.tf.rig import rig, run_on_rig
+
+    with rig(module.cluster) as servers:
+        return run_on_rig(module, servers, steps=steps, warmup=warmup, trace_steps=iterations, seed=seed)
+
+
+def run_tf_run(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+    """``profile{mode=tf-run}`` (see the module docstring)."""
+    _check_rig(module)
+    nodes = module.graph.index().nodes
+    cluster = module.cluster
+    unplaced = [node for node in nodes if node.device is None]
+    by_tf_device = {device.tf_device: device for device in cluster.devices}
+    measured: dict[str, dict[str, float]] = {}  # kind -> node name -> seconds
+    runs: list[RigRun] = []
+    kinds = sorted(cluster.kinds) if unplaced else [None]
+    for kind in kinds:
+        if kind is not None:
+            first = next(d for d in cluster.devices if d.kind == kind)
+            for node in unplaced:
+                node.device = first.name
+        try:
+            ctx.log(f"profile: running '{module.name}' on the rig ({cluster.spec}) for its measured costs")
+            run = measure_placed(module, options.iterations, options.warmup, ctx.seed)
+        finally:
+            for node in unplaced:
+                node.device = None
+        runs.append(run)
+        for name, seconds in run.node_seconds.items():
+            device = by_tf_device.get(run.node_devices[name])
+            where = device.kind if device is not None else (kind or "")
+            measured.setdefault(where, {})[name] = seconds
+    return PassResult(True, _write(module, nodes, measured, runs, options.iterations))
+
+
+def _write(
+    module: Module, nodes: list[Node], measured: dict[str, dict[str, float]], runs: list[RigRun], iterations: int
+) -> dict[str, Stat]:
+    work = analyze_graph(module.graph)
+    kinds = sorted(module.cluster.kinds)
+    unmeasured = 0
+    compute = 0.0
+    for i, node in enumerate(nodes):
+        own = {kind: measured[kind][node.name] for kind in kinds if node.name in measured.get(kind, {})}
+        if not own:
+            unmeasured += 1
+        before = dict(node.cost.times) if node.cost is not None else {}
+        fallback = next(iter(own.values()), 0.0)
+        times = {kind: own.get(kind, before.get(kind, fallback)) for kind in kinds}
+        node.cost = Cost(tuple((kind, float(f"{t:.12g}")) for kind, t in times.items()))
+        node.mem = Mem(int(work.persistent[i]), int(work.activation[i]), int(work.temporary[i]))
+        compute += fallback
+    first = runs[0]
+    node_sum = sum(first.node_seconds.values())
+    stats: dict[str, Stat] = {
+        "nodes": len(nodes),
+        "unmeasured-ops": unmeasured,
+        "iterations": iterations,
+        "compute-s": compute,
+        "measured-run-s": first.median_s,
+        "measured-node-sum-s": node_sum,
+        "transfers": sum(len(run.transfers) for run in runs),
+        "transfer-bytes": sum(t[3] for run in runs for t in run.transfers),
+        "transfer-s": sum(t[4] for run in runs for t in run.transfers),
+    }
+    if len(set(first.node_devices.values())) == 1 and nodes:
+        stats["executor-gap-s"] = max(first.median_s - node_sum, 0.0) / len(nodes)
+    return stats

@@ -1,0 +1,243 @@
+"""The fidelity rig: pinned local TF workers, step statistics, ``profile{mode=tf-run}``, rig calibration fits.
+
+The parsing and fitting tests use hand-built step statistics and calibration samples (no
+TensorFlow); one test starts a real 2-worker rig in a subprocess on a tiny graph.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from graphir.backends.tf.rig import RigCalibration, normalise_device, parse_step_stats, rig_cores
+from graphir.cluster import cpu_workers_cluster, load_cluster_toml, resolve_cluster, rig_cache_path
+from graphir.cluster_model import ClusterError
+from graphir.passes.profile.calibrate_comm import fit_rig
+
+W0 = "/job:worker/replica:0/task:0/device:CPU:0"
+W1 = "/job:worker/replica:0/task:1/device:CPU:0"
+
+
+def _stat(
+    name: str, start_us: int, op_start_ns: int, op_end_ns: int, label: str = "", end_us: int = 0
+) -> SimpleNamespace:
+    return SimpleNamespace(
+        node_name=name,
+        all_start_micros=start_us,
+        all_start_nanos=start_us * 1000,
+        op_start_rel_nanos=op_start_ns,
+        op_end_rel_nanos=op_end_ns,
+        op_start_rel_micros=op_start_ns // 1000,
+        op_end_rel_micros=op_end_ns // 1000,
+        all_end_rel_micros=end_us,
+        timeline_label=label,
+        output=[
+            SimpleNamespace(
+                tensor_description=SimpleNamespace(allocation_description=SimpleNamespace(requested_bytes=4096))
+            )
+        ],
+    )
+
+
+def _node(name: str, op: str, inputs: list[str], **attrs: str) -> SimpleNamespace:
+    attr = {key: SimpleNamespace(s=value.encode()) for key, value in attrs.items()}
+    return SimpleNamespace(name=name, op=op, input=inputs, attr=attr)
+
+
+def test_parse_step_stats_times_kernels_and_transfers():
+    """Transfer time = producer kernel end -> RecvTensor end, on the same wall clock."""
+    metadata = SimpleNamespace(
+        step_stats=SimpleNamespace(
+            dev_stats=[
+                SimpleNamespace(device=W0, node_stats=[_stat("b", 1_000, 0, 2_000_000)]),  # b: 1.000 .. 1.002 s (us)
+                SimpleNamespace(
+                    device=W1,
+                    node_stats=[
+                        _stat("RecvTensor", 3_100, 0, 0, f"[4.0KB] [1Gb/s] edge_3_b from {W0} to {W1}", end_us=400),
+                        _stat("c", 3_600, 0, 500_000),
+                    ],
+                ),
+            ]
+        ),
+        partition_graphs=[
+            SimpleNamespace(
+                node=[_node("b_S0", "_Send", ["b"], tensor_name="edge_3_b", send_device=W0, recv_device=W1)]
+            ),
+            SimpleNamespace(node=[_node("b_S1", "_Recv", [], tensor_name="edge_3_b", send_device=W0, recv_device=W1)]),
+        ],
+    )
+    trace = parse_step_stats(metadata)
+    assert set(trace.ops) == {"b", "c"}
+    assert trace.ops["b"].device == "/job:worker/task:0/device:CPU:0"
+    assert trace.ops["b"].seconds == pytest.approx(2e-3)
+    assert trace.ops["c"].seconds == pytest.approx(0.5e-3)
+    (transfer,) = trace.transfers
+    assert (transfer.producer, transfer.output, transfer.nbytes) == ("b", 0, 4096)
+    assert transfer.src.endswith("task:0/device:CPU:0") and transfer.dst.endswith("task:1/device:CPU:0")
+    # b ends at 1_000 us + 2_000 us = 3_000 us; the receive ends at 3_100 + 400 = 3_500 us
+    assert transfer.seconds == pytest.approx(500e-6)
+
+
+def test_device_names_and_cores():
+    assert normalise_device(W1) == "/job:worker/task:1/device:CPU:0"
+    cores = rig_cores(3)
+    assert len(cores) == 3 and set(cores) <= os.sched_getaffinity(0)
+
+
+def _calibration(latency: float, bandwidth: float, kernel: float, gap: float, step: float) -> RigCalibration:
+    sizes = [1024 * 4**k for k in range(7)]
+    transfers = {
+        ("worker0", "worker1"): [(s, latency + s / bandwidth) for s in sizes],
+        ("worker1", "worker0"): [(s, 2 * latency + s / bandwidth) for s in sizes],
+    }
+    chains = {name: [(n, step + n * (kernel + gap)) for n in (50, 200, 800)] for name in ("worker0", "worker1")}
+    return RigCalibration(
+        transfers,
+        chains,
+        {"worker0": kernel, "worker1": kernel},
+        {"worker0": (2e9, 0.05), "worker1": (2e9, 0.05)},
+        {"worker0": (48e6, 0.01), "worker1": (48e6, 0.01)},
+    )
+
+
+def test_fit_rig_recovers_overheads_and_links(tmp_path):
+    fitted = fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
+    assert fitted.transfer_overhead == pytest.approx(300e-6, rel=1e-6)
+    assert {(f.src, f.dst): f.latency for f in fitted.links}[("worker1", "worker0")] == pytest.approx(600e-6, rel=1e-6)
+    assert all(f.bandwidth == pytest.approx(2e9, rel=1e-6) for f in fitted.links)
+    assert fitted.op_overhead["worker0"] == pytest.approx(4e-6, rel=1e-6)
+    assert fitted.step_overhead["worker1"] == pytest.approx(600e-6, rel=1e-6)
+    assert fitted.peak_flops["worker0"] == pytest.approx(40e9)
+    path = tmp_path / "rig.toml"
+    path.write_text(fitted.toml(cpu_workers_cluster(2)))
+    cluster = load_cluster_toml(path)
+    assert cluster.transfer_overhead == pytest.approx(300e-6)
+    assert [d.op_overhead for d in cluster.devices] == [pytest.approx(4e-6)] * 2
+    assert [d.peak_flops for d in cluster.devices] == [pytest.approx(40e9)] * 2
+    links = {(link.src, link.dst): link for link in cluster.links}
+    assert links[("worker0", "worker1")].latency == pytest.approx(0.0, abs=1e-9)  # all of it is the overhead
+    assert links[("worker1", "worker0")].latency == pytest.approx(300e-6, rel=1e-3)
+
+
+def test_workers_shorthand_reads_the_calibrated_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHIR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("GRAPHIR_MEASURE_CPU", "1")
+    default = resolve_cluster("2xcpu-workers")
+    assert [d.tf_device for d in default.devices] == [f"/job:worker/task:{k}/device:CPU:0" for k in range(2)]
+    assert default.transfer_overhead == 0.0
+    fitted = fit_rig(_calibration(latency=250e-6, bandwidth=1e9, kernel=1e-6, gap=2e-6, step=500e-6))
+    rig_cache_path(2).write_text(fitted.toml(default))
+    calibrated = resolve_cluster("2xcpu-workers")
+    assert calibrated.spec == "2xcpu-workers" and calibrated.transfer_overhead == pytest.approx(250e-6)
+    monkeypatch.setenv("GRAPHIR_MEASURE_CPU", "0")  # deterministic outputs: the cache is ignored
+    assert resolve_cluster("2xcpu-workers").transfer_overhead == 0.0
+    with pytest.raises(ClusterError, match="between 1 and 64 workers"):
+        resolve_cluster("0xcpu-workers")
+
+
+_RIG_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from graphir.backends.tf.rig import rig, run_on_rig
+    from graphir.cluster import resolve_cluster
+    from graphir.ir import Graph, Module
+    from graphir.pass_infra import PassContext
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+    from graphir.types import DType, TensorType
+
+    t = TensorType(DType.F32, (128, 256))
+    graph = Graph()
+    x = graph.add_input("x", t)
+    w = graph.add_input("w", TensorType(DType.F32, (256, 256)))
+    a = graph.add_node("onnx.MatMul", [x, w], [t], name="a")
+    b = graph.add_node("onnx.Relu", [a.outputs[0]], [t], name="b")
+    c = graph.add_node("onnx.MatMul", [x, w], [t], name="c")
+    d = graph.add_node("onnx.Relu", [c.outputs[0]], [t], name="d")
+    e = graph.add_node("onnx.Add", [b.outputs[0], d.outputs[0]], [t], name="e")
+    graph.set_outputs([e.outputs[0]])
+    module = Module("tiny", graph)
+    module.set_cluster(resolve_cluster("2xcpu-workers"))
+    result = PassManager(parse_pipeline("profile{mode=tf-run iterations=2 warmup=1}")).run(module, PassContext(seed=0))
+    costs = {n.name: n.cost.time("cpu") for n in graph.nodes}
+    unplaced = all(n.device is None for n in graph.nodes)
+    placement = [(a, "worker0"), (b, "worker0"), (c, "worker1"), (d, "worker1"), (e, "worker0")]
+    for order, (node, device) in enumerate(placement):
+        node.device, node.order = device, order
+    with rig(module.cluster, timeout_s=60) as servers:
+        pids = [p.pid for p in servers.processes.values()]
+        run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
+    alive = [p.poll() is None for p in servers.processes.values()]
+    print(json.dumps({
+        "costs": costs, "unplaced": unplaced, "stats": result[0].result.stats,
+        "devices": run.node_devices, "transfers": run.transfers, "times": run.times_s, "alive": alive,
+    }))
+    """
+)
+
+
+def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+    result = subprocess.run(
+        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["unplaced"], "profile{mode=tf-run} restores an unplaced module"
+    assert report["costs"]["a"] > 0 and report["costs"]["c"] > 0  # measured MatMul kernels
+    assert report["devices"] == {
+        "a": "/job:worker/task:0/device:CPU:0",
+        "b": "/job:worker/task:0/device:CPU:0",
+        "c": "/job:worker/task:1/device:CPU:0",
+        "d": "/job:worker/task:1/device:CPU:0",
+        "e": "/job:worker/task:0/device:CPU:0",
+    }
+    sent = {
+        (value, src[-12:], dst[-12:]): (nbytes, seconds) for value, src, dst, nbytes, seconds in report["transfers"]
+    }
+    nbytes, seconds = sent[("d", "task:1/device:CPU:0"[-12:], "task:0/device:CPU:0"[-12:])]
+    assert nbytes == 128 * 256 * 4 and 0 < seconds < 1.0
+    assert len(report["times"]) == 2 and all(t > 0 for t in report["times"])
+    assert report["alive"] == [False, False], "the workers stop when the rig closes"
+
+
+def test_tf_run_refuses_a_cluster_without_workers():
+    from graphir.errors import PassError
+    from graphir.ir import Graph, Module
+    from graphir.pass_infra import PassContext
+    from graphir.passes.profile import Profile
+
+    module = Module("m", Graph())
+    module.set_cluster(resolve_cluster("2xcpu"))
+    with pytest.raises(PassError, match="needs /job:worker/task:k devices"):
+        Profile(mode="tf-run").run(module, PassContext())
+
+
+def test_fidelity_fine_placement_deals_colocation_classes():
+    from graphir.ir import Graph, Module
+    from graphir.tools.bench_fidelity import fine_placement
+    from graphir.types import DType, TensorType
+
+    t = TensorType(DType.F32, (2,))
+    graph = Graph()
+    x = graph.add_input("x", t)
+    nodes = []
+    value = x
+    for k in range(5):
+        node = graph.add_node("onnx.Relu", [value], [t], name=f"n{k}")
+        value = node.outputs[0]
+        nodes.append(node)
+    nodes[3].colocate = nodes[1].colocate = "pair"
+    graph.set_outputs([value])
+    module = Module("m", graph)
+    module.set_cluster(cpu_workers_cluster(2))
+    mapping = fine_placement(module)
+    assert mapping == {"n0": "worker0", "n1": "worker1", "n2": "worker0", "n3": "worker1", "n4": "worker1"}
+    assert Path(rig_cache_path(2)).name == "cluster-2xcpu-workers.toml"
