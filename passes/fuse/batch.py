@@ -47,16 +47,15 @@ merges are one acyclic batch) and in ``component-joins``. Afterwards the graph i
 (or already at the target), so the rounds reach it: ``nodes-after = min(T, nodes-before)`` for
 every DAG and every ``T >= 1``. The join keeps the heaviest component whole for the rounds to
 coarsen; the junk (lone constants) joins it at one node. A round is O(E log E) (the sort), as in
-the paper; the join is O(V + E) (scipy's connected components) plus a sort of the components.
+the paper; the join is O(V + E α(V)) (union-find over the edges) plus a sort of the components.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse
-from scipy.sparse.csgraph import connected_components
 
 from graphir.passes.fuse.common import CoarseGraph, heights
+from graphir.unionfind import DisjointSets
 
 
 def feasible_edges(graph: CoarseGraph, height: np.ndarray) -> np.ndarray:
@@ -134,10 +133,13 @@ def join_components(graph: CoarseGraph, target: int) -> tuple[np.ndarray, int]:
     """
     n = graph.num_nodes
     identity = np.arange(n, dtype=np.int64)
-    adjacency = scipy.sparse.coo_matrix(
-        (np.ones(len(graph.edge_src), dtype=np.int8), (graph.edge_src, graph.edge_dst)), shape=(n, n)
-    )
-    num_components, component = connected_components(adjacency, directed=True, connection="weak")
+    sets: DisjointSets[int] = DisjointSets()
+    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), strict=True):
+        sets.union(u, v)
+    root = np.fromiter((sets.find(v) if v in sets else v for v in range(n)), dtype=np.int64, count=n)
+    roots, component = np.unique(root, return_inverse=True)
+    component = component.reshape(-1)
+    num_components = len(roots)
     if target >= num_components:
         return identity, 0
     # Representative of a component: its lowest coarse number (first occurrence in node order).
