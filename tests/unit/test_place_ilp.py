@@ -267,23 +267,35 @@ def test_ilp_isolated_solver_process_gives_the_same_schedule() -> None:
     assert [[node.device, node.order] for node in module.graph.index().nodes] == schedule
 
 
-def test_the_pipeline_seed_and_the_options_reach_cp_sat(monkeypatch: pytest.MonkeyPatch) -> None:
-    """--seed becomes CP-SAT's random_seed; workers and time-limit reach its parameters."""
-    cp_model = pytest.importorskip("ortools.sat.python.cp_model")
-    seen: list[tuple[int, int, float]] = []
-    original = cp_model.CpSolver.Solve
+_SEED_SPY = """
+import sys
+sys.path.insert(0, {tests!r})
+from ortools.sat.python import cp_model
+from graphir.pass_infra import PassContext
+from graphir.passes.place import Place
+from test_place_ilp import comm_heavy_module
+assert "tensorflow" not in sys.modules
+seen = []
+original = cp_model.CpSolver.Solve
+def spy(self, model, *args):
+    params = self.parameters
+    seen.append((params.random_seed, params.num_workers, params.max_time_in_seconds))
+    return original(self, model, *args)
+cp_model.CpSolver.Solve = spy
+Place.of("ilp", time_limit=20.0, workers=2, isolate="no").run(comm_heavy_module(1, 5, "2xV100"), PassContext(seed=7))
+print(seen)
+"""
 
-    def spy(self: object, model: object, *args: object) -> object:
-        params = self.parameters  # type: ignore[attr-defined]
-        seen.append((params.random_seed, params.num_workers, params.max_time_in_seconds))
-        return original(self, model, *args)
 
-    monkeypatch.setattr(cp_model.CpSolver, "Solve", spy)
-    module = comm_heavy_module(1, 5, "2xV100")
-    place = Place.of("ilp", time_limit=20.0, workers=2, isolate="no")
-    place.run(module, PassContext(seed=7))
-    assert len(seen) == 1
-    seed, workers, limit = seen[0]
+def test_the_pipeline_seed_and_the_options_reach_cp_sat() -> None:
+    """--seed becomes CP-SAT's random_seed; workers and time-limit reach its parameters.
+
+    CP-SAT runs in a fresh interpreter: the test session may have loaded TensorFlow (see below).
+    """
+    pytest.importorskip("ortools.sat.python.cp_model")
+    script = _SEED_SPY.format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    ((seed, workers, limit),) = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
     assert (seed, workers) == (7, 2) and 0 < limit <= 20.0
 
 
@@ -294,6 +306,6 @@ def test_ilp_writes_no_annotation_before_place_does() -> None:
     module = comm_heavy_module(2, 5, "2xV100")
     before = print_module(module)
     problem = PlacementProblem.from_module(module)
-    placement = PLACERS["ilp"](time_limit=20.0, isolate="no").place(problem, placement_context(module, PassContext()))
+    placement = PLACERS["ilp"](time_limit=20.0).place(problem, placement_context(module, PassContext()))
     assert print_module(module) == before
     assert placement.device.shape == (problem.num_nodes,) and placement.start is not None
