@@ -1,7 +1,7 @@
 # graphir developer tasks. Needs only python3 (>= 3.11) and make: everything else is installed
 # into .venv from pyproject.toml (the `dev` extra) on first use.
 #
-#   make demo     run graphir-opt on the example SqueezeNet model
+#   make demo     build a GPT training step too big for one GPU, compare the placers on it, write the report pages
 #   make test     lint, pytest (tests/unit) and lit golden tests (tests/filecheck)
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
@@ -43,14 +43,19 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
-# The main job on the bundled model: what it is, then profile -> fuse -> place -> simulate, reported
-# (the table on stdout; the HTML page, timeline pictures, JSON and DOT under build/demo/).
+# The point of the tool in one run (about a minute): build a GPT training step with TensorFlow
+# (tools/demo.py; kept in build/demo/ once built), compare one device with the published placers on
+# the four 1 GiB GPUs of examples/demo_cluster.toml (one device is out of memory), keep graphir's
+# answer, and write the comparison (table, JSON, HTML) and the answer's report page under build/demo/.
+DEMO_PLACERS := single,m-topo,m-etf,m-sct,heft,metis,order-place,adjusting
 demo: $(STAMP)
-	$(BIN)/graphir-opt examples/squeezenet.onnx --emit=summary
-	$(BIN)/graphir-opt examples/squeezenet.onnx --cluster=celeritas \
-		--passes='profile,fuse{algo=cpd-topo},place{algo=adjusting},simulate' --emit=report -o build/demo/
-	@cat build/demo/report.txt
-	@echo "demo: open build/demo/report.html for the report page (timeline and memory bars)"
+	$(BIN)/python -m graphir.tools.demo build/demo/gpt_train.pb
+	$(BIN)/graphir-opt build/demo/gpt_train.pb --cluster=examples/demo_cluster.toml --passes=profile \
+		--compare=$(DEMO_PLACERS) --emit=gir -o build/demo/gpt_placed.gir
+	$(BIN)/graphir-opt build/demo/gpt_placed.gir --emit=compare -o build/demo/
+	$(BIN)/graphir-opt build/demo/gpt_placed.gir --emit=report -o build/demo/
+	@cat build/demo/compare.txt
+	@echo "demo: open build/demo/compare.html (the placers side by side) and build/demo/report.html (graphir's answer: timeline and memory)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
