@@ -2,7 +2,7 @@
 # into .venv from pyproject.toml (the `dev` extra) on first use.
 #
 #   make demo     build a GPT training step too big for one GPU, compare the placers on it, write the report pages
-#   make test     lint, pytest (tests/unit) and lit golden tests (tests/filecheck)
+#   make test     lint, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
@@ -29,7 +29,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo test test-all lint format bench bench-core bench-place bench-scale bench-fidelity regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-fidelity regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -66,10 +66,26 @@ format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
 	$(BIN)/ruff check --fix $(LINT_PATHS)
 
+# The browser test (tests/unit/test_browser.py) renders the report pages in headless Chromium. When
+# no Chromium is on PATH and we are root, install Debian's package (about 1.5 minutes with the package
+# lists present); otherwise the test skips with one line saying how to get it.
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			start=$$(date +%s); echo "browser: installing chromium for tests/unit/test_browser.py (apt-get)"; \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null \
+				|| { apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; } \
+				|| echo "browser: could not install chromium; the browser test will skip"; \
+			echo "browser: chromium step took $$(( $$(date +%s) - start )) s"; \
+		else \
+			echo "browser: no chromium and not root: the browser test skips ('sudo apt-get install chromium' runs it)"; \
+		fi; \
+	fi
+
 # lit runs graphir-opt and filecheck by name: put the venv's bin first on PATH (lit.cfg.py does
 # the same for the test environment). lit fails when it finds no test at all, so an empty
 # tests/filecheck is reported and skipped rather than failing the build.
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest -q -m "not slow"
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \

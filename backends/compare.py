@@ -226,7 +226,8 @@ tr.failed td {{ color: #5b6270; }}
 .bar {{ position: absolute; left: 0; top: 0; bottom: 0; min-width: 1px; border-radius: 3px;
   background: {BAR_COLOUR}; }}
 .bar-row.best .bar {{ background: {BEST_COLOUR}; }}
-.bar-row.oom .bar, .dev-bar.oom .bar {{ background: {OOM_COLOUR}; }}
+#makespan .bar-row.oom .bar, .dev-bar.oom .bar, .bar-row.best .dev-bar.oom .bar {{ background: {OOM_COLOUR}; }}
+.bar.empty {{ min-width: 0; }}
 .bar-row.oom .label {{ color: {OOM_COLOUR}; font-weight: 700; }}
 .bar-row.best .label {{ color: {BEST_COLOUR}; font-weight: 700; }}
 .capacity {{ position: absolute; top: -3px; bottom: -3px; width: 0; border-left: 2px dashed #1d2129; }}
@@ -333,12 +334,14 @@ def _memory_bars(comparison: Comparison) -> list[str]:
             use = peak / capacity if capacity else 0.0
             width = 100.0 * min(use, scale) / scale
             over = " oom" if peak > capacity else ""
+            bar_class = "bar" if peak else "bar empty"
             title = f"{device}: {format_size(peak)} of {format_size(capacity)} ({100 * use:.1f}%)"
             lines += [
                 f'<div class="dev-bar{over}" data-device="{escape(device)}" data-peak="{peak}" '
                 f'data-capacity="{capacity}">',
                 f"<span>{escape(device)}</span>",
-                f'<div class="track" title="{escape(title)}"><div class="bar" style="width:{width:.4f}%"></div>'
+                f'<div class="track" title="{escape(title)}"><div class="{bar_class}" '
+                f'style="width:{width:.4f}%"></div>'
                 f'<div class="capacity" style="left:{capacity_left:.4f}%"></div>'
                 + ('<span class="clipped">\u00bb</span>' if use > scale else "")
                 + "</div>",
