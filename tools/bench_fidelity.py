@@ -59,6 +59,7 @@ MODELS: dict[str, str] = {
 """Benchmark name -> source (``onnx:<light model>`` or ``zoo:<training entry>``)."""
 
 PLACEMENTS = ("single", "balanced", "fine")
+RULES = ("pair", "port", "task")
 
 
 @dataclasses.dataclass
@@ -75,6 +76,10 @@ class Row:
     simulated_s: float
     times_s: list[float]
     load: float
+    measured_transfers: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
+    """Per tensor sent between tasks in one traced step: (bytes, measured s, link-model s)."""
+    simulated_by_rule: dict[str, float] = dataclasses.field(default_factory=dict)
+    """The makespan under every congestion rule (the table uses the ``--congestion`` one)."""
 
     @property
     def error(self) -> float:
@@ -136,6 +141,13 @@ def _place(module: Any, placement: str, congestion: str, scratch: Path, seed: in
     return PassManager(parse_pipeline(pipeline)).run(module, PassContext(seed=seed))
 
 
+def link_time(cluster: Any, src: str, dst: str, nbytes: int) -> float:
+    """The cluster description's time for one transfer between two TF devices, uncontended."""
+    names = {device.tf_device: device.name for device in cluster.devices}
+    link = next(link for link in cluster.links if (link.src, link.dst) == (names[src], names[dst]))
+    return cluster.transfer_overhead + link.latency + nbytes / link.bandwidth
+
+
 def _loadavg() -> float:
     return os.getloadavg()[0]
 
@@ -160,7 +172,7 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
             _place(module, placement, args.congestion, scratch, args.seed)
             result = simulate(module, congestion=args.congestion, order="enforced")
             load = _loadavg()
-            run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=0, seed=args.seed)
+            run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
             load = max(load, _loadavg())
             row = Row(
                 name,
@@ -173,6 +185,8 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
                 float(result.makespan),
                 run.times_s,
                 load,
+                [(n, seconds, link_time(cluster, src, dst, n)) for _, src, dst, n, seconds in run.transfers],
+                {rule: float(simulate(module, congestion=rule, order="enforced").makespan) for rule in RULES},
             )
             log(
                 f"{name} {placement}: measured {row.measured_s:.4g} s, simulated {row.simulated_s:.4g} s "
@@ -209,17 +223,24 @@ def write_markdown(rows: Sequence[Row], path: Path, command: str, cluster_text: 
         "",
         *notes,
         "",
-        "| model | placement | nodes | devices | sim. transfers | measured (s) | simulated (s) | error | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | placement | nodes | devices | transfers sim. / meas. | MiB moved (sim.) | "
+        "transfer time meas. / model (median) | measured (s) | simulated (s) | error | load |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.model} | {r.placement} | {r.nodes} | {r.devices_used} | {r.transfers} | "
+            f"| {r.model} | {r.placement} | {r.nodes} | {r.devices_used} | {r.transfers} / "
+            f"{len(r.measured_transfers)} | {r.transfer_bytes / 2**20:.1f} | {_transfer_ratio(r)} | "
             f"{r.measured_s:.4g} | {r.simulated_s:.4g} | {r.error:+.1%} | {r.load:.2f} |"
         )
     lines += ["", "![simulated vs measured](fidelity.png)", "", "Cluster description used:", "", "```toml"]
     lines += [cluster_text.rstrip(), "```", ""]
     path.write_text("\n".join(lines))
+
+
+def _transfer_ratio(row: Row) -> str:
+    ratios = [measured / model for _, measured, model in row.measured_transfers if model > 0]
+    return f"{statistics.median(ratios):.2f}" if ratios else "—"
 
 
 def write_plot(rows: Sequence[Row], path: Path) -> None:
