@@ -96,6 +96,12 @@ class OpContext:
             return tuple(tensor.shape.as_list())
         return None if tensor_type.shape is None else known
 
+    def present(self, results: list[Any]) -> list[Any]:
+        """``results`` in ONNX output positions -> those of the node's present (named) outputs."""
+        absent = set(self.node.params.get("_absent_outputs", ()))  # type: ignore[arg-type]
+        kept = [r for k, r in enumerate(results) if k not in absent]
+        return kept[: len(self.node.outputs)]
+
     def const(self, position: int) -> np.ndarray | None:
         """The value of ONNX input ``position`` when it is a constant (else ``None``)."""
         return _const_array(self, position)

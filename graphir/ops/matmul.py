@@ -185,3 +185,9 @@ def _lower_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
     if rank_a == 1:
         y = tf.squeeze(y, -2)
     return [y]
+
+
+@lowering("Einsum")
+def _einsum(cx: OpContext, operands: list[Any]) -> list[Any]:
+    equation = str(cx.param("equation")).replace(" ", "")
+    return [cx.tf.einsum(equation, *operands)]

@@ -30,6 +30,7 @@ from graphir.ops.lower_context import (
     _axes_or_tensor,
     _int_vector,
     _norm_axis,
+    _onnx_elem_dtype,
     _tf_fn,
     _vector_length,
 )
@@ -120,9 +121,9 @@ def _reshape(cx: OpContext, operands: list[Any]) -> list[Any]:
     if int(cx.param("allowzero", 0)):
         return [tf.reshape(x, shape)]
     # A 0 in the target shape copies the input's dimension at that position.
-    count = cx.in_type(1).shape[0] if cx.in_type(1).is_static else None  # type: ignore[index]
+    count: Any = cx.in_type(1).shape[0] if cx.in_type(1).is_static else None  # type: ignore[index]
     if count is None:
-        raise cx.error("has a shape operand of unknown length")
+        count = tf.size(shape)  # a shape computed at run time
     dims = tf.concat([tf.shape(x, out_type=tf.int64), tf.zeros([count], tf.int64)], axis=0)[:count]
     return [tf.reshape(x, tf.where(tf.equal(shape, 0), dims, shape))]
 
@@ -451,3 +452,216 @@ def _arg_extreme(cx: OpContext, operands: list[Any]) -> list[Any]:
 
 
 lowering("ArgMax", "ArgMin")(_arg_extreme)
+
+
+def _element_coordinates(tf: Any, indices: Any, axis: int, rank: int) -> Any:
+    """Full coordinates ``[..., rank]`` for ``GatherElements``/``ScatterElements``.
+
+    The grid of ``indices``' shape, with the ``axis`` coordinate replaced by the indices themselves.
+    """
+    shape = tf.shape(indices, out_type=tf.int64)
+    grid = tf.meshgrid(*[tf.range(shape[k]) for k in range(rank)], indexing="ij")
+    grid[axis] = indices
+    return tf.stack(grid, axis=-1)
+
+
+def _wrap_negative(tf: Any, indices: Any, size: Any) -> Any:
+    indices = tf.cast(indices, tf.int64)
+    return tf.where(indices < 0, indices + tf.cast(size, tf.int64), indices)
+
+
+@lowering("GatherElements")
+def _gather_elements(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    data, indices = operands
+    rank = cx.rank(0)
+    axis = _norm_axis(int(cx.param("axis", 0)), rank)
+    indices = _wrap_negative(tf, indices, tf.shape(data)[axis])
+    return [tf.gather_nd(data, _element_coordinates(tf, indices, axis, rank))]
+
+
+def _scatter(tf: Any, reduction: str, data: Any, coords: Any, updates: Any) -> Any:
+    if reduction == "add":
+        return tf.tensor_scatter_nd_add(data, coords, updates)
+    if reduction == "max":
+        return tf.tensor_scatter_nd_max(data, coords, updates)
+    if reduction == "min":
+        return tf.tensor_scatter_nd_min(data, coords, updates)
+    if reduction == "mul":  # the product of every update per position, times the data there
+        flat = tf.reshape(tf.range(tf.size(data, out_type=tf.int64)), tf.shape(data, out_type=tf.int64))
+        positions = tf.reshape(tf.gather_nd(flat, coords), [-1])
+        factors = tf.math.unsorted_segment_prod(tf.reshape(updates, [-1]), positions, tf.size(data, out_type=tf.int64))
+        return data * tf.reshape(factors, tf.shape(data))
+    return tf.tensor_scatter_nd_update(data, coords, updates)
+
+
+@lowering("ScatterElements", "Scatter")
+def _scatter_elements(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    data, indices, updates = operands
+    rank = cx.rank(0)
+    axis = _norm_axis(int(cx.param("axis", 0)), rank)
+    indices = _wrap_negative(tf, indices, tf.shape(data)[axis])
+    coords = _element_coordinates(tf, indices, axis, rank)
+    return [_scatter(tf, cx.param("reduction", "none"), data, coords, updates)]
+
+
+@lowering("ScatterND")
+def _scatter_nd(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    data, indices, updates = operands
+    return [_scatter(tf, cx.param("reduction", "none"), data, tf.cast(indices, tf.int64), updates)]
+
+
+@lowering("GatherND")
+def _gather_nd(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    return [tf.gather_nd(operands[0], tf.cast(operands[1], tf.int64), batch_dims=int(cx.param("batch_dims", 0)))]
+
+
+@lowering("Trilu")
+def _trilu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    k = tf.constant(0, tf.int64) if _arg(operands, 1) is None else tf.reshape(tf.cast(operands[1], tf.int64), [])
+    shape = tf.shape(x, out_type=tf.int64)
+    offset = tf.range(shape[-1])[None, :] - tf.range(shape[-2])[:, None]  # j - i
+    keep = offset >= k if int(cx.param("upper", 1)) else offset <= k
+    return [tf.where(keep, x, tf.zeros_like(x))]
+
+
+@lowering("CumSum", "CumProd")
+def _cumulative(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    fn = tf.math.cumsum if cx.node.op == "onnx.CumSum" else tf.math.cumprod
+    axis = tf.reshape(tf.cast(operands[1], tf.int32), [])
+    exclusive, reverse = bool(int(cx.param("exclusive", 0))), bool(int(cx.param("reverse", 0)))
+    return [fn(operands[0], axis=axis, exclusive=exclusive, reverse=reverse)]
+
+
+@lowering("OneHot")
+def _one_hot(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    indices, depth, values = operands
+    depth = tf.cast(tf.reshape(depth, []), tf.int64)
+    indices = tf.cast(indices, tf.int64)
+    indices = tf.where(indices < 0, indices + depth, indices)
+    axis = int(cx.param("axis", -1))
+    axis = axis + cx.rank(0) + 1 if axis < 0 else axis
+    return [tf.one_hot(indices, tf.cast(depth, tf.int32), on_value=values[1], off_value=values[0], axis=axis)]
+
+
+@lowering("TopK")
+def _top_k(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    axis = _norm_axis(int(cx.param("axis", -1)), rank)
+    k = tf.cast(tf.reshape(operands[1], []), tf.int32) if cx.opset >= 10 else int(cx.param("k"))
+    perm = [*range(axis), *range(axis + 1, rank), axis]
+    moved = tf.transpose(x, perm) if axis != rank - 1 else x
+    largest = bool(int(cx.param("largest", 1)))
+    values, indices = tf.math.top_k(moved if largest else -moved, k=k, sorted=True)
+    if not largest:
+        values = -values
+    if axis != rank - 1:
+        inverse = [perm.index(j) for j in range(rank)]
+        values, indices = tf.transpose(values, inverse), tf.transpose(indices, inverse)
+    return [values, tf.cast(indices, tf.int64)]
+
+
+@lowering("EyeLike")
+def _eye_like(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    dtype = x.dtype if cx.param("dtype") is None else _onnx_elem_dtype(tf, int(cx.param("dtype")))
+    shape = tf.shape(x, out_type=tf.int64)
+    offset = tf.range(shape[1])[None, :] - tf.range(shape[0])[:, None]
+    return [tf.cast(tf.equal(offset, int(cx.param("k", 0))), dtype)]
+
+
+@lowering("DepthToSpace")
+def _depth_to_space(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    bs = int(cx.param("blocksize"))
+    b, c, h, w = (tf.shape(x)[k] for k in range(4))
+    if cx.param("mode", "DCR") == "CRD":
+        tmp = tf.transpose(tf.reshape(x, tf.stack([b, c // (bs * bs), bs, bs, h, w])), [0, 1, 4, 2, 5, 3])
+    else:
+        tmp = tf.transpose(tf.reshape(x, tf.stack([b, bs, bs, c // (bs * bs), h, w])), [0, 3, 4, 1, 5, 2])
+    return [tf.reshape(tmp, tf.stack([b, c // (bs * bs), h * bs, w * bs]))]
+
+
+@lowering("SpaceToDepth")
+def _space_to_depth(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    bs = int(cx.param("blocksize"))
+    b, c, h, w = (tf.shape(x)[k] for k in range(4))
+    order = [0, 1, 3, 5, 2, 4] if cx.param("mode", "DCR") == "CRD" else [0, 3, 5, 1, 2, 4]
+    tmp = tf.transpose(tf.reshape(x, tf.stack([b, c, h // bs, bs, w // bs, bs])), order)
+    return [tf.reshape(tmp, tf.stack([b, c * bs * bs, h // bs, w // bs]))]
+
+
+@lowering("Compress")
+def _compress(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, condition = operands
+    axis = cx.param("axis")
+    if axis is None:
+        x, axis = tf.reshape(x, [-1]), 0
+    else:
+        axis = _norm_axis(int(axis), cx.rank(0))
+    count = tf.minimum(tf.size(condition), tf.shape(x)[axis])  # a shorter condition selects a prefix
+    x = tf.gather(x, tf.range(count), axis=axis)
+    return [tf.boolean_mask(x, tf.cast(condition[:count], tf.bool), axis=axis)]
+
+
+@lowering("NonZero")
+def _non_zero(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    return [tf.transpose(tf.where(tf.not_equal(x, tf.zeros([], x.dtype))))]
+
+
+@lowering("ReverseSequence")
+def _reverse_sequence(cx: OpContext, operands: list[Any]) -> list[Any]:
+    time_axis, batch_axis = int(cx.param("time_axis", 0)), int(cx.param("batch_axis", 1))
+    lengths = cx.tf.cast(operands[1], cx.tf.int64)
+    return [cx.tf.reverse_sequence(operands[0], lengths, seq_axis=time_axis, batch_axis=batch_axis)]
+
+
+@lowering("Unique")
+def _unique(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    if cx.param("axis") is not None:
+        raise cx.error("with an axis is not supported by the TensorFlow lowering (flattened input only)")
+    flat = tf.reshape(operands[0], [-1])
+    values, inverse = tf.unique(flat, out_idx=tf.int64)  # in order of first occurrence
+    count = tf.size(values, out_type=tf.int64)
+    first = tf.math.unsorted_segment_min(tf.range(tf.size(flat, out_type=tf.int64)), inverse, count)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(inverse), inverse, count)
+    if int(cx.param("sorted", 1)):
+        order = tf.argsort(values, stable=True)
+        rank = tf.math.invert_permutation(order)
+        values, first, counts = tf.gather(values, order), tf.gather(first, order), tf.gather(counts, order)
+        inverse = tf.cast(tf.gather(rank, inverse), tf.int64)
+    return cx.present([values, first, inverse, counts])
+
+
+@lowering("CenterCropPad")
+def _center_crop_pad(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, shape = operands[0], tf.cast(operands[1], tf.int64)
+    rank = cx.rank(0)
+    axes = [_norm_axis(int(a), rank) for a in cx.param("axes", range(rank))]
+    for k, axis in enumerate(axes):
+        dim = tf.shape(x, out_type=tf.int64)[axis]
+        target = shape[k]
+        crop = tf.maximum(dim - target, 0)
+        x = tf.gather(x, tf.range(crop // 2, crop // 2 + tf.minimum(dim, target)), axis=axis)
+        pad = tf.maximum(target - dim, 0)
+        paddings = tf.scatter_nd([[axis]], tf.stack([[pad // 2, pad - pad // 2]]), [rank, 2])
+        x = tf.pad(x, paddings)
+    return [x]

@@ -1,6 +1,6 @@
 """Training-step and sequence ops: optimizers, variable updates, random generators, losses, RNN cells, top-k.
 
-Cost facets only (these ops have no ONNX lowering and no split rule):
+Cost facets, and the lowerings of ONNX's two losses (no split rules):
 
 * optimizers (``ResourceApplyAdam``, ``ApplyGradientDescent``... and their sparse forms): ``k`` FLOPs
   per element and ``t`` variable-sized tensors read and written (variable, slots, gradient), per rule;
@@ -9,14 +9,20 @@ Cost facets only (these ops have no ONNX lowering and no split rule):
 * recurrent cells (ONNX ``LSTM``/``GRU``/``RNN``, TF ``BlockLSTM``...): two GEMMs per step plus ~10 FLOPs
   per gate unit; their gradients twice the forward GEMM work;
 * softmax cross-entropy: ~8 FLOPs per logit; top-k: ``|in| · log2(k)`` comparisons.
+
+Lowerings: ``NegativeLogLikelihoodLoss`` picks each target's log-probability through a one-hot
+product (classes moved last), with per-class weights and ``ignore_index`` (ignored positions weigh
+0; ``mean`` divides by the total weight); ``SoftmaxCrossEntropyLoss`` is that loss on the
+log-softmax over the class axis, whose values are its optional second result.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from graphir.ops.registry import Estimate, Estimator, cost
+from graphir.ops.lower_context import OpContext, _arg
+from graphir.ops.registry import Estimate, Estimator, cost, lowering
 from graphir.ops.work import _elems, _produce
 
 if TYPE_CHECKING:
@@ -146,3 +152,47 @@ def _softmax_xent(node: Node, ins, outs, ib, ob) -> Estimate | None:
     if not ins or ins[0] is None:
         return None
     return 8.0 * _elems(ins[0]), float(sum(ib) + sum(ob)), 0
+
+
+# --------------------------------------------------------------------------- lowering (losses)
+
+
+def _nll(cx: OpContext, log_prob: Any, target: Any, weight: Any) -> Any:
+    """``NegativeLogLikelihoodLoss`` of ``log_prob`` [N, C, d...] at ``target`` [N, d...]."""
+    tf = cx.tf
+    ignore = cx.param("ignore_index")
+    rank = log_prob.shape.rank
+    classes = tf.shape(log_prob)[1]
+    last = tf.transpose(log_prob, [0, *range(2, rank), 1])  # [N, d..., C]
+    target = tf.cast(target, tf.int64)
+    keep = tf.ones_like(target, tf.bool) if ignore is None else tf.not_equal(target, int(ignore))
+    safe = tf.where(keep, target, tf.zeros_like(target))
+    picked = tf.reduce_sum(last * tf.one_hot(safe, classes, dtype=log_prob.dtype), axis=-1)
+    w = tf.cast(keep, log_prob.dtype)
+    if weight is not None:
+        w = w * tf.gather(weight, safe)
+    loss = -picked * w
+    reduction = cx.param("reduction", "mean")
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return tf.reduce_sum(loss)
+    return tf.reduce_sum(loss) / tf.reduce_sum(w)
+
+
+@lowering("NegativeLogLikelihoodLoss")
+def _negative_log_likelihood(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_nll(cx, operands[0], operands[1], _arg(operands, 2))]
+
+
+@lowering("SoftmaxCrossEntropyLoss")
+def _softmax_cross_entropy(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    scores = operands[0]
+    rank = cx.rank(0)
+    moved = tf.transpose(scores, [0, *range(2, rank), 1]) if rank > 2 else scores
+    log_prob = tf.nn.log_softmax(moved, axis=-1)
+    if rank > 2:
+        log_prob = tf.transpose(log_prob, [0, rank - 1, *range(1, rank - 1)])
+    loss = _nll(cx, log_prob, operands[1], _arg(operands, 2))
+    return cx.present([loss, log_prob])
