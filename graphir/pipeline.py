@@ -177,10 +177,23 @@ def parse_pipeline(text: str) -> list[Pass]:
     return out
 
 
+MAX_OPTION_INT = 1 << 62
+"""Largest magnitude of an integer option: passes hold counts and sizes in int64 arrays."""
+
+
+def _in_range(value: object) -> object:
+    """``value`` itself; an int (or an int in a list) beyond :data:`MAX_OPTION_INT` is a ValueError."""
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_OPTION_INT:
+            raise ValueError(f"{item} is out of range (limit 2^62)")
+    return value
+
+
 def _convert(scanner: _Scanner, entry: PassText, option: OptionText, info: OptionInfo) -> object:
     """The typed value of one option, or a caret error under the value."""
     try:
-        return info.convert(option.value)
+        return _in_range(info.convert(option.value))
     except ValueError as exc:
         shown = option.value if isinstance(option.value, str) else ",".join(option.value)
         raise scanner.error(

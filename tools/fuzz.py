@@ -85,6 +85,57 @@ GRAPHDEF_PIPELINES: tuple[tuple[str, ...], ...] = (
 )
 SUFFIX = {"gir": ".gir", "onnx": ".onnx", "graphdef": ".pb"}
 
+# Pipelines generated from a grammar of pass specs with boundary option values (one `.gir` run in
+# ten): option parsing and passes with hostile options. Passes that measure hardware
+# (calibrate-comm, profile modes other than analytical) or solve exact problems (ilp) stay out:
+# they are slow by design, not hung.
+_INTS = ("0", "-1", "1", "2", "3", "7", "99999999999999999999")
+_FLOATS = ("0", "0.5", "1", "-1", "nan", "inf", "1e308", "1e-300")
+_PASS_SPECS: tuple[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], ...] = (
+    ("profile", (("target", _INTS),)),
+    (
+        "fuse",
+        (
+            ("algo", ("cpd-topo", "rules", "acyclic-batch", "colocation", "bogus")),
+            ("window", _INTS),
+            ("mem-cap", _FLOATS),
+            ("target", _INTS),
+        ),
+    ),
+    ("place", (("algo", ("m-topo", "m-etf", "m-sct", "heft", "expert", "single", "metis", "adjusting", "dpos", "x")),)),
+    ("schedule", ()),
+    (
+        "simulate",
+        (
+            ("congestion", ("pair", "port", "task", "topology")),
+            ("order", ("enforced", "dynamic")),
+            ("fail-on-oom", ("true", "false", "2")),
+        ),
+    ),
+    ("critical-path", (("kind", ("", "V100", "nope")),)),
+    ("dce", (("keep", ("y", "x,y", '""')), ("prune-constants", ("true", "false")))),
+    ("strip-annotations", (("keys", ("device,order", "cost", "group", "nope")),)),
+    ("topo-order", (("order", ("m-topo", "dfs-topo", "cpd-topo")), ("parts", _INTS))),
+    ("split", (("op", ("y", "a", "nope", "")), ("parts", _INTS), ("axis", ("batch", "0", "1", "-1", "7")))),
+    ("verify-acyclic", ()),
+    ("os-dpos", ()),
+)
+
+
+def random_pipeline(rng: random.Random) -> str:
+    """Two to four pass specs, each option present with probability one half."""
+    parts = []
+    for _ in range(rng.randint(1, 4)):
+        name, options = rng.choice(_PASS_SPECS)
+        chosen = [f"{key}={rng.choice(values)}" for key, values in options if rng.random() < 0.5]
+        parts.append(name + ("{" + " ".join(chosen) + "}" if chosen else ""))
+    text = ",".join(parts)
+    if rng.random() < 0.1:  # and now and then a broken one
+        k = rng.randrange(len(text) + 1)
+        text = text[:k] + rng.choice(("{", "}", ",", "=", '"', " ", "{a=" * 50)) + text[k:]
+    return text
+
+
 OUTCOMES = ("ok", "error", "crash", "hang")
 
 
@@ -260,7 +311,9 @@ _ERROR_LINE = re.compile(r"(^|: )error: ")
 
 def _frame_key(text: str) -> str:
     """``Type@file:function`` of the innermost graphir frame of a traceback text."""
-    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', text)
+    # In a chained report the first traceback is the original exception: its frames say where.
+    first = re.split(r"\n(?:The above exception was the direct cause|During handling of the above exception)", text)[0]
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', first)
     inner = next(
         (f for f in reversed(frames) if "/graphir/" in f[0] or "/passes/" in f[0] or "/backends/" in f[0]),
         frames[-1] if frames else ("?", "?"),
@@ -837,6 +890,8 @@ def run_campaign(
             parent = rng.choice(valid[kind] if valid[kind] and rng.random() < 0.7 else corpus)
             data = MUTATORS[kind](parent, rng, corpus)
             args = rng.choice(PIPELINES[kind])
+            if kind == "gir" and rng.random() < 0.1:
+                args = (f"--passes={random_pipeline(rng)}", rng.choice(("--emit=gir", "--emit=summary")))
             job = Job(kind, data, args)
             outcome = classify(worker.run(job))
             done += 1
