@@ -469,3 +469,21 @@ class _Shuffle(Pass):
 
     def run(self, module, ctx):
         return PassResult(False, {"draw": float(ctx.rng().random())})
+
+
+def test_output_to_a_special_file_writes_through_it(tmp_path):
+    """``-o /dev/null`` (or a FIFO) is written in place: an atomic rename would replace the device node."""
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    status = run([str(Path(__file__).parents[2] / "examples" / "mlp.gir"), "-o", str(fifo)])
+    reader.join(timeout=30)
+    assert status == 0
+    assert stat.S_ISFIFO(fifo.stat().st_mode), "the FIFO was replaced by a regular file"
+    assert received and received[0].startswith(b"module @")
