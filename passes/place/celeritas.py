@@ -27,7 +27,7 @@ Memory, affinity, colocation and best effort follow :mod:`graphir.passes.place.c
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from graphir.passes.orders import cpd_topo
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
@@ -45,13 +45,20 @@ def celeritas_order(problem: PlacementProblem) -> list[int]:
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class OrderPlace(Placer):
-    """Celeritas Order-Place: CPD-TOPO order, fill one device up to its memory, then the next."""
+    """Celeritas Order-Place: CPD-TOPO order, fill one device up to its memory, then the next.
+
+    Options:
+        mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
+            published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
+            freed after their last use; checked over each node's slot with its received copies).
+    """
 
     name: ClassVar[str] = "order-place"
+    mem_model: Literal["paper", "liveness"] = "paper"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Fill the current device in CPD-TOPO order; move on when a node does not fit."""
-        scheduler = ListScheduler(problem)
+        scheduler = ListScheduler(problem, self.mem_model)
         num_devices = problem.num_devices
         current = 0
         for v in celeritas_order(problem):
@@ -75,13 +82,20 @@ class OrderPlace(Placer):
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class Adjusting(Placer):
-    """Celeritas Adjusting Placement (Algorithm 2, eq. (7)-(9)) with insertion slots."""
+    """Celeritas Adjusting Placement (Algorithm 2, eq. (7)-(9)) with insertion slots.
+
+    Options:
+        mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
+            published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
+            freed after their last use; checked over each node's slot with its received copies).
+    """
 
     name: ClassVar[str] = "adjusting"
+    mem_model: Literal["paper", "liveness"] = "paper"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Keep the previous node's device unless waiting there costs more than sending back (eq. (9))."""
-        scheduler = ListScheduler(problem)
+        scheduler = ListScheduler(problem, self.mem_model)
         succ_offsets = scheduler.succ_offsets
         succ_edge = scheduler.succ_edge
         edge_bytes = scheduler.edge_bytes

@@ -22,7 +22,10 @@ Conventions every placer inherits (the papers leave them open):
   estimate; the simulator, which serialises transfers on the resources of their routes, is the judge.
 - Memory (Celeritas Algorithm 2 ``Ava_m``, FastT "memory need exceeds capacity"): a node needs
   ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
-  freed, as in both papers. The first placed member of a colocation class must find room for the
+  freed, as in both papers (``mem-model=paper``, the default for now). Under ``mem-model=liveness``
+  the kernel checks the simulator's accounting over the node's slot instead (results freed after
+  their last use, received copies counted; :meth:`ListScheduler.received`). The first placed member
+  of a colocation class must find room for the
   *whole* class (the rest of the class will follow it there); later members go to the pinned
   device whether it has room or not (the kernel's rules, shared with Baechi's placers and Expert).
 - Affinity: a device a node may not use gets ``EST = +inf``, exactly like a full device.
@@ -127,7 +130,7 @@ class ListScheduler:
         timelines: one :class:`DeviceTimeline` per device.
     """
 
-    def __init__(self, problem: PlacementProblem) -> None:
+    def __init__(self, problem: PlacementProblem, mem_model: str = "paper") -> None:
         self.problem = problem
         n = problem.num_nodes
         num_devices = problem.num_devices
@@ -135,7 +138,8 @@ class ListScheduler:
         self.device = [-1] * n
         self.start = [0.0] * n
         self.finish = [0.0] * n
-        self.constraints = Constraints(problem)
+        self.constraints = Constraints(problem, mem_model)
+        self.liveness = self.constraints.schedule_memory
         self.timelines = [DeviceTimeline() for _ in range(num_devices)]
         self.times = problem.times.tolist()
         self.memory = problem.memory.tolist()
@@ -156,8 +160,47 @@ class ListScheduler:
         return self.constraints.pinned(v)
 
     def fits(self, v: int, d: int) -> bool:
-        """Whether ``d`` may run ``v`` and has room for it (Algorithm 2 line 9, negated)."""
-        return self.constraints.fits(v, d)
+        """Whether ``d`` may run ``v`` and has room for it (Algorithm 2 line 9, negated).
+
+        Under ``mem-model=liveness``: room over ``v``'s earliest slot on ``d``, with its received copies.
+        """
+        if self.liveness is None:
+            return self.constraints.fits(v, d)
+        if not self.constraints.allowed(v, d):
+            return False
+        start = self.start_on(v, d)
+        return self.constraints.fits_at(v, d, start, start + self.times[v][d], self.received(v, d))
+
+    def received(self, v: int, d: int) -> list[tuple[int, float, float]]:
+        """The values ``v`` would receive on ``d`` by a transfer: ``(value, begin, end)`` each (``liveness``).
+
+        A value read from a coarse predecessor ``p`` on another device is sent when ``p`` finishes
+        and arrives after the coarse edge's transfer time, the data-ready term of :meth:`data_ready`.
+        """
+        if self.liveness is None:
+            return []
+        out: list[tuple[int, float, float]] = []
+        device = self.device
+        finish = self.finish
+        arrival: dict[int, float] = {}
+        for x, p in self.liveness.incoming[v]:
+            dp = device[p]
+            if dp == d:
+                continue
+            end = arrival.get(p)
+            if end is None:
+                end = finish[p] + self.comm_time(self._edge_bytes_between(p, v), dp, d)
+                arrival[p] = end
+            out.append((x, finish[p], end))
+        return out
+
+    def _edge_bytes_between(self, p: int, v: int) -> float:
+        """Bytes of the coarse edge ``p -> v``."""
+        pred = self.pred
+        for k in range(self.pred_offsets[v], self.pred_offsets[v + 1]):
+            if pred[k] == p:
+                return self.edge_bytes[self.pred_edge[k]]
+        return 0.0
 
     def best_effort(self, v: int) -> int:
         """Celeritas's fallback when every device is full: the allowed device with the most free memory."""
@@ -214,6 +257,10 @@ class ListScheduler:
         timelines = self.timelines
         for d in self.constraints.open_devices(v):
             est[d] = timelines[d].earliest_start(ready[d], times[d])
+        if self.liveness is not None:  # memory over the slot found, with the copies received there
+            for d, s in enumerate(est):
+                if s < INF and not self.constraints.fits_at(v, d, s, s + times[d], self.received(v, d)):
+                    est[d] = INF
         return est
 
     def start_on(self, v: int, d: int) -> float:
@@ -229,10 +276,12 @@ class ListScheduler:
         The first placed member of a colocation class pins the class to ``d``.
         """
         end = start + self.times[v][d]
+        received = self.received(v, d)
         self.device[v] = d
         self.start[v] = start
         self.finish[v] = end
-        self.constraints.place(v, d)  # Algorithm 2 line 21; pins v's colocation class
+        # Algorithm 2 line 21; pins v's colocation class (and books v's liveness allocations).
+        self.constraints.place_at(v, d, start, end, received)
         self.timelines[d].reserve(start, end)
         return end
 

@@ -16,15 +16,87 @@ bookkeeping, kept here once:
 
 Byte counts are integers held in float64 (exact below 2^53), so ``used + need <= capacity`` and
 ``capacity - used >= need`` agree bit for bit whichever way a placer phrases the test.
+
+**Memory models** (``mem-model``, :mod:`graphir.memory`): under ``paper`` (each paper's own rule,
+the default for now) the kernel charges ``used`` as above. Under ``liveness`` the kernel holds a
+:class:`CoarseScheduleMemory`, the simulator's accounting (:class:`graphir.memory.ScheduleMemory`)
+on the coarse graph, and a placer that schedules asks :meth:`Constraints.fits_at` whether ``v``
+fits on ``d`` over ``[start, finish)`` with the copies it receives there, then commits with
+:meth:`Constraints.place_at`. On the coarse graph a fine value lives from its coarse producer's
+start to the finish of its last *other* coarse consumer (or to its producer's finish), and a
+coarse node's temporaries are the largest of its members' for its whole run (a device runs one node
+at a time): never less than the simulator's fine accounting when the placer's times are the
+simulator's, so a placement the kernel accepts fits in the simulator (``tests/unit/test_place_liveness.py``).
+Colocation under ``liveness``: the first member of a class checks its own allocations only
+(the lifetimes of the others are unknown until they are scheduled); later members follow the pin.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from graphir.memory import MemoryLedger, ScheduleMemory, check_mem_model
 from graphir.passes.place.problem import PlacementProblem
 
-__all__ = ["Constraints"]
+__all__ = ["CoarseScheduleMemory", "Constraints"]
+
+
+class CoarseScheduleMemory(ScheduleMemory):
+    """:class:`graphir.memory.ScheduleMemory` on the coarse graph of a :class:`PlacementProblem`.
+
+    Nodes are coarse nodes; values are the fine graph's values (their bytes, graph-output flags
+    and producers' coarse nodes). A value's consumers are the *other* coarse nodes reading it (a
+    use inside its producer's coarse node ends, at the latest, when that node finishes); a coarse
+    node's temporaries are its largest member's. The rules of placement and freeing are
+    :class:`~graphir.memory.ScheduleMemory`'s; only the tables it reads are built here.
+
+    Attributes:
+        incoming: per coarse node, ``(value, producer coarse node)`` for every value it reads
+            from another coarse node, sorted.
+    """
+
+    def __init__(self, problem: PlacementProblem, model: str = "liveness") -> None:  # noqa: D107
+        check_mem_model(model)
+        fine = problem.fine
+        n = problem.num_nodes
+        group = problem.node_group
+        self.model = model
+        self.capacity = [int(c) for c in problem.capacity.tolist()]
+        self.ledgers = [MemoryLedger() for _ in self.capacity]
+        self._index = None
+        self._value_bytes = np.asarray(fine.value_bytes, dtype=np.int64).tolist()
+        self._persistent = np.asarray(problem.persistent, dtype=np.int64).tolist()
+        temporary = np.zeros(n, dtype=np.int64)
+        if len(fine.temporary):
+            np.maximum.at(temporary, group, np.asarray(fine.temporary, dtype=np.int64))
+        self._temporary = temporary.tolist()
+        self._whole_step = np.asarray(problem.memory, dtype=np.int64).tolist()
+        self._is_output = np.asarray(fine.value_output, dtype=bool).tolist()
+        producer_group = group[fine.value_producer] if len(fine.value_producer) else np.zeros(0, dtype=np.int64)
+        data = ~fine.edge_control
+        dst_group = group[fine.edge_dst[data]]
+        values = fine.edge_value[data]
+        cross = dst_group != producer_group[values]
+        pairs = sorted(set(zip(dst_group[cross].tolist(), values[cross].tolist(), strict=True)))
+        self._inputs: list[list[int]] = [[] for _ in range(n)]
+        self._consumers_left = [0] * len(self._value_bytes)
+        producer_list = producer_group.tolist()
+        self.incoming: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for v, x in pairs:
+            self._inputs[v].append(x)
+            self._consumers_left[x] += 1
+            self.incoming[v].append((x, producer_list[x]))
+        self._outputs: list[list[int]] = [[] for _ in range(n)]
+        for x, g in enumerate(producer_list):
+            self._outputs[g].append(x)
+        self._home: dict[int, int] = {}
+        self._copy_end: dict[int, dict[int, float]] = {}
+
+    def usage_peak(self, device: int) -> int:
+        """The peak bytes of ``device`` so far (persistent included)."""
+        return self.ledgers[device].peak()
 
 
 class Constraints:
@@ -43,9 +115,12 @@ class Constraints:
         allowed_rows: ``problem.allowed`` as nested lists (fast scalar look-ups).
     """
 
-    def __init__(self, problem: PlacementProblem) -> None:
-        """Prepare the bookkeeping for ``problem`` (nothing placed yet)."""
+    def __init__(self, problem: PlacementProblem, mem_model: str = "paper") -> None:
+        """Prepare the bookkeeping for ``problem`` (nothing placed yet) under ``mem_model``."""
+        check_mem_model(mem_model)
         self.problem = problem
+        self.mem_model = mem_model
+        self.schedule_memory = CoarseScheduleMemory(problem) if mem_model == "liveness" else None
         self.capacity: list[float] = problem.capacity.astype(np.float64).tolist()
         self.used: list[float] = [0.0] * problem.num_devices
         self.pin = np.full(problem.num_nodes, -1, dtype=np.int64)
@@ -95,10 +170,12 @@ class Constraints:
 
         :meth:`fits` for every device at once, without the pin test: a placer's inner loop.
         """
+        allowed = self.allowed_rows[v]
+        if self.schedule_memory is not None:  # liveness: memory is checked with times, by fits_at
+            return [d for d in self._devices if allowed[d]]
         need = self._need[v]
         used = self.used
         capacity = self.capacity
-        allowed = self.allowed_rows[v]
         return [d for d in self._devices if allowed[d] and used[d] + need <= capacity[d]]
 
     def feasible(self, nodes: np.ndarray) -> np.ndarray:
@@ -111,8 +188,37 @@ class Constraints:
             self.need[nodes][:, None] + np.asarray(self.used)[None, :] <= np.asarray(self.capacity)[None, :],
         )
 
+    def fits_at(
+        self, v: int, d: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
+    ) -> bool:
+        """Whether ``v`` may run on ``d`` over ``[start, finish)`` receiving ``received`` there.
+
+        Under ``paper`` this is :meth:`fits`; under ``liveness`` the memory question goes to the
+        :class:`CoarseScheduleMemory` (``received``: ``(value, transfer begin, transfer end)`` per
+        value ``v`` reads from another device).
+        """
+        if self.schedule_memory is None:
+            return self.fits(v, d)
+        if not self.allowed_rows[v][d]:
+            return False
+        pinned = self.pin[v]
+        if pinned >= 0:
+            return bool(pinned == d)
+        return self.schedule_memory.fits(v, d, start, finish, received)
+
+    def place_at(
+        self, v: int, d: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
+    ) -> None:
+        """:meth:`place`, and under ``liveness`` the allocations of ``v`` over ``[start, finish)``."""
+        self.place(v, d)
+        if self.schedule_memory is not None:
+            self.schedule_memory.place(v, d, start, finish, received)
+
     def free_memory(self) -> list[float]:
-        """Bytes still free per device (negative after a best-effort overflow)."""
+        """Bytes still free per device (negative after an overflow); under ``liveness``, below the peak so far."""
+        if self.schedule_memory is not None:
+            peaks = self.schedule_memory.peaks()
+            return [capacity - peak for capacity, peak in zip(self.capacity, peaks, strict=True)]
         return [capacity - used for capacity, used in zip(self.capacity, self.used, strict=True)]
 
     def fallback_device(self, v: int) -> int:

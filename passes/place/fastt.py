@@ -34,7 +34,7 @@ those of :mod:`graphir.passes.place.common`.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -83,7 +83,9 @@ def select_cp_devices(scheduler: ListScheduler, path: list[int], begin: int) -> 
     free = scheduler.constraints.free_memory()
     times = scheduler.times
     allowed = scheduler.allowed
-    memory = scheduler.memory
+    # Under mem-model=liveness a run keeps only its persistent bytes for the whole step (its
+    # activations are freed after their last use); the exact check happens when each node is booked.
+    memory = scheduler.memory if scheduler.liveness is None else scheduler.problem.persistent.tolist()
     assignment: dict[int, int] = {}
     j = begin
     while j < len(path):
@@ -113,13 +115,20 @@ def select_cp_devices(scheduler: ListScheduler, path: list[int], begin: int) -> 
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class Dpos(Placer):
-    """FastT DPOS (Algorithm 1): rank_u priority, critical-path devices, minimum EFT with insertion."""
+    """FastT DPOS (Algorithm 1): rank_u priority, critical-path devices, minimum EFT with insertion.
+
+    Options:
+        mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
+            published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
+            freed after their last use; checked over each node's slot with its received copies).
+    """
 
     name: ClassVar[str] = "dpos"
+    mem_model: Literal["paper", "liveness"] = "paper"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Critical-path nodes on their critical-path devices, the others on their minimum-EFT device."""
-        scheduler = ListScheduler(problem)
+        scheduler = ListScheduler(problem, self.mem_model)
         rank = fastt_rank(problem)
         path = critical_path(problem, rank)
         position = {v: i for i, v in enumerate(path)}

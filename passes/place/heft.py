@@ -19,7 +19,7 @@ that fits nowhere goes to the allowed device with the most free memory (the shar
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
@@ -29,13 +29,20 @@ from graphir.passes.place.problem import PlacementProblem, upward_rank
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class Heft(Placer):
-    """Insertion-based HEFT: rank_u priority, minimum EFT device."""
+    """Insertion-based HEFT: rank_u priority, minimum EFT device.
+
+    Options:
+        mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
+            published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
+            freed after their last use; checked over each node's slot with its received copies).
+    """
 
     name: ClassVar[str] = "heft"
+    mem_model: Literal["paper", "liveness"] = "paper"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Book the nodes by decreasing rank_u, each on its minimum-EFT device."""
-        scheduler = ListScheduler(problem)
+        scheduler = ListScheduler(problem, self.mem_model)
         for v in ready_order(problem, upward_rank(problem)):
             scheduler.book_min_eft(v)
         return scheduler.placement()

@@ -32,6 +32,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.links import LinkModel
+from graphir.memory import output_mask, temporary_bytes
 from graphir.topo import csr
 from graphir.unionfind import DisjointSets
 
@@ -47,6 +48,8 @@ class FineGraph:
         edge_control: whether an edge is a control dependency.
         value_producer: fine producer node of each value.
         value_bytes: bytes of each value.
+        value_output: whether each value is a graph output (it lives until the end of the step).
+        temporary: ``mem.temporary`` bytes of each fine node (0 without ``mem``).
     """
 
     node_names: tuple[str, ...]
@@ -56,6 +59,8 @@ class FineGraph:
     edge_control: np.ndarray
     value_producer: np.ndarray
     value_bytes: np.ndarray
+    value_output: np.ndarray
+    temporary: np.ndarray
 
 
 def coarse_devices(node_group: np.ndarray, num_groups: int, fine_device: np.ndarray) -> tuple[np.ndarray, int]:
@@ -259,6 +264,8 @@ class PlacementProblem:
                 edge_control=index.edge_control,
                 value_producer=index.value_producer,
                 value_bytes=index.value_bytes,
+                value_output=output_mask(graph, index),
+                temporary=temporary_bytes(index),
             ),
             preferred=preferred,
         )
