@@ -223,6 +223,20 @@ def write_markdown(rows: Sequence[Row], path: Path, command: str, cluster_text: 
         "",
         *notes,
         "",
+        "How to read it:",
+        "",
+        "- *single*: every node on worker 0; *balanced*: `place{algo=m-etf}`; *fine*: colocation classes dealt "
+        "round-robin over the workers in topological order (much data moved). All three are simulated with "
+        "the same per-node costs, measured once on one worker.",
+        "- *transfers sim. / meas.*: tensors the simulator sends between devices / tensors TensorFlow sent "
+        "between tasks in one traced step (a Send/Recv pair per consumer task).",
+        "- *transfer time meas. / model*: median over the measured tensors of (producer kernel end → "
+        "receiver's `RecvTensor` end) divided by the cluster description's uncontended time "
+        "(`[overheads] transfer` + latency + bytes / bandwidth). Above 1: transfers wait for the pinned "
+        "core that also computes (gRPC threads share it), which the `task` congestion rule books.",
+        "- Not simulated: the fixed cost of a step (client → master → worker RPCs, feeding the inputs, "
+        "fetching the outputs; `step-overhead` in the cluster file's header), a few hundred microseconds.",
+        "",
         "| model | placement | nodes | devices | transfers sim. / meas. | MiB moved (sim.) | "
         "transfer time meas. / model (median) | measured (s) | simulated (s) | error | load |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -223,8 +223,8 @@ class SessionRunner:
         self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
         self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=session_config(tf, cpu_devices))
         try:
-            if self.init_targets:
-                self.session.run(self.init_targets, init_feeds, options=self._options())
+            for targets, feeds in _init_batches(self.init_targets, init_feeds):
+                self.session.run(targets, feeds, options=self._options())
         except Exception:
             self.close()
             raise
@@ -276,6 +276,35 @@ class SessionRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+INIT_BATCH_BYTES = 256 << 20
+"""Variable values fed per initialising ``session.run``: a remote session serialises its feeds into one
+gRPC message, which must stay below protobuf's 2 GB (a training step's weights and optimizer slots
+exceed it: ``lstm_train`` holds about 3 GB)."""
+
+
+def _init_batches(
+    targets: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[tuple[list[str], dict[str, np.ndarray]]]:
+    """Split the assign ``targets`` into runs of at most :data:`INIT_BATCH_BYTES` of fed values.
+
+    Target ``X/graphir_assign`` is fed by ``X/graphir_value:0``; a larger value runs alone.
+    """
+    batches: list[tuple[list[str], dict[str, np.ndarray]]] = []
+    size = 0
+    for target in targets:
+        key = target.removesuffix("graphir_assign") + "graphir_value:0"
+        value = feeds.get(key)
+        nbytes = int(value.nbytes) if value is not None else 0
+        if not batches or size + nbytes > INIT_BATCH_BYTES:
+            batches.append(([], {}))
+            size = 0
+        batches[-1][0].append(target)
+        if value is not None:
+            batches[-1][1][key] = value
+        size += nbytes
+    return batches
 
 
 @dataclasses.dataclass
