@@ -665,3 +665,165 @@ def _center_crop_pad(cx: OpContext, operands: list[Any]) -> list[Any]:
         paddings = tf.scatter_nd([[axis]], tf.stack([[pad // 2, pad - pad // 2]]), [rank, 2])
         x = tf.pad(x, paddings)
     return [x]
+
+
+# ----------------------------------------------------------------- Resize / Upsample
+
+
+def _keys_cubic(tf: Any, x: Any, a: float) -> Any:
+    """Keys' cubic convolution kernel with coefficient ``a`` (zero for ``|x| >= 2``)."""
+    x = tf.math.abs(x)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return tf.where(x <= 1, near, tf.where(x < 2, far, tf.zeros_like(x)))
+
+
+def _source_coordinates(tf: Any, mode: str, y: Any, scale: Any, size: Any, out: Any, roi: Any) -> tuple[Any, Any]:
+    """ONNX ``coordinate_transformation_mode``: output positions ``y`` -> input coordinates (float64).
+
+    Also returns, for ``tf_crop_and_resize``, the mask of positions outside the input (else ``None``).
+    """
+    width = scale * size  # the output length before truncation
+    one = tf.equal(width, 1.0)
+    if mode == "align_corners":
+        return tf.where(
+            one, tf.zeros_like(y), y * (size - 1) / tf.where(one, tf.constant(2.0, tf.float64), width - 1)
+        ), None
+    if mode == "asymmetric":
+        return y / scale, None
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        inner = y * (end - start) * (size - 1) / tf.where(one, tf.constant(2.0, tf.float64), width - 1)
+        x = tf.where(one, tf.fill(tf.shape(y), (end - start) * (size - 1) / 2), inner) + start * (size - 1)
+        return x, tf.logical_or(x < 0, x > size - 1)
+    if mode == "pytorch_half_pixel":
+        return tf.where(one, tf.fill(tf.shape(y), tf.constant(-0.5, tf.float64)), (y + 0.5) / scale - 0.5), None
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5, None
+    if mode == "half_pixel_symmetric":
+        adjustment = tf.cast(out, tf.float64) / width
+        offset = size / 2 * (1 - adjustment)
+        return offset + (y + 0.5) / scale - 0.5, None
+    raise ValueError(f"coordinate_transformation_mode '{mode}'")
+
+
+def _resize_axis(cx: OpContext, x: Any, axis: int, scale: Any, out: Any, roi: Any, taps: list[int]) -> Any:
+    """Resize float64 ``x`` along ``axis`` to ``out`` positions, as the ONNX reference does (separably)."""
+    tf = cx.tf
+    mode = cx.param("mode", "nearest")
+    size_int = tf.shape(x, out_type=tf.int64)[axis]
+    size = tf.cast(size_int, tf.float64)
+    y = tf.range(tf.cast(out, tf.int64), dtype=tf.int64)
+    y = tf.cast(y, tf.float64)
+    transform = cx.param("coordinate_transformation_mode", "half_pixel")
+    if cx.node.op == "onnx.Upsample" or cx.opset < 11:
+        transform = "asymmetric"
+    source, outside = _source_coordinates(tf, transform, y, scale, size, out, roi)
+    base = tf.math.ceil(source) - 1  # the reference's neighbours: ratio in (0, 1]
+    ratio = source - base
+    offsets = tf.constant(taps, tf.float64)
+    index = base[:, None] + offsets[None, :]  # [out, taps]
+    if mode == "nearest":
+        nearest = cx.param("nearest_mode", "round_prefer_floor")
+        if cx.node.op == "onnx.Upsample" or cx.opset < 11:
+            nearest = "floor"
+        whole = tf.equal(ratio, 1.0)
+        if nearest == "round_prefer_floor":
+            upper = ratio > 0.5
+        elif nearest == "round_prefer_ceil":
+            upper = ratio >= 0.5
+        elif nearest == "floor":
+            upper = whole
+        else:
+            upper = tf.ones_like(whole)
+        upper = tf.logical_or(upper, whole)
+        weights = tf.stack([tf.cast(tf.logical_not(upper), tf.float64), tf.cast(upper, tf.float64)], axis=1)
+    else:
+        stretch = tf.minimum(scale, 1.0) if int(cx.param("antialias", 0)) else tf.constant(1.0, tf.float64)
+        distance = (offsets[None, :] - ratio[:, None]) * stretch
+        if mode == "linear":
+            weights = tf.clip_by_value(1 - tf.math.abs(distance), 0.0, 1.0)
+        elif mode == "cubic":
+            weights = _keys_cubic(tf, distance, float(cx.param("cubic_coeff_a", -0.75)))
+        else:
+            raise cx.error(f"has mode '{mode}'")
+        weights = weights / tf.reduce_sum(weights, axis=1, keepdims=True)
+    if int(cx.param("exclude_outside", 0)):
+        weights = tf.where(tf.logical_or(index < 0, index >= size), tf.zeros_like(weights), weights)
+        total = tf.reduce_sum(weights, axis=1, keepdims=True)
+        weights = weights / tf.where(total == 0, tf.ones_like(total), total)
+    index = tf.cast(tf.clip_by_value(index, 0, size - 1), tf.int64)
+    rank = x.shape.rank
+    gathered = tf.gather(x, index, axis=axis)  # [..., out, taps, ...]
+    shape = [1] * axis + [-1, len(taps)] + [1] * (rank - axis - 1)
+    result = tf.reduce_sum(gathered * tf.reshape(weights, shape), axis=axis + 1)
+    if outside is not None:
+        mask = tf.reshape(outside, [1] * axis + [-1] + [1] * (rank - axis - 1))
+        fill = tf.constant(float(cx.param("extrapolation_value", 0.0)), tf.float64)
+        result = tf.where(mask, fill, result)
+    return result
+
+
+@lowering("Resize", "Upsample")
+def _resize(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    if cx.node.op == "onnx.Upsample" or cx.opset < 11:
+        if cx.node.op == "onnx.Upsample" and cx.opset < 9:
+            scales, sizes, roi = tf.constant(list(cx.param("scales")), tf.float64), None, None
+        else:
+            scales, sizes, roi = tf.cast(operands[1], tf.float64), None, None
+    else:
+        roi, scales, sizes = _arg(operands, 1), _arg(operands, 2), _arg(operands, 3)
+        if scales is not None and cx.maybe_shape(2) == (0,):
+            scales = None
+        if roi is not None and cx.maybe_shape(1) == (0,):
+            roi = None
+        scales = None if scales is None else tf.cast(scales, tf.float64)
+    axes = [_norm_axis(int(a), rank) for a in cx.param("axes", range(rank))]
+    count = len(axes)
+    in_sizes = tf.cast(tf.shape(x, out_type=tf.int64), tf.float64)
+    picked = tf.gather(in_sizes, axes)
+    if scales is not None:
+        per_axis = [scales[k] for k in range(count)]
+        outs = [tf.floor(per_axis[k] * picked[k]) for k in range(count)]
+    elif sizes is not None:
+        wanted = tf.cast(tf.reshape(sizes, [-1]), tf.float64)
+        ratios = wanted / picked
+        policy = cx.param("keep_aspect_ratio_policy", "stretch")
+        if policy == "stretch":
+            per_axis = [ratios[k] for k in range(count)]
+            outs = [wanted[k] for k in range(count)]
+        else:
+            common = tf.reduce_min(ratios) if policy == "not_larger" else tf.reduce_max(ratios)
+            per_axis = [common] * count
+            outs = [tf.floor(common * picked[k] + 0.5) for k in range(count)]
+    else:
+        raise cx.error("has neither scales nor sizes")
+    roi_pairs: list[Any] = [None] * count
+    if roi is not None:
+        roi = tf.cast(tf.reshape(roi, [-1]), tf.float64)
+        roi_pairs = [(roi[k], roi[count + k]) for k in range(count)]
+    mode = cx.param("mode", "nearest")
+    antialias = mode != "nearest" and int(cx.param("antialias", 0))
+    support = {"nearest": 1, "linear": 1, "cubic": 2}.get(mode, 1)
+    result = tf.cast(x, tf.float64)
+    out_type = cx.node.outputs[0].type.shape
+    for k, axis in enumerate(axes):
+        if mode == "nearest":
+            taps = [0, 1]
+        elif not antialias:
+            taps = list(range(1 - support, support + 1))
+        else:  # the footprint widens by 1 / scale when downscaling; extra taps get weight 0
+            in_dim = cx.maybe_shape(0)
+            out_dim = None if out_type is None else out_type[axis]
+            if in_dim is None or in_dim[axis] is None or not isinstance(out_dim, int) or out_dim == 0:
+                raise cx.error("with antialias needs static input and output sizes to be lowered")
+            reach = support * max(1, -(-int(in_dim[axis]) // out_dim)) + 1
+            taps = list(range(1 - reach, reach + 1))
+        result = _resize_axis(cx, result, axis, per_axis[k], outs[k], roi_pairs[k], taps)
+    if x.dtype.is_integer:
+        low, high = x.dtype.min, x.dtype.max
+        result = tf.clip_by_value(result, float(low), float(high))
+    return [tf.cast(result, x.dtype)]
