@@ -305,3 +305,7 @@ class FromFile(Placer):
                 f"placement '{self.path}' splits the group of node '{node_names[conflict]}' over two devices"
             )
         return Placement(device)
+
+
+# ``auto`` runs the other placers: it registers itself last, once this module's names exist.
+from graphir.passes.place import auto as _auto  # noqa: E402, F401
