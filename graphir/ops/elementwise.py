@@ -56,7 +56,7 @@ UNARY_SAME_TYPE = tuple(
     "Relu Sigmoid Tanh Abs Neg Exp Log Sqrt Reciprocal Floor Ceil Erf Softplus Selu Elu LeakyRelu "
     "HardSigmoid Identity Dropout Softmax LogSoftmax".split()
 )
-BINARY_SAME_DTYPE = tuple("Add Sub Mul Div Pow Max Min Sum Mean".split())
+BINARY_SAME_DTYPE = tuple("Add Sub Mul Div Max Min Sum Mean".split())
 
 
 def same_type_rule(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> str | None:
@@ -132,7 +132,6 @@ _BINARY: dict[str, str] = {
     "Add": "math.add",
     "Sub": "math.subtract",
     "Mul": "math.multiply",
-    "Pow": "math.pow",
     "Equal": "math.equal",
     "Less": "math.less",
     "Greater": "math.greater",
@@ -486,3 +485,84 @@ def _hardmax(cx: OpContext, operands: list[Any]) -> list[Any]:
 def _abs(cx: OpContext, operands: list[Any]) -> list[Any]:
     x = operands[0]
     return [cx.tf.identity(x) if _unsigned(x.dtype) else cx.tf.math.abs(x)]
+
+
+@lowering("Pow")
+def _pow(cx: OpContext, operands: list[Any]) -> list[Any]:
+    # From opset 12 the exponent may have another type; the result has the base's type.
+    tf = cx.tf
+    base, exponent = operands
+    if base.dtype == exponent.dtype and base.dtype.is_floating:
+        return [tf.math.pow(base, exponent)]
+    wide = tf.math.pow(tf.cast(base, tf.float64), tf.cast(exponent, tf.float64))
+    return [tf.cast(wide, base.dtype)]
+
+
+@lowering("SwiGLU")
+def _swiglu(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    gate, linear = tf.split(x, 2, axis=-1) if _arg(operands, 1) is None else (operands[0], operands[1])
+    alpha = float(cx.param("alpha", 1.0))
+    return [gate * tf.math.sigmoid(alpha * gate) * linear]
+
+
+def _quant_param(cx: OpContext, value: Any, rank: int) -> Any:
+    """A scale or zero point: per tensor, per axis (1-D, along ``axis``) or blocked (``block_size``)."""
+    tf = cx.tf
+    if value.shape.rank == 0 or value.shape.rank is None or rank == 0:
+        return value
+    axis = _norm_axis(int(cx.param("axis", 1)), rank)
+    block = int(cx.param("block_size", 0))
+    if block:
+        value = tf.repeat(value, block, axis=axis)
+        return value
+    if value.shape.rank == 1:
+        return tf.reshape(value, [-1] + [1] * (rank - axis - 1))
+    return value
+
+
+@lowering("QuantizeLinear")
+def _quantize_linear(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, scale = operands[0], operands[1]
+    zero = _arg(operands, 2)
+    rank = cx.rank(0)
+    if zero is not None:
+        out = zero.dtype
+    else:
+        out = _onnx_elem_dtype(tf, int(cx.param("output_dtype", 0) or 2))
+    if not out.is_integer:
+        raise cx.unsupported(f"quantizing to {out.name} (no TensorFlow kernels for low-precision floats)")
+    # x / scale in x's own float type (as the reference: its rounding decides ties), then wide.
+    y = tf.cast(tf.math.round(x / _quant_param(cx, tf.cast(scale, x.dtype), rank)), tf.float64)
+    if zero is not None:
+        y = y + _quant_param(cx, tf.cast(zero, tf.float64), rank)
+    return [tf.cast(tf.clip_by_value(y, float(out.min), float(out.max)), out)]
+
+
+@lowering("DequantizeLinear")
+def _dequantize_linear(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, scale = operands[0], operands[1]
+    zero = _arg(operands, 2)
+    rank = cx.rank(0)
+    wide = tf.float64 if scale.dtype == tf.float64 else tf.float32
+    y = tf.cast(x, wide)
+    if zero is not None:
+        y = y - _quant_param(cx, tf.cast(zero, wide), rank)
+    y = y * _quant_param(cx, tf.cast(scale, wide), rank)
+    out = scale.dtype if cx.param("output_dtype") is None else _onnx_elem_dtype(tf, int(cx.param("output_dtype")))
+    return [tf.cast(y, out)]
+
+
+@lowering("DynamicQuantizeLinear")
+def _dynamic_quantize_linear(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    low = tf.minimum(tf.reduce_min(x), 0.0)
+    high = tf.maximum(tf.reduce_max(x), 0.0)
+    scale = (high - low) / 255.0
+    zero = tf.clip_by_value(tf.math.round(-low / scale), 0.0, 255.0)
+    y = tf.clip_by_value(tf.math.round(x / scale) + zero, 0.0, 255.0)
+    return [tf.cast(y, tf.uint8), scale, tf.cast(zero, tf.uint8)]

@@ -183,7 +183,7 @@ def _lower_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
     if rank_b == 1:
         y = tf.squeeze(y, -1)
     if rank_a == 1:
-        y = tf.squeeze(y, -2)
+        y = tf.squeeze(y, -1 if rank_b == 1 else -2)
     return [y]
 
 
@@ -191,3 +191,39 @@ def _lower_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
 def _einsum(cx: OpContext, operands: list[Any]) -> list[Any]:
     equation = str(cx.param("equation")).replace(" ", "")
     return [cx.tf.einsum(equation, *operands)]
+
+
+def _int_matmul(tf: Any, a: Any, b: Any) -> Any:
+    """An exact integer product of 8-bit operands: int32 accumulation through float64 (TF has no int8 MatMul)."""
+    return tf.cast(tf.linalg.matmul(tf.cast(a, tf.float64), tf.cast(b, tf.float64)), tf.int32)
+
+
+@lowering("MatMulInteger")
+def _matmul_integer(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    a, b = tf.cast(operands[0], tf.int32), tf.cast(operands[1], tf.int32)
+    a_zero, b_zero = _arg(operands, 2), _arg(operands, 3)
+    if a_zero is not None:
+        zero = tf.cast(a_zero, tf.int32)
+        a = a - (tf.reshape(zero, [-1, 1]) if cx.rank(2) == 1 and cx.rank(0) >= 2 else zero)
+    if b_zero is not None:
+        b = b - tf.cast(b_zero, tf.int32)
+    return [_int_matmul(tf, a, b)]
+
+
+@lowering("QLinearMatMul")
+def _qlinear_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
+    # y = saturate(round((a - a_zero) * a_scale @ (b - b_zero) * b_scale / y_scale) + y_zero)
+    tf = cx.tf
+    a, a_scale, a_zero, b, b_scale, b_zero, y_scale, y_zero = operands
+    wide = tf.float64
+    left = (tf.cast(a, wide) - tf.cast(a_zero, wide)) * tf.cast(a_scale, wide)
+    right = (tf.cast(b, wide) - tf.cast(b_zero, wide)) * tf.cast(b_scale, wide)
+    y = tf.math.round(tf.linalg.matmul(left, right) / tf.cast(y_scale, wide)) + tf.cast(y_zero, wide)
+    out = y_zero.dtype
+    return [tf.cast(tf.clip_by_value(y, float(out.min), float(out.max)), out)]
+
+
+@lowering("Det")
+def _det(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [cx.tf.linalg.det(operands[0])]

@@ -26,7 +26,6 @@ from graphir.attributes import DenseTensor
 from graphir.ops.lower_context import (
     OpContext,
     _arg,
-    _axes,
     _axes_or_tensor,
     _int_vector,
     _norm_axis,
@@ -147,22 +146,39 @@ def _transpose(cx: OpContext, operands: list[Any]) -> list[Any]:
 
 @lowering("Unsqueeze")
 def _unsqueeze(cx: OpContext, operands: list[Any]) -> list[Any]:
-    axes = _axes(cx, operands, 13)
+    tf = cx.tf
+    axes = _axes_or_tensor(cx, operands, 13)
     if axes is None:
         raise cx.error("has no axes")
-    out_rank = cx.rank(0) + len(axes)
     x = operands[0]
-    for axis in sorted(_norm_axis(a, out_rank) for a in axes):
-        x = cx.tf.expand_dims(x, axis)
-    return [x]
+    if isinstance(axes, list):
+        out_rank = cx.rank(0) + len(axes)
+        for axis in sorted(_norm_axis(a, out_rank) for a in axes):
+            x = tf.expand_dims(x, axis)
+        return [x]
+    # Axes computed at run time: the result's rank is static, its shape is built from the mask of new axes.
+    out_rank = cx.rank(0) + _vector_length(cx, 1)
+    axes = tf.where(axes < 0, axes + out_rank, axes)
+    new = tf.reduce_any(tf.equal(tf.range(out_rank, dtype=tf.int64)[:, None], axes[None, :]), axis=1)
+    source = tf.concat([[1], tf.shape(x, out_type=tf.int64)], axis=0)
+    picks = tf.math.cumsum(tf.cast(tf.logical_not(new), tf.int64))  # 1-based position in the input shape
+    shape = tf.where(new, tf.ones([out_rank], tf.int64), tf.gather(source, picks))
+    return [tf.reshape(x, shape)]
 
 
 @lowering("Squeeze")
 def _squeeze(cx: OpContext, operands: list[Any]) -> list[Any]:
-    axes = _axes(cx, operands, 13)
+    tf = cx.tf
+    axes = _axes_or_tensor(cx, operands, 13)
     if axes is None:
-        return [cx.tf.squeeze(operands[0])]
-    return [cx.tf.squeeze(operands[0], axis=[_norm_axis(a, cx.rank(0)) for a in axes])]
+        return [tf.squeeze(operands[0])]
+    if isinstance(axes, list):
+        return [tf.squeeze(operands[0], axis=[_norm_axis(a, cx.rank(0)) for a in axes])]
+    rank = cx.rank(0)
+    axes = tf.where(axes < 0, axes + rank, axes)
+    dropped = tf.reduce_any(tf.equal(tf.range(rank, dtype=tf.int64)[:, None], axes[None, :]), axis=1)
+    shape = tf.boolean_mask(tf.shape(operands[0], out_type=tf.int64), tf.logical_not(dropped))
+    return [tf.reshape(operands[0], shape)]
 
 
 @lowering("Shape")
@@ -480,7 +496,7 @@ def _gather_elements(cx: OpContext, operands: list[Any]) -> list[Any]:
     return [tf.gather_nd(data, _element_coordinates(tf, indices, axis, rank))]
 
 
-def _scatter(tf: Any, reduction: str, data: Any, coords: Any, updates: Any) -> Any:
+def _scatter_into(tf: Any, reduction: str, data: Any, coords: Any, updates: Any) -> Any:
     if reduction == "add":
         return tf.tensor_scatter_nd_add(data, coords, updates)
     if reduction == "max":
@@ -503,14 +519,14 @@ def _scatter_elements(cx: OpContext, operands: list[Any]) -> list[Any]:
     axis = _norm_axis(int(cx.param("axis", 0)), rank)
     indices = _wrap_negative(tf, indices, tf.shape(data)[axis])
     coords = _element_coordinates(tf, indices, axis, rank)
-    return [_scatter(tf, cx.param("reduction", "none"), data, coords, updates)]
+    return [_scatter_into(tf, cx.param("reduction", "none"), data, coords, updates)]
 
 
 @lowering("ScatterND")
 def _scatter_nd(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
     data, indices, updates = operands
-    return [_scatter(tf, cx.param("reduction", "none"), data, tf.cast(indices, tf.int64), updates)]
+    return [_scatter_into(tf, cx.param("reduction", "none"), data, tf.cast(indices, tf.int64), updates)]
 
 
 @lowering("GatherND")
@@ -827,3 +843,46 @@ def _resize(cx: OpContext, operands: list[Any]) -> list[Any]:
         low, high = x.dtype.min, x.dtype.max
         result = tf.clip_by_value(result, float(low), float(high))
     return [tf.cast(result, x.dtype)]
+
+
+@lowering("BitCast")
+def _bit_cast(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x = operands[0]
+    target = _onnx_elem_dtype(tf, int(cx.param("to")))
+    if x.dtype == tf.bool or target == tf.bool:
+        x = tf.cast(x, tf.uint8) if x.dtype == tf.bool else x
+        bits = tf.bitcast(x, tf.uint8) if x.dtype != tf.uint8 else x
+        return [tf.cast(bits, tf.bool) if target == tf.bool else tf.bitcast(bits, target)]
+    if x.dtype.size == target.size:
+        return [tf.bitcast(x, target)]
+    raise cx.unsupported("a BitCast between element types of different sizes changes the shape")
+
+
+def _window(cx: OpContext, operands: list[Any], a: list[float]) -> Any:
+    """The cosine window ``sum_k (-1)^k a_k cos(2 pi k n / N)``: periodic (N = size) or symmetric (size - 1)."""
+    tf = cx.tf
+    size = tf.cast(tf.reshape(operands[0], []), tf.int64)
+    periodic = int(cx.param("periodic", 1))
+    n = tf.cast(tf.range(size), tf.float64)
+    denominator = tf.cast(size if periodic else size - 1, tf.float64)
+    window = tf.zeros_like(n)
+    for k, coefficient in enumerate(a):
+        window = window + ((-1) ** k) * coefficient * tf.math.cos(2 * np.pi * k * n / denominator)
+    dtype = _onnx_elem_dtype(tf, int(cx.param("output_datatype", 1)))
+    return tf.cast(window, dtype)
+
+
+@lowering("HannWindow")
+def _hann(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_window(cx, operands, [0.5, 0.5])]
+
+
+@lowering("HammingWindow")
+def _hamming(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_window(cx, operands, [25 / 46, 21 / 46])]
+
+
+@lowering("BlackmanWindow")
+def _blackman(cx: OpContext, operands: list[Any]) -> list[Any]:
+    return [_window(cx, operands, [0.42, 0.5, 0.08])]
