@@ -203,7 +203,9 @@ def _summary(rows: Sequence[Row]) -> tuple[float, float]:
     return (float(statistics.median(errors)), max(errors)) if errors else (float("nan"), float("nan"))
 
 
-def write_markdown(rows: Sequence[Row], path: Path, command: str, cluster_text: str, notes: Sequence[str]) -> None:
+def write_markdown(
+    rows: Sequence[Row], path: Path, command: str, cluster_text: str, notes: Sequence[str], rule: str = "task"
+) -> None:
     """The results page: every pair, the summary, the command, the cluster description."""
     median, worst = _summary(rows)
     loads = [r.load for r in rows]
@@ -214,8 +216,8 @@ def write_markdown(rows: Sequence[Row], path: Path, command: str, cluster_text: 
         "",
         "Measured: median wall time of untraced `session.run` steps of the placed, lowered module on the "
         "rig (local `tf.distribute.Server` workers, one pinned core and one thread each, transfers over "
-        "TF's gRPC). Simulated: `simulate` with `profile{mode=tf-run}` costs (one single-worker run) and "
-        "the calibrated cluster below. Error = (simulated − measured) / measured.",
+        f"TF's gRPC). Simulated: `simulate{{congestion={rule} order=enforced}}` with `profile{{mode=tf-run}}` "
+        "costs (one single-worker run) and the calibrated cluster below. Error = (simulated − measured) / measured.",
         "",
         f"**{len(rows)} pairs: median |error| {median:.1%}, worst {worst:.1%}** "
         f"(target: median ≤ 10 %, worst ≤ 25 % over ≥ 15 pairs). 1-minute load average while measuring: "
@@ -247,6 +249,17 @@ def write_markdown(rows: Sequence[Row], path: Path, command: str, cluster_text: 
             f"{len(r.measured_transfers)} | {r.transfer_bytes / 2**20:.1f} | {_transfer_ratio(r)} | "
             f"{r.measured_s:.4g} | {r.simulated_s:.4g} | {r.error:+.1%} | {r.load:.2f} |"
         )
+    samples = [(n, measured) for r in rows for n, measured, _ in r.measured_transfers]
+    if len(samples) >= 2:
+        from graphir.passes.profile.calibrate_comm import fit_linear
+
+        latency, bandwidth, r2 = fit_linear(samples, relative=True)
+        lines += [
+            "",
+            f"The same line fitted to the {len(samples)} transfers measured in these model runs (contended, "
+            f"relative least squares): intercept {latency * 1e6:.0f} us, {bandwidth / 1e9:.2f} GB/s, "
+            f"R² {r2:.2f}; compare with the micro-benchmark calibration below.",
+        ]
     lines += ["", "![simulated vs measured](fidelity.png)", "", "Cluster description used:", "", "```toml"]
     lines += [cluster_text.rstrip(), "```", ""]
     path.write_text("\n".join(lines))
@@ -335,9 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m graphir.tools.bench_fidelity " + " ".join(argv if argv is not None else sys.argv[1:])
     for name in models:
         rows += measure_model(name, MODELS[name], cluster, args, scratch, log)
-        write_markdown(rows, args.out, command.strip(), cluster_text, args.note)  # partial results survive
-    args.out.with_suffix(".json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n")
-    if rows:
+        # after every model, so partial results survive an interrupted run
+        write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
+        args.out.with_suffix(".json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n")
         write_plot(rows, args.out.with_suffix(".png"))
     median, worst = _summary(rows)
     log(f"{len(rows)} pairs in {time.perf_counter() - start:.0f} s: median |error| {median:.1%}, worst {worst:.1%}")
