@@ -288,7 +288,7 @@ def _ceil_extra(size: int, pads: tuple[int, int], k: int, s: int, d: int) -> int
     return max(0, (out - 1) * s + span - (size + pads[0] + pads[1]))
 
 
-@lowering("MaxPool", "AveragePool")
+@lowering("MaxPool", "AveragePool", "LpPool")
 def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
     x = operands[0]
@@ -299,8 +299,6 @@ def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
         raise cx.error("with an Indices output is not supported by the TensorFlow lowering")
     kernel = [int(k) for k in cx.param("kernel_shape")]
     strides, dilations = _spatial_params(cx, kernel)
-    if any(d != 1 for d in dilations) and cx.node.op != "onnx.MaxPool":
-        raise cx.error("with dilations is not supported by the TensorFlow lowering")
     spatial = cx.static_shape(0)[2:]
     pads = _explicit_pads(cx, spatial, kernel, strides, dilations)
     if int(cx.param("ceil_mode", 0)):
@@ -318,12 +316,25 @@ def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
             low = x.dtype.min if not x.dtype.is_floating else -math.inf
             x = tf.pad(x, padding, constant_values=low)
         if any(d != 1 for d in dilations):
-            y = _dilated_max_pool(tf, x, kernel, strides, dilations)
+            y = _dilated_window(tf, x, kernel, strides, dilations, tf.math.maximum)
         else:
             y = tf.nn.max_pool(x, kernel, strides, "VALID")
         return [tf.transpose(y, to_first)]
+    if cx.node.op == "onnx.LpPool":
+        p = float(cx.param("p", 2))
+        x = tf.math.pow(tf.math.abs(x), p)
+        if padded:
+            x = tf.pad(x, padding)
+        y = _dilated_window(tf, x, kernel, strides, dilations, tf.math.add)
+        return [tf.transpose(tf.math.pow(y, 1.0 / p), to_first)]
     if padded:
         x = tf.pad(x, padding)
+    if any(d != 1 for d in dilations):
+        # Dilated windows: the sum of one strided slice per window offset, over the counted cells.
+        include = bool(int(cx.param("count_include_pad", 0)))
+        total = _dilated_window(tf, x, kernel, strides, dilations, tf.math.add)
+        counts = _pool_counts(spatial, pads, extra, kernel, strides, include, dilations)
+        return [tf.transpose(total / tf.constant(counts.reshape((1, *counts.shape, 1)), dtype=total.dtype), to_first)]
     y = tf.nn.avg_pool(x, kernel, strides, "VALID")
     if padded:
         # avg_pool divided by the full window; ONNX divides by the cells that are input (plus the
@@ -335,8 +346,10 @@ def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
     return [tf.transpose(y, to_first)]
 
 
-def _dilated_max_pool(tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> Any:
-    """VALID max pooling of channels-last ``x`` with dilations: the maximum of one strided slice per window offset."""
+def _dilated_window(
+    tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], combine: Any
+) -> Any:
+    """VALID pooling of channels-last ``x`` with dilations: ``combine`` of one strided slice per window offset."""
     sizes = [int(n) for n in x.shape[1:-1]]
     outs = [(n - ((k - 1) * d + 1)) // s + 1 for n, k, d, s in zip(sizes, kernel, dilations, strides, strict=True)]
     result = None
@@ -346,7 +359,7 @@ def _dilated_max_pool(tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[
             for o, d, m, s in zip(offset, dilations, outs, strides, strict=True)
         )
         part = x[(slice(None), *index, slice(None))]
-        result = part if result is None else tf.math.maximum(result, part)
+        result = part if result is None else combine(result, part)
     return result
 
 
@@ -357,17 +370,20 @@ def _pool_counts(
     kernel: Sequence[int],
     strides: Sequence[int],
     include_pads: bool,
+    dilations: Sequence[int] | None = None,
 ) -> np.ndarray:
     """Number of counted cells in every pooling window (float64, one entry per output position)."""
     axes = []
-    for size, (begin, end), more, k, s in zip(spatial, pads, extra, kernel, strides, strict=True):
+    dilations = dilations or [1] * len(kernel)
+    for size, (begin, end), more, k, s, d in zip(spatial, pads, extra, kernel, strides, dilations, strict=True):
         mask = np.zeros(begin + size + end + more)
         if include_pads:
             mask[: begin + size + end] = 1.0
         else:
             mask[begin : begin + size] = 1.0
-        windows = (len(mask) - k) // s + 1
-        axes.append(np.array([mask[i * s : i * s + k].sum() for i in range(windows)]))
+        span = (k - 1) * d + 1
+        windows = (len(mask) - span) // s + 1
+        axes.append(np.array([mask[i * s : i * s + span : d].sum() for i in range(windows)]))
     counts = axes[0]
     for axis in axes[1:]:
         counts = np.multiply.outer(counts, axis)
