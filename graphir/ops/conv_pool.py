@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphir.ops.lower_context import OpContext, _arg
+from graphir.ops.lower_context import OpContext, _arg, _vector_length
 from graphir.ops.registry import Estimate, cost, lowering, split_rule
 from graphir.ops.split_plan import (
     Dim,
@@ -449,3 +449,114 @@ def _lower_conv_transpose(cx: OpContext, operands: list[Any]) -> list[Any]:
     if bias is not None:
         y = y + bias
     return [tf.transpose(y, to_first)]
+
+
+# --------------------------------------------------------------------------- GridSample / AffineGrid
+
+
+def _reflect(tf: Any, v: Any, low: float | Any, high: float | Any) -> Any:
+    """Reflect ``v`` by the nearer border until it lies in ``[low, high]`` (the ONNX reference's rule)."""
+    span = high - low
+    below = low - v
+    n_below = tf.math.floor(below / span)
+    r_below = below - n_below * span
+    from_below = tf.where(tf.math.floormod(n_below, 2) == 0, low + r_below, high - r_below)
+    above = v - high
+    n_above = tf.math.floor(above / span)
+    r_above = above - n_above * span
+    from_above = tf.where(tf.math.floormod(n_above, 2) == 0, high - r_above, low + r_above)
+    return tf.where(v < low, from_below, tf.where(v > high, from_above, v))
+
+
+@lowering("GridSample")
+def _grid_sample(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    x, grid = operands
+    rank = cx.rank(0)
+    count = rank - 2
+    mode = cx.param("mode", "linear" if cx.opset >= 20 else "bilinear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = cx.param("padding_mode", "zeros")
+    align = bool(int(cx.param("align_corners", 0)))
+    dims = [tf.cast(tf.shape(x)[2 + i], tf.float32) for i in range(count)]
+    normal = tf.cast(grid, tf.float32)
+    taps_per_dim = []
+    for i in range(count):
+        n = normal[..., count - 1 - i]  # the grid's last axis lists (x, y, z): reversed dims
+        size = dims[i]
+        v = (n + 1) / 2 * (size - 1) if align else ((n + 1) * size - 1) / 2
+        if mode == "nearest":
+            v = tf.math.round(v)  # rint: half to even
+        low, high = (0.0, size - 1) if align else (-0.5, size - 0.5)
+        if padding == "border":
+            v = tf.where((v < low) | (v > high), tf.clip_by_value(v, 0.0, size - 1), v)
+        elif padding == "reflection":
+            v = _reflect(tf, v, low, high)
+        if mode == "nearest":
+            taps = [(v, tf.ones_like(v))]
+        else:
+            base = tf.math.floor(v)
+            frac = v - base
+            if mode == "linear":
+                taps = [(base, 1 - frac), (base + 1, frac)]
+            else:
+                a = -0.75
+                cubic = [
+                    ((a * (frac + 1) - 5 * a) * (frac + 1) + 8 * a) * (frac + 1) - 4 * a,
+                    ((a + 2) * frac - (a + 3)) * frac * frac + 1,
+                    ((a + 2) * (1 - frac) - (a + 3)) * (1 - frac) * (1 - frac) + 1,
+                    ((a * (2 - frac) - 5 * a) * (2 - frac) + 8 * a) * (2 - frac) - 4 * a,
+                ]
+                taps = [(base + k - 1, cubic[k]) for k in range(4)]
+        resolved = []
+        for position, weight in taps:
+            index = tf.cast(position, tf.int32)  # the reference's int(): toward zero
+            size_int = tf.shape(x)[2 + i]
+            inside = (index >= 0) & (index < size_int)
+            if padding == "zeros":
+                weight = tf.where(inside, weight, tf.zeros_like(weight))
+                index = tf.clip_by_value(index, 0, size_int - 1)
+            elif padding == "border":
+                index = tf.clip_by_value(index, 0, size_int - 1)
+            else:
+                reflected = _reflect(tf, tf.cast(index, tf.float32), low, high)
+                index = tf.where(inside, index, tf.cast(reflected, tf.int32))
+                index = tf.clip_by_value(index, 0, size_int - 1)
+            resolved.append((index, weight))
+        taps_per_dim.append(resolved)
+    channels_last = tf.transpose(x, [0, *range(2, rank), 1])
+    result = None
+    for combo in np.ndindex(*[len(t) for t in taps_per_dim]):
+        indices = tf.stack([taps_per_dim[i][k][0] for i, k in enumerate(combo)], axis=-1)
+        weight = taps_per_dim[0][combo[0]][1]
+        for i, k in enumerate(combo[1:], start=1):
+            weight = weight * taps_per_dim[i][k][1]
+        values = tf.gather_nd(channels_last, indices, batch_dims=1)  # [N, out..., C]
+        term = values * tf.cast(weight, x.dtype)[..., None]
+        result = term if result is None else result + term
+    out_rank = result.shape.rank
+    return [tf.transpose(result, [0, out_rank - 1, *range(1, out_rank - 1)])]
+
+
+@lowering("AffineGrid")
+def _affine_grid(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    theta, size = operands
+    align = bool(int(cx.param("align_corners", 0)))
+    count = _vector_length(cx, 1) - 2
+    size = tf.cast(size, tf.int32)
+    axes = []
+    for i in range(count):  # spatial dims in (x, y, z) order: the last size first
+        length = size[2 + count - 1 - i]
+        steps = tf.cast(tf.range(length), theta.dtype)
+        span = tf.cast(length, theta.dtype)
+        if align:
+            axes.append(tf.where(length > 1, steps * 2 / tf.maximum(span - 1, 1) - 1, tf.zeros_like(steps)))
+        else:
+            axes.append((steps * 2 + 1) / span - 1)
+    mesh = tf.meshgrid(*reversed(axes), indexing="ij")  # [D, H, W] order
+    coords = tf.stack([*reversed(mesh), tf.ones_like(mesh[0])], axis=-1)  # (x, y[, z], 1)
+    flat = tf.reshape(coords, [-1, count + 1])
+    grid = tf.linalg.matmul(flat[None], theta, transpose_b=True)  # [N, points, count]
+    shape = tf.concat([size[:1], size[2:], [count]], axis=0)
+    return [tf.reshape(grid, shape)]
