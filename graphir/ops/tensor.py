@@ -886,3 +886,51 @@ def _hamming(cx: OpContext, operands: list[Any]) -> list[Any]:
 @lowering("BlackmanWindow")
 def _blackman(cx: OpContext, operands: list[Any]) -> list[Any]:
     return [_window(cx, operands, [0.42, 0.5, 0.08])]
+
+
+@lowering("DFT")
+def _dft(cx: OpContext, operands: list[Any]) -> list[Any]:
+    """ONNX DFT: real ``[..., 1]`` or complex ``[..., 2]`` signals, forward, inverse (``1/n``), one-sided."""
+    tf = cx.tf
+    x = operands[0]
+    rank = cx.rank(0)
+    inverse, onesided = bool(int(cx.param("inverse", 0))), bool(int(cx.param("onesided", 0)))
+    length = _arg(operands, 1)
+    if cx.opset >= 20:
+        axis_value: Any = -2 if _arg(operands, 2) is None else cx.const(2)
+        if axis_value is not None:
+            axis_value = int(np.asarray(axis_value).reshape(-1)[0])
+        else:
+            axis_value = tf.reshape(tf.cast(operands[2], tf.int32), [])
+    else:
+        axis_value = int(cx.param("axis", 1))
+    # As the reference (numpy 2): complex float32 signals transform in single precision, real ones in double.
+    work = tf.float32 if x.dtype == tf.float32 and x.shape[-1] == 2 else tf.float64
+    real = tf.cast(x[..., 0], work)
+    imag = tf.cast(x[..., 1], work) if x.shape[-1] == 2 else tf.zeros_like(real)
+    signal = tf.complex(real, imag)  # [...] without the complex axis
+
+    def along(axis: int) -> Any:
+        perm = [*range(axis), *range(axis + 1, rank - 1), axis]
+        moved = tf.transpose(signal, perm)
+        size = tf.shape(moved)[-1]
+        if length is not None:
+            n = tf.reshape(tf.cast(length, tf.int32), [])
+        else:
+            n = 2 * (size - 1) if inverse and onesided else size
+        if inverse and onesided:
+            out = tf.signal.irfft(moved, fft_length=tf.reshape(n, [1]))[..., None]
+        else:
+            cut = moved[..., : tf.minimum(n, size)]
+            cut = tf.pad(cut, [[0, 0]] * (rank - 2) + [[0, tf.maximum(n - size, 0)]])
+            spectrum = tf.signal.ifft(cut) if inverse else tf.signal.fft(cut)
+            if onesided and not inverse:
+                spectrum = spectrum[..., : n // 2 + 1]
+            out = tf.stack([tf.math.real(spectrum), tf.math.imag(spectrum)], axis=-1)
+        inverse_perm = [perm.index(k) for k in range(rank - 1)] + [rank - 1]
+        return tf.cast(tf.transpose(out, inverse_perm), x.dtype)
+
+    if isinstance(axis_value, int):
+        return [along(axis_value % rank)]
+    axis_value = tf.math.floormod(axis_value, rank)
+    return [tf.switch_case(axis_value, [lambda k=k: along(k) for k in range(rank - 1)], default=lambda: along(0))]
