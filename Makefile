@@ -106,6 +106,7 @@ zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
 
 bench: bench-core bench-place bench-scale
+	$(BIN)/python -m graphir.tools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
 
 bench-core: $(STAMP)
 	$(BIN)/python tools/bench_core.py
