@@ -7,9 +7,11 @@ its docstring, its ``requires`` / ``provides`` facts, and each option's type and
 the field's ``metadata["help"]`` when the dataclass field sets one, else its entry in the
 ``Options:`` section of the pass docstring (Google style; ``mem_cap`` or ``mem-cap``). An option
 with neither is an error, so a new option cannot ship undocumented. A pass with a sub-registry of
-algorithms (``place{algo=...}``: :data:`graphir.passes.place.PLACERS`) also lists every algorithm
-with its first docstring line and its own options, documented the same way (the same data
-``graphir-opt --list-passes`` prints).
+algorithms (``place{algo=...}``: :data:`graphir.passes.place.PLACERS`, ``fuse{algo=...}``:
+:data:`graphir.passes.fuse.FUSIONS`, ``profile{mode=...}``: :data:`graphir.passes.profile.MODES`)
+also lists every algorithm with its first docstring line and its own options, documented the same
+way (the same data ``graphir-opt --list-passes`` prints), under the pass's ``algorithm_kind``
+(``Placement algorithms``, ``Profiling modes``).
 
 Two outputs are generated: the full reference ``docs/passes.md`` and a short table in
 ``README.md`` between the markers ``<!-- passes:begin -->`` and ``<!-- passes:end -->``.
@@ -95,6 +97,7 @@ class PassDoc:
         module: the Python module defining it.
         selector: the option choosing an algorithm (``algo``), empty for a plain pass.
         algorithms: its built-in algorithms, sorted by name.
+        kind: what an algorithm is called (``placement algorithm``, ``profiling mode``).
     """
 
     name: str
@@ -105,6 +108,12 @@ class PassDoc:
     module: str
     selector: str = ""
     algorithms: tuple[AlgorithmDoc, ...] = ()
+    kind: str = "algorithm"
+
+    def kind_plural(self) -> str:
+        """The heading of the algorithm list: ``Placement algorithms``, ``Profiling modes``."""
+        text = self.kind or "algorithm"
+        return text[0].upper() + text[1:] + "s"
 
 
 # --------------------------------------------------------------------------- reading the registry
@@ -211,6 +220,7 @@ def document_pass(cls: type[Pass]) -> PassDoc:
         cls.__module__,
         selector,
         tuple(algorithms),
+        cls.algorithm_kind,
     )
 
 
@@ -275,7 +285,7 @@ def render_reference(passes: Sequence[PassDoc]) -> str:
         lines.append("")
         lines += _option_table(doc.options) if doc.options else ["No options."]
         if doc.algorithms:
-            lines += ["", f"Algorithms (`{doc.selector}=`), each with its own options:", ""]
+            lines += ["", f"{doc.kind_plural()} (`{doc.selector}=`), each with its own options:", ""]
             lines += [f"| {doc.selector} | what it does | options (defaults) |", "|---|---|---|"]
             for algo in doc.algorithms:
                 lines.append(f"| `{algo.name}` | {_cell(algo.summary)} | {_option_summary(algo.options)} |")
@@ -306,7 +316,7 @@ def render_readme_section(passes: Sequence[PassDoc]) -> str:
         if doc.algorithms:
             lines += [
                 "",
-                f"Algorithms of `{doc.name}` (`{doc.name}{{{doc.selector}=...}}`, options in docs/passes.md):",
+                f"{doc.kind_plural()} of `{doc.name}` (`{doc.name}{{{doc.selector}=...}}`, options in docs/passes.md):",
                 "",
             ]
             lines += [f"- `{algo.name}`: {algo.summary}" for algo in doc.algorithms]

@@ -1,7 +1,12 @@
 """``profile``: annotate every node with ``cost`` (compute time per device kind) and ``mem``.
 
-Modes (option ``mode``; each is one function in :data:`MODES`, so the measured TF mode and
-Celeritas's batch-size regression slot in as further entries with their own options):
+**One profiler API.** Each mode (option ``mode``) is a frozen dataclass derived from
+:class:`ProfileMode`, registered with :func:`register_profile_mode` in :data:`MODES`, with a ``name``,
+typed option fields and a docstring (first line: the summary ``--list-passes`` shows; ``Options:``:
+one entry per field). ``profile{mode=tf iterations=3}`` resolves ``mode`` first and then accepts
+only that mode's options, at parse time (``profile{mode=analytical iterations=3}`` is an error with a
+caret listing the mode's options). Its method ``profile(module, ctx)`` writes the annotations and
+returns the pass result. The built-in modes:
 
 * ``analytical`` (default): the roofline model of :mod:`graphir.passes.profile.roofline`, FLOPs and bytes from
   shapes, ``max(flops/peak, bytes/bandwidth) + launch overhead`` for each device kind of the
@@ -48,9 +53,8 @@ import statistics
 import tempfile
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -60,51 +64,118 @@ from graphir.cluster import Cluster, cpu_cluster
 from graphir.errors import PassError
 from graphir.extras import require
 from graphir.ir import Module, Node, Value
-from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
+from graphir.pass_infra import (
+    Algorithm,
+    AlgorithmRegistry,
+    Pass,
+    PassContext,
+    PassResult,
+    Stat,
+    pass_options,
+    register_algorithm,
+    register_pass,
+)
 from graphir.passes.profile.roofline import GraphWork, analyze_graph
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
-ProfileMode = Literal["analytical", "onnxruntime", "tf", "tf-run", "regression"]
+DEFAULT_MODE = "analytical"
+"""The mode ``profile`` runs when no ``mode`` is given (and when the pass manager auto-runs it)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileMode(Algorithm):
+    """Base of the modes of ``profile{mode=...}`` (frozen dataclasses; fields are their options)."""
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Annotate ``cost`` and ``mem`` on every node of ``module``; the statistics."""
+        raise NotImplementedError
+
+
+MODES: dict[str, type[ProfileMode]] = {}
+"""Every profiling mode by ``mode`` name (``tf`` and ``regression`` are in :mod:`graphir.passes.profile.tf`,
+``tf-run`` in :mod:`graphir.passes.profile.tf_run`)."""
+
+
+def _unknown_mode(mode: str) -> str:
+    return f"unknown profiling mode '{mode}' (known: {', '.join(sorted(MODES))})"
 
 
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class Profile(Pass):
-    """Annotate cost (per device kind) and mem on every node. Provides: cost, mem.
+    """Annotate cost (per device kind) and mem on every node with the chosen mode. Provides: cost, mem.
 
     Options:
-        mode: ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
-            ``tf-run`` (the module run on the cluster's TF workers, see :mod:`graphir.passes.profile.tf_run`),
-            ``regression`` (Celeritas's Standard Evaluation: TF measurements at small batches, fitted
-            per node and predicted at ``target``; see :mod:`graphir.passes.profile.tf`).
-        iterations: measured runs whose per-node median is kept (measured modes).
-        warmup: runs discarded before measuring (measured modes).
-        threads: onnxruntime / TensorFlow intra-op (and TF inter-op) threads. 1 (default) gives
-            per-kernel times that stay stable when other processes load the host and models one of
-            several logical CPU devices sharing it; 0 is the runtime's default (all cores).
-        batches: ``regression``: the small batch sizes measured (at least two).
-        target: ``regression``: the batch size predicted (0: the module's own batch).
-        validate: ``regression``: also measure ``target`` and report per-node deviations.
+        mode: how costs are obtained, a name from the mode registry (``register_profile_mode``):
+            ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
+            ``tf-run`` (the module run on the cluster's TF workers), ``regression`` (Celeritas's
+            Standard Evaluation); each mode has its own options, listed with it.
     """
 
     name: ClassVar[str] = "profile"
     provides: ClassVar[tuple[str, ...]] = ("cost", "mem")
-    mode: ProfileMode = "analytical"
-    iterations: int = 10
-    warmup: int = 2
-    threads: int = 1
-    batches: tuple[int, ...] = (1, 2, 4)
-    target: int = 0
-    validate: bool = False
+    algorithms: ClassVar[AlgorithmRegistry | None] = MODES  # type: ignore[assignment]
+    algorithm_selector: ClassVar[str] = "mode"
+    algorithm_field: ClassVar[str] = "profiler"
+    algorithm_kind: ClassVar[str] = "profiling mode"
+    mode: str = DEFAULT_MODE
+    profiler: ProfileMode | None = None
+
+    def __post_init__(self) -> None:
+        """Reject an unknown mode when the pipeline is parsed; default the mode's options."""
+        if self.mode not in MODES:
+            raise ValueError(_unknown_mode(self.mode))
+        if self.profiler is None:
+            object.__setattr__(self, "profiler", MODES[self.mode]())
+        elif self.profiler.name != self.mode:
+            raise ValueError(f"profiling mode '{self.profiler.name}' given for mode={self.mode}")
+
+    @classmethod
+    def of(cls, mode: str = DEFAULT_MODE, **options: object) -> Profile:
+        """``profile{mode=MODE key=value ...}`` from Python: ``Profile.of("tf", iterations=3)``.
+
+        Raises:
+            ValueError: unknown mode.
+            TypeError: an option the mode does not have.
+        """
+        if mode not in MODES:
+            raise ValueError(_unknown_mode(mode))
+        profiler = MODES[mode]
+        own = pass_options(profiler)
+        known = {info.field for info in own.values()}
+        for key in options:
+            if key not in known:
+                raise TypeError(
+                    f"option '{key.replace('_', '-')}' does not apply to mode={mode} "
+                    f"({mode} options: {', '.join(own) or 'none'}; profile options: {', '.join(pass_options(cls))})"
+                )
+        return cls(mode, profiler(**options))
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
-        """Dispatch to the mode's profiler, then write the annotations."""
-        if self.iterations < 1:
-            raise PassError(f"'iterations' must be >= 1, got {self.iterations}")
-        if self.warmup < 0 or self.threads < 0:
-            raise PassError("'warmup' and 'threads' must be >= 0")
-        return MODES[self.mode](self, module, ctx)
+        """Run the chosen mode's profiler, which writes the annotations."""
+        profiler = self.profiler
+        assert profiler is not None
+        return profiler.profile(module, ctx)
+
+
+def register_profile_mode(cls: type[ProfileMode]) -> type[ProfileMode]:
+    """Class decorator: make ``cls`` available as ``profile{mode=cls.name}``.
+
+    Raises:
+        TypeError: no name, a name taken by another class, an unsupported option type, or an
+            option named ``mode``.
+    """
+    register_algorithm(Profile, cls)
+    return cls
+
+
+def check_measurement(iterations: int, warmup: int, threads: int = 0) -> None:
+    """Reject measurement options a measured mode cannot run with (a :class:`PassError`)."""
+    if iterations < 1:
+        raise PassError(f"'iterations' must be >= 1, got {iterations}")
+    if warmup < 0 or threads < 0:
+        raise PassError("'warmup' and 'threads' must be >= 0")
 
 
 # --------------------------------------------------------------------------- analytical
@@ -145,7 +216,19 @@ def _annotate(module: Module, times: dict[str, np.ndarray], work: GraphWork) -> 
         node.mem = Mem(persistent[i], activation[i], temporary[i])
 
 
-def _run_analytical(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+@register_profile_mode
+@dataclasses.dataclass(frozen=True)
+class Analytical(ProfileMode):
+    """The roofline model from shapes on each device kind of the cluster; nothing is run."""
+
+    name: ClassVar[str] = "analytical"
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Roofline times per device kind and analytical memory."""
+        return _run_analytical(module, ctx)
+
+
+def _run_analytical(module: Module, ctx: PassContext) -> PassResult:
     work = analyze_graph(module.graph)
     times = kind_times(module.cluster, work)
     _annotate(module, times, work)
@@ -397,7 +480,31 @@ def _parse_profile(module: Module, events: list[dict[str, Any]], warmup: int, it
     return MeasuredProfile(node_times, float(statistics.median(durations)), min(durations), len(measured))
 
 
-def _run_onnxruntime(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+@register_profile_mode
+@dataclasses.dataclass(frozen=True)
+class OnnxRuntime(ProfileMode):
+    """Median kernel times measured with onnxruntime's CPU provider and profiler on this machine.
+
+    Options:
+        iterations: measured runs whose per-node median is kept.
+        warmup: runs discarded before measuring.
+        threads: onnxruntime intra-op threads. 1 (default) gives per-kernel times that stay stable
+            when other processes load the host and models one of several logical CPU devices
+            sharing it; 0 is the runtime's default (all cores).
+    """
+
+    name: ClassVar[str] = "onnxruntime"
+    iterations: int = 10
+    warmup: int = 2
+    threads: int = 1
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Measured times for every kind of the cluster, analytical memory."""
+        check_measurement(self.iterations, self.warmup, self.threads)
+        return _run_onnxruntime(self, module, ctx)
+
+
+def _run_onnxruntime(options: OnnxRuntime, module: Module, ctx: PassContext) -> PassResult:
     measured = measure_onnxruntime(
         module, iterations=options.iterations, warmup=options.warmup, threads=options.threads, seed=ctx.seed
     )
@@ -421,29 +528,5 @@ def _run_onnxruntime(options: Profile, module: Module, ctx: PassContext) -> Pass
     return PassResult(True, stats)
 
 
-def _run_tf(options: Profile, module: Module, ctx: PassContext) -> PassResult:
-    from graphir.passes.profile.tf import run_tf  # imports TensorFlow only when it runs
-
-    return run_tf(options, module, ctx)
-
-
-def _run_tf_run(options: Profile, module: Module, ctx: PassContext) -> PassResult:
-    from graphir.passes.profile.tf_run import run_tf_run  # imports TensorFlow only when it runs
-
-    return run_tf_run(options, module, ctx)
-
-
-def _run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
-    from graphir.passes.profile.tf import run_regression
-
-    return run_regression(options, module, ctx)
-
-
-MODES: dict[str, Callable[[Profile, Module, PassContext], PassResult]] = {
-    "analytical": _run_analytical,
-    "onnxruntime": _run_onnxruntime,
-    "tf": _run_tf,
-    "tf-run": _run_tf_run,
-    "regression": _run_regression,
-}
-"""Mode name -> profiler (``tf`` and ``regression`` live in :mod:`graphir.passes.profile.tf`)."""
+# The TensorFlow modes register themselves (their modules import TensorFlow only when a mode runs).
+from graphir.passes.profile import tf, tf_run  # noqa: E402, F401

@@ -1,6 +1,7 @@
 """The measured TensorFlow modes of ``profile``: ``mode=tf`` and ``mode=regression`` (Celeritas §4.2.1).
 
-Both are entries of :data:`graphir.passes.profile.MODES`; the TensorFlow calls live in
+Both are profiling modes registered here in :data:`graphir.passes.profile.MODES` (:class:`Tf`,
+:class:`Regression`, each with its own options); the TensorFlow calls live in
 :mod:`graphir.backends.tf.measure` and :mod:`graphir.passes.transform.batching` (TensorFlow is imported only when a
 mode runs).
 
@@ -45,8 +46,9 @@ deviation is not dominated by timer resolution) and the counts compared. The ann
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 import attrs
 import numpy as np
@@ -57,12 +59,58 @@ from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.ops import bare_op, is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
+from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
 
-if TYPE_CHECKING:
-    from graphir.passes.profile import Profile
-
 _SLOW_NODE_S = 10e-6
+
+
+@register_profile_mode
+@dataclasses.dataclass(frozen=True)
+class Tf(ProfileMode):
+    """Median kernel times and measured memory of one traced TensorFlow step of a TF-dialect module.
+
+    Options:
+        iterations: measured steps whose per-node median is kept.
+        warmup: steps discarded before measuring.
+        threads: TensorFlow intra-op and inter-op threads. 1 (default) gives per-kernel times that
+            stay stable when other processes load the host; 0 is the runtime's default (all cores).
+    """
+
+    name: ClassVar[str] = "tf"
+    iterations: int = 10
+    warmup: int = 2
+    threads: int = 1
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Measured per-node times and memory (see the module docstring)."""
+        check_measurement(self.iterations, self.warmup, self.threads)
+        return run_tf(self, module, ctx)
+
+
+@register_profile_mode
+@dataclasses.dataclass(frozen=True)
+class Regression(Tf):
+    """Celeritas's Standard Evaluation: TF measurements at small batches, fitted per node, predicted at a target.
+
+    Options:
+        iterations: measured steps per batch size whose per-node median is kept.
+        warmup: steps discarded before measuring.
+        threads: TensorFlow intra-op and inter-op threads (0: the runtime's default).
+        batches: the small batch sizes measured (at least two).
+        target: the batch size predicted (0: the module's own batch).
+        validate: also measure ``target`` and report per-node deviations.
+    """
+
+    name: ClassVar[str] = "regression"
+    batches: tuple[int, ...] = (1, 2, 4)
+    target: int = 0
+    validate: bool = False
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Fitted per-node predictions (see the module docstring)."""
+        check_measurement(self.iterations, self.warmup, self.threads)
+        return run_regression(self, module, ctx)
 
 
 @attrs.frozen(eq=False)
@@ -130,7 +178,7 @@ def _split_fused(nodes: list[Node], seconds: np.ndarray, estimate: np.ndarray) -
     return resolved
 
 
-def measure_module(module: Module, options: Profile, seed: int, names: list[str] | None = None) -> NodeMeasure:
+def measure_module(module: Module, options: Tf, seed: int, names: list[str] | None = None) -> NodeMeasure:
     """Run ``module`` with TF's tracer and return the measurements of ``names`` (default: its nodes).
 
     Kernels that TF fused are shared between their members first (:func:`_split_fused`).
@@ -196,7 +244,7 @@ def _fill_unmeasured(
     }
 
 
-def run_tf(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+def run_tf(options: Tf, module: Module, ctx: PassContext) -> PassResult:
     """``profile{mode=tf}``: measured per-node times and memory (see the module docstring)."""
     measured = measure_module(module, options, ctx.seed)
     seconds = measured.seconds.copy()
@@ -262,7 +310,7 @@ def _module_at(module: Module, base: object, batch: int) -> tuple[Module, str]:
         raise PassError(f"cannot rebuild '{module.name}' at batch {batch}: {message}{hint}") from None
 
 
-def run_regression(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+def run_regression(options: Regression, module: Module, ctx: PassContext) -> PassResult:
     """``profile{mode=regression}``: Celeritas's Standard Evaluation (see the module docstring)."""
     from graphir.backends.tf.measure import module_graphdef
     from graphir.passes.transform.batching import module_batch

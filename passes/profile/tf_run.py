@@ -27,19 +27,40 @@ fixed cost spread over the nodes; compare with the cluster's ``op_overhead``), `
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar
 
 from graphir.annotations import Cost, Mem
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.pass_infra import PassContext, PassResult, Stat
+from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
 
 if TYPE_CHECKING:
     from graphir.backends.tf.rig import RigRun
-    from graphir.passes.profile import Profile
 
-__all__ = ["measure_placed", "run_tf_run"]
+__all__ = ["TfRun", "measure_placed", "run_tf_run"]
+
+
+@register_profile_mode
+@dataclasses.dataclass(frozen=True)
+class TfRun(ProfileMode):
+    """Median kernel times of the module run on the cluster's local TensorFlow workers, per device.
+
+    Options:
+        iterations: traced steps whose per-node median is kept.
+        warmup: steps discarded before measuring.
+    """
+
+    name: ClassVar[str] = "tf-run"
+    iterations: int = 10
+    warmup: int = 2
+
+    def profile(self, module: Module, ctx: PassContext) -> PassResult:
+        """Measured costs on the rig (see the module docstring)."""
+        check_measurement(self.iterations, self.warmup)
+        return run_tf_run(self, module, ctx)
 
 
 def _check_rig(module: Module) -> None:
@@ -58,7 +79,7 @@ def measure_placed(module: Module, iterations: int, warmup: int, seed: int, step
         return run_on_rig(module, servers, steps=steps, warmup=warmup, trace_steps=iterations, seed=seed)
 
 
-def run_tf_run(options: Profile, module: Module, ctx: PassContext) -> PassResult:
+def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:
     """``profile{mode=tf-run}`` (see the module docstring)."""
     _check_rig(module)
     nodes = module.graph.index().nodes

@@ -64,7 +64,7 @@ def check_fusion(module: Module) -> np.ndarray:
 
 
 def run(module: Module, **options: object) -> dict:
-    result = Fuse(**options).run(module, PassContext())  # type: ignore[arg-type]
+    result = Fuse.of(**options).run(module, PassContext())  # type: ignore[arg-type]
     return result.stats
 
 
@@ -233,7 +233,7 @@ def test_bad_rule_files_name_file_and_line(tmp_path: Path, text: str, message: s
 
 def test_options_that_do_not_apply_are_errors() -> None:
     module = random_module(1, 5)
-    with pytest.raises(PassError, match="option 'target' does not apply to algo=cpd-topo"):
+    with pytest.raises(TypeError, match="option 'target' does not apply to algo=cpd-topo"):
         run(module, algo="cpd-topo", target=4)
 
 

@@ -77,7 +77,7 @@ def test_rounds_alone_stop_at_the_component_count() -> None:
 
 def test_join_lightest_components_first_when_the_target_needs_two_joins() -> None:
     module = _module(COSTS, EDGES)
-    stats = Fuse(algo="acyclic-batch", target=3).run(module, PassContext()).stats
+    stats = Fuse.of("acyclic-batch", target=3).run(module, PassContext()).stats
     assert _partition(module) == [["a0", "b", "d"], ["a1"], ["c"]]
     assert stats["nodes-after"] == 3
     assert stats["component-joins"] == 2
@@ -87,14 +87,14 @@ def test_join_lightest_components_first_when_the_target_needs_two_joins() -> Non
 
 def test_join_every_component_for_target_two() -> None:
     module = _module(COSTS, EDGES)
-    stats = Fuse(algo="acyclic-batch", target=2).run(module, PassContext()).stats
+    stats = Fuse.of("acyclic-batch", target=2).run(module, PassContext()).stats
     assert _partition(module) == [["a0", "b", "c", "d"], ["a1"]]
     assert stats["component-joins"] == 3
 
 
 def test_join_then_a_round_reaches_one_node() -> None:
     module = _module(COSTS, EDGES)
-    stats = Fuse(algo="acyclic-batch", target=1).run(module, PassContext()).stats
+    stats = Fuse.of("acyclic-batch", target=1).run(module, PassContext()).stats
     assert _partition(module) == [["a0", "a1", "b", "c", "d"]]
     assert stats["merges-per-round"] == "3,1"
     assert stats["rounds"] == 2
@@ -102,7 +102,7 @@ def test_join_then_a_round_reaches_one_node() -> None:
 
 def test_no_join_when_the_rounds_reach_the_target() -> None:
     module = _module(COSTS, EDGES)
-    stats = Fuse(algo="acyclic-batch", target=4).run(module, PassContext()).stats
+    stats = Fuse.of("acyclic-batch", target=4).run(module, PassContext()).stats
     assert _partition(module) == [["a0", "a1"], ["b"], ["c"], ["d"]]
     assert "component-joins" not in stats
     labels, joins = join_components(_coarse(module), 4)

@@ -40,7 +40,7 @@ def f32(*dims):
 
 
 def run_profile(module: Module, **options):
-    return Profile(**options).run(module, PassContext())
+    return Profile.of(**options).run(module, PassContext())
 
 
 def flops_bytes(node):
@@ -288,7 +288,7 @@ def test_onnxruntime_mode_rejects_non_onnx_ops():
 
 def test_bad_options():
     with pytest.raises(PassError, match="'iterations' must be >= 1"):
-        run_profile(Module("m", Graph()), iterations=0)
+        run_profile(Module("m", Graph()), mode="onnxruntime", iterations=0)
 
 
 def test_print_is_deterministic():

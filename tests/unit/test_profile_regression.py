@@ -79,7 +79,7 @@ def mlp():
 
 def test_regression_on_a_tiny_training_step(mlp):
     """Fit at 1, 2, 4 and predict the module's own batch 16, validated by measuring it."""
-    stats = Profile(mode="regression", batches=(1, 2, 4), validate=True, iterations=3).run(mlp, PassContext()).stats
+    stats = Profile.of("regression", batches=(1, 2, 4), validate=True, iterations=3).run(mlp, PassContext()).stats
     nodes = mlp.graph.index().nodes
     assert stats["target"] == stats["module-batch"] == 16 == module_batch(mlp)
     assert stats["batch-source"] == "builder"
@@ -105,7 +105,7 @@ def test_placeholder_rebatching_without_a_builder():
 
     concrete = forward.get_concrete_function(tf.TensorSpec([8, 8, 8], tf.float32, name="x"))
     module = from_concrete_function(concrete, "forward")
-    stats = Profile(mode="regression", batches=(1, 2), target=8, validate=True).run(module, PassContext()).stats
+    stats = Profile.of("regression", batches=(1, 2), target=8, validate=True).run(module, PassContext()).stats
     assert stats["batch-source"] == "placeholders"
     assert stats["fitted-ops"] == len(module.graph)
     assert stats["output-mem-deviation-mean"] == 0.0
@@ -115,14 +115,14 @@ def test_placeholder_rebatching_without_a_builder():
 def test_a_baked_batch_without_a_builder_is_a_one_line_error():
     module = import_graphdef(concrete_function_graphdef(dense_train_step(4)), name="unregistered")
     with pytest.raises(PassError, match="register a builder") as info:
-        Profile(mode="regression", batches=(1, 2)).run(module, PassContext())
+        Profile.of("regression", batches=(1, 2)).run(module, PassContext())
     assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize("options", [{"batches": (4,)}, {"batches": (0, 2)}, {"target": -1}])
 def test_bad_options(mlp, options):
     with pytest.raises(PassError, match="'batches'|'target'"):
-        Profile(mode="regression", **options).run(mlp, PassContext())
+        Profile.of("regression", **options).run(mlp, PassContext())
 
 
 @pytest.mark.slow
@@ -137,7 +137,7 @@ def test_standard_evaluation_on_zoo_models(entry, capsys):
 
     builder = zoo_builder(entry)
     module = import_graphdef(builder(max(ZOO_BATCHES)), name=entry)
-    options = Profile(mode="regression", batches=ZOO_BATCHES, target=ZOO_TARGET, validate=True, iterations=2)
+    options = Profile.of("regression", batches=ZOO_BATCHES, target=ZOO_TARGET, validate=True, iterations=2)
     stats = options.run(module, PassContext()).stats
     with capsys.disabled():
         shown = {k: v for k, v in stats.items() if "deviation" in k or k.endswith(("ops", "-s"))}

@@ -62,7 +62,7 @@ def tiny() -> Module:
 
 
 def test_tf_mode_annotates_every_node_with_measured_times_and_memory(tiny):
-    result = Profile(mode="tf", iterations=3, warmup=1).run(tiny, PassContext())
+    result = Profile.of("tf", iterations=3, warmup=1).run(tiny, PassContext())
     stats = result.stats
     nodes = tiny.graph.index().nodes
     assert stats["nodes"] == len(nodes)
