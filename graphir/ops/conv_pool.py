@@ -560,3 +560,17 @@ def _affine_grid(cx: OpContext, operands: list[Any]) -> list[Any]:
     grid = tf.linalg.matmul(flat[None], theta, transpose_b=True)  # [N, points, count]
     shape = tf.concat([size[:1], size[2:], [count]], axis=0)
     return [tf.reshape(grid, shape)]
+
+
+@lowering("ConvInteger")
+def _conv_integer(cx: OpContext, operands: list[Any]) -> list[Any]:
+    """``Conv`` of zero-point-shifted 8-bit operands, exact in float64, as int32."""
+    tf = cx.tf
+    x, w = tf.cast(operands[0], tf.float64), tf.cast(operands[1], tf.float64)
+    x_zero, w_zero = _arg(operands, 2), _arg(operands, 3)
+    if x_zero is not None:
+        x = x - tf.cast(x_zero, tf.float64)
+    if w_zero is not None:
+        zero = tf.cast(w_zero, tf.float64)
+        w = w - (tf.reshape(zero, [-1] + [1] * (cx.rank(1) - 1)) if cx.rank(3) == 1 else zero)
+    return [tf.cast(tf.math.round(_lower_conv(cx, [x, w])[0]), tf.int32)]

@@ -566,3 +566,10 @@ def _dynamic_quantize_linear(cx: OpContext, operands: list[Any]) -> list[Any]:
     zero = tf.clip_by_value(tf.math.round(-low / scale), 0.0, 255.0)
     y = tf.clip_by_value(tf.math.round(x / scale) + zero, 0.0, 255.0)
     return [tf.cast(y, tf.uint8), scale, tf.cast(zero, tf.uint8)]
+
+
+@lowering("onnx.ai.onnx.ml.Binarizer")
+def _binarizer(cx: OpContext, operands: list[Any]) -> list[Any]:
+    x = operands[0]
+    threshold = cx.tf.cast(float(cx.param("threshold", 0.0)), x.dtype)
+    return [cx.tf.cast(x > threshold, x.dtype)]

@@ -934,3 +934,12 @@ def _dft(cx: OpContext, operands: list[Any]) -> list[Any]:
         return [along(axis_value % rank)]
     axis_value = tf.math.floormod(axis_value, rank)
     return [tf.switch_case(axis_value, [lambda k=k: along(k) for k in range(rank - 1)], default=lambda: along(0))]
+
+
+@lowering("onnx.ai.onnx.ml.ArrayFeatureExtractor")
+def _array_feature_extractor(cx: OpContext, operands: list[Any]) -> list[Any]:
+    """Select the last axis' entries at the given indices (a 1-D input gives ``[1, k]``)."""
+    tf = cx.tf
+    x, indices = operands
+    picked = tf.gather(x, tf.reshape(tf.cast(indices, tf.int64), [-1]), axis=-1)
+    return [tf.reshape(picked, [1, -1]) if cx.rank(0) == 1 else picked]

@@ -196,3 +196,73 @@ def _softmax_cross_entropy(cx: OpContext, operands: list[Any]) -> list[Any]:
         log_prob = tf.transpose(log_prob, [0, rank - 1, *range(1, rank - 1)])
     loss = _nll(cx, log_prob, operands[1], _arg(operands, 2))
     return cx.present([loss, log_prob])
+
+
+# --------------------------------------------------------------------------- lowering (optimizers)
+# The ``ai.onnx.preview.training`` optimizers update n tensors at once: inputs are the rate R, the
+# step count T, then n X, n G and the n state tensors of each kind; results the n new X and states.
+# The arithmetic runs in float64 and is cast back, as the reference computes it.
+
+
+def _optimizer_groups(operands: list[Any], states: int) -> tuple[Any, Any, list[list[Any]]]:
+    n = (len(operands) - 2) // (2 + states)
+    groups = [[operands[2 + k * n + i] for k in range(2 + states)] for i in range(n)]
+    return operands[0], operands[1], groups
+
+
+def _wide(tf: Any, value: Any) -> Any:
+    return tf.cast(value, tf.float64)
+
+
+@lowering("onnx.ai.onnx.preview.training.Adagrad")
+def _adagrad(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    r, t, groups = _optimizer_groups(operands, 1)
+    decay, eps = float(cx.param("decay_factor", 0.0)), float(cx.param("epsilon", 1e-6))
+    norm = float(cx.param("norm_coefficient", 0.0))
+    rate = _wide(tf, r) / (1 + _wide(tf, t) * decay)
+    xs, hs = [], []
+    for x, g, h in groups:
+        grad = norm * _wide(tf, x) + _wide(tf, g)
+        h_new = _wide(tf, h) + grad * grad
+        xs.append(tf.cast(_wide(tf, x) - rate * grad / (tf.math.sqrt(h_new) + eps), x.dtype))
+        hs.append(tf.cast(h_new, h.dtype))
+    return xs + hs
+
+
+@lowering("onnx.ai.onnx.preview.training.Momentum")
+def _momentum(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    r, t, groups = _optimizer_groups(operands, 1)
+    alpha, beta, norm = (float(cx.param(k)) for k in ("alpha", "beta", "norm_coefficient"))
+    nesterov = cx.param("mode", "standard") == "nesterov"
+    beta_t = tf.where(_wide(tf, t) > 0, tf.constant(beta, tf.float64), tf.constant(1.0, tf.float64))
+    xs, vs = [], []
+    for x, g, v in groups:
+        grad = norm * _wide(tf, x) + _wide(tf, g)
+        v_new = alpha * _wide(tf, v) + beta_t * grad
+        step = grad + alpha * v_new if nesterov else v_new
+        xs.append(tf.cast(_wide(tf, x) - _wide(tf, r) * step, x.dtype))
+        vs.append(tf.cast(v_new, v.dtype))
+    return xs + vs
+
+
+@lowering("onnx.ai.onnx.preview.training.Adam")
+def _adam(cx: OpContext, operands: list[Any]) -> list[Any]:
+    tf = cx.tf
+    r, t, groups = _optimizer_groups(operands, 2)
+    alpha, beta = float(cx.param("alpha", 0.9)), float(cx.param("beta", 0.999))
+    eps = float(cx.param("epsilon", 1e-6))
+    norm, post = float(cx.param("norm_coefficient", 0.0)), float(cx.param("norm_coefficient_post", 0.0))
+    step = _wide(tf, t)
+    rate = tf.where(step > 0, _wide(tf, r) * tf.math.sqrt(1 - beta**step) / (1 - alpha**step), _wide(tf, r))
+    xs, vs, hs = [], [], []
+    for x, g, v, h in groups:
+        grad = norm * _wide(tf, x) + _wide(tf, g)
+        v_new = alpha * _wide(tf, v) + (1 - alpha) * grad
+        h_new = beta * _wide(tf, h) + (1 - beta) * grad * grad
+        x_new = (1 - post) * (_wide(tf, x) - rate * (v_new / (tf.math.sqrt(h_new) + eps)))
+        xs.append(tf.cast(x_new, x.dtype))
+        vs.append(tf.cast(v_new, v.dtype))
+        hs.append(tf.cast(h_new, h.dtype))
+    return xs + vs + hs
