@@ -57,6 +57,11 @@ Mapping:
   ``tf.VariableV2``...) whose params keep the variable's ``dtype`` and ``shape``; its output is a
   ``resource[]`` value. :func:`variable_type` returns the variable's ``TensorType`` for such a
   node and :func:`persistent_bytes` its size: a profile pass sums these as persistent memory.
+  A GraphDef written from a traced function's graph (``concrete.graph.as_graph_def()``,
+  ``tf.io.write_graph``) has bare ``Placeholder`` handles instead: the importer recovers their
+  dtype and shape from the handle's uses and rewrites them into ``VarHandleOp`` nodes named after
+  the placeholder (:mod:`graphir.importers.tf_resources`; a note counts them, a warning names any
+  it could not size).
 * **Graph outputs**: the signature's / concrete function's outputs. A GraphDef has no field for
   outputs, so :func:`concrete_function_graphdef` records them on the producing nodes as the attr
   ``_graphir_outputs = ["<position>:<output index>", ...]`` (TensorFlow ignores ``_``-prefixed
@@ -100,6 +105,7 @@ from graphir.importers.tf_convert import (
     colocate_resource_users,
 )
 from graphir.importers.tf_inline import CALL_OPS, _Flattener, _split_ref
+from graphir.importers.tf_resources import recover_resource_variables
 from graphir.ir import Module, Value
 
 if TYPE_CHECKING:
@@ -331,6 +337,7 @@ def import_graphdef(
         flat = flattener.run()
         if outputs is not None:
             outputs = [flattener.flat_output(ref) for ref in outputs]
+        recover_resource_variables(flat, source)
         return _TfImporter(flat, source).run(name, outputs)
 
 

@@ -1,0 +1,458 @@
+"""Recover resource variables that a GraphDef holds only as bare ``Placeholder`` handles.
+
+A training step saved the way most tutorials do (``concrete.graph.as_graph_def()``,
+``tf.io.write_graph``) keeps each captured variable as a ``Placeholder`` with ``dtype=resource``
+and ``shape {}``: the handle data that told TensorFlow the variable's dtype and shape while tracing
+is not part of the GraphDef. Imported as is, every ``ReadVariableOp`` has unknown rank, so the
+activations behind it do too, and the variable counts 0 bytes. :func:`recover_resource_variables`
+rewrites such a placeholder into the ``VarHandleOp`` :func:`graphir.importers.tf.concrete_function_graphdef`
+would have written (``dtype``, ``shape``, ``shared_name`` = the placeholder's name), so the rest of
+the importer types it and :func:`~graphir.importers.tf_attrs.persistent_bytes` sizes it like any
+variable.
+
+TensorFlow's shape inference runs forward only, and a layer's sizes enter the graph through its
+variables, so it cannot start on its own. The solver therefore iterates (approach "c" of issue 18,
+fed by "a" and "b"):
+
+1. Import the flat graph into a ``tf.Graph`` (TensorFlow infers what it can).
+2. For every unresolved placeholder, merge the partial shapes its uses imply:
+
+   * ``ReadVariableOp``: its inferred output shape.
+   * ``AssignVariableOp`` / ``AssignAddVariableOp`` / ``AssignSubVariableOp``: the value's shape.
+     Optimizer updates compute that value elementwise from the gradient and reads of the variable
+     and its slots, whose shapes are unknown; :meth:`_Round.value_shape` broadcasts only the known
+     operands of elementwise ops. The assumption (an operand of unknown shape does not widen the
+     broadcast) holds for optimizer updates, where the unknown operands are the variable itself,
+     its slots (same shape) and scalars.
+   * ``ResourceApply*`` (TF optimizers): the ``grad``/``delta`` input's shape, for every resource
+     input of the op (the variable and its slots).
+   * Reads consumed by ``BiasAdd`` (bias), ``FusedBatchNorm*`` (scale, offset, mean, variance):
+     the channel dim of the data input.
+   * A convolution kernel (``Conv2D``/``Conv3D``/``DepthwiseConv2dNative`` filter, and the
+     ``Conv*BackpropFilter`` whose ``filter_sizes`` is the ``Shape``/``ShapeN`` of that read):
+     the input channels from the data, the output channels from the output or the output gradient,
+     and each spatial size where the geometry fixes it: ``VALID`` padding, stride 1
+     (``k = (in - out) / dilation + 1``).
+
+3. Rewrite the placeholders whose shape grew into ``VarHandleOp`` nodes (unknown dims ``-1``) and
+   repeat until a round learns nothing new.
+
+What cannot be recovered: a kernel's spatial size under ``SAME`` padding or strides (the graph
+holds no trace of it: ``Conv2DBackpropFilter`` takes the kernel's shape from ``ShapeN`` of the
+kernel itself), a variable used only elementwise together with others (a learning rate read into
+the update) and a handle nobody uses. Such a placeholder keeps what was learned (a ``VarHandleOp``
+of partial shape, 0 bytes; a ``Placeholder`` when not even the rank is known) and one warning names
+them with their partial shapes. A one-line note says how many were recovered.
+
+Placeholders are candidates only when every use of the handle (through ``Identity``) is a variable
+op: a resource placeholder fed to a lookup table or an iterator op is left alone.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from graphir.importers.tf_inline import _split_ref
+
+if TYPE_CHECKING:
+    from tensorflow.core.framework import graph_pb2, node_def_pb2
+
+
+PartialShape = tuple[int | None, ...] | None
+"""A shape with ``None`` for an unknown dim; ``None`` itself for unknown rank."""
+
+MAX_ROUNDS = 16
+"""Rounds of TensorFlow shape inference before the solver gives up (each round imports the graph)."""
+
+_MAX_NAMES = 5
+
+_ASSIGN_OPS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+_OTHER_VARIABLE_OPS = frozenset(
+    {"ReadVariableOp", "VarIsInitializedOp", "VariableShape", "DestroyResourceOp", "ResourceGather", "ResourceGatherNd"}
+)
+_VARIABLE_OP_PREFIXES = ("ResourceApply", "ResourceSparseApply", "ResourceScatter", "ResourceStridedSliceAssign")
+_HANDLE_FORWARDERS = frozenset({"Identity", "IdentityN"})
+
+_UNARY_ELEMENTWISE = frozenset(
+    {
+        "Abs",
+        "Cast",
+        "Exp",
+        "Identity",
+        "Log",
+        "Neg",
+        "Reciprocal",
+        "Relu",
+        "Rsqrt",
+        "Sigmoid",
+        "Sign",
+        "Sqrt",
+        "Square",
+        "StopGradient",
+        "Tanh",
+    }
+)
+_BROADCAST_ELEMENTWISE = frozenset(
+    {
+        "Add",
+        "AddN",
+        "AddV2",
+        "Div",
+        "DivNoNan",
+        "FloorDiv",
+        "Maximum",
+        "Minimum",
+        "Mul",
+        "MulNoNan",
+        "Pow",
+        "RealDiv",
+        "SquaredDifference",
+        "Sub",
+        "TruncateDiv",
+    }
+)
+_CONV_OPS = {"Conv2D": 2, "Conv3D": 3, "DepthwiseConv2dNative": 2}
+_CONV_FILTER_GRADS = {"Conv2DBackpropFilter": 2, "Conv3DBackpropFilterV2": 3, "DepthwiseConv2dNativeBackpropFilter": 2}
+_BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+
+
+def is_variable_use(op_type: str) -> bool:
+    """True for an op that takes a variable's handle (read, assign, optimizer apply, scatter...)."""
+    return op_type in _ASSIGN_OPS or op_type in _OTHER_VARIABLE_OPS or op_type.startswith(_VARIABLE_OP_PREFIXES)
+
+
+@dataclass
+class RecoveryReport:
+    """What :func:`recover_resource_variables` did.
+
+    Attributes:
+        recovered: placeholder name -> (TF dtype enum, full shape) for every variable recovered.
+        partial: placeholder name -> partial shape for those not fully recovered (``None``: rank
+            unknown too).
+        rounds: rounds of TensorFlow shape inference run.
+    """
+
+    recovered: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    partial: dict[str, PartialShape] = field(default_factory=dict)
+    rounds: int = 0
+
+
+def recover_resource_variables(
+    flat: graph_pb2.GraphDef, source: str, write: Callable[[str], object] | None = None
+) -> RecoveryReport:
+    """Turn resource placeholders of ``flat`` into typed ``VarHandleOp`` nodes, in place.
+
+    Args:
+        flat: a graph without function calls (after inlining); modified in place.
+        source: how the note and warning name the input.
+        write: where the note and warning lines go (default: standard error).
+
+    Returns:
+        The report (empty, and no TensorFlow import, when the graph has no such placeholder).
+    """
+    write = write or sys.stderr.write
+    report = RecoveryReport()
+    by_name = {node.name: node for node in flat.node}
+    candidates = _candidates(flat)
+    if not candidates:
+        return report
+    originals = {name: _copy(by_name[name]) for name in candidates}
+    shapes: dict[str, PartialShape] = dict.fromkeys(candidates)
+    dtypes: dict[str, int] = {}
+    rewritten: dict[str, node_def_pb2.NodeDef] = {}  # the last round's rewrites, as they were before
+    while report.rounds < MAX_ROUNDS:
+        try:
+            graph = _import(flat)
+        except Exception:  # TensorFlow rejects the graph: the importer reports it when no rewrite is to blame
+            if not rewritten:
+                return report
+            for name, before in rewritten.items():  # a use contradicting the evidence: give these up
+                by_name[name].CopyFrom(before)
+                shapes[name] = None
+            break
+        report.rounds += 1
+        learned = _Round(graph, candidates, shapes).learn(dtypes)
+        rewritten = {name: _copy(by_name[name]) for name in learned if name in dtypes}
+        if not rewritten:
+            break
+        for name in rewritten:
+            _make_var_handle(by_name[name], dtypes[name], shapes[name])
+    for name in candidates:
+        shape = shapes[name]
+        if shape is not None and all(d is not None for d in shape) and name in dtypes:
+            report.recovered[name] = (dtypes[name], tuple(d for d in shape if d is not None))
+            continue
+        report.partial[name] = shape
+        if name not in dtypes or shape is None:  # nothing usable: keep the original placeholder
+            by_name[name].CopyFrom(originals[name])
+    total = len(candidates)
+    write(
+        f"{source}: note: recovered the dtype and shape of {len(report.recovered)} of {total} resource variable "
+        f"placeholder(s) from their uses ({report.rounds} round(s) of TF shape inference)\n"
+    )
+    if report.partial:
+        names = sorted(report.partial)
+        shown = ", ".join(f"'{n}' {_format(report.partial[n])}" for n in names[:_MAX_NAMES])
+        more = "" if len(names) <= _MAX_NAMES else ", ..."
+        write(
+            f"{source}: warning: {len(names)} resource variable placeholder(s) without handle data could not be "
+            f"fully recovered and count 0 bytes: {shown}{more}\n"
+        )
+    return report
+
+
+# ----------------------------------------------------------------------------------- helpers
+
+
+def _candidates(flat: graph_pb2.GraphDef) -> list[str]:
+    """Resource placeholders whose every use (through ``Identity``) is a variable op, in node order."""
+    from tensorflow.core.framework import types_pb2
+
+    users: dict[str, list[node_def_pb2.NodeDef]] = {}
+    for node in flat.node:
+        for ref in node.input:
+            if not ref.startswith("^"):
+                users.setdefault(_split_ref(ref)[0], []).append(node)
+    out: list[str] = []
+    for node in flat.node:
+        if node.op != "Placeholder" or node.attr["dtype"].type != types_pb2.DT_RESOURCE:
+            continue
+        stack, seen, ok = [node.name], set(), True
+        while stack and ok:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            for user in users.get(name, ()):
+                if user.op in _HANDLE_FORWARDERS:
+                    stack.append(user.name)
+                elif not is_variable_use(user.op):
+                    ok = False
+        if ok:
+            out.append(node.name)
+    return out
+
+
+def _copy(node: node_def_pb2.NodeDef) -> node_def_pb2.NodeDef:
+    copy = type(node)()
+    copy.CopyFrom(node)
+    return copy
+
+
+def _import(flat: graph_pb2.GraphDef) -> Any:
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(flat, name="")
+    return graph
+
+
+def _make_var_handle(node: node_def_pb2.NodeDef, dtype: int, shape: PartialShape) -> None:
+    """Rewrite ``node`` (same name and device) as the ``VarHandleOp`` of a variable of ``shape``."""
+    device = node.device
+    name = node.name
+    node.Clear()
+    node.name, node.op, node.device = name, "VarHandleOp", device
+    node.attr["dtype"].type = dtype
+    node.attr["shape"].shape.SetInParent()  # a scalar has no dims but needs the attr
+    if shape is None:
+        node.attr["shape"].shape.unknown_rank = True
+    else:
+        for d in shape:
+            node.attr["shape"].shape.dim.add().size = -1 if d is None else d
+    node.attr["shared_name"].s = name.encode()
+    node.attr["container"].s = b""
+
+
+def _format(shape: PartialShape) -> str:
+    if shape is None:
+        return "[*]"
+    return "[" + ",".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+def _dims(tf_shape: Any) -> PartialShape:
+    return None if tf_shape.rank is None else tuple(tf_shape.as_list())
+
+
+def _merge(a: PartialShape, b: PartialShape) -> PartialShape | bool:
+    """The more specific of two compatible partial shapes; ``False`` when they conflict."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if len(a) != len(b):
+        return False
+    out: list[int | None] = []
+    for x, y in zip(a, b, strict=True):
+        if x is not None and y is not None and x != y:
+            return False
+        out.append(x if x is not None else y)
+    return tuple(out)
+
+
+def _refine(shape: PartialShape, evidence: PartialShape) -> PartialShape:
+    """``shape`` made more specific by ``evidence``; unchanged when they conflict."""
+    merged = _merge(shape, evidence)
+    return shape if merged is False else merged
+
+
+def _broadcast(shapes: list[tuple[int | None, ...]]) -> PartialShape:
+    rank = max(len(s) for s in shapes)
+    out: list[int | None] = []
+    for axis in range(rank):
+        dims = [s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            return None
+        if known:
+            out.append(known.pop())
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def _known(shape: PartialShape) -> int:
+    """How much a partial shape says (rank counts one, each known dim one more)."""
+    return 0 if shape is None else 1 + sum(d is not None for d in shape)
+
+
+class _Round:
+    """One round: the evidence the current ``tf.Graph`` gives about each unresolved placeholder."""
+
+    def __init__(self, graph: Any, candidates: list[str], shapes: dict[str, PartialShape]):
+        self.graph = graph
+        self.candidates = candidates
+        self.shapes = shapes
+        self._value_shapes: dict[str, PartialShape] = {}
+
+    def learn(self, dtypes: dict[str, int]) -> list[str]:
+        """Merge this round's evidence into ``shapes``/``dtypes``; the names whose shape grew."""
+        grew: list[str] = []
+        for name in self.candidates:
+            before = self.shapes[name]
+            if before is not None and all(d is not None for d in before) and name in dtypes:
+                continue
+            shape = before
+            for evidence, dtype in self.evidence(self.graph.get_operation_by_name(name).outputs[0]):
+                if dtype is not None and name not in dtypes:
+                    dtypes[name] = dtype
+                shape = _refine(shape, evidence)  # conflicting evidence (an unusual use) is ignored
+            if _known(shape) > _known(before):
+                self.shapes[name] = shape
+                grew.append(name)
+        return grew
+
+    def evidence(self, handle: Any) -> list[tuple[PartialShape, int | None]]:
+        out: list[tuple[PartialShape, int | None]] = []
+        for consumer in handle.consumers():
+            op_type = consumer.type
+            if op_type in _HANDLE_FORWARDERS:
+                for output in consumer.outputs:
+                    out.extend(self.evidence(output))
+            elif op_type == "ReadVariableOp":
+                dtype = consumer.get_attr("dtype").as_datatype_enum
+                out.append((_dims(consumer.outputs[0].shape), dtype))
+                out.extend((shape, dtype) for shape in self.read_uses(consumer.outputs[0]))
+            elif op_type in _ASSIGN_OPS:
+                out.append((self.value_shape(consumer.inputs[1]), consumer.get_attr("dtype").as_datatype_enum))
+            elif op_type.startswith("ResourceApply"):
+                out.append(self.apply_grad(consumer))
+        return out
+
+    def apply_grad(self, op: Any) -> tuple[PartialShape, int | None]:
+        names = [arg.name for arg in op.op_def.input_arg]
+        grad = next((op.inputs[names.index(n)] for n in ("grad", "delta") if n in names), None)
+        dtype = op.get_attr("T").as_datatype_enum if "T" in op.node_def.attr else None
+        return (None if grad is None else self.value_shape(grad)), dtype
+
+    def value_shape(self, tensor: Any) -> PartialShape:
+        """The shape of ``tensor``, broadcasting only the known operands of elementwise ops."""
+        key = tensor.name
+        if key in self._value_shapes:
+            return self._value_shapes[key]
+        self._value_shapes[key] = None  # a cycle (none in a GraphDef) or a deep chain ends here
+        shape = _dims(tensor.shape)
+        if shape is None or any(d is None for d in shape):
+            op = tensor.op
+            if op.type == "ReadVariableOp":  # a variable being solved: its partial shape would blur size-1 dims
+                shape = None
+            elif op.type in _UNARY_ELEMENTWISE:
+                shape = _refine(shape, self.value_shape(op.inputs[0]))
+            elif op.type in _BROADCAST_ELEMENTWISE:
+                operands = [self.value_shape(t) for t in op.inputs]
+                known = [s for s in operands if s is not None]
+                # With an operand of unknown shape, scalars alone say nothing (alpha * m / sqrt(v)).
+                if known and (len(known) == len(operands) or any(known)):
+                    shape = _refine(shape, _broadcast(known))
+        self._value_shapes[key] = shape
+        return shape
+
+    def read_uses(self, read: Any) -> list[PartialShape]:
+        """Shapes the consumers of a variable's read value require of it."""
+        out: list[PartialShape] = []
+        for consumer in read.consumers():
+            op_type = consumer.type
+            if op_type in ("Identity", "Cast"):
+                out.extend(self.read_uses(consumer.outputs[0]))
+            elif op_type == "BiasAdd" and consumer.inputs[1].name == read.name:
+                out.append((_channel(consumer, consumer.inputs[0].shape),))
+            elif op_type in _BATCH_NORMS and any(t.name == read.name for t in consumer.inputs[1:]):
+                out.append((_channel(consumer, consumer.inputs[0].shape),))
+            elif op_type in _CONV_OPS and consumer.inputs[1].name == read.name:
+                dy = consumer.outputs[0].shape
+                out.append(_kernel(consumer, _CONV_OPS[op_type], consumer.inputs[0].shape, dy))
+            elif op_type in ("Shape", "ShapeN"):
+                index = next(k for k, t in enumerate(consumer.inputs) if t.name == read.name)
+                for user in consumer.outputs[index].consumers():
+                    if user.type in _CONV_FILTER_GRADS and user.inputs[1].name == consumer.outputs[index].name:
+                        rank = _CONV_FILTER_GRADS[user.type]
+                        out.append(_kernel(user, rank, user.inputs[0].shape, self.value_shape(user.inputs[2])))
+        return out
+
+
+def _data_format(op: Any) -> str:
+    try:
+        return op.get_attr("data_format").decode()
+    except ValueError:
+        return "NHWC"
+
+
+def _channel(op: Any, shape: Any) -> int | None:
+    dims = _dims(shape)
+    if dims is None:
+        return None
+    return dims[1] if _data_format(op).startswith("NC") else dims[-1]
+
+
+def _kernel(op: Any, spatial: int, x_shape: Any, dy: Any) -> PartialShape:
+    """A conv kernel's ``[k..., in, out]`` (depthwise: ``[k..., in, multiplier]``) from its data and output."""
+    x = _dims(x_shape)
+    y = dy if dy is None or isinstance(dy, tuple) else _dims(dy)
+    channels_first = _data_format(op).startswith("NC")
+    if (x is not None and len(x) != spatial + 2) or (y is not None and len(y) != spatial + 2):
+        return None
+    ch = 1 if channels_first else spatial + 1
+    first = 2 if channels_first else 1
+    c_in = None if x is None else x[ch]
+    c_out = None if y is None else y[ch]
+    if op.type.startswith("Depthwise"):
+        c_out = None if c_in is None or c_out is None or c_out % c_in else c_out // c_in
+    sizes: list[int | None] = [None] * spatial
+    strides = list(op.get_attr("strides"))
+    try:
+        dilations = list(op.get_attr("dilations"))
+    except ValueError:
+        dilations = [1] * (spatial + 2)
+    if op.get_attr("padding") == b"VALID" and x is not None and y is not None:
+        for axis in range(spatial):
+            i = first + axis
+            if strides[i] != 1 or x[i] is None or y[i] is None or (x[i] - y[i]) % dilations[i]:
+                continue
+            sizes[axis] = (x[i] - y[i]) // dilations[i] + 1
+    return (*sizes, c_in, c_out)
