@@ -33,6 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from graphir.budget import check_node_budgets
 from graphir.clone import clone_module
 from graphir.errors import PassError
 from graphir.ir import Module
@@ -162,7 +163,8 @@ class Place(Pass):
         placer = self.placer
         assert placer is not None
         started = time.perf_counter()
-        problem = PlacementProblem.from_module(module, placer.device_hints(module))
+        problem = PlacementProblem.from_module(module, placer.device_hints(module))  # sizes checked here first
+        check_node_budgets(module)  # a node larger than every device: one line, unless --allow-oom
         ctx.log(f"place: {self.algo} on {problem.num_nodes} coarse nodes, {problem.num_devices} devices")
         placement = placer.place(problem, placement_context(module, ctx))
         return PassResult(True, apply_placement(module, problem, placement, self.algo, started))

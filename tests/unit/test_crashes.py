@@ -245,9 +245,6 @@ def test_help_documents_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> No
     assert "--allow-oom" in text and "--debug" in text
 
 
-@pytest.mark.xfail(
-    strict=True, reason="check_node_budgets is not called by place yet (the lead wires it into passes/place/)"
-)
 def test_place_refuses_a_node_larger_than_every_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "huge.gir"
     path.write_text(HUGE_GIR)
