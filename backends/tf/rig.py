@@ -58,6 +58,7 @@ __all__ = [
     "StepTrace",
     "TransferStat",
     "calibration_runs",
+    "graph_gaps",
     "normalise_device",
     "parse_step_stats",
     "rig",
@@ -214,6 +215,8 @@ class RigRun:
         transfers: ``(IR value name, src device, dst device, bytes, median seconds)`` per tensor sent
             between tasks (the IR value is ``""`` when the producer maps to no IR node).
         traced_steps: traced steps the medians come from.
+        ops: TF ops the traced steps report (a node may lower to several).
+        op_seconds: sum of every reported TF op's median kernel seconds.
     """
 
     times_s: list[float]
@@ -223,6 +226,8 @@ class RigRun:
     node_devices: dict[str, str]
     transfers: list[tuple[str, str, str, int, float]]
     traced_steps: int
+    ops: int = 0
+    op_seconds: float = 0.0
 
 
 def _median_ops(traces: Sequence[StepTrace]) -> dict[str, tuple[str, float]]:
@@ -312,7 +317,10 @@ def run_on_rig(
         if node is not None and node.outputs:
             value = node.outputs[min(output, len(node.outputs) - 1)].name
         transfers.append((value, src, dst, nbytes, seconds))
-    return RigRun(times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces))
+    op_seconds = float(sum(seconds for _, seconds in ops.values()))
+    return RigRun(
+        times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces), len(ops), op_seconds
+    )
 
 
 # --------------------------------------------------------------------------- calibration runs
@@ -329,6 +337,8 @@ class RigCalibration:
         chain_kernel_s: ``device -> median kernel seconds of one tiny op`` (traced).
         matmul: ``device -> (flops, median kernel seconds)`` of a square float32 MatMul.
         stream: ``device -> (bytes read + written, median kernel seconds)`` of a large AddV2.
+        graphs: ``(TF ops, median untraced step s, traced kernel sum s)`` of whole calibration
+            models run on the first device (:func:`graph_gaps`).
     """
 
     transfers: dict[tuple[str, str], list[tuple[int, float]]]
@@ -336,6 +346,7 @@ class RigCalibration:
     chain_kernel_s: dict[str, float]
     matmul: dict[str, tuple[float, float]]
     stream: dict[str, tuple[float, float]]
+    graphs: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
 
 
 def calibration_runs(
@@ -439,3 +450,27 @@ def _op_median(traces: Sequence[StepTrace], name: str) -> float:
     if not values:
         raise BackendError(f"rig calibration: op '{name}' reported no step statistics")
     return float(statistics.median(values))
+
+
+def graph_gaps(
+    modules: Sequence[Module], servers: Any, device: str, steps: int = 5, trace_steps: int = 3
+) -> list[tuple[int, float, float]]:
+    """Run whole models on one device: ``(TF ops, median untraced step s, traced kernel sum s)`` each.
+
+    Every node is put on ``device`` (a cluster device name) for the run and left unplaced again. The
+    step minus the kernel sum is what the executor spends between kernels plus the step's fixed
+    cost; over several models, its slope in the TF op count is the per-op overhead real graphs see
+    (their kernels go through the executor's thread pool; a chain of scalar ops runs inline).
+    """
+    out = []
+    for module in modules:
+        nodes = list(module.graph.nodes)
+        for node in nodes:
+            node.device = device
+        try:
+            run = run_on_rig(module, servers, steps=steps, warmup=2, trace_steps=trace_steps)
+        finally:
+            for node in nodes:
+                node.device = None
+        out.append((run.ops, run.median_s, run.op_seconds))
+    return out

@@ -241,3 +241,14 @@ def test_fidelity_fine_placement_deals_colocation_classes():
     mapping = fine_placement(module)
     assert mapping == {"n0": "worker0", "n1": "worker1", "n2": "worker0", "n3": "worker1", "n4": "worker1"}
     assert Path(rig_cache_path(2)).name == "cluster-2xcpu-workers.toml"
+
+
+def test_fit_rig_takes_the_op_overhead_from_whole_models():
+    """Step minus kernel sum over several models: slope in kernels = per-op gap, intercept = step cost."""
+    measured = _calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=0.5e-6, step=600e-6)
+    measured.graphs = [(ops, 0.1 + 700e-6 + ops * 5e-6, 0.1) for ops in (200, 2000, 6000)]
+    fitted = fit_rig(measured)
+    assert fitted.op_overhead == {"worker0": pytest.approx(5e-6), "worker1": pytest.approx(5e-6)}
+    assert fitted.step_overhead["worker0"] == pytest.approx(700e-6)
+    measured.graphs = measured.graphs[:1]  # one model cannot give a slope: the scalar chain decides
+    assert fit_rig(measured).op_overhead["worker0"] == pytest.approx(0.5e-6, rel=1e-6)
