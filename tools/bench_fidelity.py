@@ -39,6 +39,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -341,8 +342,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibrate(["--rig", f"--cluster={args.cluster}", "--max-bytes", str(16 << 20)])
     cluster = resolve_cluster(args.cluster)
     cluster_text = Path(rig_cache_path(int(count))).read_text() if count.isdigit() else args.cluster
-    scratch = args.out.parent / ".fidelity-scratch"
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch_dir = tempfile.TemporaryDirectory(prefix="graphir-fidelity-")  # the fine placements' JSON files
+    scratch = Path(scratch_dir.name)
     rows: list[Row] = []
     start = time.perf_counter()
     command = "python -m graphir.tools.bench_fidelity " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -352,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
         args.out.with_suffix(".json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n")
         write_plot(rows, args.out.with_suffix(".png"))
+    scratch_dir.cleanup()
     median, worst = _summary(rows)
     log(f"{len(rows)} pairs in {time.perf_counter() - start:.0f} s: median |error| {median:.1%}, worst {worst:.1%}")
     return 0
