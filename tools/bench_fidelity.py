@@ -54,8 +54,8 @@ MODELS: dict[str, str] = {
     "inception_v1-infer": "onnx:light_inception_v1",
     "resnet50-infer": "onnx:light_resnet50",
     "resnet50-train": "zoo:resnet50_train",
-    "lstm-train": "zoo:lstm_train",
     "gpt-train": "zoo:gpt_train",
+    "lstm-train": "zoo:lstm_train",
 }
 """Benchmark name -> source (``onnx:<light model>`` or ``zoo:<training entry>``)."""
 
@@ -230,7 +230,9 @@ def write_markdown(
         "",
         "- *single*: every node on worker 0; *balanced*: `place{algo=m-etf}`; *fine*: colocation classes dealt "
         "round-robin over the workers in topological order (much data moved). All three are simulated with "
-        "the same per-node costs, measured once on one worker.",
+        "the same per-node costs, measured once on one worker; *single* is that profiled configuration "
+        "(its costs are scaled to the same run's untraced step, see `profile{mode=tf-run}`), so its rows "
+        "check the per-op and per-step bookkeeping, and *balanced* / *fine* are the predictions.",
         "- *transfers sim. / meas.*: tensors the simulator sends between devices / tensors TensorFlow sent "
         "between tasks in one traced step (a Send/Recv pair per consumer task).",
         "- *transfer time meas. / model*: median over the measured tensors of (producer kernel end → "

@@ -252,3 +252,18 @@ def test_fit_rig_takes_the_op_overhead_from_whole_models():
     assert fitted.step_overhead["worker0"] == pytest.approx(700e-6)
     measured.graphs = measured.graphs[:1]  # one model cannot give a slope: the scalar chain decides
     assert fit_rig(measured).op_overhead["worker0"] == pytest.approx(0.5e-6, rel=1e-6)
+
+
+def test_tf_run_scales_traced_kernels_to_the_untraced_step():
+    """Tracing inflates kernel times: a one-device run is scaled down to its untraced step, never up."""
+    from graphir.backends.tf.rig import RigRun
+    from graphir.passes.profile.tf_run import _trace_scale
+
+    one = "/job:worker/task:0/device:CPU:0"
+    run = RigRun([0.1], 0.1, 1, {"a": 0.06, "b": 0.06}, {"a": one, "b": one}, [], 1, ops=3, op_seconds=0.125)
+    assert _trace_scale(run) == pytest.approx(0.8)
+    run.op_seconds = 0.05  # the step is longer than its kernels: executor gaps are op_overhead's business
+    assert _trace_scale(run) == 1.0
+    run.node_devices["b"] = "/job:worker/task:1/device:CPU:0"
+    run.op_seconds = 0.125
+    assert _trace_scale(run) == 1.0  # several devices: no single ratio
