@@ -199,6 +199,12 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
     return rows
 
 
+def write_json(rows: Sequence[Row], path: Path) -> None:
+    """Every row as one JSON object per line, inside one list (compact: rows carry every measured transfer)."""
+    body = ",\n".join(json.dumps(dataclasses.asdict(r), separators=(",", ":")) for r in rows)
+    path.write_text(f"[\n{body}\n]\n")
+
+
 def _summary(rows: Sequence[Row]) -> tuple[float, float]:
     errors = [abs(r.error) for r in rows]
     return (float(statistics.median(errors)), max(errors)) if errors else (float("nan"), float("nan"))
@@ -353,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += measure_model(name, MODELS[name], cluster, args, scratch, log)
         # after every model, so partial results survive an interrupted run
         write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
-        args.out.with_suffix(".json").write_text(json.dumps([dataclasses.asdict(r) for r in rows], indent=1) + "\n")
+        write_json(rows, args.out.with_suffix(".json"))
         write_plot(rows, args.out.with_suffix(".png"))
     scratch_dir.cleanup()
     median, worst = _summary(rows)
