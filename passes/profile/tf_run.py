@@ -3,15 +3,16 @@
 The module is lowered (:mod:`graphir.backends.tf`, ONNX- and TF-imported modules alike) and run on
 its cluster's local ``tf.distribute.Server`` workers, each pinned to one core with one thread
 (:mod:`graphir.backends.tf.rig`, e.g. ``--cluster=2xcpu-workers``). After ``warmup`` discarded steps
-and one timed step, ``iterations`` steps run traced (``RunMetadata`` step statistics), and every
+and three timed (untraced) steps, ``iterations`` steps run traced (``RunMetadata`` step statistics), and every
 node's ``cost`` becomes the **median kernel time** of the TF ops lowered from it, **on the device
 it ran on**:
 
 * a fully placed module runs as placed; each node's cost for its device's kind is its measured
   time (other kinds keep a cost they already had, else get the same time);
 * otherwise, for each device kind of the cluster, the unplaced nodes run on the first device of
-  that kind (placed nodes stay where they are), so every kind gets its own measurement; the
-  placement is restored afterwards.
+  that kind (placed nodes stay where they are), in the graph index's topological order enforced
+  as a single-device placement would be (when no node has an order yet), so every kind gets its
+  own measurement; placement and order are restored afterwards.
 
 **Tracing correction.** Tracing is not free: with ``FULL_TRACE`` (the only level at which a
 distributed run reports step statistics) the kernels' measured times add up to more than the
@@ -100,14 +101,19 @@ def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:
     for kind in kinds:
         if kind is not None:
             first = next(d for d in cluster.devices if d.kind == kind)
-            for node in unplaced:
+            ordered = all(node.order is None for node in nodes)
+            for position, node in enumerate(unplaced):
                 node.device = first.name
+                if ordered:  # the order a single-device placement enforces: the index's topological order
+                    node.order = position
         try:
             ctx.log(f"profile: running '{module.name}' on the rig ({cluster.spec}) for its measured costs")
-            run = measure_placed(module, options.iterations, options.warmup, ctx.seed)
+            run = measure_placed(module, options.iterations, options.warmup, ctx.seed, steps=3)
         finally:
             for node in unplaced:
                 node.device = None
+                if kind is not None and ordered:
+                    node.order = None
         runs.append(run)
         scale = _trace_scale(run)
         for name, seconds in run.node_seconds.items():
