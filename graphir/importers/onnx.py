@@ -48,7 +48,8 @@ Mapping (every ONNX construct lands somewhere; nothing is dropped silently):
   then sorted) and, when the model has local functions, ``functions`` (tuple of
   ``Opaque("onnx.FunctionProto", ...)``).
 
-Warnings go to standard error, one line each, as ``<file>: warning: ...``.
+Warnings go to standard error, one line each, as ``<file>: warning: ...``. The input checks live in
+:mod:`graphir.importers.onnx_checks`, the attribute conversion in :mod:`graphir.importers.onnx_attrs`.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ from onnx import AttributeProto, TensorProto, numpy_helper
 from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy
 from graphir.errors import ImportError_, Location, describe_exception
 from graphir.gcpause import gc_paused
+from graphir.importers.onnx_attrs import _AttributeConversion
+from graphir.importers.onnx_checks import DATA_PROPAGATION_MAX_ELEMENTS as DATA_PROPAGATION_MAX_ELEMENTS
+from graphir.importers.onnx_checks import _display, _InputChecks, _vectors_are_short
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import Dim, DType, TensorType
 
@@ -131,11 +135,6 @@ def _sanitize_identifier(text: str, default: str) -> str:
     return "_" + out if out[0].isdigit() else out
 
 
-def _float32_param(value: float) -> float:
-    """The shortest decimal reading back to the same float32 (ONNX stores FLOAT as float32)."""
-    return float(str(np.float32(value)))
-
-
 def _op_name(domain: str, op_type: str) -> str:
     if domain in _DEFAULT_DOMAINS:
         return "onnx." + op_type
@@ -199,7 +198,7 @@ def _densify(sparse: onnx.SparseTensorProto, base_dir: str) -> np.ndarray:
     return dense.reshape(shape)
 
 
-class _OnnxImporter:
+class _OnnxImporter(_InputChecks, _AttributeConversion):
     """One import: the file, the loaded model, the graph being built and the type caches."""
 
     def __init__(self, path: Path):
@@ -257,115 +256,6 @@ class _OnnxImporter:
         if model.ir_version <= 0 or not model.HasField("graph"):
             raise self.error("not an ONNX model (no IR version or no graph)")
         return model
-
-    def check_text(self, model: onnx.ModelProto) -> None:
-        """Refuse names that are not UTF-8 (protobuf returns them as ``bytes``), naming where.
-
-        Covers the model, graph, initializer, input and output names here; a node's own names are
-        checked where :meth:`add_nodes` reads them (one type test each, so large models pay
-        nothing), symbolic dimensions in :meth:`symbol`.
-        """
-        for field in ("producer_name", "producer_version", "domain"):
-            self.check_utf8(getattr(model, field), f"model {field.replace('_', ' ')}")
-        for opset in model.opset_import:
-            self.check_utf8(opset.domain, "opset domain")
-        graph = model.graph
-        self.check_utf8(graph.name, "graph name")
-        for tensor in graph.initializer:
-            self.check_utf8(tensor.name, "initializer name")
-        for sparse in graph.sparse_initializer:
-            self.check_utf8(sparse.values.name, "sparse initializer name")
-        for what, infos in (("graph input", graph.input), ("graph output", graph.output)):
-            for info in infos:
-                self.check_utf8(info.name, f"{what} name")
-
-    def check_utf8(self, value: object, what: str, node: str | None = None) -> None:
-        """The text policy: a name protobuf could not decode (``bytes``) is an error naming ``what``."""
-        if isinstance(value, bytes):
-            shown = value.decode("utf-8", "backslashreplace")
-            raise self.error(f"{what} '{shown}' is not valid UTF-8", node)
-
-    def node_text_error(self, onnx_node: onnx.NodeProto) -> ImportError_:
-        """The error for a node with an undecodable name, op type, domain, operand, result or attribute."""
-        outputs = [o for o in onnx_node.output if type(o) is str]
-        label = onnx_node.name if type(onnx_node.name) is str else ""
-        op_type = onnx_node.op_type if type(onnx_node.op_type) is str else "?"
-        where = _display(label, outputs, op_type)
-        fields = [("node name", onnx_node.name), ("op type", onnx_node.op_type), ("op domain", onnx_node.domain)]
-        fields += [("operand name", name) for name in onnx_node.input]
-        fields += [("result name", name) for name in onnx_node.output]
-        fields += [("attribute name", attr.name) for attr in onnx_node.attribute]
-        for what, value in fields:
-            self.check_utf8(value, what, where)
-        raise AssertionError("node_text_error called on a node whose text is valid")
-
-    def check_sizes(self, model: onnx.ModelProto) -> None:
-        """Refuse negative or oversized initializers and declared types before shape inference sees them.
-
-        ONNX shape inference allocates along declared dims: a value_info of 2**62 elements made it
-        exhaust memory (std::bad_alloc) before any graphir check ran.
-        """
-        graph = model.graph
-        for tensor in graph.initializer:
-            self.initializer_type(tensor.name, tensor.data_type, tensor.dims, "initializer")
-        for sparse in graph.sparse_initializer:
-            self.initializer_type(sparse.values.name, sparse.values.data_type, sparse.dims, "sparse initializer")
-        for what, infos in (
-            ("graph input", graph.input),
-            ("graph output", graph.output),
-            ("value_info", graph.value_info),
-        ):
-            for info in infos:
-                if info.HasField("type"):
-                    problem = self._convert_type(info.type).size_error()
-                    if problem is not None:
-                        raise self.error(f"{what} '{info.name}': {problem}")
-
-    def initializer_type(self, name: str, elem_type: int, dims: Iterable[int], what: str) -> TensorType:
-        """The type of an initializer; negative dims and oversized tensors are refused by name."""
-        shape = tuple(dims)
-        negative = next((d for d in shape if d < 0), None)
-        if negative is not None:
-            raise self.error(f"{what} '{name}' has a negative dimension {negative} (dims {list(shape)})")
-        tensor_type = self.tensor_type(elem_type, shape)
-        problem = tensor_type.size_error()
-        if problem is not None:
-            raise self.error(f"{what} '{name}': {problem}")
-        return tensor_type
-
-    def check_external_data(self, model: onnx.ModelProto) -> None:
-        """Fail early, with the tensor and file named, when external data cannot be read later."""
-        base = self.path.parent.resolve()
-        sizes: dict[Path, int] = {}
-        tensors = list(model.graph.initializer)
-        tensors.extend(s.values for s in model.graph.sparse_initializer)
-        tensors.extend(s.indices for s in model.graph.sparse_initializer)
-        for tensor in tensors:
-            if tensor.data_location != TensorProto.EXTERNAL:
-                continue
-            try:
-                info = onnx.external_data_helper.ExternalDataInfo(tensor)
-            except ValueError as exc:
-                raise self.error(
-                    f"initializer '{tensor.name}': bad external data entry ({describe_exception(exc)})"
-                ) from None
-            if not info.location:
-                raise self.error(f"initializer '{tensor.name}': external data without a location")
-            target = (base / info.location).resolve()
-            if not target.is_relative_to(base):
-                raise self.error(
-                    f"initializer '{tensor.name}': external data file '{info.location}' is outside the model directory"
-                )
-            if target not in sizes:
-                if not target.is_file():
-                    raise self.error(f"initializer '{tensor.name}': external data file '{info.location}' not found")
-                sizes[target] = target.stat().st_size
-            end = (info.offset or 0) + (info.length or 0)
-            if end > sizes[target]:
-                raise self.error(
-                    f"initializer '{tensor.name}': external data file '{info.location}' has {sizes[target]} bytes, "
-                    f"the tensor needs bytes up to {end}"
-                )
 
     # ----------------------------------------------------------------- types
     def infer_types(self, model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -531,52 +421,6 @@ class _OnnxImporter:
 
         return load
 
-    # ----------------------------------------------------------------- params
-    def params(self, node: onnx.NodeProto) -> dict[str, ParamValue]:
-        """The node's attributes as params, in their stored order."""
-        return {attr.name: self.attribute(attr) for attr in node.attribute}
-
-    def attribute(self, attr: AttributeProto) -> ParamValue:
-        """One ONNX attribute as a param value (see the module docstring for the mapping)."""
-        kind = attr.type
-        if kind == AttributeProto.INT:
-            return int(attr.i)
-        if kind == AttributeProto.FLOAT:
-            return _float32_param(attr.f)
-        if kind == AttributeProto.STRING:
-            return self.string(attr.s)
-        if kind == AttributeProto.INTS:
-            return tuple(attr.ints)
-        if kind == AttributeProto.FLOATS:
-            return tuple(_float32_param(f) for f in attr.floats)
-        if kind == AttributeProto.STRINGS:
-            return tuple(self.string(s) for s in attr.strings)
-        if kind == AttributeProto.TENSOR:
-            return self.dense(attr.t)
-        if kind == AttributeProto.TENSORS:
-            return tuple(self.dense(t) for t in attr.tensors)
-        if kind == AttributeProto.GRAPH:
-            return Opaque("onnx.GraphProto", attr.g.SerializeToString())
-        if kind == AttributeProto.GRAPHS:
-            return tuple(Opaque("onnx.GraphProto", g.SerializeToString()) for g in attr.graphs)
-        if kind == AttributeProto.SPARSE_TENSOR:
-            return Opaque("onnx.SparseTensorProto", attr.sparse_tensor.SerializeToString())
-        if kind == AttributeProto.SPARSE_TENSORS:
-            return tuple(Opaque("onnx.SparseTensorProto", t.SerializeToString()) for t in attr.sparse_tensors)
-        if kind == AttributeProto.TYPE_PROTO:
-            return Opaque("onnx.TypeProto", attr.tp.SerializeToString())
-        if kind == AttributeProto.TYPE_PROTOS:
-            return tuple(Opaque("onnx.TypeProto", t.SerializeToString()) for t in attr.type_protos)
-        # UNDEFINED (very old files) or a future kind: keep the whole attribute.
-        return Opaque("onnx.AttributeProto", attr.SerializeToString())
-
-    @staticmethod
-    def string(data: bytes) -> str | Opaque:
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return Opaque("onnx.bytes", bytes(data))
-
     # ----------------------------------------------------------------- graph
     def build_graph(self, model: onnx.ModelProto, types: dict[str, onnx.TypeProto]) -> Graph:
         """Constants, inputs, nodes and outputs of the model's main graph."""
@@ -721,31 +565,6 @@ class _OnnxImporter:
                 inputs.pop()  # trailing "" are dropped anyway; interior ones stay recorded
             inputs.extend(captured)
         return params
-
-
-DATA_PROPAGATION_MAX_ELEMENTS = 1 << 20
-"""ONNX data propagation computes the values of rank-1 tensors (shapes) in memory, as many as the
-declared length: a rank-1 input of 2**40 elements made it allocate terabytes (std::bad_alloc at
-best). Inference runs without data propagation when any declared rank-1 tensor is longer."""
-
-
-def _vectors_are_short(model: onnx.ModelProto) -> bool:
-    """True when no rank-1 tensor declared in ``model`` exceeds :data:`DATA_PROPAGATION_MAX_ELEMENTS`."""
-    graph = model.graph
-    for tensor in graph.initializer:
-        if len(tensor.dims) == 1 and tensor.dims[0] > DATA_PROPAGATION_MAX_ELEMENTS:
-            return False
-    for infos in (graph.input, graph.value_info, graph.output):
-        for info in infos:
-            dims = info.type.tensor_type.shape.dim if info.type.HasField("tensor_type") else ()
-            if len(dims) == 1 and dims[0].dim_value > DATA_PROPAGATION_MAX_ELEMENTS:
-                return False
-    return True
-
-
-def _display(label: str, outputs: list[str], op_type: str) -> str:
-    """How messages name a node: its unique ONNX name, else its first output, else its op type."""
-    return label or next((o for o in outputs if o), op_type)
 
 
 def _definer(value: Value) -> str:
