@@ -63,6 +63,7 @@ from graphir.ops import (  # noqa: F401 - imported for their registrations
     conv_pool,
     elementwise,
     graphir_dialect,
+    indexing,
     matmul,
     norm,
     strings,
