@@ -121,6 +121,28 @@ class Pass:
         """Transform or analyse ``module`` in place."""
         raise NotImplementedError
 
+    @classmethod
+    def unknown_algorithm(cls, chosen: str) -> str:
+        """The one-line message for a selector value that names no registered algorithm."""
+        known = ", ".join(sorted(cls.algorithms or {}))
+        return f"unknown {cls.algorithm_kind} '{chosen}' (known: {known})"
+
+    def bind_algorithm(self) -> None:
+        """For a pass with an algorithm sub-registry: check the selector, default the algorithm's options.
+
+        Called from ``__post_init__`` (so an unknown name fails when the pipeline is parsed). Raises
+        ``ValueError`` for an unknown name, or for an options instance of another algorithm.
+        """
+        registry = self.algorithms or {}
+        chosen = getattr(self, self.algorithm_selector)
+        if chosen not in registry:
+            raise ValueError(self.unknown_algorithm(chosen))
+        current = getattr(self, self.algorithm_field)
+        if current is None:
+            object.__setattr__(self, self.algorithm_field, registry[chosen]())
+        elif current.name != chosen:
+            raise ValueError(f"{self.algorithm_kind} '{current.name}' given for {self.algorithm_selector}={chosen}")
+
     def spec(self) -> str:
         """The pipeline text of this pass with its non-default options (``fuse{window=4}``).
 

@@ -120,10 +120,6 @@ FUSIONS: dict[str, type[FusionAlgorithm]] = {}
 """Every fusion algorithm by ``algo`` name."""
 
 
-def _unknown_algo(algo: str) -> str:
-    return f"unknown fusion algorithm '{algo}' (known: {', '.join(sorted(FUSIONS))})"
-
-
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class Fuse(Pass):
@@ -148,12 +144,7 @@ class Fuse(Pass):
 
     def __post_init__(self) -> None:
         """Reject an unknown algorithm when the pipeline is parsed; default the algorithm's options."""
-        if self.algo not in FUSIONS:
-            raise ValueError(_unknown_algo(self.algo))
-        if self.fuser is None:
-            object.__setattr__(self, "fuser", FUSIONS[self.algo]())
-        elif self.fuser.name != self.algo:
-            raise ValueError(f"fusion algorithm '{self.fuser.name}' given for algo={self.algo}")
+        self.bind_algorithm()
 
     @classmethod
     def of(cls, algo: str = DEFAULT_ALGO, kind: str = "", **options: object) -> Fuse:
@@ -164,7 +155,7 @@ class Fuse(Pass):
             TypeError: an option the algorithm does not have.
         """
         if algo not in FUSIONS:
-            raise ValueError(_unknown_algo(algo))
+            raise ValueError(cls.unknown_algorithm(algo))
         fuser = FUSIONS[algo]
         known = {info.field for info in pass_options(fuser).values()}
         for key in options:

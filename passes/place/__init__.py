@@ -144,18 +144,13 @@ class Place(Pass):
 
     def __post_init__(self) -> None:
         """Reject an unknown algorithm when the pipeline is parsed; default the placer's options."""
-        if self.algo not in PLACERS:
-            raise ValueError(f"unknown placement algorithm '{self.algo}' (known: {', '.join(sorted(PLACERS))})")
-        if self.placer is None:
-            object.__setattr__(self, "placer", PLACERS[self.algo]())
-        elif self.placer.name != self.algo:
-            raise ValueError(f"placer '{self.placer.name}' given for algo={self.algo}")
+        self.bind_algorithm()
 
     @classmethod
     def of(cls, algo: str, **options: object) -> Place:
         """``place{algo=ALGO key=value ...}`` from Python: ``Place.of("ilp", time_limit=5.0)``."""
         if algo not in PLACERS:
-            raise ValueError(f"unknown placement algorithm '{algo}' (known: {', '.join(sorted(PLACERS))})")
+            raise ValueError(cls.unknown_algorithm(algo))
         return cls(algo, PLACERS[algo](**options))
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:

@@ -97,10 +97,6 @@ MODES: dict[str, type[ProfileMode]] = {}
 ``tf-run`` in :mod:`graphir.passes.profile.tf_run`)."""
 
 
-def _unknown_mode(mode: str) -> str:
-    return f"unknown profiling mode '{mode}' (known: {', '.join(sorted(MODES))})"
-
-
 @register_pass
 @dataclasses.dataclass(frozen=True)
 class Profile(Pass):
@@ -124,12 +120,7 @@ class Profile(Pass):
 
     def __post_init__(self) -> None:
         """Reject an unknown mode when the pipeline is parsed; default the mode's options."""
-        if self.mode not in MODES:
-            raise ValueError(_unknown_mode(self.mode))
-        if self.profiler is None:
-            object.__setattr__(self, "profiler", MODES[self.mode]())
-        elif self.profiler.name != self.mode:
-            raise ValueError(f"profiling mode '{self.profiler.name}' given for mode={self.mode}")
+        self.bind_algorithm()
 
     @classmethod
     def of(cls, mode: str = DEFAULT_MODE, **options: object) -> Profile:
@@ -140,7 +131,7 @@ class Profile(Pass):
             TypeError: an option the mode does not have.
         """
         if mode not in MODES:
-            raise ValueError(_unknown_mode(mode))
+            raise ValueError(cls.unknown_algorithm(mode))
         profiler = MODES[mode]
         own = pass_options(profiler)
         known = {info.field for info in own.values()}
