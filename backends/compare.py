@@ -30,6 +30,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from graphir.backends.report.html import html_page
 from graphir.comparison import Comparison, ComparisonRow, read_comparison
 from graphir.emit import register_emitter
 from graphir.errors import BackendError, GraphIRError
@@ -372,24 +373,7 @@ def render_compare_html(comparison: Comparison) -> str:
         *_makespan_bars(comparison),
         *_memory_bars(comparison),
     ]
-    lines = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="generator" content="graphir">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{STYLE}</style>",
-        "</head>",
-        "<body>",
-        "<main>",
-        *(line for line in body if line),
-        "</main>",
-        "</body>",
-        "</html>",
-    ]
-    return "\n".join(lines) + "\n"
+    return html_page(title, STYLE, body)
 
 
 # --------------------------------------------------------------------------- files

@@ -325,6 +325,14 @@ def render_html(report: Report, run: PipelineRun | None = None) -> str:
         *_memory(report),
         *_pipeline(report, run),
     ]
+    return html_page(title, STYLE, body)
+
+
+def html_page(title: str, style: str, body: list[str]) -> str:
+    """A self-contained HTML page (no external references): ``title``, inline ``style``, ``body`` lines.
+
+    Empty body lines are dropped. The report page and the placer comparison page share it.
+    """
     lines = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -333,11 +341,11 @@ def render_html(report: Report, run: PipelineRun | None = None) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="generator" content="graphir">',
         f"<title>{escape(title)}</title>",
-        f"<style>{STYLE}</style>",
+        f"<style>{style}</style>",
         "</head>",
         "<body>",
         "<main>",
-        *body,
+        *(line for line in body if line),
         "</main>",
         "</body>",
         "</html>",
