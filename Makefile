@@ -47,7 +47,7 @@ venv: $(STAMP)
 # (tools/demo.py; kept in build/demo/ once built), compare one device with the published placers on
 # the four 1 GiB GPUs of examples/demo_cluster.toml (one device is out of memory), keep graphir's
 # answer, and write the comparison (table, JSON, HTML) and the answer's report page under build/demo/.
-DEMO_PLACERS := single,m-topo,m-etf,m-sct,heft,metis,order-place,adjusting
+DEMO_PLACERS := single,m-topo,m-etf,m-sct,heft,metis,order-place,adjusting,auto
 demo: $(STAMP)
 	$(BIN)/python -m graphir.tools.demo build/demo/gpt_train.pb
 	$(BIN)/graphir-opt build/demo/gpt_train.pb --cluster=examples/demo_cluster.toml --passes=profile \

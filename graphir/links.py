@@ -21,7 +21,8 @@ is a choice: it keeps the simulator an O(log) event per transfer and matches Ten
 on one device-to-device stream per GPU, one tensor after the other. The route depends on the
 congestion rule (:data:`CONGESTION_RULES`), so that each paper's model can be run as published:
 
-* ``pair`` (the default; Pesto §3.2.2 and FastT: one channel per ordered device pair): the route of
+* ``pair`` (the default of :class:`LinkModel`, which the placers plan with; Pesto §3.2.2 and FastT:
+  one channel per ordered device pair): the route of
   ``a -> b`` is the channel ``"a->b"``; transfers between different pairs never contend.
 * ``port`` (Moirai eq. (8): "two communication operations should not be processing simultaneously"
   when both leave, or both enter, device k): a device sends one transfer and receives one transfer
@@ -57,7 +58,10 @@ if TYPE_CHECKING:
 
 
 CONGESTION_RULES = ("pair", "port", "task", "topology")
-"""The congestion rules, in the order of the module docstring; ``pair`` is the default."""
+"""The congestion rules, in the order of the module docstring.
+
+``pair`` is the link model's default, ``topology`` the simulator's.
+"""
 
 
 def _route_names(

@@ -96,7 +96,7 @@ class SimResult:
         return [name for name, peak, capacity in limits if peak > capacity]
 
 
-def simulate(module: Module, congestion: str = "pair", order: str = "enforced") -> SimResult:
+def simulate(module: Module, congestion: str = "topology", order: str = "enforced") -> SimResult:
     """Simulate the placed and ordered graph of ``module``.
 
     Args:

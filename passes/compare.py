@@ -40,7 +40,7 @@ from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pas
 from graphir.passes.place import PLACERS, Place
 from graphir.simulator import SimResult, simulate
 
-DEFAULT_ALGOS = ("single", "m-topo", "m-etf", "m-sct", "heft", "order-place", "adjusting")
+DEFAULT_ALGOS = ("single", "m-topo", "m-etf", "m-sct", "heft", "order-place", "adjusting", "metis", "auto")
 """Compared when ``algos`` is empty: one device and the published list-scheduling placers."""
 
 _Placed = tuple[Module, SimResult]
@@ -59,8 +59,8 @@ class Compare(Pass):
     Statistics: ``best``, ``best-makespan-s`` and per placer ``<algo>.makespan-s`` and ``<algo>.status``.
 
     Options:
-        algos: placer names from the placer registry, in table order (empty: single and the
-            published list-scheduling placers, ``DEFAULT_ALGOS``).
+        algos: placer names from the placer registry, in table order (empty: single, the
+            published list-scheduling placers, METIS and ``auto``: ``DEFAULT_ALGOS``).
         keep: ``best`` writes the winning placement onto the module; ``none`` leaves the graph as is.
         congestion: the simulator's congestion rule (as ``simulate{congestion=...}``).
         order: the simulator's execution order, ``enforced`` or ``dynamic`` (as ``simulate{order=...}``).
@@ -71,7 +71,7 @@ class Compare(Pass):
     requires: ClassVar[tuple[str, ...]] = ("cost",)
     algos: tuple[str, ...] = ()
     keep: Literal["best", "none"] = "best"
-    congestion: Literal["pair", "port", "task", "topology"] = "pair"
+    congestion: Literal["pair", "port", "task", "topology"] = "topology"
     order: Literal["enforced", "dynamic"] = "enforced"
     progress: bool = True
 

@@ -28,7 +28,8 @@ class Simulate(Pass):
         congestion: which transfers contend: ``pair`` (one FIFO channel per ordered device pair,
             Pesto/FastT), ``port`` (a device sends one and receives one transfer at a time, Moirai
             eq. 8), ``task`` (a transfer occupies both devices' compute, Celeritas §6.1) or
-            ``topology`` (ports plus every wire of the cluster's physical route).
+            ``topology`` (the default: ports plus every wire of the cluster's physical route; the
+            papers' own rules stay available to reproduce them as published).
         order: ``enforced`` (each device runs its nodes in their ``order``, as the TF lowering's
             control dependencies enforce) or ``dynamic`` (TensorFlow's executor: the first-ready node).
     """
@@ -37,7 +38,7 @@ class Simulate(Pass):
     requires: ClassVar[tuple[str, ...]] = ("cost", "device", "order")
     provides: ClassVar[tuple[str, ...]] = ("start", "finish")
     fail_on_oom: bool = False
-    congestion: Literal["pair", "port", "task", "topology"] = "pair"
+    congestion: Literal["pair", "port", "task", "topology"] = "topology"
     order: Literal["enforced", "dynamic"] = "enforced"
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -90,9 +91,22 @@ def _digest(path: Path) -> str:
 
 
 def _placing(algo: str) -> str:
-    """The pipeline of one placement cell: ``place{algo=...}``, or the ``os-dpos`` pass (it rewrites the graph)."""
-    placing = "os-dpos" if algo == "os-dpos" else f"place{{algo={algo}}}"
-    return f"{placing},simulate"
+    """The pipeline of one placement cell: ``place{algo=...}``, or the ``os-dpos`` pass (it rewrites the graph).
+
+    The cells check the papers' rules as published, whatever the defaults: ``mem-model=paper`` for
+    every placer that has the option and ``simulate{congestion=pair}`` (the defaults when the
+    digests were recorded; the defaults are now ``liveness`` and ``topology``).
+    """
+    from graphir.passes.place import PLACERS
+
+    name, *options = algo.split()
+    if name == "os-dpos":
+        placing = "os-dpos{mem-model=paper congestion=pair}"
+    else:
+        if name in PLACERS and "mem_model" in {f.name for f in dataclasses.fields(PLACERS[name])}:
+            options.append("mem-model=paper")
+        placing = "place{" + " ".join([f"algo={name}", *options]) + "}"
+    return f"{placing},simulate{{congestion=pair}}"
 
 
 def _model_cells(spec: str, label: str, light: bool, work: Path) -> dict[str, str]:
@@ -111,7 +125,8 @@ def _model_cells(spec: str, label: str, light: bool, work: Path) -> dict[str, st
         # Small graphs: the list schedulers also on the unfused graph, where they spread the branches.
         cells += [(f"{algo}.unfused", base, _placing(algo)) for algo in (*FUSED, "os-dpos")]
     if label == "lstm_train":
-        cells.append(("data-parallel", base, "data-parallel{replicas=2},profile,place{algo=data-parallel},simulate"))
+        dp = "data-parallel{replicas=2},profile,place{algo=data-parallel},simulate{congestion=pair}"
+        cells.append(("data-parallel", base, dp))
     for name, source, passes in cells:
         target = work / f"{label}.{name}.gir"
         status, err = _driver([str(source), f"--passes={passes}", "-o", str(target)])

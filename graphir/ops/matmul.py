@@ -40,6 +40,28 @@ def _matmul_type(node: Node, in_types: list[TensorType], out_types: list[TensorT
     return None
 
 
+@type_rule("tf.MatMul", "_MklMatMul", "_FusedMatMul")
+def _tf_matmul_type(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> str | None:
+    """TF ``MatMul`` multiplies matrices: operands and result of known rank are rank 2.
+
+    ``op(a)[M, K] @ op(b)[K, N]`` (``transpose_a``/``transpose_b``) agree on ``K`` when static.
+    """
+    if len(in_types) < 2:
+        return None
+    checked = [("operand", in_types[0]), ("operand", in_types[1])] + [("result", t) for t in out_types[:1]]
+    for what, t in checked:
+        if t.rank is not None and t.rank != 2:
+            return f"{what} {t} is not a matrix (tf.MatMul needs rank 2)"
+    a, b = in_types[0], in_types[1]
+    if a.is_static and b.is_static and a.rank == 2 and b.rank == 2:
+        assert a.shape is not None and b.shape is not None
+        k_a = a.shape[0] if node.params.get("transpose_a") in (1, True) else a.shape[1]
+        k_b = b.shape[1] if node.params.get("transpose_b") in (1, True) else b.shape[0]
+        if k_a != k_b:
+            return f"operand shapes {a} and {b} have mismatched inner dimensions"
+    return None
+
+
 # --------------------------------------------------------------------------- cost
 
 

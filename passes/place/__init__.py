@@ -50,7 +50,7 @@ from graphir.pass_infra import (
 from graphir.passes.place.problem import PlacementProblem, coarse_devices, list_schedule, write_placement
 from graphir.simulator import SimResult, simulate
 
-DEFAULT_ALGO = "adjusting"
+DEFAULT_ALGO = "auto"
 """The placer ``place`` runs when no ``algo`` is given."""
 
 

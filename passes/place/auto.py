@@ -156,7 +156,7 @@ class Auto(Placer):
 
     name: ClassVar[str] = "auto"
     budget: float = 0.0
-    mem_model: Literal["paper", "liveness"] = "paper"
+    mem_model: Literal["paper", "liveness"] = "liveness"
     refine: bool = True
 
     def __post_init__(self) -> None:

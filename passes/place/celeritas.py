@@ -54,7 +54,7 @@ class OrderPlace(Placer):
     """
 
     name: ClassVar[str] = "order-place"
-    mem_model: Literal["paper", "liveness"] = "paper"
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Fill the current device in CPD-TOPO order; move on when a node does not fit."""
@@ -91,7 +91,7 @@ class Adjusting(Placer):
     """
 
     name: ClassVar[str] = "adjusting"
-    mem_model: Literal["paper", "liveness"] = "paper"
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Keep the previous node's device unless waiting there costs more than sending back (eq. (9))."""

@@ -22,8 +22,8 @@ Conventions every placer inherits (the papers leave them open):
   estimate; the simulator, which serialises transfers on the resources of their routes, is the judge.
 - Memory (Celeritas Algorithm 2 ``Ava_m``, FastT "memory need exceeds capacity"): a node needs
   ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
-  freed, as in both papers (``mem-model=paper``, the default for now). Under ``mem-model=liveness``
-  the kernel checks the simulator's accounting over the node's slot instead (results freed after
+  freed, as in both papers (``mem-model=paper``). Under ``mem-model=liveness`` (the default) the
+  kernel checks the simulator's accounting over the node's slot instead (results freed after
   their last use, received copies counted; :meth:`ListScheduler.received`). The first placed member
   of a colocation class must find room for the
   *whole* class (the rest of the class will follow it there); later members go to the pinned

@@ -124,7 +124,7 @@ class Dpos(Placer):
     """
 
     name: ClassVar[str] = "dpos"
-    mem_model: Literal["paper", "liveness"] = "paper"
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Critical-path nodes on their critical-path devices, the others on their minimum-EFT device."""

@@ -38,7 +38,7 @@ class Heft(Placer):
     """
 
     name: ClassVar[str] = "heft"
-    mem_model: Literal["paper", "liveness"] = "paper"
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Book the nodes by decreasing rank_u, each on its minimum-EFT device."""

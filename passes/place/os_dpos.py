@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -54,11 +54,13 @@ from graphir.passes.transform.split_rewrite import annotate_split, parallel_dims
 from graphir.simulator import SimResult, simulate
 
 
-def _simulated_makespan(module: Module, problem: PlacementProblem, placement: Placement) -> tuple[float, SimResult]:
+def _simulated_makespan(
+    module: Module, problem: PlacementProblem, placement: Placement, congestion: str
+) -> tuple[float, SimResult]:
     """Write ``placement`` on ``module`` and simulate it; an out-of-memory run counts as ``inf``."""
     assert placement.start is not None
     write_placement(module, problem, np.asarray(placement.device, dtype=np.int64), placement.start)
-    result = simulate(module)
+    result = simulate(module, congestion=congestion)
     return (math.inf if result.oom_devices else result.makespan), result
 
 
@@ -114,21 +116,30 @@ def _candidates(module: Module, path: list[Node]) -> list[str]:
     return [name for _, _, name in sorted(rows)]
 
 
-def _trial(module: Module, name: str, dim: str, parts: int, ctx: PlacementContext) -> float:
+def _trial(
+    module: Module, name: str, dim: str, parts: int, ctx: PlacementContext, dpos: Dpos, congestion: str
+) -> float:
     """Makespan of DPOS on a copy of ``module`` with ``name`` split on ``dim`` into ``parts``."""
     copy = clone_module(module)
     result = split_node(copy.graph.node(name), dim, parts)
     annotate_split(copy, result)
     problem = PlacementProblem.from_module(copy)
-    makespan, _ = _simulated_makespan(copy, problem, Dpos().place(problem, ctx))
+    makespan, _ = _simulated_makespan(copy, problem, dpos.place(problem, ctx), congestion)
     return makespan
 
 
-def os_dpos(module: Module, pctx: PlacementContext) -> tuple[PlacementProblem, Placement]:
-    """FastT OS-DPOS (Algorithm 2) on ``module``, which it rewrites; returns the final problem and DPOS placement."""
+def os_dpos(
+    module: Module, pctx: PlacementContext, dpos: Dpos | None = None, congestion: str = "topology"
+) -> tuple[PlacementProblem, Placement]:
+    """FastT OS-DPOS (Algorithm 2) on ``module``, which it rewrites; returns the final problem and DPOS placement.
+
+    ``dpos`` is the DPOS placer used at every step (its ``mem-model``); ``congestion`` the simulator's
+    rule for the makespans that decide each split.
+    """
+    dpos = dpos or Dpos()
     problem = PlacementProblem.from_module(module)
-    placement = Dpos().place(problem, pctx)
-    makespan, result = _simulated_makespan(module, problem, placement)
+    placement = dpos.place(problem, pctx)
+    makespan, result = _simulated_makespan(module, problem, placement, congestion)
     before = makespan
     candidates = _candidates(module, simulated_critical_path(module, result))
     num_devices = problem.num_devices
@@ -144,7 +155,7 @@ def os_dpos(module: Module, pctx: PlacementContext) -> tuple[PlacementProblem, P
                 if split_reason(node, dim, parts) is not None:
                     continue
                 trials += 1
-                trial = _trial(module, name, dim, parts, pctx)
+                trial = _trial(module, name, dim, parts, pctx, dpos, congestion)
                 if best is None or trial < best[0]:
                     best = (trial, dim, parts)
         if best is None:
@@ -154,8 +165,8 @@ def os_dpos(module: Module, pctx: PlacementContext) -> tuple[PlacementProblem, P
         _, dim, parts = best
         annotate_split(module, split_node(node, dim, parts))
         problem = PlacementProblem.from_module(module)
-        placement = Dpos().place(problem, pctx)
-        makespan, _ = _simulated_makespan(module, problem, placement)
+        placement = dpos.place(problem, pctx)
+        makespan, _ = _simulated_makespan(module, problem, placement, congestion)
         applied.append(f"{name}:{dim}:{parts}")
     placement.stats.update(
         {
@@ -177,15 +188,24 @@ class OsDpos(Pass):
 
     Rewrites the graph (split and concat nodes replace the split ops) and places it like
     ``place{algo=dpos}``.
+
+    Options:
+        mem_model: DPOS's memory rule (``liveness`` or the paper's whole-step ``paper``), as
+            ``place{algo=dpos mem-model=...}``.
+        congestion: the simulator's congestion rule for the makespans that decide each split (as
+            ``simulate{congestion=...}``).
     """
 
     name: ClassVar[str] = "os-dpos"
     requires: ClassVar[tuple[str, ...]] = ("cost",)
     provides: ClassVar[tuple[str, ...]] = ("device", "order")
+    mem_model: Literal["paper", "liveness"] = "liveness"
+    congestion: Literal["pair", "port", "task", "topology"] = "topology"
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Split while it pays, then write the final DPOS placement."""
         started = time.perf_counter()
-        problem, placement = os_dpos(module, PlacementContext(seed=ctx.seed, log=ctx.log))
+        pctx = PlacementContext(seed=ctx.seed, log=ctx.log)
+        problem, placement = os_dpos(module, pctx, Dpos(mem_model=self.mem_model), self.congestion)
         ctx.log(f"os-dpos: {placement.stats['splits']} splits on {problem.num_nodes} coarse nodes")
         return PassResult(True, apply_placement(module, problem, placement, "os-dpos", started))

@@ -23,7 +23,7 @@ from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
 # TF op names: the verifier has no type rules for them, so random shapes are fine; rules still match.
-OPS = ["tf.Conv2D", "tf.FusedBatchNormV3", "tf.Relu", "tf.AddV2", "tf.MatMul", "tf.Mul"]
+OPS = ["tf.Conv2D", "tf.FusedBatchNormV3", "tf.Relu", "tf.AddV2", "tf.Tanh", "tf.Mul"]
 
 
 def random_module(seed: int, num_nodes: int, colocate_fraction: float = 0.0) -> Module:

@@ -20,9 +20,9 @@ def f32(n: int) -> TensorType:
     return TensorType(DType.F32, (n,))
 
 
-def run_placer(module: Module, algo: str) -> tuple[PlacementProblem, Placement]:
+def run_placer(module: Module, algo: str, **options: object) -> tuple[PlacementProblem, Placement]:
     problem = PlacementProblem.from_module(module)
-    return problem, PLACERS[algo]().place(problem, PlacementContext())
+    return problem, PLACERS[algo](**options).place(problem, PlacementContext())
 
 
 @given(random_case())
@@ -69,8 +69,9 @@ def chain(weights_gib: list[int], cluster: str = "2xV100") -> Module:
 
 
 def test_order_place_fills_devices_in_turn() -> None:
-    # 16 GiB per V100: 5+5+5 on gpu0, the 4th moves on to gpu1, and so on; never back to gpu0.
-    _, placement = run_placer(chain([5, 5, 5, 5, 5, 5, 1, 5], "4xV100"), "order-place")
+    # Celeritas's rule (mem-model=paper: every node's bytes held all step): 16 GiB per V100: 5+5+5 on
+    # gpu0, the 4th moves on to gpu1, and so on; never back to gpu0.
+    _, placement = run_placer(chain([5, 5, 5, 5, 5, 5, 1, 5], "4xV100"), "order-place", mem_model="paper")
     assert placement.device.tolist() == [0, 0, 0, 1, 1, 1, 1, 2]
     assert placement.stats["best-effort-nodes"] == 0
 

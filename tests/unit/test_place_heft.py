@@ -21,7 +21,7 @@ from graphir.simulator import simulate
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
-OPS = ["tf.MatMul", "tf.Relu", "tf.AddV2", "tf.Conv2D", "tf.Mul"]
+OPS = ["tf.Tanh", "tf.Relu", "tf.AddV2", "tf.Conv2D", "tf.Mul"]
 GiB = 1 << 30
 ALL_PLACERS = ["order-place", "adjusting", "dpos", "heft"]
 
