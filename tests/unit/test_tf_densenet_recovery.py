@@ -213,3 +213,23 @@ def test_real_densenet121_training_step(tmp_path: Path, capsys: pytest.CaptureFi
     }
     _check_bytes(variables, truth, model)
     assert "could not be fully recovered" not in capsys.readouterr().err
+
+
+def test_checkpoint_matching_never_picks_between_shapes() -> None:
+    from graphir.importers.tf_checkpoint import CheckpointVariable, match_variables
+
+    f32, i64 = tf.float32.as_datatype_enum, tf.int64.as_datatype_enum
+    variables = [
+        CheckpointVariable("a/kernel", f32, (3, 3, 8, 4)),
+        CheckpointVariable("b/kernel", f32, (5, 5, 8, 4)),
+        CheckpointVariable("c/kernel", f32, (3, 3, 4, 4)),
+        CheckpointVariable("lr", f32, ()),
+        CheckpointVariable("step", i64, ()),
+    ]
+    unresolved = {"ambiguous": (f32, (None, None, 8, 4)), "forced": (f32, (None, None, 4, 4)), "lr": (f32, None)}
+    assert match_variables(variables, unresolved, {}) == {"forced": (f32, (3, 3, 4, 4), "shape")}
+    # Once the rest is known, the float scalar is the only float shape left: matched by elimination.
+    known = {"k1": (f32, (3, 3, 8, 4)), "k2": (f32, (5, 5, 8, 4)), "k3": (f32, (3, 3, 4, 4)), "s": (i64, ())}
+    assert match_variables(variables, {"lr": (f32, None)}, known) == {"lr": (f32, (), "elimination")}
+    # A recovered variable the checkpoint lacks breaks the one-to-one correspondence: no elimination.
+    assert match_variables(variables, {"lr": (f32, None)}, {**known, "extra": (f32, (7,))}) == {}
