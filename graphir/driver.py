@@ -107,6 +107,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         nargs="?",
         help="model: .onnx, .gir, TensorFlow GraphDef .pb/.pbtxt, SavedModel directory, or '-' for .gir on stdin",
     )
+    parser.add_argument(
+        "--tf-variables",
+        metavar="CKPT",
+        type=Path,
+        help="TensorFlow checkpoint (prefix, directory or SavedModel) giving the variable shapes a GraphDef "
+        "input saved with as_graph_def()/tf.io.write_graph lacks",
+    )
     parser.add_argument("-p", "--passes", default="", metavar="PIPELINE", help="pass pipeline to run")
     parser.add_argument("--cluster", metavar="SPEC", help=f"cluster shorthand or TOML file (default {DEFAULT_CLUSTER})")
     parser.add_argument(
@@ -201,7 +208,7 @@ def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
         except OSError as exc:
             raise GraphIRError(f"cannot read '{path}': {exc.strerror or exc}") from None
     else:
-        return load_module(args.input)
+        return load_module(args.input, tf_variables=args.tf_variables)
     args.input_name = name
     if not args.split_input_file:
         return [(text, 0)]

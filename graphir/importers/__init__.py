@@ -88,8 +88,24 @@ def load_builtin_sources() -> dict[str, Source]:
     return SOURCES
 
 
-def load_module(path: str | Path) -> Module:
-    """Import the model at ``path``: a file by its suffix, a SavedModel directory, or ``zoo:<name>``."""
+def load_module(path: str | Path, tf_variables: Path | None = None) -> Module:
+    """Import the model at ``path``: a file by its suffix, a SavedModel directory, or ``zoo:<name>``.
+
+    ``tf_variables`` (a TensorFlow checkpoint) completes the variable shapes of a GraphDef input
+    (:mod:`graphir.importers.tf_checkpoint`); it is an error with any other input.
+    """
+    if tf_variables is not None:
+        suffix = "" if isinstance(path, str) and path.startswith(ZOO_PREFIX) else Path(path).suffix
+        if suffix not in (".pb", ".pbtxt") or Path(path).name == "saved_model.pb":
+            raise ImportError_(
+                f"'{path}': --tf-variables applies to a TensorFlow GraphDef (.pb/.pbtxt) input only "
+                "(a SavedModel carries its variables' shapes)"
+            )
+        from graphir.importers.tf import import_graphdef_file
+
+        if not Path(path).exists():
+            raise ImportError_(f"'{path}': no such file")
+        return import_graphdef_file(Path(path), variables=Path(tf_variables))
     if isinstance(path, str) and path.startswith(ZOO_PREFIX):
         return load_builtin_sources()["zoo"](path[len(ZOO_PREFIX) :])
     path = Path(path)

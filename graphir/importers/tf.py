@@ -61,7 +61,8 @@ Mapping:
   ``tf.io.write_graph``) has bare ``Placeholder`` handles instead: the importer recovers their
   dtype and shape from the handle's uses and rewrites them into ``VarHandleOp`` nodes named after
   the placeholder (:mod:`graphir.importers.tf_resources`; a note counts them, a warning names any
-  it could not size).
+  it could not size). What the graph cannot fix (a ``SAME`` kernel's size, a sparse-label class
+  count) comes from the training checkpoint when given (``variables=``, ``--tf-variables``).
 * **Graph outputs**: the signature's / concrete function's outputs. A GraphDef has no field for
   outputs, so :func:`concrete_function_graphdef` records them on the producing nodes as the attr
   ``_graphir_outputs = ["<position>:<output index>", ...]`` (TensorFlow ignores ``_``-prefixed
@@ -99,6 +100,7 @@ from graphir.importers.tf_attrs import (
     persistent_bytes,
     variable_type,
 )
+from graphir.importers.tf_checkpoint import read_variables
 from graphir.importers.tf_convert import (
     OUTPUTS_ATTR,
     _TfImporter,
@@ -146,11 +148,15 @@ def tf_tensor_name(value: Value) -> str:
 # --------------------------------------------------------------------------------- entry points
 
 
-def import_graphdef_file(path: Path) -> Module:
+def import_graphdef_file(path: Path, variables: Path | None = None) -> Module:
     """Read a ``GraphDef`` file (binary ``.pb`` or text ``.pbtxt``) as a Module.
 
     Text policy (the same as the ONNX importer's): names must be UTF-8. GraphDef is proto3, whose
     parser already refuses an undecodable string, so such a file fails here as not readable.
+
+    Args:
+        path: the file.
+        variables: the training checkpoint (see :func:`import_graphdef`).
 
     Raises:
         ImportError_: the file is missing, is not a GraphDef, or TensorFlow rejects the graph.
@@ -177,7 +183,7 @@ def import_graphdef_file(path: Path) -> Module:
             f"not a readable TensorFlow GraphDef ({describe_exception(exc)})", Location(file=file)
         ) from None
     _check_graphdef(graph_def, file)
-    return import_graphdef(graph_def, name=_sanitize_identifier(path.stem, "graph"), source=file)
+    return import_graphdef(graph_def, name=_sanitize_identifier(path.stem, "graph"), source=file, variables=variables)
 
 
 def import_saved_model(path: Path, signature: str | None = None) -> Module:
@@ -316,6 +322,7 @@ def import_graphdef(
     name: str = "graph",
     source: str = "<graphdef>",
     outputs: Sequence[str] | None = None,
+    variables: Path | None = None,
 ) -> Module:
     """Import a ``GraphDef`` (with its function library) as a Module.
 
@@ -325,11 +332,16 @@ def import_graphdef(
         source: how diagnostics name the input (a file name).
         outputs: TF tensor names (``node:k``) of the graph outputs; default: those recorded in
             :data:`OUTPUTS_ATTR` attrs, else every sink's results.
+        variables: the training checkpoint (prefix, directory or SavedModel) whose variable shapes
+            complete resource placeholders the graph alone cannot size
+            (:mod:`graphir.importers.tf_checkpoint`).
 
     Raises:
-        ImportError_: an undefined input, an unknown op or function, or a graph TensorFlow rejects.
+        ImportError_: an undefined input, an unknown op or function, a graph TensorFlow rejects, or
+            an unreadable checkpoint.
     """
     load_tensorflow("importing a TensorFlow graph")
+    catalog = None if variables is None else read_variables(Path(variables))
     if outputs is None:
         outputs = _recorded_outputs(graph_def, source)
     with gc_paused():
@@ -337,7 +349,7 @@ def import_graphdef(
         flat = flattener.run()
         if outputs is not None:
             outputs = [flattener.flat_output(ref) for ref in outputs]
-        recover_resource_variables(flat, source)
+        recover_resource_variables(flat, source, variables=catalog, variables_source=f"'{variables}'")
         return _TfImporter(flat, source).run(name, outputs)
 
 

@@ -31,18 +31,30 @@ fed by "a" and "b"):
    * A convolution kernel (``Conv2D``/``Conv3D``/``DepthwiseConv2dNative`` filter, and the
      ``Conv*BackpropFilter`` whose ``filter_sizes`` is the ``Shape``/``ShapeN`` of that read):
      the input channels from the data, the output channels from the output or the output gradient,
-     and each spatial size where the geometry fixes it: ``VALID`` padding, stride 1
-     (``k = (in - out) / dilation + 1``).
+     and each spatial size where the geometry fixes it: ``VALID`` padding at stride 1
+     (``k = (in - out) / dilation + 1``), or any stride when only one size fits.
+
+   Shapes here are TensorFlow's refined by :class:`~graphir.importers.tf_dims.DimSolver`, the dim
+   equalities the graph implies beyond forward inference: the gradient code wrote static sizes into
+   constants while tracing (a batch mean's ``Tile`` multiples), ``ReluGrad`` ties each activation
+   to its gradient, ``ConcatV2`` its inputs to one another. So a 1x1 ``VALID`` conv whose input and
+   output are unknown forward (every size behind a strided stem is) still gets ``k = 1``.
 
 3. Rewrite the placeholders whose shape grew into ``VarHandleOp`` nodes (unknown dims ``-1``) and
-   repeat until a round learns nothing new.
+   repeat until a round learns nothing new. Then, when the training checkpoint is given
+   (``variables``, read by :func:`~graphir.importers.tf_checkpoint.read_variables`), give the
+   placeholders still unresolved the checkpoint shapes the evidence forces
+   (:func:`~graphir.importers.tf_checkpoint.match_variables`) and repeat from 1.
 
-What cannot be recovered: a kernel's spatial size under ``SAME`` padding or strides (the graph
-holds no trace of it: ``Conv2DBackpropFilter`` takes the kernel's shape from ``ShapeN`` of the
-kernel itself), a variable used only elementwise together with others (a learning rate read into
-the update) and a handle nobody uses. Such a placeholder keeps what was learned (a ``VarHandleOp``
-of partial shape, 0 bytes; a ``Placeholder`` when not even the rank is known) and one warning names
-them with their partial shapes. A one-line note says how many were recovered.
+What the graph alone cannot fix: a kernel's spatial size under ``SAME`` padding (the output has
+the input's size whatever the kernel) or under a stride that several sizes fit (7 and 8 at stride 2
+both map 230 to 112); a class count that only sparse integer labels carry (nothing in a sparse
+cross-entropy's graph holds it, so the last dense layer's kernel and bias stay ``[n, ?]``/``[?]``);
+a variable used only elementwise together with others (the optimizer's learning rate and
+iteration count: no rank even); a handle nobody uses. Such a placeholder keeps what was learned (a
+``VarHandleOp`` of partial shape, 0 bytes; a ``Placeholder`` when not even the rank is known) and
+one warning names them with their partial shapes. A one-line note says how many were recovered and
+from where.
 
 Placeholders are candidates only when every use of the handle (through ``Identity``) is a variable
 op: a resource placeholder fed to a lookup table or an iterator op is left alone.
@@ -51,10 +63,13 @@ op: a resource placeholder fed to a lookup table or an iterator op is left alone
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from graphir.importers.tf_checkpoint import CheckpointVariable, match_variables
+from graphir.importers.tf_dims import DimSolver
 from graphir.importers.tf_inline import _split_ref
 
 if TYPE_CHECKING:
@@ -132,16 +147,23 @@ class RecoveryReport:
         recovered: placeholder name -> (TF dtype enum, full shape) for every variable recovered.
         partial: placeholder name -> partial shape for those not fully recovered (``None``: rank
             unknown too).
+        from_checkpoint: placeholder name -> how the checkpoint's shape was matched (``"shape"``,
+            ``"elimination"``) for those of ``recovered`` the graph alone did not fix.
         rounds: rounds of TensorFlow shape inference run.
     """
 
     recovered: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
+    from_checkpoint: dict[str, str] = field(default_factory=dict)
     partial: dict[str, PartialShape] = field(default_factory=dict)
     rounds: int = 0
 
 
 def recover_resource_variables(
-    flat: graph_pb2.GraphDef, source: str, write: Callable[[str], object] | None = None
+    flat: graph_pb2.GraphDef,
+    source: str,
+    write: Callable[[str], object] | None = None,
+    variables: Sequence[CheckpointVariable] | None = None,
+    variables_source: str = "the checkpoint",
 ) -> RecoveryReport:
     """Turn resource placeholders of ``flat`` into typed ``VarHandleOp`` nodes, in place.
 
@@ -149,6 +171,9 @@ def recover_resource_variables(
         flat: a graph without function calls (after inlining); modified in place.
         source: how the note and warning name the input.
         write: where the note and warning lines go (default: standard error).
+        variables: the training checkpoint's variables (:func:`~graphir.importers.tf_checkpoint.read_variables`),
+            consulted when the graph's evidence runs out (:func:`~graphir.importers.tf_checkpoint.match_variables`).
+        variables_source: how the note names the checkpoint.
 
     Returns:
         The report (empty, and no TensorFlow import, when the graph has no such placeholder).
@@ -172,9 +197,12 @@ def recover_resource_variables(
             for name, before in rewritten.items():  # a use contradicting the evidence: give these up
                 by_name[name].CopyFrom(before)
                 shapes[name] = None
+                report.from_checkpoint.pop(name, None)
             break
         report.rounds += 1
         learned = _Round(graph, candidates, shapes).learn(dtypes)
+        if not any(name in dtypes for name in learned) and variables:
+            learned = _from_checkpoint(variables, candidates, shapes, dtypes, report)
         rewritten = {name: _copy(by_name[name]) for name in learned if name in dtypes}
         if not rewritten:
             break
@@ -182,26 +210,61 @@ def recover_resource_variables(
             _make_var_handle(by_name[name], dtypes[name], shapes[name])
     for name in candidates:
         shape = shapes[name]
-        if shape is not None and all(d is not None for d in shape) and name in dtypes:
-            report.recovered[name] = (dtypes[name], tuple(d for d in shape if d is not None))
+        if _full(shape) and name in dtypes:
+            report.recovered[name] = (dtypes[name], tuple(d for d in shape or () if d is not None))
             continue
         report.partial[name] = shape
         if name not in dtypes or shape is None:  # nothing usable: keep the original placeholder
             by_name[name].CopyFrom(originals[name])
-    total = len(candidates)
+    _write_summary(report, len(candidates), source, variables_source if variables is not None else None, write)
+    return report
+
+
+def _full(shape: PartialShape) -> bool:
+    return shape is not None and all(d is not None for d in shape)
+
+
+def _from_checkpoint(
+    variables: Sequence[CheckpointVariable],
+    candidates: list[str],
+    shapes: dict[str, PartialShape],
+    dtypes: dict[str, int],
+    report: RecoveryReport,
+) -> list[str]:
+    """Give the unresolved placeholders the checkpoint shapes the evidence forces; the names given one."""
+    unresolved = {n: (dtypes.get(n), shapes[n]) for n in candidates if not (_full(shapes[n]) and n in dtypes)}
+    known = {n: (dtypes[n], tuple(d or 0 for d in shapes[n] or ())) for n in candidates if n not in unresolved}
+    forced = match_variables(variables, unresolved, known)
+    for name, (dtype, shape, how) in forced.items():
+        dtypes[name], shapes[name] = dtype, shape
+        report.from_checkpoint[name] = how
+    return list(forced)
+
+
+def _write_summary(
+    report: RecoveryReport, total: int, source: str, variables_source: str | None, write: Callable[[str], object]
+) -> None:
+    """The one-line note (how many, from where) and the warning naming the placeholders still unknown."""
+    from_graph = len(report.recovered) - len(report.from_checkpoint)
+    where = f"{from_graph} from their uses ({report.rounds} round(s) of TF shape inference)"
+    if variables_source is not None:
+        hows = Counter(report.from_checkpoint.values())
+        detail = ", ".join(f"{count} by {how}" for how, count in sorted(hows.items()))
+        where += f", {len(report.from_checkpoint)} from {variables_source}" + (f" ({detail})" if detail else "")
     write(
         f"{source}: note: recovered the dtype and shape of {len(report.recovered)} of {total} resource variable "
-        f"placeholder(s) from their uses ({report.rounds} round(s) of TF shape inference)\n"
+        f"placeholder(s): {where}\n"
     )
-    if report.partial:
-        names = sorted(report.partial)
-        shown = ", ".join(f"'{n}' {_format(report.partial[n])}" for n in names[:_MAX_NAMES])
-        more = "" if len(names) <= _MAX_NAMES else ", ..."
-        write(
-            f"{source}: warning: {len(names)} resource variable placeholder(s) without handle data could not be "
-            f"fully recovered and count 0 bytes: {shown}{more}\n"
-        )
-    return report
+    if not report.partial:
+        return
+    names = sorted(report.partial)
+    shown = ", ".join(f"'{n}' {_format(report.partial[n])}" for n in names[:_MAX_NAMES])
+    more = "" if len(names) <= _MAX_NAMES else f", ... ({len(names) - _MAX_NAMES} more)"
+    hint = "" if variables_source is not None else " (the training checkpoint can supply them: --tf-variables)"
+    write(
+        f"{source}: warning: {len(names)} resource variable placeholder(s) without handle data could not be "
+        f"fully recovered and count 0 bytes{hint}: {shown}{more}\n"
+    )
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -330,6 +393,13 @@ class _Round:
         self.candidates = candidates
         self.shapes = shapes
         self._value_shapes: dict[str, PartialShape] = {}
+        self._solver: DimSolver | None = None
+
+    def dims(self, tensor: Any) -> PartialShape:
+        """``tensor``'s inferred shape with the dims the graph's equalities fix (:mod:`~graphir.importers.tf_dims`)."""
+        if self._solver is None:
+            self._solver = DimSolver(self.graph)
+        return self._solver.shape(tensor)
 
     def learn(self, dtypes: dict[str, int]) -> list[str]:
         """Merge this round's evidence into ``shapes``/``dtypes``; the names whose shape grew."""
@@ -377,7 +447,7 @@ class _Round:
         if key in self._value_shapes:
             return self._value_shapes[key]
         self._value_shapes[key] = None  # a cycle (none in a GraphDef) or a deep chain ends here
-        shape = _dims(tensor.shape)
+        shape = self.dims(tensor)
         if shape is None or any(d is None for d in shape):
             op = tensor.op
             if op.type == "ReadVariableOp":  # a variable being solved: its partial shape would blur size-1 dims
@@ -393,6 +463,44 @@ class _Round:
         self._value_shapes[key] = shape
         return shape
 
+    def kernel(self, op: Any, spatial: int, x: Any, y: Any, y_dims: PartialShape) -> PartialShape:
+        """A conv kernel's ``[k..., in, out]`` (depthwise ``[k..., in, multiplier]``) from its data and output.
+
+        ``y`` is the conv's output or, for a ``Conv*BackpropFilter``, its output gradient (same shape);
+        ``y_dims`` what is known of its shape. A spatial size is fixed where the geometry allows it
+        (:func:`_window_sizes`): ``VALID`` at stride 1, from the dims' difference even when neither
+        is known (:meth:`DimSolver.difference`), or when only one size fits.
+        """
+        x_dims = self.dims(x)
+        if (x_dims is not None and len(x_dims) != spatial + 2) or (y_dims is not None and len(y_dims) != spatial + 2):
+            return None
+        channels_first = _data_format(op).startswith("NC")
+        ch = 1 if channels_first else spatial + 1
+        first = 2 if channels_first else 1
+        c_in = None if x_dims is None else x_dims[ch]
+        c_out = None if y_dims is None else y_dims[ch]
+        if op.type.startswith("Depthwise"):
+            c_out = None if c_in is None or c_out is None or c_out % c_in else c_out // c_in
+        strides = list(op.get_attr("strides"))
+        try:
+            dilations = list(op.get_attr("dilations"))
+        except ValueError:
+            dilations = [1] * (spatial + 2)
+        padding = op.get_attr("padding")
+        sizes: list[int | None] = [None] * spatial
+        assert self._solver is not None  # built by self.dims
+        for axis in range(spatial):
+            i = first + axis
+            diff = self._solver.difference(x, i, y, i)
+            size_in = None if x_dims is None else x_dims[i]
+            size_out = None if y_dims is None else y_dims[i]
+            if padding == b"VALID" and strides[i] == 1 and diff is not None and diff % dilations[i] == 0:
+                sizes[axis] = diff // dilations[i] + 1
+            elif size_in is not None and size_out is not None:
+                fits = _window_sizes(size_in, size_out, strides[i], dilations[i], padding)
+                sizes[axis] = fits[0] if len(fits) == 1 else None
+        return (*sizes, c_in, c_out)
+
     def read_uses(self, read: Any) -> list[PartialShape]:
         """Shapes the consumers of a variable's read value require of it."""
         out: list[PartialShape] = []
@@ -401,18 +509,19 @@ class _Round:
             if op_type in ("Identity", "Cast"):
                 out.extend(self.read_uses(consumer.outputs[0]))
             elif op_type == "BiasAdd" and consumer.inputs[1].name == read.name:
-                out.append((_channel(consumer, consumer.inputs[0].shape),))
+                out.append((_channel(consumer, self.dims(consumer.inputs[0])),))
             elif op_type in _BATCH_NORMS and any(t.name == read.name for t in consumer.inputs[1:]):
-                out.append((_channel(consumer, consumer.inputs[0].shape),))
+                out.append((_channel(consumer, self.dims(consumer.inputs[0])),))
             elif op_type in _CONV_OPS and consumer.inputs[1].name == read.name:
-                dy = consumer.outputs[0].shape
-                out.append(_kernel(consumer, _CONV_OPS[op_type], consumer.inputs[0].shape, dy))
+                y = consumer.outputs[0]
+                out.append(self.kernel(consumer, _CONV_OPS[op_type], consumer.inputs[0], y, self.dims(y)))
             elif op_type in ("Shape", "ShapeN"):
                 index = next(k for k, t in enumerate(consumer.inputs) if t.name == read.name)
                 for user in consumer.outputs[index].consumers():
                     if user.type in _CONV_FILTER_GRADS and user.inputs[1].name == consumer.outputs[index].name:
                         rank = _CONV_FILTER_GRADS[user.type]
-                        out.append(_kernel(user, rank, user.inputs[0].shape, self.value_shape(user.inputs[2])))
+                        dy = user.inputs[2]
+                        out.append(self.kernel(user, rank, user.inputs[0], dy, self.value_shape(dy)))
         return out
 
 
@@ -423,36 +532,19 @@ def _data_format(op: Any) -> str:
         return "NHWC"
 
 
-def _channel(op: Any, shape: Any) -> int | None:
-    dims = _dims(shape)
+def _channel(op: Any, dims: PartialShape) -> int | None:
     if dims is None:
         return None
     return dims[1] if _data_format(op).startswith("NC") else dims[-1]
 
 
-def _kernel(op: Any, spatial: int, x_shape: Any, dy: Any) -> PartialShape:
-    """A conv kernel's ``[k..., in, out]`` (depthwise: ``[k..., in, multiplier]``) from its data and output."""
-    x = _dims(x_shape)
-    y = dy if dy is None or isinstance(dy, tuple) else _dims(dy)
-    channels_first = _data_format(op).startswith("NC")
-    if (x is not None and len(x) != spatial + 2) or (y is not None and len(y) != spatial + 2):
-        return None
-    ch = 1 if channels_first else spatial + 1
-    first = 2 if channels_first else 1
-    c_in = None if x is None else x[ch]
-    c_out = None if y is None else y[ch]
-    if op.type.startswith("Depthwise"):
-        c_out = None if c_in is None or c_out is None or c_out % c_in else c_out // c_in
-    sizes: list[int | None] = [None] * spatial
-    strides = list(op.get_attr("strides"))
-    try:
-        dilations = list(op.get_attr("dilations"))
-    except ValueError:
-        dilations = [1] * (spatial + 2)
-    if op.get_attr("padding") == b"VALID" and x is not None and y is not None:
-        for axis in range(spatial):
-            i = first + axis
-            if strides[i] != 1 or x[i] is None or y[i] is None or (x[i] - y[i]) % dilations[i]:
-                continue
-            sizes[axis] = (x[i] - y[i]) // dilations[i] + 1
-    return (*sizes, c_in, c_out)
+def _window_sizes(size_in: int, size_out: int, stride: int, dilation: int, padding: bytes) -> list[int]:
+    """The kernel sizes a window of ``stride``/``dilation`` could have to map ``size_in`` to ``size_out``.
+
+    ``VALID``: ``out = (in - (k - 1) * dilation - 1) // stride + 1``; at stride 1 one size fits, at
+    stride ``s`` up to ``s`` do (a 7x7/2 and an 8x8/2 kernel map 230 to 112 alike). ``SAME``:
+    ``out = ceil(in / stride)`` whatever the kernel, so every size fits (returned as ``[]``).
+    """
+    if padding != b"VALID":
+        return []
+    return [k for k in range(1, size_in + 1) if (size_in - (k - 1) * dilation - 1) // stride + 1 == size_out]
