@@ -9,6 +9,7 @@ memory, groups) are cached separately and recomputed when any annotation changes
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +20,7 @@ from graphir.types import MAX_TENSOR_BYTES
 
 if TYPE_CHECKING:
     from graphir.ir import Graph, Node, Value
+    from graphir.types import TensorType
 
 
 MAX_TOTAL_BYTES = 1 << 62
@@ -40,6 +42,32 @@ def _check_int_annotations(node: Node) -> None:
             raise VerifyError(
                 f"node '{node.name}': annotation '{key} = {value}' is out of range (limit 2^62)", _node_loc(node)
             )
+
+
+def _type_bytes(tensor_type: TensorType) -> int:
+    """``tensor_type.nbytes_or(0)`` in one product (a symbol or ``None`` dim makes it 0)."""
+    shape = tensor_type.shape
+    if shape is None:
+        return 0
+    try:
+        count = math.prod(shape)  # type: ignore[arg-type]
+    except TypeError:  # None, or two symbols
+        return 0
+    return count * tensor_type.dtype.itemsize if type(count) is int else 0  # one symbol: a str
+
+
+def _value_sizes(values: list[Value]) -> list[int]:
+    """``value.nbytes`` of each value, computed once per distinct type object (types are shared)."""
+    by_type: dict[int, int] = {}
+    sizes = []
+    append = sizes.append
+    for value in values:
+        value_type = value.type
+        size = by_type.get(id(value_type))
+        if size is None:
+            size = by_type[id(value_type)] = _type_bytes(value_type)
+        append(size)
+    return sizes
 
 
 def _value_loc(graph: Graph, value: Value) -> Location:
@@ -145,18 +173,17 @@ class GraphIndex:
         rank = np.empty(len(insertion), dtype=np.int64)
         rank[order] = np.arange(len(insertion), dtype=np.int64)
         index.nodes = [insertion[u] for u in order.tolist()]
+        values: list[Value] = []  # results of nodes in topological order; edges refer to them by number
         for position, node in enumerate(index.nodes):
             node._index_pos = position
-            if node.annotations:
+            annotations = node._annotations
+            if annotations and ("group" in annotations or "order" in annotations):
                 _check_int_annotations(node)
-        # Values: results of nodes in topological order; edges refer to them by number.
-        values: list[Value] = []
-        for node in index.nodes:
             values.extend(node.outputs)
         index.values = values
         value_number = {id(v): k for k, v in enumerate(values)}
         value_number[id(None)] = -1
-        sizes = [v.nbytes for v in values]
+        sizes = _value_sizes(values)
         if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
             _raise_size_overflow(graph, values, sizes)
         for value in (*graph.inputs, *graph.constants):  # not edges, but the cost model reads them
