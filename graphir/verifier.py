@@ -138,7 +138,8 @@ def _check_orders(graph: Graph, ordered: list[tuple[str, int, Node]]) -> None:
     # Every device's sequence is now 0..k-1: chain consecutive entries and check the union with
     # the data edges for a cycle.
     index = graph.index()
-    positions = np.fromiter((index.position(node) for _, _, node in ordered), dtype=np.int64, count=len(ordered))
+    assert index.version == graph._version  # graph.index() is current: a node's _index_pos is its position
+    positions = np.fromiter((node._index_pos for _, _, node in ordered), dtype=np.int64, count=len(ordered))
     in_line = positions[sequence]
     same_device = sorted_rank[1:] == sorted_rank[:-1]
     src = np.concatenate([index.edge_src, in_line[:-1][same_device]])
