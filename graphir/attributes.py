@@ -125,64 +125,20 @@ def seconds_from(text: str, unit: str) -> float:
     return float(decimal.Decimal(text).scaleb(TIME_UNITS[unit]))
 
 
-def _significant_digits(text: str) -> int:
-    """Number of significant digits in ``repr`` text of a finite float (``'1.50e-05'`` -> 2)."""
-    mantissa = text.partition("e")[0].lstrip("-").replace(".", "")
-    return max(len(mantissa.strip("0")), 1)
-
-
-def _positional(scientific: str) -> str:
-    """``'%e'`` text (``'-1.2300e-05'``) as a plain decimal with trailing zeros trimmed (``'-0.0000123'``)."""
-    mantissa, _, exponent_text = scientific.partition("e")
-    sign = ""
-    if mantissa[0] == "-":
-        sign, mantissa = "-", mantissa[1:]
-    digits = mantissa.replace(".", "")
-    exponent = int(exponent_text)
-    if exponent >= 0:
-        whole = digits[: exponent + 1].ljust(exponent + 1, "0")
-        fraction = digits[exponent + 1 :].rstrip("0")
-    else:
-        whole = "0"
-        fraction = ("0" * (-exponent - 1) + digits).rstrip("0")
-    return sign + whole + ("." + fraction if fraction else "")
-
-
-_UNIT_SCALE: dict[str, int] = {"ns": 10**9, "us": 10**6, "ms": 10**3, "s": 1}
-_SMALLEST_NORMAL = 2.2250738585072014e-308
-
-
-def _scaled(seconds: float, unit: str) -> float:
-    """``float(Decimal(seconds).scaleb(k))`` for the unit's ``k``, without :mod:`decimal` when possible.
-
-    The decimal route rounds the exact product to 28 digits before rounding to a double. That
-    differs from the correctly rounded product ``seconds * 10**k`` (one IEEE multiplication: 10**k
-    is an exact double) only when the exact product lies exactly halfway between two doubles:
-    otherwise it is at least 2**-74 (relative) away from any halfway point, far beyond the 28th
-    digit. The halfway case is detected in integers; it, and subnormal results, take the decimal
-    route. Seconds (k = 0) are the value itself: 28 digits always round back to the same double.
-    """
-    factor = _UNIT_SCALE[unit]
-    if factor == 1:
-        return seconds
-    scaled = seconds * factor
-    if abs(scaled) >= _SMALLEST_NORMAL:
-        numerator = abs(seconds.as_integer_ratio()[0]) * factor
-        spare = numerator.bit_length() - 53
-        if spare <= 0 or numerator & ((1 << spare) - 1) != 1 << (spare - 1):
-            return scaled
-    return float(decimal.Decimal(seconds).scaleb(-TIME_UNITS[unit]))
+_UNIT_SHIFT: tuple[tuple[float, str, int], ...] = ((1e-6, "ns", 9), (1e-3, "us", 6), (1.0, "ms", 3))
+"""(upper bound of the magnitude, unit, decimal places the point moves right) for sub-second durations."""
 
 
 def format_duration(seconds: float) -> str:
-    """Shortest text ``<number><unit>`` that parses back to exactly ``seconds``.
+    """Exact, shortest text ``<number><unit>`` for a time in seconds: the one rule for durations.
 
-    The number is the value in the unit (:func:`_scaled`, which the printed digits depend on)
-    rounded half-even to the fewest significant digits ``d`` for which it reads back exactly, by
-    ``'%.{d-1}e'``, written positionally with trailing zeros trimmed, as
-    ``numpy.format_float_positional`` did. No ``d`` below the digit count of ``repr(seconds)`` can
-    read back (``repr`` is the shortest round-tripping decimal), so the search starts there and
-    usually the first try wins.
+    The digits are those of ``repr(seconds)``, Python's shortest decimal that reads back to the
+    same double (no shorter decimal does, and among equally short ones it is the nearest). The unit
+    is chosen by magnitude (``ns`` below 1 us, ``us`` below 1 ms, ``ms`` below 1 s, else ``s``)
+    and only moves the decimal point: ``4.413898511032245e-05`` prints as ``44.13898511032245us``.
+    The parser scales the decimal text exactly before its single rounding
+    (:func:`seconds_from`), so the text reads back to exactly ``seconds``. No float arithmetic
+    happens here, so equal doubles always print equally, whatever the unit.
     """
     if seconds == 0:
         return "0s"
@@ -190,30 +146,29 @@ def format_duration(seconds: float) -> str:
         return f"{seconds!r}s"
     seconds = float(seconds)  # numpy scalars: repr() below needs the plain float
     magnitude = abs(seconds)
-    if magnitude < 1e-6:
-        unit = "ns"
-    elif magnitude < 1e-3:
-        unit = "us"
-    elif magnitude < 1.0:
-        unit = "ms"
+    unit, shift = "s", 0
+    for bound, name, places in _UNIT_SHIFT:
+        if magnitude < bound:
+            unit, shift = name, places
+            break
+    text = repr(seconds)
+    sign = ""
+    if text[0] == "-":
+        sign, text = "-", text[1:]
+    mantissa, _, exponent = text.partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    digits = whole + fraction
+    point = len(whole) + shift + (int(exponent) if exponent else 0)
+    significant = digits.lstrip("0")
+    point -= len(digits) - len(significant)
+    significant = significant.rstrip("0")
+    if point <= 0:
+        number = "0." + "0" * -point + significant
+    elif point >= len(significant):
+        number = significant + "0" * (point - len(significant))
     else:
-        unit = "s"
-    scaled = _scaled(seconds, unit)
-    suffix = f"e{TIME_UNITS[unit]}"
-    size = abs(scaled)
-    # Digits before the point (the usual case, 1 <= |scaled| < 1000): rounding to d significant
-    # digits is rounding to d - whole decimals, which '%.Nf' does directly.
-    whole = 1 if 1.0 <= size < 10.0 else 2 if 10.0 <= size < 100.0 else 3 if 100.0 <= size < 1000.0 else 0
-    for digits in range(_significant_digits(repr(seconds)), 18):
-        if whole and digits >= whole:
-            text = f"{scaled:.{digits - whole}f}"
-            if "." in text:
-                text = text.rstrip("0").rstrip(".")
-        else:
-            text = _positional(f"{scaled:.{digits - 1}e}")
-        if float(text + suffix) == seconds:
-            return text + unit
-    return f"{seconds!r}s"
+        number = significant[:point] + "." + significant[point:]
+    return sign + number + unit
 
 
 def format_bytes(count: int) -> str:

@@ -16,6 +16,7 @@ traceback only under ``--debug``.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import re
 import sys
@@ -30,6 +31,7 @@ from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
 from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun, load_builtin_emitters
 from graphir.errors import GraphIRError, describe_exception
 from graphir.fileio import write_atomically
+from graphir.gcpause import freeze_after_pauses
 from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.parser import parse_module
@@ -435,5 +437,12 @@ def _process_chunks(chunks: list[tuple[str, int]], args: argparse.Namespace) -> 
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    The process is one-shot: the imported graph lives until exit, so the cyclic collector is
+    told never to walk it again (:func:`~graphir.gcpause.freeze_after_pauses`; the objects of the
+    imported Python modules are frozen first).
+    """
+    gc.freeze()
+    freeze_after_pauses()
     sys.exit(run())

@@ -20,8 +20,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from graphir.annotations import ANNOTATIONS, Cost, Mem
-from graphir.attributes import BYTE_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
+from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
+from graphir.attributes import BYTE_UNITS, TIME_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
 from graphir.lexer import NAME_CHARS, NUMBER, STRING, TYPE, UNIT, unquote
 from graphir.types import TensorType
 
@@ -98,6 +98,52 @@ def _seconds(number: str, unit: str) -> float:
     return seconds
 
 
+_INF = float("inf")
+_BYTE_UNITS = BYTE_UNITS
+_LINE_MATCH = _LINE.match
+_EXPONENT = {unit: f"e{exponent}" for unit, exponent in TIME_UNITS.items()}
+_new = object.__new__
+_set = object.__setattr__
+
+
+def _seconds_of(number: str, unit: str) -> float:
+    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan)."""
+    if len(number) <= 28 and "e" not in number and "E" not in number:
+        return float(number + _EXPONENT[unit])
+    return seconds_from(number, unit)
+
+
+def _cost_of(seconds: float) -> Cost:
+    """``Cost.of(seconds)`` for a finite, non-negative float (what its converter would check)."""
+    cost = _new(Cost)
+    _set(cost, "times", ((DEFAULT_KIND, seconds),))
+    return cost
+
+
+def _mem_of(persistent: int, activation: int, temporary: int) -> Mem:
+    """``Mem(...)`` for non-negative ints (what its validators would check)."""
+    mem = _new(Mem)
+    _set(mem, "persistent", persistent)
+    _set(mem, "activation", activation)
+    _set(mem, "temporary", temporary)
+    return mem
+
+
+def _strings_into(out: dict[str, Any], affinity: str | None, colocate: str | None) -> bool:
+    """``affinity`` and ``colocate`` into ``out``; ``False`` when one holds an empty string."""
+    if affinity is not None:
+        kinds = tuple(unquote(item) for item in _STRINGS.findall(affinity))
+        if not all(kinds):
+            return False
+        out["affinity"] = kinds
+    if colocate is not None:
+        colocate = unquote(colocate)
+        if not colocate:
+            return False
+        out["colocate"] = colocate
+    return True
+
+
 TypeReader = Callable[[str], "TensorType | None"]
 DenseBuilder = Callable[[TensorType, Any], DenseTensor]
 
@@ -122,8 +168,88 @@ class LineScanner:
 
         Returns:
             ``(op, node_name, results, operands, controls, params, operand_types, result_types,
-            annotations)``; names without sigils, ``annotations`` maps key -> generic value.
+            annotations)``; names without sigils, ``annotations`` maps key -> typed value.
         """
+        line = _LINE_MATCH(text)
+        if line is None:
+            return self._scan_general(text, defined)
+        # The common case: no params, built-in annotations only. Kept flat: it runs once per node.
+        (results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text,
+         affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
+         persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
+         order, start, start_unit) = line.groups()  # fmt: skip
+        if "." not in op:
+            return None
+        # Keys in sorted order, as the token parser's dict has them.
+        annotations: dict[str, Any] = {}
+        if (affinity is not None or colocate is not None) and not _strings_into(annotations, affinity, colocate):
+            return None
+        if cost is not None:
+            seconds = _seconds_of(cost, cost_unit)
+            if not 0.0 <= seconds < _INF:
+                return None  # negative or infinite: the token parser reports it
+            annotations["cost"] = _cost_of(seconds)
+        if device is not None:
+            device = unquote(device)
+            if not device:
+                return None
+            annotations["device"] = device
+        if finish is not None:
+            seconds = _seconds_of(finish, finish_unit)
+            if not -_INF < seconds < _INF:
+                return None
+            annotations["finish"] = seconds
+        if group is not None:
+            annotations["group"] = int(group)
+        if persistent is not None or activation is not None or temporary is not None:
+            annotations["mem"] = _mem_of(
+                int(persistent) * _BYTE_UNITS[persistent_unit] if persistent is not None else 0,
+                int(activation) * _BYTE_UNITS[activation_unit] if activation is not None else 0,
+                int(temporary) * _BYTE_UNITS[temporary_unit] if temporary is not None else 0,
+            )
+        if order is not None:
+            annotations["order"] = int(order)
+        if start is not None:
+            seconds = _seconds_of(start, start_unit)
+            if not -_INF < seconds < _INF:
+                return None
+            annotations["start"] = seconds
+        if results_text:
+            results = results_text.replace("%", "").split(", ")
+            for result in results:
+                if result in defined:
+                    return None
+            if len(results) > 1 and len(set(results)) != len(results):
+                return None
+        else:
+            results = []
+        operands = operands_text.replace("%", "").split(", ") if operands_text else []
+        controls = controls_text.replace("@", "").split(", ") if controls_text else []
+        cache = self.type_cache
+        if inputs_text:
+            operand_types = [cache.get(piece) or self._type(piece) for piece in inputs_text.split(", ")]
+            if not all(operand_types) or len(operand_types) != len(operands):
+                return self._scan_general(text, defined)  # a spaced shape (f32[1, 3]) or a bad type
+        elif operands:
+            return None
+        else:
+            operand_types = []
+        if output_text is not None:
+            result_types = [cache.get(output_text) or self._type(output_text)]
+        elif outputs_text:
+            result_types = [cache.get(piece) or self._type(piece) for piece in outputs_text.split(", ")]
+        else:
+            result_types = []
+        if not all(result_types) or len(result_types) != len(results):
+            return self._scan_general(text, defined)
+        return (op, name, results, operands, controls, {}, operand_types, result_types, annotations)
+
+    def _type(self, text: str) -> TensorType | None:
+        """A type the cache misses; ``None`` for a piece of a spaced shape (``f32[1, 3]`` split at ``, ``)."""
+        return self.read_type(text) if text.endswith("]") and "[" in text else None
+
+    def _scan_general(self, text: str, defined: set[str]) -> tuple[Any, ...] | None:
+        """:meth:`scan_node_line` for lines with params or annotations beyond the built-in shapes."""
         line = _LINE.match(text)
         if line is not None:
             parts = line.groups()

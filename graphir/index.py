@@ -9,16 +9,19 @@ memory, groups) are cached separately and recomputed when any annotation changes
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphir.annotations import DEFAULT_KIND
 from graphir.errors import Location, VerifyError, format_cycle
 from graphir.topo import csr, find_cycle, stable_topological_order
 from graphir.types import MAX_TENSOR_BYTES
 
 if TYPE_CHECKING:
     from graphir.ir import Graph, Node, Value
+    from graphir.types import TensorType
 
 
 MAX_TOTAL_BYTES = 1 << 62
@@ -40,6 +43,32 @@ def _check_int_annotations(node: Node) -> None:
             raise VerifyError(
                 f"node '{node.name}': annotation '{key} = {value}' is out of range (limit 2^62)", _node_loc(node)
             )
+
+
+def _type_bytes(tensor_type: TensorType) -> int:
+    """``tensor_type.nbytes_or(0)`` in one product (a symbol or ``None`` dim makes it 0)."""
+    shape = tensor_type.shape
+    if shape is None:
+        return 0
+    try:
+        count = math.prod(shape)  # type: ignore[arg-type]
+    except TypeError:  # None, or two symbols
+        return 0
+    return count * tensor_type.dtype.itemsize if type(count) is int else 0  # one symbol: a str
+
+
+def _value_sizes(values: list[Value]) -> list[int]:
+    """``value.nbytes`` of each value, computed once per distinct type object (types are shared)."""
+    by_type: dict[int, int] = {}
+    sizes = []
+    append = sizes.append
+    for value in values:
+        value_type = value.type
+        size = by_type.get(id(value_type))
+        if size is None:
+            size = by_type[id(value_type)] = _type_bytes(value_type)
+        append(size)
+    return sizes
 
 
 def _value_loc(graph: Graph, value: Value) -> Location:
@@ -94,6 +123,7 @@ class GraphIndex:
         self.values: list[Value] = []
         self._annotation_version = -1
         self._cache: dict[object, object] = {}
+        self._last_quotient: tuple[np.ndarray, Quotient] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -145,18 +175,17 @@ class GraphIndex:
         rank = np.empty(len(insertion), dtype=np.int64)
         rank[order] = np.arange(len(insertion), dtype=np.int64)
         index.nodes = [insertion[u] for u in order.tolist()]
+        values: list[Value] = []  # results of nodes in topological order; edges refer to them by number
         for position, node in enumerate(index.nodes):
             node._index_pos = position
-            if node.annotations:
+            annotations = node._annotations
+            if annotations and ("group" in annotations or "order" in annotations):
                 _check_int_annotations(node)
-        # Values: results of nodes in topological order; edges refer to them by number.
-        values: list[Value] = []
-        for node in index.nodes:
             values.extend(node.outputs)
         index.values = values
         value_number = {id(v): k for k, v in enumerate(values)}
         value_number[id(None)] = -1
-        sizes = [v.nbytes for v in values]
+        sizes = _value_sizes(values)
         if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
             _raise_size_overflow(graph, values, sizes)
         for value in (*graph.inputs, *graph.constants):  # not edges, but the cost model reads them
@@ -220,14 +249,21 @@ class GraphIndex:
         """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
 
         def build() -> np.ndarray:
-            out = np.full(self.num_nodes, np.nan)
-            for i, node in enumerate(self.nodes):
-                cost = node.cost
-                if cost is not None:
+            nan = float("nan")
+            values = []
+            append = values.append
+            for node in self.nodes:
+                cost = node._annotations.get("cost")
+                if cost is None:
+                    append(nan)
+                    continue
+                times = cost.times
+                if len(times) == 1 and times[0][0] == DEFAULT_KIND:
+                    append(times[0][1])  # what cost.time(kind) returns for a kind-independent cost
+                else:
                     value = cost.time(kind)
-                    if value is not None:
-                        out[i] = value
-            return out
+                    append(nan if value is None else value)
+            return np.array(values, dtype=np.float64) if values else np.full(0, np.nan)
 
         return self._annotation_cached(("times", kind), build)
 
@@ -235,7 +271,10 @@ class GraphIndex:
         """Persistent bytes per node from ``mem`` (0 where absent)."""
 
         def build() -> np.ndarray:
-            sizes = [0 if n.mem is None else n.mem.persistent for n in self.nodes]
+            sizes = []
+            for node in self.nodes:
+                mem = node._annotations.get("mem")
+                sizes.append(0 if mem is None else mem.persistent)
             if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
                 _raise_persistent_overflow(self.nodes, sizes)
             return np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
@@ -247,14 +286,26 @@ class GraphIndex:
 
         def build() -> np.ndarray:
             return np.fromiter(
-                (-1 if n.group is None else n.group for n in self.nodes), dtype=np.int64, count=self.num_nodes
+                (n._annotations.get("group", -1) for n in self.nodes), dtype=np.int64, count=self.num_nodes
             )
 
         return self._annotation_cached("groups", build)
 
     def quotient(self) -> Quotient:
         """The coarse graph in which each ``group`` is one node (ungrouped nodes stay alone)."""
-        return self._annotation_cached("quotient", lambda: Quotient.build(self))  # type: ignore[return-value]
+
+        def build() -> Quotient:
+            # Any annotation change clears the caches, but most (device, order, start...) leave the
+            # groups alone: the previous quotient is reused when the groups are the same.
+            groups = self.groups()
+            previous = self._last_quotient
+            if previous is not None and np.array_equal(previous[0], groups):
+                return previous[1]
+            quotient = Quotient.build(self)
+            self._last_quotient = (groups, quotient)
+            return quotient
+
+        return self._annotation_cached("quotient", build)  # type: ignore[return-value]
 
 
 class Quotient:

@@ -415,6 +415,55 @@ class Graph:
         self._touch()
         return node
 
+    def add_node_unchecked(
+        self,
+        op: str,
+        name: str,
+        output_names: Sequence[str],
+        output_types: Sequence[TensorType],
+        params: dict[str, ParamValue],
+        annotations: dict[str, Any],
+        loc: Location | None,
+    ) -> Node:
+        """:meth:`add_node` for readers that checked everything themselves (the `.gir` parser).
+
+        The caller guarantees what :meth:`add_node` and :meth:`Node.set_annotation` would check:
+        ``name`` and every output name are new in this graph, ``annotations`` holds values their
+        declarations' ``check`` accepts unchanged, and ``params`` and ``annotations`` are fresh
+        dicts the node may own. Operands are connected afterwards (:meth:`Node.add_input`). The
+        graph's versions are not bumped here: call :meth:`touch_all` once after a batch.
+        """
+        node = Node.__new__(Node)
+        node.op = op
+        node.name = name
+        node.inputs = []
+        node.params = params
+        node._annotations = annotations
+        node.graph = self
+        node._seq = next(self._seq)
+        node._index_pos = -1
+        node.loc = loc
+        node.control_inputs = []
+        node.control_users = []
+        values = self._values
+        outputs = []
+        for i, out_type in enumerate(output_types):
+            value = Value(output_names[i], out_type, ValueKind.RESULT)
+            value.producer = node
+            value.output_index = i
+            value.graph = self
+            values[value.name] = value
+            outputs.append(value)
+        node.outputs = outputs
+        self._nodes[node] = None
+        self._node_names[name] = node
+        return node
+
+    def touch_all(self) -> None:
+        """Mark the structure and the annotations changed (after :meth:`add_node_unchecked`)."""
+        self._version += 1
+        self._annotation_version += 1
+
     def remove_node(self, node: Node) -> None:
         """Remove ``node``.
 

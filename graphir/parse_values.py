@@ -28,6 +28,25 @@ from graphir.lexer import unquote as _unquote
 from graphir.types import Dim, DType, TensorType
 
 _DIM_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_STATIC_TYPE = re.compile(r"([a-z][a-z0-9]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]\Z")
+"""A type with a static shape written without spaces (``f32[1,3,224,224]``, ``i64[]``)."""
+
+
+def _static_type(short: str, dims: str) -> TensorType | None:
+    """``TensorType(dtype, shape)`` from :data:`_STATIC_TYPE`'s groups, ``None`` for an unknown dtype.
+
+    The dimensions are ASCII digit runs, so the class's converter and validator (a tuple of
+    non-negative ints) hold by construction and are skipped: one type per distinct spelling of
+    a million-node file is built here.
+    """
+    try:
+        dtype = DType.from_short(short)
+    except KeyError:
+        return None
+    tensor_type = object.__new__(TensorType)
+    object.__setattr__(tensor_type, "dtype", dtype)
+    object.__setattr__(tensor_type, "shape", tuple(map(int, dims.split(","))) if dims else ())
+    return tensor_type
 
 
 def dense_from_values(tensor_type: TensorType, values: Any) -> DenseTensor:
@@ -159,6 +178,11 @@ class _ValueGrammar:
     def _cached_type(self, text: str) -> TensorType | None:
         """The type spelt ``text`` (shared between equal spellings); ``None`` when it is invalid."""
         cached = self.type_cache.get(text)
+        if cached is None and (static := _STATIC_TYPE.match(text)) is not None:
+            cached = _static_type(static.group(1), static.group(2))
+            if cached is not None:
+                self.type_cache[text] = cached
+                return cached
         if cached is None:
             try:
                 cached = self._type_from_text(_Token("type", text, 1))

@@ -334,18 +334,34 @@ class _Parser(_ValueGrammar):
         return cols, line
 
     def build_nodes(self, graph: Graph, records: list[_NodeRecord]) -> None:
-        """Create the nodes of ``records`` in order, then connect operands and control inputs."""
+        """Create the nodes of ``records`` in order, then connect operands and control inputs.
+
+        Lines the fast path read carry typed annotations and names it checked, so their nodes go
+        through :meth:`~graphir.ir.Graph.add_node_unchecked`; the others through the checked API.
+        """
         nodes = []
         # Names the text gives (``@name`` or the first result) are reserved before any node is
         # created, so a node that names nothing cannot take a name a later line spells out.
         explicit: set[str] | None = None
         filename = self.filename
         annotation_kinds = ANNOTATIONS
+        node_names = graph._node_names
+        add_unchecked = graph.add_node_unchecked
         for record in records:
             name = record.name if record.name is not None else (record.outputs[0] if record.outputs else None)
-            if name is not None and graph.get_node(name) is not None:
+            if name is not None and name in node_names:
                 cols, line = self._cols(record)
                 raise self.error(f"redefinition of node '@{name}'", cols.name, line)
+            source = record.source
+            indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
+            loc = Location(filename, record.line, indent + 1, source)
+            if record.cols is None and name is not None:  # the fast path read and typed the line
+                nodes.append(
+                    add_unchecked(
+                        record.op, name, record.outputs, record.output_types, record.params, record.annotations, loc
+                    )
+                )
+                continue
             if name is None:
                 if explicit is None:
                     explicit = {
@@ -361,12 +377,11 @@ class _Parser(_ValueGrammar):
             node = graph.add_node(
                 record.op, (), record.output_types, name=name, output_names=record.outputs, params=record.params
             )
-            source = record.source
-            node.loc = Location(filename, record.line, len(source) - len(source.lstrip()) + 1, source)
+            node.loc = loc
+            nodes.append(node)
             if record.cols is None:  # the fast path made the typed values
                 for key, value in record.annotations.items():
                     node.set_annotation(key, value)
-                nodes.append(node)
                 continue
             for key, value in record.annotations.items():
                 kind = annotation_kinds.get(key)
@@ -379,14 +394,16 @@ class _Parser(_ValueGrammar):
                 except ValueError as exc:
                     cols, line = self._cols(record)
                     raise self.error(str(exc), cols.annotations[key][0], line) from None
-            nodes.append(node)
-        get_value = graph.get_value
+        graph.touch_all()
+        get_value = graph._values.get
         for record, node in zip(records, nodes, strict=True):
-            for k, (value_name, declared) in enumerate(zip(record.inputs, record.input_types, strict=True)):
+            inputs = node.inputs
+            for k, value_name in enumerate(record.inputs):
                 value = get_value(value_name)
                 if value is None:
                     cols, line = self._cols(record)
                     raise self.error(f"use of undefined value '%{value_name}'", cols.inputs[k], line)
+                declared = record.input_types[k]
                 if value.type is not declared and value.type != declared:
                     cols, line = self._cols(record)
                     raise self.error(
@@ -394,7 +411,8 @@ class _Parser(_ValueGrammar):
                         cols.input_types[k],
                         line,
                     )
-                node.add_input(value)
+                inputs.append(value)
+                value.uses.append((node, k))
             for k, control_name in enumerate(record.controls):
                 control = graph.get_node(control_name)
                 if control is None:
@@ -405,6 +423,7 @@ class _Parser(_ValueGrammar):
                     cols, line = self._cols(record)
                     raise self.error(f"control input '@{control_name}' is listed twice", cols.controls[k], line)
                 node.add_control_input(control)
+        graph.touch_all()
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

@@ -126,25 +126,55 @@ def format_annotations(node: Node, strings: dict[str, str] | None = None) -> str
     )
 
 
+class _AnnotationText:
+    """``[key = value, ...]`` of a node, with this print's table of direct formatters.
+
+    The table holds the built-in keys whose registered declaration is still the built-in one
+    (checked once per print, not per node); quoted strings (devices, colocation classes) are
+    memoised, as they repeat on many nodes.
+    """
+
+    def __init__(self) -> None:
+        self._direct = {key: text for key, (kind, text) in _FAST_TEXT.items() if ANNOTATIONS.get(key) is kind}
+        self._strings: dict[str, str] = {}
+        for key in ("device", "colocate"):
+            if key in self._direct:
+                self._direct[key] = self._quoted
+
+    def _quoted(self, value: Any) -> str:
+        if type(value) is not str:
+            return format_string(value)
+        text = self._strings.get(value)
+        if text is None:
+            text = self._strings[value] = format_string(value)
+        return text
+
+    def __call__(self, annotations: dict[str, Any]) -> str:
+        direct = self._direct
+        parts = []
+        for key in sorted(annotations) if len(annotations) > 1 else annotations:
+            text = direct.get(key)
+            value = annotations[key]
+            parts.append(key + " = " + (text(value) if text is not None else _annotation_text(key, value)))
+        return " [" + ", ".join(parts) + "]"
+
+
 class _TypeText:
     """Memoised ``str(TensorType)``: real graphs repeat a few hundred types thousands of times.
 
-    Keyed by object identity first (hashing an attrs type walks its shape tuple), then by value;
+    Keyed by object identity (hashing an attrs type walks its shape and hashes an enum in Python);
     the instance keeps every type it has seen alive, so an identity is never reused while cached.
     """
 
     def __init__(self) -> None:
-        self._by_id: dict[int, tuple[TensorType, str]] = {}
-        self._by_value: dict[TensorType, str] = {}
+        self._by_id: dict[int, str] = {}
+        self._alive: list[TensorType] = []
 
     def __call__(self, tensor_type: TensorType) -> str:
-        hit = self._by_id.get(id(tensor_type))
-        if hit is not None:
-            return hit[1]
-        text = self._by_value.get(tensor_type)
+        text = self._by_id.get(id(tensor_type))
         if text is None:
-            text = self._by_value[tensor_type] = str(tensor_type)
-        self._by_id[id(tensor_type)] = (tensor_type, text)
+            text = self._by_id[id(tensor_type)] = str(tensor_type)
+            self._alive.append(tensor_type)
         return text
 
 
@@ -164,33 +194,46 @@ class _NameText:
 
 def print_node(node: Node, type_text: _TypeText | None = None) -> str:
     """One node as its `.gir` line (without indentation)."""
-    return _node_line(node, type_text or _TypeText(), _NameText("%"), None)
+    return _line_printer(type_text or _TypeText(), _NameText("%"), _AnnotationText())(node)
 
 
-def _node_line(node: Node, ttext: _TypeText, vtext: _NameText, strings: dict[str, str] | None) -> str:
-    outputs = node.outputs
-    inputs = node.inputs
-    parts: list[str] = []
-    if outputs:
-        parts.append(", ".join([vtext(v.name) for v in outputs]))
-        parts.append(" = ")
-    parts.append(node.op)
-    if not outputs or outputs[0].name != node.name:
-        parts.append(" @" + format_name(node.name))
-    parts.append("(" + ", ".join([vtext(v.name) for v in inputs]) + ")")
-    if node.control_inputs:
-        parts.append(" ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")")
-    if node.params:
-        parts.append(" {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}")
-    parts.append(" : (" + ", ".join([ttext(v.type) for v in inputs]) + ") -> ")
-    if len(outputs) == 1:
-        parts.append(ttext(outputs[0].type))
-    else:
-        parts.append("(" + ", ".join([ttext(v.type) for v in outputs]) + ")")
-    annotations = format_annotations(node, strings)
-    if annotations:
-        parts.append(" " + annotations)
-    return "".join(parts)
+def _line_printer(ttext: _TypeText, vtext: _NameText, atext: _AnnotationText) -> Callable[[Node], str]:
+    """A function printing one node line, with the memo tables bound as locals (it runs per node)."""
+    type_get = ttext._by_id.get
+    name_get = vtext._cache.get
+
+    def node_line(node: Node) -> str:
+        outputs = node.outputs
+        inputs = node.inputs
+        if len(outputs) == 1:
+            first = outputs[0]
+            head = (name_get(first.name) or vtext(first.name)) + " = " + node.op
+            if first.name != node.name:
+                head += " @" + format_name(node.name)
+            result_types = type_get(id(first.type)) or ttext(first.type)
+        else:
+            head = (", ".join([vtext(v.name) for v in outputs]) + " = " + node.op) if outputs else node.op
+            if not outputs or outputs[0].name != node.name:
+                head += " @" + format_name(node.name)
+            result_types = "(" + ", ".join([ttext(v.type) for v in outputs]) + ")"
+        if len(inputs) == 1:
+            value = inputs[0]
+            line = head + "(" + (name_get(value.name) or vtext(value.name)) + ")"
+            operand_types = " : (" + (type_get(id(value.type)) or ttext(value.type)) + ") -> "
+        else:
+            line = head + "(" + ", ".join([name_get(v.name) or vtext(v.name) for v in inputs]) + ")"
+            operand_types = " : (" + ", ".join([type_get(id(v.type)) or ttext(v.type) for v in inputs]) + ") -> "
+        if node.control_inputs:
+            line += " ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")"
+        if node.params:
+            line += " {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}"
+        line += operand_types + result_types
+        annotations = node._annotations
+        if annotations:
+            line += atext(annotations)
+        return line
+
+    return node_line
 
 
 def _print_constant(value: Value, ttext: _TypeText) -> str:
@@ -210,7 +253,7 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     """Write ``graph`` as `.gir` text."""
     ttext = _TypeText()
     vtext = _NameText("%")
-    strings: dict[str, str] = {}
+    node_line = _line_printer(ttext, vtext, _AnnotationText())
     args = ", ".join(f"%{format_name(v.name)} : {ttext(v.type)}" for v in graph.inputs)
     out.write(f"{indent}graph @{format_name(graph.name)}({args}) {{\n")
     inner = indent + "  "
@@ -219,7 +262,7 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     nodes = graph.index().nodes
     with gc_paused():  # printing makes no reference cycles: no collector passes over a big graph
         for begin in range(0, len(nodes), _CHUNK):
-            lines = [inner + _node_line(node, ttext, vtext, strings) + "\n" for node in nodes[begin : begin + _CHUNK]]
+            lines = [inner + node_line(node) + "\n" for node in nodes[begin : begin + _CHUNK]]
             out.write("".join(lines))
     results = ", ".join("%" + format_name(v.name) for v in graph.outputs)
     out.write(f"{inner}return {results}\n".replace("return \n", "return\n"))

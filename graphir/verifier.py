@@ -138,7 +138,8 @@ def _check_orders(graph: Graph, ordered: list[tuple[str, int, Node]]) -> None:
     # Every device's sequence is now 0..k-1: chain consecutive entries and check the union with
     # the data edges for a cycle.
     index = graph.index()
-    positions = np.fromiter((index.position(node) for _, _, node in ordered), dtype=np.int64, count=len(ordered))
+    assert index.version == graph._version  # graph.index() is current: a node's _index_pos is its position
+    positions = np.fromiter((node._index_pos for _, _, node in ordered), dtype=np.int64, count=len(ordered))
     in_line = positions[sequence]
     same_device = sorted_rank[1:] == sorted_rank[:-1]
     src = np.concatenate([index.edge_src, in_line[:-1][same_device]])
@@ -184,6 +185,8 @@ def _acyclic(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> bool:
 def check_quotient(graph: Graph) -> None:
     """Raise :class:`VerifyError` naming a cycle of the quotient graph of ``group``s, if any."""
     index = graph.index()
+    if not bool((index.groups() >= 0).any()):
+        return  # every node is its own group: the quotient is the graph, already checked acyclic
     quotient = index.quotient()
     if quotient.order is not None:
         return

@@ -60,13 +60,21 @@ def synthetic_file(num_nodes: int, directory: Path) -> Path:
 
 
 def measure_stages(path: Path) -> dict[str, float]:
-    """Seconds per stage for one file (run in this process: call it in a fresh child)."""
+    """Seconds per stage for one file (run in this process: call it in a fresh child).
+
+    The collector is set up as ``graphir-opt`` sets it (:func:`graphir.gcpause.freeze_after_pauses`).
+    """
+    import gc
+
+    from graphir.gcpause import freeze_after_pauses
     from graphir.parser import parse_module
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.printer import print_module
 
+    gc.freeze()
+    freeze_after_pauses()
     text = path.read_text()
     times: dict[str, float] = {}
     started = time.perf_counter()
@@ -87,8 +95,8 @@ def measure_stages(path: Path) -> dict[str, float]:
     return times
 
 
-def run_command(argv: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS bytes of a command (its output discarded)."""
+def run_command(argv: list[str]) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS bytes and CPU seconds (user + system) of a command (output discarded)."""
     started = time.perf_counter()
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
@@ -96,7 +104,7 @@ def run_command(argv: list[str]) -> tuple[float, int]:
     stderr = process.stderr.read().decode() if process.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{' '.join(argv)} failed: {stderr.strip()}")
-    return wall, usage.ru_maxrss * 1024  # Linux reports KiB
+    return wall, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime  # Linux reports KiB
 
 
 def fitted_exponent(sizes: Sequence[int], seconds: Sequence[float]) -> float:
@@ -146,7 +154,8 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float) -> str:
         "Written by `make bench-scale` (`python tools/bench_scale.py`). Inputs: `tools/synth.py N --seed 0`",
         f"(layered random DAGs, ~1.5 edges per node, cost and mem annotations). Pipeline: `{PIPELINE}`.",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()};"
-        f" shared with other jobs, so times are wall-clock under load. Whole run: {elapsed / 60:.1f} min.",
+        f" shared with other jobs, so stage times are wall-clock under load (the commands' CPU time,"
+        f" user + system, is given beside their wall time). Whole run: {elapsed / 60:.1f} min.",
         "",
         "## Stages (seconds, in one process)",
         "",
@@ -167,7 +176,9 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float) -> str:
     lines += [
         "| *parse, nodes/s* | " + " | ".join(f"{r:,.0f}" for r in parse_rate) + " | |",
         "| *print, nodes/s* | " + " | ".join(f"{r:,.0f}" for r in print_rate) + " | |",
-        "| *1-min load average after the run* | " + " | ".join(f"{results[n]['load']:.1f}" for n in sizes) + " | |",
+        "| *1-min load average before / after the commands* | "
+        + " | ".join(f"{results[n].get('load_before', float('nan')):.1f} / {results[n]['load']:.1f}" for n in sizes)
+        + " | |",
         "",
         "## Whole commands (wall seconds, peak RSS)",
         "",
@@ -178,6 +189,9 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float) -> str:
         walls = [results[n][f"{key}_wall"] for n in sizes]
         k = fitted_exponent(sizes, walls)
         lines.append(f"| {label} wall | " + " | ".join(f"{w:.1f} s" for w in walls) + f" | {k:.2f} |")
+        cpus = [results[n].get(f"{key}_cpu", float("nan")) for n in sizes]
+        k = fitted_exponent(sizes, cpus)
+        lines.append(f"| {label} CPU (user + sys) | " + " | ".join(f"{c:.1f} s" for c in cpus) + f" | {k:.2f} |")
         rss = [results[n][f"{key}_rss"] / 2**30 for n in sizes]
         lines.append(f"| {label} peak RSS | " + " | ".join(f"{r:.2f} GiB" for r in rss) + " | |")
     lines += ["", f"![seconds against nodes, log-log]({plot_name})", ""]
@@ -207,17 +221,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         stages = json.loads(child.stdout)
         opt = _bin("graphir-opt")
-        passes_wall, passes_rss = run_command(
+        load_before = os.getloadavg()[0]
+        passes_wall, passes_rss, passes_cpu = run_command(
             [opt, str(path), f"--passes={PIPELINE}", "-o", str(args.work / "out.gir")]
         )
-        summary_wall, summary_rss = run_command([opt, str(path), "--emit=summary"])
+        summary_wall, summary_rss, summary_cpu = run_command([opt, str(path), "--emit=summary"])
         results[n] = {
             "load": os.getloadavg()[0],
+            "load_before": load_before,
             "stages": stages,
             "passes_wall": passes_wall,
             "passes_rss": passes_rss,
+            "passes_cpu": passes_cpu,
             "summary_wall": summary_wall,
             "summary_rss": summary_rss,
+            "summary_cpu": summary_cpu,
         }
         print(f"bench_scale: {n} nodes: {json.dumps(results[n])}", file=sys.stderr)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,7 @@ def test_dtype_short_names_are_unique_and_round_trip():
 def test_format_duration_round_trips_exactly(seconds):
     text = format_duration(seconds)
     number, unit = _split_unit(text)
-    assert seconds_from(float(number), unit) == seconds
+    assert seconds_from(number, unit) == seconds  # the decimal text, scaled exactly (as the parser reads it)
     assert _parse_annotation_seconds(text) == seconds
 
 
