@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from graphir.attributes import numpy_dtype
+from graphir.backends.tf.measure import _node_stats
 from graphir.backends.tf.rig import RigRun, _median_ops, _median_transfers, parse_step_stats
 from graphir.errors import BackendError
 from graphir.ir import Module
@@ -42,14 +43,17 @@ class StrategyRun:
     Attributes:
         run: the measurements (timed steps, per-node medians, transfers), as :func:`run_on_rig` reports them.
         variables: every variable after the last step, by VarHandleOp node name.
-        losses: the first output of every untraced step, in step order (NaN when not a number).
+        losses: the first output of every step, in step order (NaN for traced steps and non-numbers).
         steps_run: training steps run (warm-up + traced + timed).
+        node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
+            (read as ``profile{mode=tf}`` reads them, :func:`graphir.backends.tf.measure._node_stats`).
     """
 
     run: RigRun
     variables: dict[str, np.ndarray]
     losses: list[float]
     steps_run: int
+    node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def _handle(value: Any) -> Any:
@@ -134,8 +138,12 @@ def run_strategy(
         for _ in range(warmup):
             losses.append(_first_float(runner.run(inputs)))
         traces = []
+        memory: dict[str, list[tuple[int, int]]] = {}
         for _ in range(trace_steps):
-            traces.append(parse_step_stats(runner.run_metadata(inputs)))
+            metadata = runner.run_metadata(inputs)
+            traces.append(parse_step_stats(metadata))
+            for op, (_, out, temp) in _node_stats(metadata).items():
+                memory.setdefault(op, []).append((out, temp))
             losses.append(float("nan"))
         for _ in range(steps):
             begin = time.perf_counter()
@@ -147,10 +155,17 @@ def run_strategy(
     ops = _median_ops(traces)
     node_seconds: dict[str, float] = {}
     node_devices: dict[str, str] = {}
+    node_memory: dict[str, tuple[int, int]] = {}
     op_node: dict[str, str] = {}
     for node_name, op_names in lowered.node_ops.items():
         measured = [ops[op] for op in op_names if op in ops]
         op_node.update((op, node_name) for op in op_names)
+        rows = [memory[op] for op in op_names if op in memory]
+        if rows:
+            node_memory[node_name] = (
+                sum(int(np.median([r[0] for r in row])) for row in rows),
+                sum(int(np.median([r[1] for r in row])) for row in rows),
+            )
         if measured:
             node_seconds[node_name] = float(sum(seconds for _, seconds in measured))
             node_devices[node_name] = measured[-1][0]
@@ -163,4 +178,4 @@ def run_strategy(
     run = RigRun(
         times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces), len(ops), op_seconds
     )
-    return StrategyRun(run, after, losses, warmup + trace_steps + steps)
+    return StrategyRun(run, after, losses, warmup + trace_steps + steps, node_memory)

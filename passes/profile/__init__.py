@@ -522,4 +522,4 @@ def _run_onnxruntime(options: OnnxRuntime, module: Module, ctx: PassContext) -> 
 
 
 # The TensorFlow modes register themselves (their modules import TensorFlow only when a mode runs).
-from graphir.passes.profile import cost_table, tf, tf_run  # noqa: E402, F401
+from graphir.passes.profile import cost_table, standard_eval, tf, tf_run  # noqa: E402, F401

@@ -43,6 +43,8 @@ __all__ = [
     "EXPLORE_BANDWIDTH",
     "FORMAT",
     "MAX_LINK_SAMPLES",
+    "MIN_FIT_BYTES",
+    "MIN_SPAN",
     "CostStore",
     "StoreChange",
     "tuning_cluster",
@@ -52,6 +54,10 @@ __all__ = [
 FORMAT = "graphir-cost-store/1"
 MAX_LINK_SAMPLES = 4096
 """Transfer samples kept per ordered device pair (the most recent)."""
+MIN_FIT_BYTES = 4096
+"""Largest sample size below which a pair's bandwidth is not fitted (see :meth:`CostStore.link_fit`)."""
+MIN_SPAN = 16
+"""Ratio between the largest and smallest sample sizes a bandwidth fit needs."""
 EXPLORE_BANDWIDTH = 1e15
 """Bandwidth (bytes/s) of a pair never measured: FastT's cost 0, up to rounding."""
 
@@ -170,13 +176,17 @@ class CostStore:
         """``(latency s, bandwidth bytes/s)`` fitted to the pair's samples; ``None`` when never measured.
 
         FastT's per-pair linear regression (``fit_linear`` of ``calibrate-comm``, relative residuals
-        as on the rig). With one distinct size there is no slope: the latency is the median time and
-        the bandwidth unbounded.
+        as on the rig). A slope is only fitted when the samples span sizes (:data:`MIN_SPAN` between
+        the smallest and the largest, the largest at least :data:`MIN_FIT_BYTES`): tensors of a few
+        bytes say nothing about bandwidth, and a line through them extrapolated to megabytes is
+        absurd. Otherwise the latency is the median time and the per-byte cost is unknown, so 0
+        (FastT's rule: the bandwidth is unbounded until larger tensors have been measured).
         """
         samples = self.links.get((src, dst))
         if not samples:
             return None
-        if len({b for b, _ in samples}) < 2:
+        sizes = [b for b, _ in samples]
+        if max(sizes) < MIN_FIT_BYTES or max(sizes) < MIN_SPAN * max(min(sizes), 1):
             return statistics.median(s for _, s in samples), EXPLORE_BANDWIDTH
         from graphir.passes.profile.calibrate_comm import fit_linear
 

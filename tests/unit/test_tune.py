@@ -233,3 +233,10 @@ def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(tmp_pa
     assert len(finite) == report["total"] - 3 and finite[-1] < finite[0], report["losses"]
     assert math.isclose(report["tuned_loss"], report["reference_loss"], rel_tol=0, abs_tol=1e-6), report
     assert report["max_var_diff"] <= 1e-6, report
+
+
+def test_tiny_transfers_fit_a_latency_but_no_bandwidth():
+    """Samples of 0-16 bytes (control edges, scalars) cannot give a slope: latency = median, per-byte cost 0."""
+    store = CostStore("fork")
+    store.record({}, {}, [("worker0", "worker1", n, t * MS) for n, t in ((0, 3), (4, 5), (16, 4))])
+    assert store.link_fit("worker0", "worker1") == (4 * MS, EXPLORE_BANDWIDTH)
