@@ -11,12 +11,15 @@ prints one line (strategy, estimated and measured step time, decision; the loop 
 :mod:`graphir.tools.tune_loop`) and the run writes into DIR:
 
 * ``rounds.json``: ``{"model", "cluster", "options", "rounds": [...], "active", "first_measured_s",
-  "final_measured_s"}``; each round has ``index``, ``strategy`` (id), ``source`` (the placer or the
-  bootstrap rule), ``ran`` (``bootstrap``/``trial``/``active``/``restore``), ``estimated_s`` (of what ran),
-  ``candidate`` and ``candidate_estimated_s`` (what the placer proposed),
-  ``measured_s``, ``decision`` (``activate``/``rollback``/``keep``/``stop``), ``active`` (the id in force
-  after the round), ``change`` (relative change of the cost table), ``new_entries``, ``coverage``,
-  ``devices`` (nodes per device), ``transfers``, ``loss`` (the last step's), ``steps``, ``wall_s``;
+  "final_measured_s", "first_median_s", "final_median_s", "strategies", "store"}`` (first/final: the
+  first round's strategy and the active one at the end, measured in its last round and as the median
+  over all rounds it ran; ``strategies``: per id, its source, rounds and measurements). Each round
+  has ``index``, ``strategy`` (id), ``source`` (the placer or the bootstrap rule), ``ran``
+  (``bootstrap``/``trial``/``active``/``restore``), ``estimated_s`` (of what ran), ``candidate`` and
+  ``candidate_estimated_s`` (what the placer proposed), ``measured_s``, ``decision``
+  (``activate``/``rollback``/``keep``/``stop``), ``active`` (the id in force after the round),
+  ``change`` (relative change of the cost table), ``new_entries``, ``coverage``, ``devices`` (nodes
+  per device), ``transfers``, ``loss`` (the last step's), ``steps``, ``wall_s``;
 * ``rounds.png``: measured (and estimated) step time per round, decisions marked;
 * ``placement.json``: the active strategy at the end, ``{node: device}``;
 * the cost store (``--store``, default ``DIR/costs.json``): a second run with the same store starts
@@ -31,6 +34,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,6 +142,14 @@ def _options(args: argparse.Namespace) -> TuneOptions:
 def rounds_document(model: str, cluster: str, options: TuneOptions, result: TuneResult) -> dict[str, Any]:
     """The content of ``rounds.json`` (see the module docstring)."""
     active_rows = [r for r in result.rounds if r.strategy == result.active.id]
+    strategies: dict[str, dict[str, Any]] = {}
+    for r in result.rounds:
+        entry = strategies.setdefault(r.strategy, {"source": r.source, "rounds": [], "measured_s": []})
+        entry["rounds"].append(r.index)
+        entry["measured_s"].append(r.measured_s)
+    for entry in strategies.values():
+        entry["median_s"] = statistics.median(entry["measured_s"])
+    first = result.rounds[0].strategy
     option_values = {k: v for k, v in vars(options).items() if k != "delays"}
     option_values["delays"] = {str(k): v for k, v in options.delays.items()}
     return {
@@ -148,6 +160,9 @@ def rounds_document(model: str, cluster: str, options: TuneOptions, result: Tune
         "active": result.active.id,
         "first_measured_s": result.rounds[0].measured_s,
         "final_measured_s": active_rows[-1].measured_s if active_rows else None,
+        "first_median_s": strategies[first]["median_s"],
+        "final_median_s": strategies[result.active.id]["median_s"] if active_rows else None,
+        "strategies": strategies,
         "store": result.store.summary(),
     }
 

@@ -240,3 +240,14 @@ def test_tiny_transfers_fit_a_latency_but_no_bandwidth():
     store = CostStore("fork")
     store.record({}, {}, [("worker0", "worker1", n, t * MS) for n, t in ((0, 3), (4, 5), (16, 4))])
     assert store.link_fit("worker0", "worker1") == (4 * MS, EXPLORE_BANDWIDTH)
+
+
+def test_a_second_run_starts_warm_from_the_store(tmp_path):
+    """The store a first run wrote places the first round of the next one (no bootstrap rule)."""
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, ("worker0", "worker1"): 12 * MS})
+    store = CostStore("fork")
+    tune(fork(), store, runner, TuneOptions(rounds=3))
+    store.save(tmp_path / "costs.json")
+    warm = tune(fork(), CostStore.open(tmp_path / "costs.json", "fork"), runner, TuneOptions(rounds=1)).rounds
+    assert warm[0].source == "dpos" and warm[0].coverage == 1.0
+    assert math.isfinite(warm[0].estimated_s) and warm[0].estimated_s > 0
