@@ -76,28 +76,31 @@ def describe(name: str) -> str:
     return f"zoo builder `{model}`, batch {batch}, " + ", ".join(f"{k} {v}" for k, v in config)
 
 
-def run_model(name: str, args: argparse.Namespace, scratch: Path, log: Any) -> dict[str, Any]:
-    """graphir-tune on one model; its rounds.json plus wall time and load."""
+def run_model(run: str, args: argparse.Namespace, scratch: Path, log: Any) -> dict[str, Any]:
+    """graphir-tune on one model (``name`` or ``name@START``); its rounds.json plus wall time and load."""
+    name, _, start = run.partition("@")
     graph = model_file(name, scratch)
-    out = scratch / name
+    out = scratch / run.replace("@", "-")
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "graphir.tools.tune", str(graph), "--cluster", args.cluster]
     command += ["--rounds", str(args.rounds), "--min-rounds", str(args.min_rounds), "-o", str(out)]
-    command += ["--steps", str(args.steps), "--placer", args.placer]
+    command += ["--steps", str(args.steps), "--placer", args.placer, "--start", start or args.start]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     begin, load = time.time(), os.getloadavg()[0]
-    log(f"bench-online: {name}: {' '.join(command[3:])}")
+    log(f"bench-online: {run}: {' '.join(command[3:])}")
     process = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     for line in process.stderr.splitlines():
         if line.startswith(("round ", "tune:", "graphir-tune:")):
             log(f"  {line}")
     if process.returncode != 0:
         tail = [line for line in process.stderr.splitlines() if line.strip()][-5:]
-        raise SystemExit(f"bench-online: {name} failed:\n" + "\n".join(tail))
+        raise SystemExit(f"bench-online: {run} failed:\n" + "\n".join(tail))
     document = json.loads((out / "rounds.json").read_text())
     document["wall_s"] = time.time() - begin
     document["load"] = max(load, os.getloadavg()[0])
     document["plot"] = out / "rounds.png"
+    document["graph"] = describe(name)
+    document["start"] = start or args.start
     return document
 
 
@@ -116,28 +119,31 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         "starting from an empty cost store. Measured: median wall time of the round's timed steps on the rig "
         "(TF workers pinned one per core). Estimated: the simulator's makespan of the strategy under the cost model "
         "the round started with (unmeasured costs 0, so estimates of unexplored strategies are optimistic by "
-        "design). Change: relative L1 change of the per-(op, device) cost table over the entries it had.",
+        "design). Final ≤ first compares the medians over every round each strategy ran (one round's median "
+        "moves with the machine's load). Change: relative L1 change of the per-(op, device) cost table over the "
+        "entries it had.",
         "",
         f"Run {when}, commit `{_commit()}`.",
         "",
-        "| model | graph | nodes | rounds | first strategy: first round / median (ms) | "
+        "| run | graph | start | nodes | rounds | first strategy: first round / median (ms) | "
         "final strategy: last round / median (ms) | final ≤ first | decisions | wall (s) | load |",
-        "|---|---|---:|---:|---:|---:|:-:|---|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|:-:|---|---:|---:|",
     ]
     for name, doc in results.items():
         rounds = doc["rounds"]
         first, final = doc["first_measured_s"], doc["final_measured_s"]
         first_median, final_median = doc["first_median_s"], doc["final_median_s"]
         decisions = ", ".join(r["decision"] for r in rounds)
-        ok = "yes" if final is not None and final <= first else "**no**"
+        ok = "yes" if final_median is not None and final_median <= first_median else "**no**"
         ok += " (same strategy)" if rounds[0]["strategy"] == doc["active"] else ""
         nodes = sum(rounds[0]["devices"].values())
-        lines.append(
-            f"| {name} | {describe(name)} | {nodes} | {len(rounds)} | {_ms(first)} / {_ms(first_median)} | "
-            f"{_ms(final)} / {_ms(final_median)} | {ok} | {decisions} | {doc['wall_s']:.0f} | {doc['load']:.1f} |"
-        )
+        cells = [name, doc["graph"], doc["start"], str(nodes), str(len(rounds))]
+        cells += [f"{_ms(first)} / {_ms(first_median)}", f"{_ms(final)} / {_ms(final_median)}", ok, decisions]
+        cells += [f"{doc['wall_s']:.0f}", f"{doc['load']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     for name, doc in results.items():
-        lines += ["", f"## {name}", "", f"![{name}](online_{name}.png)", ""]
+        plot = f"online_{name.replace('@', '-')}.png"
+        lines += ["", f"## {name}", "", f"![{name}]({plot})", ""]
         lines += [
             "| round | ran | strategy | source | nodes per device | estimated (ms) | candidate (estimate ms) | "
             "measured (ms) | decision | active after | table change | new entries | coverage | transfers | loss |",
@@ -167,17 +173,22 @@ def _commit() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="bench_online", description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument(
+        "--models",
+        default=",".join(MODELS),
+        help=f"comma-separated, of {', '.join(MODELS)}; NAME@PLACER starts that run from PLACER's strategy",
+    )
     parser.add_argument("--cluster", default="2xcpu-workers")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--min-rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--placer", default="dpos")
+    parser.add_argument("--start", default="auto", help="bootstrap strategy (graphir-tune --start)")
     parser.add_argument("--scratch", default=str(ROOT / "build" / "online"))
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "online.md"))
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m not in MODELS]
+    unknown = [m for m in names if m.partition("@")[0] not in MODELS]
     if unknown:
         print(f"bench-online: unknown model(s) {', '.join(unknown)} (known: {', '.join(MODELS)})", file=sys.stderr)
         return 1
@@ -191,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = {name: run_model(name, args, scratch, log) for name in names}
     for name, doc in results.items():
-        shutil.copyfile(doc["plot"], output.parent / f"online_{name}.png")
+        shutil.copyfile(doc["plot"], output.parent / f"online_{name.replace('@', '-')}.png")
     output.write_text(render(results, args, when))
     log(f"bench-online: wrote {output}")
     return 0

@@ -90,6 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--placer", default="dpos", help="place algorithm with options, e.g. dpos, 'm-etf' (default dpos)"
     )
+    parser.add_argument(
+        "--start",
+        default="auto",
+        help="bootstrap strategy of an empty store: auto (one device if the model fits, else m-topo) or a placer",
+    )
     parser.add_argument("--steps", type=int, default=5, help="timed training steps per round (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first in each round (default 1)")
     parser.add_argument("--trace-steps", type=int, default=2, help="traced steps per round (default 2)")
@@ -136,6 +141,7 @@ def _options(args: argparse.Namespace) -> TuneOptions:
         congestion=args.congestion,
         seed=args.seed,
         delays=_delays(args.inject_delay),
+        start=args.start,
     )
 
 
@@ -190,7 +196,7 @@ def plot_rounds(rounds: Sequence[Round], path: Path, title: str) -> None:
     axis.set_ylabel("step time (ms)")
     axis.set_xticks(x)
     axis.set_title(title, fontsize=9)
-    axis.set_ylim(bottom=0)
+    axis.set_ylim(0, max(r.measured_s for r in rounds) * 1e3 * 1.25)  # room for the labels
     axis.legend(fontsize=7, loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=110)

@@ -11,9 +11,10 @@ One **round** (FastT §4, "Workflow" and "Cost Models"):
    placement"), for links too unless ``explore_links`` is off.
 2. **Strategy.** An empty store has no model: the bootstrap strategy is FastT's default one,
    everything on the first device when the model fits it, else model parallelism (``m-topo`` on
-   analytical costs). Otherwise the placer (``place{algo=dpos}`` by default, any registered placer)
-   computes the *candidate*, and the simulator (the one ruler) estimates its step time and the
-   *active* strategy's, both under the current model.
+   analytical costs), or the placer named by ``start``. Otherwise the placer
+   (``place{algo=dpos}`` by default, any registered placer) computes the *candidate*, and the
+   simulator (the one ruler) estimates its step time and the *active* strategy's, both under the
+   current model.
 3. **What runs.** The candidate runs (a *trial*) when it is new (not the active strategy, not one
    rolled back before) and its estimate beats the active one's by more than ``margin``; otherwise
    the active strategy runs. The round after a rollback always runs the restored active strategy,
@@ -73,6 +74,8 @@ class TuneOptions:
         congestion: the simulator's congestion rule for the estimates.
         seed: seeds the batch fed every step and the initial variables.
         delays: round -> seconds added to each timed step of that round (fault injection).
+        start: the bootstrap strategy of a cold store: ``auto`` (FastT's default rule, see
+            :func:`bootstrap_strategy`) or a ``place`` algorithm run on analytical costs.
     """
 
     rounds: int = 6
@@ -87,6 +90,7 @@ class TuneOptions:
     congestion: str = "pair"
     seed: int = 0
     delays: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    start: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,12 +216,16 @@ def _estimate(module: Module, strategy: Strategy, congestion: str) -> float:
     return math.inf if result.oom_devices else float(result.makespan)
 
 
-def bootstrap_strategy(module: Module, seed: int) -> Strategy:
+def bootstrap_strategy(module: Module, seed: int, start: str = "auto") -> Strategy:
     """FastT's default strategy for an empty cost model: one device when the model fits, else model parallel.
 
     (FastT starts from data parallelism when the model fits one GPU; graphir tunes the placement of
-    the given graph, whose single-device placement is its no-communication baseline.)
+    the given graph, whose single-device placement is its no-communication baseline.) ``start``
+    other than ``auto`` names the placer to use instead, on analytical costs.
     """
+    if start != "auto":
+        _run_pipeline(module, f"profile,place{{algo={start}}}", seed)
+        return strategy_of(module, start)
     _run_pipeline(module, "profile,place{algo=single}", seed)
     fits = not simulate(module, order="enforced").oom_devices
     if fits:
@@ -262,7 +270,7 @@ def tune(
         cold = store.updates == 0
         module.set_cluster(base if cold else tuning_cluster(base, store, options.explore_links))
         if cold:
-            candidate = bootstrap_strategy(module, options.seed)
+            candidate = bootstrap_strategy(module, options.seed, options.start)
         else:
             annotate_from_store(module, store, explore=True)
             _run_pipeline(module, f"place{{algo={options.placer}}}", options.seed)
