@@ -17,7 +17,9 @@ Models (small enough to run a step in about a second on one pinned core; the zoo
   sequence 64, batch 4 (GPT-2 small at batch 1 takes ~3.5 s per step on one core: six rounds of it
   would take most of an hour here).
 
-Usage: ``python -m graphir.tools.bench_online [--models resnet50,lstm,gpt] [--rounds 6]``.
+Usage: ``python -m graphir.tools.bench_online [--models resnet50,lstm,gpt,lstm@m-etf] [--rounds 6] [--reuse]``
+(``NAME@PLACER``: that model started from PLACER's strategy instead of FastT's default rule;
+``--reuse``: runs already in the scratch folder are tabulated, not rerun).
 """
 
 from __future__ import annotations
@@ -79,8 +81,17 @@ def describe(name: str) -> str:
 def run_model(run: str, args: argparse.Namespace, scratch: Path, log: Any) -> dict[str, Any]:
     """graphir-tune on one model (``name`` or ``name@START``); its rounds.json plus wall time and load."""
     name, _, start = run.partition("@")
-    graph = model_file(name, scratch)
     out = scratch / run.replace("@", "-")
+    if args.reuse and (out / "rounds.json").exists():
+        document = json.loads((out / "rounds.json").read_text())
+        sidecar = out / "bench.json"
+        extra = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+        document["wall_s"] = extra.get("wall_s", sum(r["wall_s"] for r in document["rounds"]))
+        document["load"] = extra.get("load")
+        document.update(plot=out / "rounds.png", graph=describe(name), start=start or args.start)
+        log(f"bench-online: {run}: reusing {out}/rounds.json")
+        return document
+    graph = model_file(name, scratch)
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "graphir.tools.tune", str(graph), "--cluster", args.cluster]
     command += ["--rounds", str(args.rounds), "--min-rounds", str(args.min_rounds), "-o", str(out)]
@@ -98,6 +109,7 @@ def run_model(run: str, args: argparse.Namespace, scratch: Path, log: Any) -> di
     document = json.loads((out / "rounds.json").read_text())
     document["wall_s"] = time.time() - begin
     document["load"] = max(load, os.getloadavg()[0])
+    (out / "bench.json").write_text(json.dumps({"wall_s": document["wall_s"], "load": document["load"]}) + "\n")
     document["plot"] = out / "rounds.png"
     document["graph"] = describe(name)
     document["start"] = start or args.start
@@ -139,7 +151,7 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         nodes = sum(rounds[0]["devices"].values())
         cells = [name, doc["graph"], doc["start"], str(nodes), str(len(rounds))]
         cells += [f"{_ms(first)} / {_ms(first_median)}", f"{_ms(final)} / {_ms(final_median)}", ok, decisions]
-        cells += [f"{doc['wall_s']:.0f}", f"{doc['load']:.1f}"]
+        cells += [f"{doc['wall_s']:.0f}", "—" if doc["load"] is None else f"{doc['load']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     for name, doc in results.items():
         plot = f"online_{name.replace('@', '-')}.png"
@@ -184,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--placer", default="dpos")
     parser.add_argument("--start", default="auto", help="bootstrap strategy (graphir-tune --start)")
+    parser.add_argument("--reuse", action="store_true", help="include runs already in the scratch folder, not rerun")
     parser.add_argument("--scratch", default=str(ROOT / "build" / "online"))
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "online.md"))
     args = parser.parse_args(argv)

@@ -256,7 +256,11 @@ def tune(
     log: Callable[[str], None] = lambda _: None,
     save: Callable[[CostStore], None] = lambda _: None,
 ) -> TuneResult:
-    """Run the loop on ``module`` (its cluster the real one) with ``runner`` (see the module docstring)."""
+    """Run the loop on ``module`` (its cluster the real one) with ``runner`` (see the module docstring).
+
+    On return the module holds the active strategy (``device``, ``order``), the final cost model's
+    costs, and the tuning view of its cluster, so ``simulate`` can judge it as the loop did.
+    """
     base = module.cluster
     rounds: list[Round] = []
     losses: list[float] = []
@@ -342,6 +346,8 @@ def tune(
         if decision == "stop":
             break
     assert active is not None, "at least one round runs"
+    # Leave the module as the final cost model sees it: the tuning view, its costs, the active strategy.
+    module.set_cluster(tuning_cluster(base, store, options.explore_links))
+    annotate_from_store(module, store, explore=True)
     apply_strategy(module, active)
-    module.set_cluster(base)
     return TuneResult(rounds, active, variables or {}, store, losses)

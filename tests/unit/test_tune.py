@@ -152,6 +152,8 @@ def test_loop_explores_rolls_back_a_slow_trial_restores_and_stops():
     assert rows[-1].decision == "stop" and len(rows) <= options.rounds
     assert result.variables == {"step": len(rows)}  # one variable state threaded through every round
     assert result.losses == [float(k + 1) for k in range(len(rows))]
+    assert {n.device for n in module.graph.nodes} == {"worker0"}  # the module ends with the active strategy
+    assert module.cluster.devices[1].kind == "cpu@worker1"
 
 
 def test_loop_activates_a_faster_trial():
