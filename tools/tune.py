@@ -196,7 +196,8 @@ def plot_rounds(rounds: Sequence[Round], path: Path, title: str) -> None:
     axis.set_ylabel("step time (ms)")
     axis.set_xticks(x)
     axis.set_title(title, fontsize=9)
-    axis.set_ylim(0, max(r.measured_s for r in rounds) * 1e3 * 1.25)  # room for the labels
+    top = max([r.measured_s * 1e3 for r in rounds] + [e for _, e in estimated])
+    axis.set_ylim(0, top * 1.25)  # room for the labels
     axis.legend(fontsize=7, loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
