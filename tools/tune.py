@@ -106,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--calibrated-links", action="store_true", help="unmeasured links use the cluster's links, not cost 0"
     )
-    parser.add_argument("--congestion", default="pair", help="congestion rule of the estimates (default pair)")
+    parser.add_argument(
+        "--congestion", default="task", help="congestion rule of the estimates (default task: the rig's rule)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the fed batch and the initial variables")
     parser.add_argument(
         "--inject-delay",

@@ -71,7 +71,8 @@ class TuneOptions:
         tolerance: cost-table change (relative L1) under which the model counts as stable.
         margin: a candidate runs only when its estimate is below ``(1 - margin)`` × the active one's.
         explore_links: unmeasured links cost 0 (FastT); off: the cluster's calibrated links.
-        congestion: the simulator's congestion rule for the estimates.
+        congestion: the simulator's congestion rule for the estimates (``task``: a transfer also books
+            the sending and receiving worker's core, as on the rig; see :mod:`graphir.links`).
         seed: seeds the batch fed every step and the initial variables.
         delays: round -> seconds added to each timed step of that round (fault injection).
         start: the bootstrap strategy of a cold store: ``auto`` (FastT's default rule, see
@@ -87,7 +88,7 @@ class TuneOptions:
     tolerance: float = 0.10
     margin: float = 0.0
     explore_links: bool = True
-    congestion: str = "pair"
+    congestion: str = "task"
     seed: int = 0
     delays: Mapping[int, float] = dataclasses.field(default_factory=dict)
     start: str = "auto"

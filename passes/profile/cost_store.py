@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+import numpy as np
 
 from graphir.cluster_model import Cluster, Link
 from graphir.errors import PassError
@@ -54,7 +54,7 @@ __all__ = [
 FORMAT = "graphir-cost-store/1"
 MAX_LINK_SAMPLES = 4096
 """Transfer samples kept per ordered device pair (the most recent)."""
-MIN_FIT_BYTES = 4096
+MIN_FIT_BYTES = 256 << 10
 """Largest sample size below which a pair's bandwidth is not fitted (see :meth:`CostStore.link_fit`)."""
 MIN_SPAN = 16
 """Ratio between the largest and smallest sample sizes a bandwidth fit needs."""
@@ -176,21 +176,34 @@ class CostStore:
         """``(latency s, bandwidth bytes/s)`` fitted to the pair's samples; ``None`` when never measured.
 
         FastT's per-pair linear regression (``fit_linear`` of ``calibrate-comm``, relative residuals
-        as on the rig). A slope is only fitted when the samples span sizes (:data:`MIN_SPAN` between
-        the smallest and the largest, the largest at least :data:`MIN_FIT_BYTES`): tensors of a few
-        bytes say nothing about bandwidth, and a line through them extrapolated to megabytes is
-        absurd. Otherwise the latency is the median time and the per-byte cost is unknown, so 0
-        (FastT's rule: the bandwidth is unbounded until larger tensors have been measured).
+        as on the rig), on the **lower envelope** of the samples: per power-of-two size bucket, the
+        fastest time. A transfer measured on the rig runs from the producer's kernel end to the
+        receiver's ``RecvTensor`` end, so it includes waiting for the core both ends share with
+        computation (``fidelity.md``: 9-190x the link model when that core is busy; on the loaded
+        machine of ``online.md`` most transfers of a split training step wait 10-100 ms while the
+        fastest take 0.1-0.3 ms, the calibrated latency); the simulator adds its own queueing (the
+        ``task`` rule books that core), so the model keeps the transfer's own cost. A slope is
+        only fitted when the samples span sizes (the largest at least :data:`MIN_FIT_BYTES` and
+        :data:`MIN_SPAN` times the smallest): tensors of a few bytes say nothing about bandwidth,
+        and a line through them extrapolated to megabytes is absurd. Otherwise the latency is the
+        fastest transfer and the per-byte cost is unknown, so 0 (FastT's rule: the bandwidth is
+        unbounded until larger tensors have been measured).
         """
         samples = self.links.get((src, dst))
         if not samples:
             return None
+        buckets: dict[int, list[tuple[int, float]]] = {}
+        for nbytes, seconds in samples:
+            buckets.setdefault(max(int(nbytes), 1).bit_length(), []).append((nbytes, seconds))
+        envelope = [
+            (int(np.median([b for b, _ in rows])), min(t for _, t in rows)) for _, rows in sorted(buckets.items())
+        ]
         sizes = [b for b, _ in samples]
-        if max(sizes) < MIN_FIT_BYTES or max(sizes) < MIN_SPAN * max(min(sizes), 1):
-            return statistics.median(s for _, s in samples), EXPLORE_BANDWIDTH
+        if len(envelope) < 2 or max(sizes) < MIN_FIT_BYTES or max(sizes) < MIN_SPAN * max(min(sizes), 1):
+            return min(t for _, t in envelope), EXPLORE_BANDWIDTH
         from graphir.passes.profile.calibrate_comm import fit_linear
 
-        latency, bandwidth, _ = fit_linear(samples, relative=True)
+        latency, bandwidth, _ = fit_linear(envelope, relative=True)
         return latency, min(bandwidth, EXPLORE_BANDWIDTH)
 
     def snapshot(self) -> dict[tuple[str, str], float]:

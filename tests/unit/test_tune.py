@@ -238,10 +238,27 @@ def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(tmp_pa
 
 
 def test_tiny_transfers_fit_a_latency_but_no_bandwidth():
-    """Samples of 0-16 bytes (control edges, scalars) cannot give a slope: latency = median, per-byte cost 0."""
+    """Samples of 0-16 bytes (control edges, scalars) cannot give a slope: latency only, per-byte cost 0.
+
+    The fastest of 3, 5 and 4 ms is the latency.
+    """
     store = CostStore("fork")
     store.record({}, {}, [("worker0", "worker1", n, t * MS) for n, t in ((0, 3), (4, 5), (16, 4))])
-    assert store.link_fit("worker0", "worker1") == (4 * MS, EXPLORE_BANDWIDTH)
+    assert store.link_fit("worker0", "worker1") == (pytest.approx(3 * MS), EXPLORE_BANDWIDTH)
+
+
+def test_the_fit_follows_the_lower_envelope_not_the_waits():
+    """Per size, the fastest: clean transfers and two that waited behind a kernel.
+
+    Sizes 1 KiB and 1 MiB at 1 ms + bytes / 1 GB/s, plus 50 ms and 80 ms waits at 1 KiB and 1 MiB:
+    the envelope stays on the line, so latency 1 ms and bandwidth 1 GB/s are recovered.
+    """
+    store = CostStore("fork")
+    clean = [(n, 1 * MS + n / 1e9) for n in (1 << 10, 1 << 20) for _ in range(4)]
+    waits = [(1 << 10, 50 * MS), (1 << 20, 80 * MS)]
+    store.record({}, {}, [("worker0", "worker1", n, t) for n, t in [*clean, *waits]])
+    latency, bandwidth = store.link_fit("worker0", "worker1")
+    assert latency == pytest.approx(1 * MS, rel=1e-6) and bandwidth == pytest.approx(1e9, rel=1e-6)
 
 
 def test_a_second_run_starts_warm_from_the_store(tmp_path):
