@@ -69,6 +69,8 @@ def model_file(name: str, scratch: Path) -> Path:
     return path
 
 
+NOTES_MARKER = "<!-- notes: written by hand, kept when the benchmark rewrites the tables above -->"
+
 _STANDARD_EVAL = """
 import json, sys, time
 from graphir.cluster import resolve_cluster
@@ -304,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.standard_eval:
         evaluated = {name: standard_eval(name, log) for name in args.standard_eval.split(",") if name}
         text += "\n".join(render_standard_eval(evaluated)) + "\n"
+    if output.exists() and NOTES_MARKER in output.read_text():
+        text += "\n" + NOTES_MARKER + output.read_text().split(NOTES_MARKER, 1)[1]
     output.write_text(text)
     log(f"bench-online: wrote {output}")
     return 0

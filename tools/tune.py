@@ -130,6 +130,15 @@ def _options(args: argparse.Namespace) -> TuneOptions:
             raise GraphIRError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.trace_steps < 1:
         raise GraphIRError("--trace-steps must be at least 1: the cost model is updated from traced steps")
+    from graphir.pipeline import parse_pipeline
+
+    for flag, placer in (("--placer", args.placer), ("--start", args.start)):
+        if flag == "--start" and placer == "auto":
+            continue
+        try:
+            parse_pipeline(f"place{{algo={placer}}}")
+        except GraphIRError as exc:
+            raise GraphIRError(f"{flag} '{placer}': {exc.message}") from None
     return TuneOptions(
         rounds=args.rounds,
         min_rounds=args.min_rounds,

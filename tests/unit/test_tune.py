@@ -170,6 +170,7 @@ def test_loop_activates_a_faster_trial():
         (["--cluster", "2xcpu", "--rounds", "2"], "has no TensorFlow workers"),
         (["--cluster", "2xcpu-workers", "--inject-delay", "x"], "--inject-delay expects ROUND:SECONDS"),
         (["--cluster", "2xcpu-workers", "--rounds", "0"], "--rounds must be at least 1"),
+        (["--cluster", "2xcpu-workers", "--placer", "nope"], "--placer 'nope': unknown"),
     ],
 )
 def test_cli_rejects_bad_input_in_one_line(args, message, tmp_path, capsys):
