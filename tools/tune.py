@@ -79,7 +79,8 @@ def _parser() -> argparse.ArgumentParser:
             "each round prints: what ran (bootstrap | trial = the placer's new strategy | active | restore after a "
             "rollback), estimated and measured step time, and the decision: activate (measured faster), rollback "
             "(measured slower: the previous strategy runs next round), keep, or stop (cost table stable).\n\n"
-            "example: graphir-tune zoo/batches/resnet50_train_b1.pb --cluster 2xcpu-workers --rounds 6 -o build/tune/resnet50\n"
+            "example: graphir-tune zoo/batches/resnet50_train_b1.pb --cluster 2xcpu-workers --rounds 6 "
+            "-o build/tune/resnet50\n"
             "then:    graphir-opt MODEL --cluster 2xcpu-workers "
             "--passes='profile{mode=cost-table path=build/tune/resnet50/costs.json},place{algo=dpos},simulate'"
         ),
