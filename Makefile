@@ -12,6 +12,8 @@
 #                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
 #   make bench-fidelity  simulate vs measured median step on the 2-worker TF rig (2xcpu-workers; >= 5 models x 3
 #                 placements), table + scatter plot in benchmarks/results/fidelity.md (+ .png); run on a quiet machine
+#   make bench-online  graphir-tune (FastT's online loop) on a CNN, an LSTM and a GPT training graph on the 2-worker
+#                 TF rig, >= 5 rounds each: rounds, decisions and plots in benchmarks/results/online.md (tools/bench_online.py)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
 #                 against benchmarks/results/regression.json (tools/regress.py)
 #   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
@@ -29,7 +31,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-fidelity regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-fidelity bench-online regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -122,6 +124,10 @@ bench-scale: $(STAMP)
 # FIDELITY_ARGS=--calibrate recalibrates the rig's cached cluster description first.
 bench-fidelity: $(STAMP)
 	$(BIN)/python -m graphir.tools.bench_fidelity $(FIDELITY_ARGS)
+
+# Real TF worker processes pinned one per core, like bench-fidelity: needs the cores to itself. About 15-30 minutes.
+bench-online: $(STAMP)
+	$(BIN)/python -m graphir.tools.bench_online $(ONLINE_ARGS)
 
 # A restructuring must not change any answer: the printed module of every (model, placer) cell is
 # compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).

@@ -34,6 +34,8 @@ returns the pass result. The built-in modes:
 * ``tf-run``: lowers the module and runs it on the cluster's local TensorFlow workers (the
   fidelity rig, ``--cluster=2xcpu-workers``), each node's cost the median kernel time measured on
   the device it ran on; see :mod:`graphir.passes.profile.tf_run`.
+* ``cost-table``: per-(node, device) measured times read from a cost store that ``graphir-tune``
+  wrote, unknown costs 0 (FastT's exploration rule); see :mod:`graphir.passes.profile.cost_table`.
 
 In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
 first user, activation = output bytes, temporary where known; see :mod:`graphir.passes.profile.roofline`).
@@ -520,4 +522,4 @@ def _run_onnxruntime(options: OnnxRuntime, module: Module, ctx: PassContext) -> 
 
 
 # The TensorFlow modes register themselves (their modules import TensorFlow only when a mode runs).
-from graphir.passes.profile import tf, tf_run  # noqa: E402, F401
+from graphir.passes.profile import cost_table, standard_eval, tf, tf_run  # noqa: E402, F401

@@ -21,6 +21,8 @@ from graphir.passes.profile import (
     ProfileMode,
     register_profile_mode,
 )
+from graphir.passes.profile.cost_table import CostTable
+from graphir.passes.profile.standard_eval import StandardEval
 from graphir.passes.profile.tf import Regression, Tf
 from graphir.passes.profile.tf_run import TfRun
 from graphir.pipeline import parse_pipeline
@@ -45,12 +47,16 @@ def test_every_builtin_mode_is_registered_with_its_own_options() -> None:
         "tf": Tf,
         "regression": Regression,
         "tf-run": TfRun,
+        "cost-table": CostTable,
+        "standard-eval": StandardEval,
     }
     fields = {name: [f.name for f in dataclasses.fields(cls)] for name, cls in MODES.items()}
     assert fields["analytical"] == []
     assert fields["onnxruntime"] == fields["tf"] == ["iterations", "warmup", "threads"]
     assert fields["regression"] == ["iterations", "warmup", "threads", "batches", "target", "validate"]
     assert fields["tf-run"] == ["iterations", "warmup"]
+    assert fields["cost-table"] == ["path", "unmeasured", "model", "per_device"]
+    assert fields["standard-eval"] == [*fields["regression"], "threshold", "placer", "steps"]
     assert [f.name for f in dataclasses.fields(Profile)] == ["mode", "profiler"]
 
 

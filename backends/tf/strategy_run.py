@@ -1,0 +1,181 @@
+"""Train under one placement strategy on the rig, carrying the variables in and out (FastT's strategy switch).
+
+FastT activates a new strategy by checkpointing the parameters, building the new graph and restoring
+them (§4, "Workflow"). The TF 2-era equivalent here: every strategy is its own lowered graph in its
+own session on the same running rig workers (:mod:`graphir.backends.tf.rig`); the caller passes the
+variables the previous strategy ended with (``variables``), the session assigns them before the
+first step, and :attr:`StrategyRun.variables` are the values after the last step. Training therefore
+continues across a switch exactly as if the strategy had never changed: the same seeded batch is fed
+every step, so the loss after N steps equals that of N steps under one strategy (the rollback test
+checks it within 1e-6).
+
+Steps, each one a training step (every step updates the variables): ``warmup`` untimed, then
+``trace_steps`` traced (``FULL_TRACE`` ``RunMetadata``, parsed with
+:func:`graphir.backends.tf.rig.parse_step_stats`), then ``steps`` timed untraced steps, so the last
+step of a round is an ordinary one. ``delay_s`` adds that many seconds of wall time to each timed
+step: the fault-injection seam that lets a test (or ``graphir-tune --inject-delay``) make one
+strategy slow, as a congested link would. The per-node and per-transfer medians are those of
+:func:`graphir.backends.tf.rig.run_on_rig` (same harvesting helpers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from graphir.attributes import numpy_dtype
+from graphir.backends.tf.measure import _node_stats
+from graphir.backends.tf.rig import RigRun, _median_ops, _median_transfers, parse_step_stats
+from graphir.errors import BackendError
+from graphir.ir import Module
+
+__all__ = ["StrategyRun", "initial_variables", "optimizer_state", "run_strategy"]
+
+
+@dataclasses.dataclass
+class StrategyRun:
+    """One strategy trained for a few steps on the rig.
+
+    Attributes:
+        run: the measurements (timed steps, per-node medians, transfers), as :func:`run_on_rig` reports them.
+        variables: every variable after the last step, by VarHandleOp node name.
+        losses: the first output of every step, in step order (NaN for traced steps and non-numbers).
+        steps_run: training steps run (warm-up + traced + timed).
+        node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
+            (read as ``profile{mode=tf}`` reads them, :func:`graphir.backends.tf.measure._node_stats`).
+    """
+
+    run: RigRun
+    variables: dict[str, np.ndarray]
+    losses: list[float]
+    steps_run: int
+    node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+
+def _handle(value: Any) -> Any:
+    """The ``VarHandleOp`` behind a handle or a ``ReadVariableOp`` of it (``None`` otherwise)."""
+    node = value.producer
+    if node is not None and node.op == "tf.ReadVariableOp" and node.inputs:
+        node = node.inputs[0].producer
+    return node if node is not None and node.op == "tf.VarHandleOp" else None
+
+
+def _constant(value: Any) -> np.ndarray | None:
+    node = value.producer
+    tensor = node.params.get("value") if node is not None and node.op == "tf.Const" else None
+    return None if tensor is None else np.asarray(tensor.numpy())
+
+
+def optimizer_state(module: Module) -> dict[str, np.ndarray]:
+    """Adam's initial state for every ``ResourceApplyAdam``: slots ``m``, ``v`` zero, ``beta_power`` = ``beta``.
+
+    The operands say which variable is which (``var, m, v, beta1_power, beta2_power, lr, beta1,
+    beta2, epsilon, grad``), so no name is guessed. Seeded N(0,1) values there would make ``v``
+    negative and ``1 - beta2_power`` meaningless: the first step's loss would be NaN.
+    """
+    from graphir.importers.tf import variable_type
+
+    state: dict[str, np.ndarray] = {}
+    for node in module.graph.nodes:
+        if node.op != "tf.ResourceApplyAdam" or len(node.inputs) < 8:
+            continue
+        for slot in (node.inputs[1], node.inputs[2]):
+            handle = _handle(slot)
+            vtype = variable_type(handle) if handle is not None else None
+            if handle is not None and vtype is not None and vtype.shape is not None:
+                state[handle.name] = np.zeros(tuple(int(d) for d in vtype.shape), np.dtype(numpy_dtype(vtype.dtype)))
+        for power, beta in ((node.inputs[3], node.inputs[6]), (node.inputs[4], node.inputs[7])):
+            handle, value = _handle(power), _constant(beta)
+            if handle is not None and value is not None:
+                state[handle.name] = value.astype(value.dtype)
+    return state
+
+
+def initial_variables(module: Module, seed: int) -> dict[str, np.ndarray]:
+    """Seeded weights (:func:`graphir.backends.tf.run.random_variables`) with the optimizer's own initial state."""
+    from graphir.backends.tf.run import random_variables
+
+    return {**random_variables(module, seed), **optimizer_state(module)}
+
+
+def _first_float(outputs: list[np.ndarray]) -> float:
+    if not outputs or outputs[0].size == 0 or outputs[0].dtype.kind not in "fiu":
+        return float("nan")
+    return float(np.asarray(outputs[0], dtype=np.float64).mean())
+
+
+def run_strategy(
+    module: Module,
+    servers: Any,
+    *,
+    variables: Mapping[str, Any] | None = None,
+    steps: int = 5,
+    warmup: int = 1,
+    trace_steps: int = 2,
+    seed: int = 0,
+    delay_s: float = 0.0,
+    timeout_s: float = 600.0,
+) -> StrategyRun:
+    """Lower the placed ``module``, assign ``variables`` (else seeded ones), train and measure (module docstring)."""
+    from graphir.backends.tf import lower
+    from graphir.backends.tf.run import SessionRunner, random_inputs
+    from graphir.backends.tf.tf_graphdef import variable_values
+
+    if steps < 1:
+        raise BackendError(f"a strategy needs at least one timed step, got {steps}")
+    placed = [n for n in module.graph.nodes if n.device is not None]
+    lowered = lower(module, enforce_order=bool(placed) and all(n.order is not None for n in placed))
+    given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
+    values = {**initial_variables(module, seed), **given}
+    inputs = random_inputs(module, lowered.input_names, seed)
+    losses: list[float] = []
+    times: list[float] = []
+    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
+        for _ in range(warmup):
+            losses.append(_first_float(runner.run(inputs)))
+        traces = []
+        memory: dict[str, list[tuple[int, int]]] = {}
+        for _ in range(trace_steps):
+            metadata = runner.run_metadata(inputs)
+            traces.append(parse_step_stats(metadata))
+            for op, (_, out, temp) in _node_stats(metadata).items():
+                memory.setdefault(op, []).append((out, temp))
+            losses.append(float("nan"))
+        for _ in range(steps):
+            begin = time.perf_counter()
+            losses.append(_first_float(runner.run(inputs)))
+            if delay_s > 0:
+                time.sleep(delay_s)
+            times.append(time.perf_counter() - begin)
+        after = runner.read_variables()
+    ops = _median_ops(traces)
+    node_seconds: dict[str, float] = {}
+    node_devices: dict[str, str] = {}
+    node_memory: dict[str, tuple[int, int]] = {}
+    op_node: dict[str, str] = {}
+    for node_name, op_names in lowered.node_ops.items():
+        measured = [ops[op] for op in op_names if op in ops]
+        op_node.update((op, node_name) for op in op_names)
+        rows = [memory[op] for op in op_names if op in memory]
+        if rows:
+            node_memory[node_name] = (
+                sum(int(np.median([r[0] for r in row])) for row in rows),
+                sum(int(np.median([r[1] for r in row])) for row in rows),
+            )
+        if measured:
+            node_seconds[node_name] = float(sum(seconds for _, seconds in measured))
+            node_devices[node_name] = measured[-1][0]
+    transfers = []
+    for (producer, output, src, dst), (nbytes, seconds) in sorted(_median_transfers(traces).items()):
+        node = module.graph.get_node(op_node[producer]) if producer in op_node else None
+        value = node.outputs[min(output, len(node.outputs) - 1)].name if node is not None and node.outputs else ""
+        transfers.append((value, src, dst, nbytes, seconds))
+    op_seconds = float(sum(seconds for _, seconds in ops.values()))
+    run = RigRun(
+        times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces), len(ops), op_seconds
+    )
+    return StrategyRun(run, after, losses, warmup + trace_steps + steps, node_memory)

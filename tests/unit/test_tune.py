@@ -1,0 +1,273 @@
+"""graphir-tune: the cost store, FastT's exploration rule, the loop's decisions, and one real rig run.
+
+The store, exploration and decision tests are hand-worked on a three-node graph (no TensorFlow: the
+loop takes a runner, here one that returns chosen measurements). The last test trains a tiny LSTM
+language model on the real 2-worker rig in a subprocess, with one round made slow by injection.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+import pytest
+
+from graphir.backends.tf.rig import RigRun
+from graphir.cluster import resolve_cluster
+from graphir.ir import Graph, Module
+from graphir.pass_infra import PassContext
+from graphir.pass_manager import PassManager
+from graphir.passes.profile.cost_store import EXPLORE_BANDWIDTH, CostStore, tuning_cluster
+from graphir.pipeline import parse_pipeline
+from graphir.tools.tune import main as tune_main
+from graphir.tools.tune_loop import TuneOptions, tune
+from graphir.types import DType, TensorType
+
+MS = 1e-3
+W0 = "/job:worker/task:0/device:CPU:0"
+W1 = "/job:worker/task:1/device:CPU:0"
+
+
+@pytest.fixture(autouse=True)
+def _uncalibrated(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRAPHIR_MEASURE_CPU", "0")  # the rig cluster without this machine's calibration
+    monkeypatch.setenv("GRAPHIR_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def fork() -> Module:
+    """x -> a -> {b, c}: 16-byte tensors."""
+    t = TensorType(DType.F32, (4,))
+    graph = Graph()
+    x = graph.add_input("x", t)
+    a = graph.add_node("tf.Relu", [x], [t], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [t], name="b")
+    c = graph.add_node("tf.Relu", [a.outputs[0]], [t], name="c")
+    graph.set_outputs([b.outputs[0], c.outputs[0]])
+    module = Module("fork", graph)
+    module.set_cluster(resolve_cluster("2xcpu-workers"))
+    return module
+
+
+def test_store_keeps_running_means_and_reports_the_change(tmp_path):
+    store = CostStore("fork")
+    first = store.record({"a": 2 * MS, "b": 1 * MS}, {"a": "worker0", "b": "worker0"})
+    assert (first.new, first.entries) == (2, 2)
+    second = store.record({"a": 4 * MS, "b": 1 * MS}, {"a": "worker0", "b": "worker1"})
+    assert store.time("a", "worker0") == pytest.approx(3 * MS)  # mean of 2 and 4 ms
+    assert store.time("b", "worker1") == pytest.approx(1 * MS) and store.time("c", "worker0") is None
+    # the existing entries moved |3 - 2| + |1 - 1| = 1 ms out of 3 ms; one entry is new
+    assert second.relative == pytest.approx(1 / 3) and second.new == 1 and second.entries == 3
+    path = tmp_path / "costs.json"
+    store.save(path)
+    again = CostStore.load(path, "fork")
+    assert again.to_json() == store.to_json() and again.updates == 2
+    with pytest.raises(Exception, match="holds costs of model 'fork', not 'other'"):
+        CostStore.load(path, "other")
+
+
+def test_links_are_fitted_per_pair_and_unmeasured_ones_cost_zero():
+    store = CostStore("fork")
+    sizes = [1 << 10, 1 << 14, 1 << 18, 1 << 20]
+    store.record({}, {}, [("worker0", "worker1", n, 1 * MS + n / 1e9) for n in sizes])
+    latency, bandwidth = store.link_fit("worker0", "worker1")
+    assert latency == pytest.approx(1 * MS, rel=1e-6) and bandwidth == pytest.approx(1e9, rel=1e-6)
+    assert store.link_fit("worker1", "worker0") is None
+    base = resolve_cluster("2xcpu-workers")
+    view = tuning_cluster(base, store)
+    assert [d.kind for d in view.devices] == ["cpu@worker0", "cpu@worker1"]
+    assert view.link("worker0", "worker1").latency == pytest.approx(1 * MS, rel=1e-6)
+    unmeasured = view.link("worker1", "worker0")
+    assert (unmeasured.latency, unmeasured.bandwidth) == (0.0, EXPLORE_BANDWIDTH)  # FastT: unknown cost 0
+    calibrated = tuning_cluster(base, store, explore=False).link("worker1", "worker0")
+    assert calibrated.latency == base.link("worker1", "worker0").latency + base.transfer_overhead
+    assert tuning_cluster(view, store).devices == view.devices  # idempotent
+
+
+def test_exploration_rule_unmeasured_op_costs_zero_and_is_placed_there(tmp_path):
+    """a, b: 1 ms on worker0, 2 ms on worker1; c: 1 ms on worker0, never measured on worker1.
+
+    Hand-worked DPOS: rank(b) = 2, rank(c) = max(1, 0) = 1, rank(a) = 2 + 2 = 4; the critical path a -> b
+    averages 1 ms on worker0 against 2 ms on worker1, so a runs 0-1 ms and b 1-2 ms on worker0; c
+    finishes at 3 ms on worker0 but at 1 ms + 0 on worker1 (its unknown cost and the unmeasured
+    link both count 0): c goes to worker1, the device where it was never measured.
+    """
+    store = CostStore("fork")
+    store.record({"a": 1 * MS, "b": 1 * MS, "c": 1 * MS}, dict.fromkeys("abc", "worker0"))
+    store.record({"a": 2 * MS, "b": 2 * MS}, dict.fromkeys("ab", "worker1"))
+    path = tmp_path / "costs.json"
+    store.save(path)
+    module = fork()
+    pipeline = f"profile{{mode=cost-table path={path}}},place{{algo=dpos}}"
+    (profile, _), *_ = [(r.result.stats, r) for r in PassManager(parse_pipeline(pipeline)).run(module, PassContext())]
+    nodes = {n.name: n for n in module.graph.nodes}
+    assert nodes["c"].cost.time("cpu@worker1") == 0.0
+    assert nodes["a"].cost.time("cpu@worker1") == pytest.approx(2 * MS)
+    assert profile["unmeasured-entries"] == 1 and profile["measured-entries"] == 5
+    assert {name: node.device for name, node in nodes.items()} == {"a": "worker0", "b": "worker0", "c": "worker1"}
+
+
+class FakeRunner:
+    """Measures what a table says: per strategy (nodes per device), a step time; every node 1 ms where it ran."""
+
+    def __init__(self, times: dict[tuple, float]):
+        self.times = times
+        self.calls: list[dict[str, str]] = []
+
+    def __call__(self, module: Module, variables, delay_s: float) -> SimpleNamespace:
+        placed = {n.name: n.device for n in module.graph.nodes}
+        self.calls.append(placed)
+        key = tuple(sorted(set(placed.values())))
+        tf = {"worker0": W0, "worker1": W1}
+        run = RigRun(
+            [self.times[key] + delay_s],
+            self.times[key] + delay_s,
+            0,
+            dict.fromkeys(placed, 1 * MS),
+            {name: tf[d] for name, d in placed.items()},
+            [],
+            1,
+        )
+        step = (variables or {}).get("step", 0) + 1
+        return SimpleNamespace(run=run, variables={"step": step}, losses=[float(step)], steps_run=1)
+
+
+def test_loop_explores_rolls_back_a_slow_trial_restores_and_stops():
+    module = fork()
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, ("worker0", "worker1"): 12 * MS})
+    options = TuneOptions(rounds=6, min_rounds=3, delays={1: 50 * MS})
+    result = tune(module, CostStore("fork"), runner, options)
+    rows = result.rounds
+    assert [r.ran for r in rows[:3]] == ["bootstrap", "trial", "restore"]
+    assert rows[0].devices == {"worker0": 3}
+    # round 1: worker1 was never measured, every cost there is 0: DPOS moves everything there
+    assert rows[1].devices == {"worker1": 3} and rows[1].estimated_s == 0.0
+    assert rows[1].measured_s == pytest.approx(60 * MS) and rows[1].decision == "rollback"
+    assert rows[2].strategy == rows[0].strategy and rows[2].measured_s == pytest.approx(10 * MS)
+    assert all(r.active == rows[0].strategy for r in rows)
+    assert rows[-1].decision == "stop" and len(rows) <= options.rounds
+    assert result.variables == {"step": len(rows)}  # one variable state threaded through every round
+    assert result.losses == [float(k + 1) for k in range(len(rows))]
+    assert {n.device for n in module.graph.nodes} == {"worker0"}  # the module ends with the active strategy
+    assert module.cluster.devices[1].kind == "cpu@worker1"
+
+
+def test_loop_activates_a_faster_trial():
+    module = fork()
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 8 * MS, ("worker0", "worker1"): 12 * MS})
+    rows = tune(module, CostStore("fork"), runner, TuneOptions(rounds=2)).rounds
+    assert [(r.ran, r.decision) for r in rows] == [("bootstrap", "activate"), ("trial", "activate")]
+    assert rows[1].active == rows[1].strategy != rows[0].strategy
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "2xcpu", "--rounds", "2"], "has no TensorFlow workers"),
+        (["--cluster", "2xcpu-workers", "--inject-delay", "x"], "--inject-delay expects ROUND:SECONDS"),
+        (["--cluster", "2xcpu-workers", "--rounds", "0"], "--rounds must be at least 1"),
+        (["--cluster", "2xcpu-workers", "--placer", "nope"], "--placer 'nope': unknown"),
+    ],
+)
+def test_cli_rejects_bad_input_in_one_line(args, message, tmp_path, capsys):
+    assert tune_main([str(tmp_path / "m.gir"), "-o", str(tmp_path / "out"), *args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+_RIG_SCRIPT = textwrap.dedent(
+    """
+    import json, math, sys
+    import numpy as np
+    from graphir.backends.tf.rig import rig
+    from graphir.backends.tf.strategy_run import initial_variables, run_strategy
+    from graphir.cluster import resolve_cluster
+    from graphir.passes.profile.cost_store import CostStore
+    from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune
+
+    from graphir.importers.tf import import_graphdef
+    from graphir.tools.zoo import build_train_graphdef
+
+    graph_def, _ = build_train_graphdef("lstm", 2, [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)])
+    module = import_graphdef(graph_def, name="lstm_tiny", source="<tiny lstm>")
+    cluster = resolve_cluster("2xcpu-workers")
+    module.set_cluster(cluster)
+    options = TuneOptions(rounds=3, min_rounds=3, steps=3, warmup=1, trace_steps=1, delays={1: 0.25})
+    with rig(cluster, timeout_s=90) as servers:
+        result = tune(module, CostStore(module.name), rig_runner(servers, options), options)
+        total = sum(r.steps for r in result.rounds)
+        apply_strategy(module, result.active)  # the bootstrap strategy (asserted by the test), for every step
+        reference = run_strategy(module, servers, steps=total, warmup=0, trace_steps=0, seed=0)
+    tuned, ref = result.variables, reference.variables
+    initial = initial_variables(module, 0)
+    print(json.dumps({
+        "rounds": [r.as_json() for r in result.rounds],
+        "total": total,
+        "losses": result.losses, "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
+        "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
+        "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
+        "changed": sum(1 for k in ref if not np.array_equal(ref[k], initial[k])),
+    }))
+    """
+)
+
+
+def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(tmp_path):
+    """Round 1's trial is slowed by 0.25 s per step; the loop rolls back and training is unaffected."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+    result = subprocess.run(
+        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    r0, r1, r2 = report["rounds"]
+    assert (r0["ran"], r1["ran"], r2["ran"]) == ("bootstrap", "trial", "restore"), report["rounds"]
+    assert r1["decision"] == "rollback" and r1["measured_s"] >= 0.25
+    assert r2["strategy"] == r0["strategy"] == r2["active"]  # the previous strategy is back...
+    assert r2["measured_s"] < 0.1 and r0["measured_s"] < 0.1  # ...and so is its step time
+    # training went on through the switches: the same loss and variables as one strategy for as many steps
+    assert report["same_keys"] and report["variables"] >= 20
+    assert report["changed"] >= report["variables"] - 1  # the steps really trained
+    finite = [x for x in report["losses"] if math.isfinite(x)]  # traced steps report no loss (NaN)
+    assert len(finite) == report["total"] - 3 and finite[-1] < finite[0], report["losses"]
+    assert math.isclose(report["tuned_loss"], report["reference_loss"], rel_tol=0, abs_tol=1e-6), report
+    assert report["max_var_diff"] <= 1e-6, report
+
+
+def test_tiny_transfers_fit_a_latency_but_no_bandwidth():
+    """Samples of 0-16 bytes (control edges, scalars) cannot give a slope: latency only, per-byte cost 0.
+
+    The fastest of 3, 5 and 4 ms is the latency.
+    """
+    store = CostStore("fork")
+    store.record({}, {}, [("worker0", "worker1", n, t * MS) for n, t in ((0, 3), (4, 5), (16, 4))])
+    assert store.link_fit("worker0", "worker1") == (pytest.approx(3 * MS), EXPLORE_BANDWIDTH)
+
+
+def test_the_fit_follows_the_lower_envelope_not_the_waits():
+    """Per size, the fastest: clean transfers and two that waited behind a kernel.
+
+    Sizes 1 KiB and 1 MiB at 1 ms + bytes / 1 GB/s, plus 50 ms and 80 ms waits at 1 KiB and 1 MiB:
+    the envelope stays on the line, so latency 1 ms and bandwidth 1 GB/s are recovered.
+    """
+    store = CostStore("fork")
+    clean = [(n, 1 * MS + n / 1e9) for n in (1 << 10, 1 << 20) for _ in range(4)]
+    waits = [(1 << 10, 50 * MS), (1 << 20, 80 * MS)]
+    store.record({}, {}, [("worker0", "worker1", n, t) for n, t in [*clean, *waits]])
+    latency, bandwidth = store.link_fit("worker0", "worker1")
+    assert latency == pytest.approx(1 * MS, rel=1e-6) and bandwidth == pytest.approx(1e9, rel=1e-6)
+
+
+def test_a_second_run_starts_warm_from_the_store(tmp_path):
+    """The store a first run wrote places the first round of the next one (no bootstrap rule)."""
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, ("worker0", "worker1"): 12 * MS})
+    store = CostStore("fork")
+    tune(fork(), store, runner, TuneOptions(rounds=3))
+    store.save(tmp_path / "costs.json")
+    warm = tune(fork(), CostStore.open(tmp_path / "costs.json", "fork"), runner, TuneOptions(rounds=1)).rounds
+    assert warm[0].source == "dpos" and warm[0].coverage == 1.0
+    assert math.isfinite(warm[0].estimated_s) and warm[0].estimated_s > 0

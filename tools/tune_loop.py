@@ -1,0 +1,354 @@
+"""FastT's pre-training loop: place with the cost model, run, re-profile, activate or roll back, stop when stable.
+
+One **round** (FastT §4, "Workflow" and "Cost Models"):
+
+1. **Cost model -> module.** The module's cluster becomes the tuning view
+   (:func:`graphir.passes.profile.cost_store.tuning_cluster`: one device kind per device, so per-kind
+   costs are per-(op, device) costs; each pair's link is the linear fit of its measured transfers)
+   and every node's cost is read from the store
+   (:func:`graphir.passes.profile.cost_table.annotate_from_store`). Whatever was never measured
+   costs **0** (FastT: "it sets the cost to 0, so that the algorithm prefers to explore the
+   placement"), for links too unless ``explore_links`` is off.
+2. **Strategy.** An empty store has no model: the bootstrap strategy is FastT's default one,
+   everything on the first device when the model fits it, else model parallelism (``m-topo`` on
+   analytical costs), or the placer named by ``start``. Otherwise the placer
+   (``place{algo=dpos}`` by default, any registered placer) computes the *candidate*, and the
+   simulator (the one ruler) estimates its step time and the *active* strategy's, both under the
+   current model.
+3. **What runs.** The candidate runs (a *trial*) when it is new (not the active strategy, not one
+   rolled back before) and its estimate beats the active one's by more than ``margin``; otherwise
+   the active strategy runs. The round after a rollback always runs the restored active strategy,
+   so the next comparison is against a fresh measurement of it (the load of a shared machine drifts).
+4. **Run.** :func:`graphir.backends.tf.strategy_run.run_strategy` lowers the strategy and trains
+   ``warmup + trace_steps + steps`` steps on the rig, starting from the variables the previous
+   round ended with (a strategy switch never restarts training); the measured step time is the
+   median of the timed steps.
+5. **Re-profile.** The traced steps' per-node times (on the device each node ran on) and transfer
+   samples go into the store (:meth:`CostStore.record`); the store is saved.
+6. **Decide.** ``bootstrap``: activate. Trial: **activate** when its measured step time is below the
+   active strategy's last measurement, else **roll back** (FastT: "if it finds that the per-iteration
+   execution time with the new strategy is even longer than the previous one, it rolls back").
+   Otherwise ``keep`` (the active strategy's measurement is refreshed); a keep round whose cost-table
+   change is below ``tolerance`` with no new entries, once ``min_rounds`` have run, ends the
+   pre-training stage: ``stop`` ("when the cost models become stable ... we finish the pre-training
+   stage").
+
+A strategy is a placement and execution order (``device`` and ``order`` of every node); its id is
+a short hash of both, so equal strategies have equal ids across rounds and runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from graphir.cluster_model import Cluster
+from graphir.errors import GraphIRError
+from graphir.ir import Module
+from graphir.pass_infra import PassContext
+from graphir.pass_manager import PassManager
+from graphir.passes.profile.cost_store import CostStore, tuning_cluster
+from graphir.passes.profile.cost_table import annotate_from_store
+from graphir.pipeline import parse_pipeline
+from graphir.simulator import simulate
+
+__all__ = ["Round", "Strategy", "TuneOptions", "TuneResult", "apply_strategy", "strategy_of", "tune"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TuneOptions:
+    """Options of the loop (see the module docstring).
+
+    Attributes:
+        rounds: rounds at most.
+        min_rounds: rounds before a stable cost model may stop the loop.
+        placer: the ``place`` algorithm with its options, e.g. ``dpos`` or ``m-etf``.
+        steps / warmup / trace_steps: training steps per round (timed, untimed first, traced).
+        tolerance: cost-table change (relative L1) under which the model counts as stable.
+        margin: a candidate runs only when its estimate is below ``(1 - margin)`` × the active one's.
+        explore_links: unmeasured links cost 0 (FastT); off: the cluster's calibrated links.
+        congestion: the simulator's congestion rule for the estimates (``task``: a transfer also books
+            the sending and receiving worker's core, as on the rig; see :mod:`graphir.links`).
+        seed: seeds the batch fed every step and the initial variables.
+        delays: round -> seconds added to each timed step of that round (fault injection).
+        start: the bootstrap strategy of a cold store: ``auto`` (FastT's default rule, see
+            :func:`bootstrap_strategy`) or a ``place`` algorithm run on analytical costs.
+    """
+
+    rounds: int = 6
+    min_rounds: int = 3
+    placer: str = "dpos"
+    steps: int = 5
+    warmup: int = 1
+    trace_steps: int = 2
+    tolerance: float = 0.10
+    margin: float = 0.0
+    explore_links: bool = True
+    congestion: str = "task"
+    seed: int = 0
+    delays: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    start: str = "auto"
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """A placement and execution order: ``{node: (device, order)}``, with its id and where it came from."""
+
+    id: str
+    source: str
+    assignment: Mapping[str, tuple[str, int]]
+
+    def devices(self) -> dict[str, int]:
+        """Nodes per device."""
+        counts: dict[str, int] = {}
+        for device, _ in self.assignment.values():
+            counts[device] = counts.get(device, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def strategy_of(module: Module, source: str) -> Strategy:
+    """The module's current placement and order as a :class:`Strategy`."""
+    assignment = {}
+    for node in module.graph.index().nodes:
+        if node.device is None or node.order is None:
+            raise GraphIRError(f"strategy '{source}' left node '{node.name}' without a device or order")
+        assignment[node.name] = (node.device, int(node.order))
+    digest = hashlib.sha1(repr(sorted(assignment.items())).encode()).hexdigest()[:8]
+    return Strategy(f"s{digest}", source, assignment)
+
+
+def apply_strategy(module: Module, strategy: Strategy) -> None:
+    """Set every node's ``device`` and ``order`` from ``strategy``."""
+    for node in module.graph.nodes:
+        node.device, node.order = strategy.assignment[node.name]
+
+
+@dataclasses.dataclass
+class Round:
+    """One round, as ``rounds.json`` lists it (see :meth:`as_json`)."""
+
+    index: int
+    strategy: str
+    source: str
+    ran: str
+    estimated_s: float
+    candidate: str
+    candidate_estimated_s: float
+    measured_s: float
+    decision: str
+    active: str
+    change: float
+    new_entries: int
+    coverage: float
+    devices: dict[str, int]
+    transfers: int
+    loss: float
+    steps: int
+    wall_s: float
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON object (NaN and infinity become ``null``)."""
+
+        def clean(value: Any) -> Any:
+            return None if isinstance(value, float) and not math.isfinite(value) else value
+
+        return {key: clean(value) for key, value in dataclasses.asdict(self).items()}
+
+    def line(self) -> str:
+        """The progress line of the round."""
+        estimate = f"{self.estimated_s * 1e3:.2f}" if math.isfinite(self.estimated_s) else "n/a"
+        used = ", ".join(f"{d}:{c}" for d, c in self.devices.items())
+        change = f"{self.change:.1%}" if math.isfinite(self.change) else "n/a"
+        candidate = ""
+        if self.candidate != self.strategy and math.isfinite(self.candidate_estimated_s):
+            candidate = f" (candidate {self.candidate} {self.candidate_estimated_s * 1e3:.2f} ms)"
+        return (
+            f"round {self.index}: {self.ran} {self.strategy} ({self.source}; {used}) "
+            f"estimated {estimate} ms{candidate}, measured {self.measured_s * 1e3:.2f} ms -> {self.decision}; "
+            f"cost table change {change}, +{self.new_entries} entries, coverage {self.coverage:.0%}"
+        )
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """The loop's outcome: every round, the active strategy at the end, the final variables."""
+
+    rounds: list[Round]
+    active: Strategy
+    variables: dict[str, Any]
+    store: CostStore
+    losses: list[float]
+
+
+Runner = Callable[[Module, Mapping[str, Any] | None, float], Any]
+"""``(placed module, variables or None, delay s) -> StrategyRun``: trains one round (see :func:`rig_runner`)."""
+
+
+def rig_runner(servers: Any, options: TuneOptions) -> Runner:
+    """The real runner: :func:`graphir.backends.tf.strategy_run.run_strategy` on running rig ``servers``."""
+    from graphir.backends.tf.strategy_run import run_strategy
+
+    def run(module: Module, variables: Mapping[str, Any] | None, delay_s: float) -> Any:
+        return run_strategy(
+            module,
+            servers,
+            variables=variables,
+            steps=options.steps,
+            warmup=options.warmup,
+            trace_steps=options.trace_steps,
+            seed=options.seed,
+            delay_s=delay_s,
+        )
+
+    return run
+
+
+def _run_pipeline(module: Module, pipeline: str, seed: int) -> None:
+    PassManager(parse_pipeline(pipeline)).run(module, PassContext(seed=seed))
+
+
+def _estimate(module: Module, strategy: Strategy, congestion: str) -> float:
+    apply_strategy(module, strategy)
+    result = simulate(module, congestion=congestion, order="enforced")
+    return math.inf if result.oom_devices else float(result.makespan)
+
+
+def bootstrap_strategy(module: Module, seed: int, start: str = "auto") -> Strategy:
+    """FastT's default strategy for an empty cost model: one device when the model fits, else model parallel.
+
+    (FastT starts from data parallelism when the model fits one GPU; graphir tunes the placement of
+    the given graph, whose single-device placement is its no-communication baseline.) ``start``
+    other than ``auto`` names the placer to use instead, on analytical costs.
+    """
+    if start != "auto":
+        _run_pipeline(module, f"profile,place{{algo={start}}}", seed)
+        return strategy_of(module, start)
+    _run_pipeline(module, "profile,place{algo=single}", seed)
+    fits = not simulate(module, order="enforced").oom_devices
+    if fits:
+        return strategy_of(module, "single")
+    _run_pipeline(module, "profile,place{algo=m-topo}", seed)
+    return strategy_of(module, "m-topo")
+
+
+def _device_names(cluster: Cluster) -> dict[str, str]:
+    from graphir.backends.tf.rig import normalise_device
+
+    return {normalise_device(d.tf_device): d.name for d in cluster.devices}
+
+
+def record_run(store: CostStore, cluster: Cluster, run: Any) -> Any:
+    """Add a :class:`~graphir.backends.tf.rig.RigRun`'s per-node times and transfers to ``store``."""
+    names = _device_names(cluster)
+    devices = {node: names[d] for node, d in run.node_devices.items() if d in names}
+    transfers = [(names[s], names[d], b, t) for _, s, d, b, t in run.transfers if s in names and d in names]
+    return store.record(run.node_seconds, devices, transfers)
+
+
+def tune(
+    module: Module,
+    store: CostStore,
+    runner: Runner,
+    options: TuneOptions,
+    log: Callable[[str], None] = lambda _: None,
+    save: Callable[[CostStore], None] = lambda _: None,
+) -> TuneResult:
+    """Run the loop on ``module`` (its cluster the real one) with ``runner`` (see the module docstring).
+
+    On return the module holds the active strategy (``device``, ``order``), the final cost model's
+    costs, and the tuning view of its cluster, so ``simulate`` can judge it as the loop did.
+    """
+    base = module.cluster
+    rounds: list[Round] = []
+    losses: list[float] = []
+    active: Strategy | None = None
+    active_measured = math.inf
+    rejected: set[str] = set()
+    restore = False
+    variables: dict[str, Any] | None = None
+    for index in range(options.rounds):
+        begin = time.perf_counter()
+        cold = store.updates == 0
+        module.set_cluster(base if cold else tuning_cluster(base, store, options.explore_links))
+        if cold:
+            candidate = bootstrap_strategy(module, options.seed, options.start)
+        else:
+            annotate_from_store(module, store, explore=True)
+            _run_pipeline(module, f"place{{algo={options.placer}}}", options.seed)
+            candidate = strategy_of(module, options.placer)
+        estimate = _estimate(module, candidate, options.congestion)
+        active_estimate = None if active is None else _estimate(module, active, options.congestion)
+        if active is None:
+            ran, chosen = "bootstrap", candidate
+        elif restore:
+            ran, chosen = "restore", active
+        elif (
+            candidate.id != active.id
+            and candidate.id not in rejected
+            and active_estimate is not None
+            and estimate < active_estimate * (1.0 - options.margin)
+        ):
+            ran, chosen = "trial", candidate
+        else:
+            ran, chosen = "active", active
+        candidate_estimate = estimate
+        if chosen is not candidate:
+            estimate = active_estimate if active_estimate is not None else math.nan
+        apply_strategy(module, chosen)
+        module.set_cluster(base)
+        coverage = store.coverage(chosen.assignment, base.device_names)
+        outcome = runner(module, variables, float(options.delays.get(index, 0.0)))
+        variables = outcome.variables
+        losses.extend(outcome.losses)
+        change = record_run(store, base, outcome.run)
+        save(store)
+        measured = float(outcome.run.median_s)
+        restore = False
+        if ran == "bootstrap":
+            decision, active, active_measured = "activate", chosen, measured
+        elif ran == "trial" and measured < active_measured:
+            decision, active, active_measured = "activate", chosen, measured
+        elif ran == "trial":
+            decision, restore = "rollback", True
+            rejected.add(chosen.id)
+        else:
+            decision, active_measured = "keep", measured
+            stable = change.relative < options.tolerance and change.new == 0
+            if stable and index + 1 >= options.min_rounds:
+                decision = "stop"
+        assert active is not None
+        finite_losses = [x for x in outcome.losses if math.isfinite(x)]
+        row = Round(
+            index,
+            chosen.id,
+            chosen.source,
+            ran,
+            float(estimate),
+            candidate.id,
+            candidate_estimate,
+            measured,
+            decision,
+            active.id,
+            change.relative,
+            change.new,
+            coverage,
+            chosen.devices(),
+            len(outcome.run.transfers),
+            finite_losses[-1] if finite_losses else math.nan,
+            outcome.steps_run,
+            time.perf_counter() - begin,
+        )
+        rounds.append(row)
+        log(row.line())
+        if decision == "stop":
+            break
+    assert active is not None, "at least one round runs"
+    # Leave the module as the final cost model sees it: the tuning view, its costs, the active strategy.
+    module.set_cluster(tuning_cluster(base, store, options.explore_links))
+    annotate_from_store(module, store, explore=True)
+    apply_strategy(module, active)
+    return TuneResult(rounds, active, variables or {}, store, losses)
