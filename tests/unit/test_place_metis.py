@@ -34,7 +34,7 @@ def two_chains() -> Module:
             if chain == "b" and i == 2:
                 inputs.append(nodes["a1"].outputs[1])
             node = graph.add_node(
-                "tf.Relu", inputs, [TensorType(DType.F32, BIG), TensorType(DType.F32, SMALL)], name=f"{chain}{i}"
+                "tf.SplitV", inputs, [TensorType(DType.F32, BIG), TensorType(DType.F32, SMALL)], name=f"{chain}{i}"
             )
             node.cost = 1e-3
             nodes[f"{chain}{i}"] = node
