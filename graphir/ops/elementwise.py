@@ -1,6 +1,7 @@
 """Elementwise ops (ONNX and TensorFlow): activations, arithmetic, comparisons, casts, softmax.
 
-* **type rules** (ONNX): unary ops keep their operand's type; n-ary arithmetic keeps one element type.
+* **type rules**: unary ops (ONNX and TensorFlow) keep their operand's type and shape; ONNX n-ary
+  arithmetic keeps one element type.
 * **cost**: ``k · |out| · max(1, inputs - 1)`` FLOPs with ``k = 1`` for cheap ops and ``k = 4`` for
   transcendental ones (exp, erf, tanh...); bytes in + out. Softmax-like ops: ``5 · |in|``. The cost
   keys are bare op types, shared by ONNX (``Add``), TensorFlow (``AddV2``, ``ReluGrad``) and vendor domains.
@@ -60,17 +61,36 @@ BINARY_SAME_DTYPE = tuple("Add Sub Mul Div Max Min Sum Mean".split())
 
 
 def same_type_rule(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> str | None:
-    """The (first) result has the operand's element type, and its shape when both are static."""
+    """The (first) result has the operand's element type and shape (an element-wise unary op).
+
+    Shapes are compared when both ranks are known: the ranks must agree, and so must each pair of
+    static dims; a static result dim where the operand's dim is symbolic (``[n,2] -> [3,2]``) claims
+    a size the operand does not have and is an error too. Unknown (``?``) dims, and symbolic result
+    dims, match anything.
+    """
     if not in_types or not out_types:
         return None
-    if in_types[0].dtype != out_types[0].dtype:
-        return f"result type {out_types[0]} does not match operand type {in_types[0]}"
-    if in_types[0].is_static and out_types[0].is_static and in_types[0].shape != out_types[0].shape:
-        return f"result type {out_types[0]} does not match operand type {in_types[0]}"
+    operand, result = in_types[0], out_types[0]
+    mismatch = f"result type {result} does not match operand type {operand}"
+    if operand.dtype != result.dtype:
+        return mismatch
+    if operand.shape is None or result.shape is None:
+        return None
+    if len(operand.shape) != len(result.shape):
+        return mismatch
+    for have, claimed in zip(operand.shape, result.shape, strict=True):
+        if isinstance(claimed, int) and have is not None and have != claimed:
+            return mismatch
     return None
 
 
+TF_UNARY_SAME_TYPE = tuple(
+    "Relu Relu6 Sigmoid Tanh Abs Neg Exp Log Sqrt Rsqrt Square Reciprocal Floor Ceil Erf Softplus Softsign "
+    "Selu Elu".split()
+)
+
 type_rule(*(f"onnx.{op}" for op in UNARY_SAME_TYPE))(same_type_rule)
+type_rule(*(f"tf.{op}" for op in TF_UNARY_SAME_TYPE))(same_type_rule)
 
 
 @type_rule(*(f"onnx.{op}" for op in BINARY_SAME_DTYPE))

@@ -22,8 +22,10 @@ from graphir.passes.fuse.rules import DEFAULT_RULES_TOML, load_rules, parse_rule
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
-# TF op names: the verifier has no type rules for them, so random shapes are fine; rules still match.
+# TF op names, so the rules match. The verifier has no type rules for the n-ary ones (random shapes
+# are fine); the element-wise unary ones (Relu, Tanh) keep their first operand's type.
 OPS = ["tf.Conv2D", "tf.FusedBatchNormV3", "tf.Relu", "tf.AddV2", "tf.Tanh", "tf.Mul"]
+UNARY = {"tf.Relu", "tf.Tanh"}
 
 
 def random_module(seed: int, num_nodes: int, colocate_fraction: float = 0.0) -> Module:
@@ -38,7 +40,9 @@ def random_module(seed: int, num_nodes: int, colocate_fraction: float = 0.0) -> 
         picks = [int(rng.integers(local if rng.random() < 0.8 else 0, len(values))) for _ in range(k)]
         inputs = [values[p] for p in picks]
         size = int(rng.integers(1, 1 << 14))
-        node = graph.add_node(str(rng.choice(OPS)), inputs, [TensorType(DType.F32, (size,))], name=f"n{i}")
+        op = str(rng.choice(OPS))
+        result = inputs[0].type if op in UNARY and inputs else TensorType(DType.F32, (size,))
+        node = graph.add_node(op, inputs, [result], name=f"n{i}")
         node.cost = float(rng.exponential(1e-5))
         if rng.random() < colocate_fraction:
             node.colocate = f"c{int(rng.integers(0, 5))}"

@@ -34,7 +34,7 @@ def two_chains() -> Module:
             if chain == "b" and i == 2:
                 inputs.append(nodes["a1"].outputs[1])
             node = graph.add_node(
-                "tf.Relu", inputs, [TensorType(DType.F32, BIG), TensorType(DType.F32, SMALL)], name=f"{chain}{i}"
+                "tf.SplitV", inputs, [TensorType(DType.F32, BIG), TensorType(DType.F32, SMALL)], name=f"{chain}{i}"
             )
             node.cost = 1e-3
             nodes[f"{chain}{i}"] = node
@@ -93,7 +93,24 @@ def test_metis_honours_constraints(cluster: str, seed: int) -> None:
     module = random_module(
         seed, 50, cluster, group_fraction=0.3, colocate_fraction=0.1, affinity_fraction=0.3, heavy_fraction=0.1
     )
-    check_placer(module, "metis")  # _check_constraints inside place: affinity and colocation hold
+    check_placer(module, "metis")
+    # The constraints, checked here rather than by the placer's own _check_constraints.
+    kind = {device.name: device.kind for device in module.cluster.devices}
+    classes: dict[str, set[str | None]] = {}
+    groups: dict[int, set[str | None]] = {}
+    pinned = 0
+    for node in module.graph.nodes:
+        if node.colocate is not None:
+            classes.setdefault(node.colocate, set()).add(node.device)
+        if node.group is not None:
+            groups.setdefault(node.group, set()).add(node.device)
+        if node.affinity:
+            assert node.device in node.affinity or kind[node.device] in node.affinity, (node.name, node.device)
+            pinned += 1
+    assert classes and groups  # the draw has constraints to honour
+    assert all(len(devices) == 1 for devices in classes.values()), classes
+    assert all(len(devices) == 1 for devices in groups.values()), groups
+    assert pinned > 0 or cluster != "moirai-intra"  # affinities are drawn on the heterogeneous cluster
     again = random_module(
         seed, 50, cluster, group_fraction=0.3, colocate_fraction=0.1, affinity_fraction=0.3, heavy_fraction=0.1
     )

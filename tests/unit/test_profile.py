@@ -213,19 +213,35 @@ def test_summary_reports_compute_bytes_and_fallback(capsys):
         assert line in out
 
 
-def test_large_graph_profiles_without_fallback():
+def _repeated_chain(repeats: int) -> Module:
+    """``repeats`` copies of MatMul -> Relu -> Add -> Reshape on f32[64,256], chained."""
     g = Graph()
     value = g.add_input("x", f32(64, 256))
     w = g.add_constant("w", f32(256, 256))
     ops = ("onnx.MatMul", "onnx.Relu", "onnx.Add", "onnx.Reshape")
-    for i in range(100_000):
+    for i in range(4 * repeats):
         op = ops[i % 4]
         inputs = [value, w] if op == "onnx.MatMul" else [value, value] if op == "onnx.Add" else [value]
         value = g.add_node(op, inputs, [f32(64, 256)]).outputs[0]
     g.set_outputs([value])
-    module = Module("big", g, "moirai-intra")
+    return Module("big", g, "moirai-intra")
+
+
+def test_large_graph_profiles_without_fallback():
+    """100,000 nodes are costed like 4: every copy of the pattern gets the one pattern's costs.
+
+    The profile is vectorised over the whole graph; a size-dependent slip (a wrong row, a dropped
+    chunk) would show as a copy that differs from the 4-node graph's costs, on either device kind.
+    """
+    small = _repeated_chain(1)
+    assert run_profile(small).stats["fallback-ops"] == 0
+    module = _repeated_chain(25_000)
     result = run_profile(module)
-    assert result.stats["fallback-ops"] == 0
+    assert result.stats["fallback-ops"] == 0 and result.stats["nodes"] == 100_000
+    for kind in ("V100-32GB", "P100"):
+        pattern = small.graph.index().times(kind)
+        times = module.graph.index().times(kind).reshape(25_000, 4)
+        assert (pattern > 0).all() and (times == pattern).all(), kind
 
 
 # ----------------------------------------------------------------------------- onnxruntime

@@ -95,6 +95,37 @@ def test_regression_on_a_tiny_training_step(mlp):
     assert matmul.mem.activation == 16 * 128 * 4  # predicted from batches 1, 2, 4
 
 
+def test_regression_predicts_linear_times_and_reports_their_deviation(mlp, monkeypatch):
+    """The fit, the prediction and the time-deviation statistics against numbers worked out by hand.
+
+    TF's measurements are replaced by exact lines: node i takes (i + 1) * (10 us + 2 us * batch) at
+    batches 1, 2, 4, so the prediction at batch 16 is (i + 1) * 42 us; the "measured" target batch
+    takes twice that, so every node's relative time deviation is |p - 2p| / 2p = 0.5.
+    """
+    from graphir.passes.profile import tf as tf_profile
+
+    def line(batch: int, count: int) -> np.ndarray:
+        return np.arange(1, count + 1) * (10e-6 + 2e-6 * batch)
+
+    def measure(module, options, seed, names=None):
+        count = len(names)
+        batch = int(module.name.rsplit("_b", 1)[1]) if "_b" in module.name else 16
+        seconds = line(batch, count) * (2.0 if batch == 16 else 1.0)
+        output = np.full(count, 4 * batch, dtype=np.int64)
+        return tf_profile.NodeMeasure(seconds, output, np.zeros(count, dtype=np.int64), 1e-3, 1e-3, 1)
+
+    monkeypatch.setattr(tf_profile, "measure_module", measure)
+    stats = Profile.of("regression", batches=(1, 2, 4), validate=True).run(mlp, PassContext()).stats
+    n = len(mlp.graph)
+    assert stats["fitted-ops"] == stats["time-compared-ops"] == n
+    assert stats["compute-s"] == pytest.approx(42e-6 * n * (n + 1) / 2, rel=1e-9)
+    assert stats["time-deviation-mean"] == pytest.approx(0.5, rel=1e-9)
+    assert stats["time-deviation-median"] == pytest.approx(0.5, rel=1e-9)
+    assert stats["time-within-20pct"] == 0.0
+    assert stats["time-deviation-mean-10us"] == pytest.approx(0.5, rel=1e-9)  # every node >= 10 us
+    assert stats["output-mem-deviation-mean"] == 0.0  # 4 * batch bytes: exactly linear
+
+
 def test_placeholder_rebatching_without_a_builder():
     """A forward graph whose shapes all flow from its inputs is re-batched by rewriting its placeholders."""
     w = tf.Variable(tf.zeros([64, 16]), name="w")

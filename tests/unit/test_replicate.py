@@ -39,6 +39,33 @@ def find(found: list[tuple[str, list[dict[str, str]]]], *columns: str) -> list[d
     return matches[0]
 
 
+CELL = re.compile(r"^(?:OOM \()?([+-]?\d+(?:\.(\d+))?)(%|x)?\)?$")
+
+
+def number(text: str) -> tuple[float, float]:
+    """A table cell's number (the makespan inside ``OOM (...)`` too) and half a unit of its last digit."""
+    match = CELL.match(text)
+    assert match, text
+    half = 0.5 * 10.0 ** -len(match.group(2) or "")
+    return float(match.group(1)), half
+
+
+def ratio_bound(*cells: str) -> float:
+    """Relative error of a ratio of these printed cells, from their rounding."""
+    return sum(number(c)[1] / abs(number(c)[0]) for c in cells)
+
+
+def check_ratio(printed: str, value: float, ratio: float, *cells: str, percent: bool = False) -> None:
+    """``printed`` (``+12.3%``, ``0.78x``) is ``value``, recomputed here from the printed ``cells``.
+
+    ``ratio`` is the quotient of the cells that ``value`` is made of: its rounding error bounds the gap.
+    """
+    shown, half = number(printed)
+    if percent:
+        shown, half = shown / 100, half / 100
+    assert abs(shown - value) <= half + abs(ratio) * ratio_bound(*cells) + 1e-12, (printed, value, cells)
+
+
 @pytest.fixture(scope="module")
 def quick_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("replicate")
@@ -61,6 +88,23 @@ def test_celeritas_tables(quick_out: Path) -> None:
     assert len(t3) == 1
     for label in ("Metis", "m-TOPO", "m-ETF", "m-SCT", "Order-Place", "Celeritas"):
         assert NUMBER.match(t3[0][label]), t3[0][label]
+    # The claims, recomputed from the printed cells: fusion ratios, and Celeritas against the best
+    # other placement that fits memory (best / Celeritas - 1; "-" when Celeritas or every other is OOM).
+    for row in t2:
+        fewer = int(row["nodes"]) / int(row["nodes after"])
+        check_ratio(row["fewer nodes"], fewer, fewer, row["nodes"], row["nodes after"])
+        lower = number(row["CCR"])[0] / number(row["CCR after"])[0]
+        check_ratio(row["lower CCR"], lower, lower, row["CCR"], row["CCR after"])
+    others = [
+        t3[0][label] for label in ("Metis", "m-TOPO", "m-ETF", "m-SCT", "Order-Place") if "OOM" not in t3[0][label]
+    ]
+    ours = t3[0]["Celeritas"]
+    if "OOM" in ours or not others:
+        assert t3[0]["Celeritas vs best other"] == "-"
+    else:
+        best = min(others, key=lambda c: number(c)[0])
+        ratio = number(best)[0] / number(ours)[0]
+        check_ratio(t3[0]["Celeritas vs best other"], ratio - 1, ratio, best, ours, percent=True)
     t4 = find(
         found,
         "model",
@@ -91,6 +135,12 @@ def test_pesto_tables(quick_out: Path) -> None:
     assert len(fig7) == 1 and fig7[0]["fits 1 GPU"] == "yes"
     for label in labels:
         assert NUMBER.match(fig7[0][f"{label} (ms)"])
+    # Pesto's metric, recomputed from the printed makespans: 1 - ILP / baseline.
+    ilp = fig7[0]["Pesto ILP (ms)"]
+    for base in ("Expert", "m-SCT"):
+        cell = fig7[0][f"{base} (ms)"]
+        ratio = number(ilp)[0] / number(cell)[0]
+        check_ratio(fig7[0][f"vs {base}"], 1 - ratio, ratio, ilp, cell, percent=True)
     assert fig7[0]["ILP status"].split(",")[0] in {"optimal", "feasible", "unknown"}
     t2 = find(found, "model", *(f"{label} wall (s)" for label in labels), "ILP vertices")
     assert len(t2) == 1 and int(t2[0]["ILP vertices"]) <= 12
@@ -118,6 +168,11 @@ def test_moirai_tables(quick_out: Path) -> None:
     ]
     for row in fig10:
         assert re.match(r"^\d+\.\d\dx$", row["vs m-SCT"])
+        # Moirai's metric, recomputed from the printed makespans: baseline / ILP.
+        for base in ("m-SCT", "GETF-like"):
+            cell, ilp = row[f"{base} (ms)"], row["Moirai ILP (ms)"]
+            ratio = number(cell)[0] / number(ilp)[0]
+            check_ratio(row[f"vs {base}"], ratio, ratio, cell, ilp)
     # The fusion rules shrink the graph the list schedulers see.
     assert int(fig10[1]["nodes"]) < int(fig10[0]["nodes"]) == 105
     t5 = find(found, "model", "cluster", "graph", *(f"{label} wall (s)" for label in labels))

@@ -181,6 +181,11 @@ def test_affinity_without_device_is_fine(chain):
         ("onnx.MatMul", [f32(7, 2, 3), f32(7, 4, 5)], [f32(7, 2, 5)], {}, r"mismatched inner"),
         ("onnx.Relu", [f32(2, 6)], [f32(2, 5)], {}, r"result type f32\[2,5\] does not match operand type f32\[2,6\]"),
         ("onnx.Relu", [f32(2)], [TensorType(DType.F16, (2,))], {}, r"does not match operand type"),
+        # The element-wise unary rule: same rank, and no static result dim the operand does not have.
+        ("onnx.Relu", [f32("n", 2)], [f32(3, 2)], {}, r"result type f32\[3,2\] does not match operand type f32\[n,2\]"),
+        ("onnx.Relu", [f32(2, 3)], [f32(6)], {}, r"result type f32\[6\] does not match operand type f32\[2,3\]"),
+        ("tf.Relu", [f32(2)], [f32(7)], {}, r"result type f32\[7\] does not match operand type f32\[2\]"),
+        ("tf.Tanh", [f32(4)], [TensorType(DType.F16, (4,))], {}, r"does not match operand type"),
         ("onnx.Add", [f32(2), TensorType(DType.F16, (2,))], [f32(2)], {}, r"must share one element type"),
     ],
 )
@@ -202,9 +207,13 @@ def test_type_rules(op, in_types, out_types, params, pattern):
         ("onnx.MatMul", [f32(2, 3), f32(3, 5)], [f32(2, 5)], {}),
         ("onnx.MatMul", [f32(3), f32(3, 5)], [f32(5)], {}),  # 1-D operand: no inner-dim rule
         ("onnx.MatMul", [f32(2, "k"), f32(3, 5)], [f32(2, 5)], {}),  # symbolic: not checked
-        ("onnx.Relu", [f32("n", 2)], [f32(3, 2)], {}),
+        ("onnx.Relu", [f32("n", 2)], [f32("n", 2)], {}),
+        ("onnx.Relu", [f32(3, 2)], [f32("n", 2)], {}),  # a symbolic result dim claims nothing
+        ("onnx.Relu", [f32(None, 2)], [f32(3, 2)], {}),  # an unknown operand dim matches anything
+        ("onnx.Relu", [TensorType(DType.F32, None)], [f32(3, 2)], {}),  # unknown rank: not checked
+        ("tf.Relu", [f32(2, "n")], [f32(2, "n")], {}),
         ("onnx.Add", [f32(2), f32(1)], [f32(2)], {}),  # broadcasting: only dtypes checked
-        ("tf.Relu", [f32(2)], [f32(7)], {}),  # other dialects have no rules here
+        ("tf.Identity", [f32(2)], [f32(7)], {}),  # no rule registered for this op: not checked
     ],
 )
 def test_type_rules_accept_valid_ops(op, in_types, out_types, params):
