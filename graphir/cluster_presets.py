@@ -152,6 +152,36 @@ def _preset_fastt(spec: str) -> Cluster:
     return Cluster(spec, devices, tuple(links), topology)
 
 
+def fastt_gpus(count: int, *, host: bool = True) -> Cluster:
+    """The ``fastt`` preset with only GPUs ``0..count-1`` (and the host): FastT's 1-, 2- and 4-GPU settings.
+
+    FastT §6.2 runs 1, 2 and 4 of a server's 8 GPUs; TF-slim's clone ``i`` is ``/device:GPU:i``. The
+    devices kept, their wires and every route between them are the preset's own (routes never pass
+    through a GPU, so dropping GPUs changes no route). ``host=False`` drops the host CPU too, for
+    placers that should only use the GPUs. Its spec, ``fastt/gpus=N`` (``fastt/gpus=N/no-host``), is
+    recorded on the module (attach it with ``Module.set_cluster``; ``resolve_cluster`` knows only ``fastt``).
+
+    Raises:
+        ValueError: ``count`` is not between 1 and 8.
+    """
+    if not 1 <= count <= 8:
+        raise ValueError(f"the fastt server has 1 to 8 GPUs, got {count}")
+    full = _preset_fastt("fastt")
+    if count == 8 and host:
+        return full
+    keep = {f"gpu{k}" for k in range(count)} | ({"cpu0"} if host else set())
+    topology = full.topology
+    assert topology is not None
+    paths = tuple(p for p in topology.paths if p.src in keep and p.dst in keep)
+    return Cluster(
+        f"fastt/gpus={count}" + ("" if host else "/no-host"),
+        tuple(d for d in full.devices if d.name in keep),
+        tuple(link for link in full.links if link.src in keep and link.dst in keep),
+        Topology(topology.switches, topology.wires, paths),
+        full.transfer_overhead,
+    )
+
+
 def _preset_fastt_2x4(spec: str) -> Cluster:
     # FastT §6.2 "8 GPUs (2 servers)": "4 GPU cards each on two servers", inter-server traffic in
     # the cost model. Chosen: GPUs 0-3 of a DGX-1 in each server (NVLink among them, PCIe switches
