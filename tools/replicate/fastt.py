@@ -15,7 +15,9 @@ Here, for each zoo training graph and each device count ``n``:
    ``n`` copies of the forward and backward pass on ``G / n`` samples each (types from the model
    re-traced at that batch), shared variables, gradients averaged (``AddN`` and ``1/n``) before the
    single Adam update; then analytical ``profile`` for the cluster's V100s.
-2. Placements of that same graph, each simulated with ``simulate{congestion=topology}`` (the judge):
+2. Placements of that same graph, each simulated with ``simulate{congestion=topology}`` (the judge;
+   ``order=dynamic`` for the data-parallel ones, whose TF-slim graph has no control dependencies, so
+   TensorFlow's executor runs whatever is ready; ``order=enforced`` for FastT's, §6.1):
    **DP**, TF-slim's default data parallelism, FastT's baseline (``place{algo=data-parallel
    variables=cpu sums=first-replica}``: clone ``i`` on GPU ``i``; every variable, its optimizer
    slots and its update on the host CPU; each clone reads the weights from the host over PCIe; the
@@ -104,6 +106,9 @@ QUICK_DEVICES = (2,)
 STRATEGIES = ("data-parallel", "dp-gpu", "dpos", "os-dpos")
 CONGESTION = "topology"
 """The ruler's congestion rule for every cell (passed explicitly: the physical interconnect)."""
+ORDERS = {"data-parallel": "dynamic", "dp-gpu": "dynamic", "dpos": "enforced", "os-dpos": "enforced"}
+"""Execution order each strategy runs under: TF-slim adds no control dependencies, so its data
+parallelism runs on TensorFlow's dynamic executor; FastT enforces its computed order (§6.1)."""
 TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica"}
 """TF-slim's default data parallelism as ``place{algo=data-parallel}`` options (see the module docstring)."""
 GPU_DP = {"variables": "balanced"}
@@ -191,7 +196,7 @@ def _placer(strategy: str) -> OsDpos | Place:
 
 
 def _place(module: Module, strategy: str, check: bool) -> Cell:
-    """Place a copy of ``module`` with ``strategy`` and simulate it under :data:`CONGESTION`.
+    """Place a copy of ``module`` with ``strategy``; simulate it under :data:`CONGESTION` in its :data:`ORDERS`.
 
     DPOS and OS-DPOS place on the GPUs only (FastT places over the GPUs; with the host CPU offered,
     DPOS's earliest-finish rule moves small ops to it on the roofline's datasheet CPU speed), and
@@ -206,7 +211,7 @@ def _place(module: Module, strategy: str, check: bool) -> Cell:
     wall = time.perf_counter() - began
     if check:
         verify(copy)
-    result = simulate(copy, congestion=CONGESTION)
+    result = simulate(copy, congestion=CONGESTION, order=ORDERS[strategy])
     split_list = str(stats.get("split-list", "") or "")
     host = "cpu0"
     host_bytes = sum(b for (src, dst), b in result.link_bytes.items() if host in (src, dst))
@@ -353,7 +358,9 @@ def render(
         "same *data-parallel graph* (FastT §5.2's input graph, built by `data-parallel{replicas=n batch=G}`: one "
         "replica of the training step per GPU on G/n samples, shared variables, gradients summed and averaged before "
         "the single Adam update), profiled analytically (roofline; V100: 15.7 TFLOP/s FP32, 900 GB/s; host: 2x Xeon "
-        "Platinum 8163) and scored by `simulate{congestion=topology}`. **DP** = TF-slim's default data parallelism, "
+        "Platinum 8163) and scored by `simulate{congestion=topology}`, DP and DP-GPU with `order=dynamic` (TF-slim "
+        "adds no control dependencies: TensorFlow's executor runs whatever is ready), DPOS and OS-DPOS with "
+        "`order=enforced` (FastT enforces its computed order, §6.1). **DP** = TF-slim's default data parallelism, "
         "FastT's baseline: `place{algo=data-parallel variables=cpu sums=first-replica}`, clone i on GPU i, every "
         "variable, its optimizer slots and its update on the host CPU (`/device:CPU:0`), each clone reading the "
         "weights from the host and its gradients summed on GPU 0, the sum sent to the host (TF-slim's "
