@@ -31,6 +31,14 @@ Here, for each zoo training graph and each device count ``n``:
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
+One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.636``, 100.6 samples/s)::
+
+    graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64},\
+        profile,place{algo=data-parallel variables=cpu sums=first-replica},simulate{congestion=topology order=dynamic}'
+
+(for n < 8 GPUs the table uses :func:`graphir.cluster_presets.fastt_gpus`, which the command line does
+not name; ``--emit=report`` re-simulates with the default rules, so read ``--stats``).
+
 Cluster: one description for every cell, the ``fastt`` preset (a DGX-1: 8x V100 16 GB in the
 NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0), restricted
 to GPUs ``0..n-1`` and the host at ``n`` GPUs (:func:`graphir.cluster_presets.fastt_gpus`: the same
