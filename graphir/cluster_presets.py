@@ -43,19 +43,35 @@ SOCKET_LINK = (1e-6, 19.2e9)
 INFINIBAND_EDR = (INFINIBAND_LATENCY, 100e9 / 8)
 """100 Gb/s InfiniBand EDR (NIC - network switch)."""
 
-# DGX-1 with V100 (NVIDIA DGX-1 System Architecture whitepaper, "hybrid cube-mesh"; the
-# ``nvidia-smi topo -m`` matrix): NVLink links per GPU pair (1 = NV1, 2 = NV2); every GPU has six.
+# DGX-1 with V100 (NVIDIA DGX-1 System Architecture whitepaper WP-08437-001, §3.1: "hybrid
+# cube-mesh", six NVLink connection points per V100 at 25 GB/s per direction, the V100's 16 PCIe
+# 3.0 lanes "used for connecting between the CPUs and GPUs and high-speed IB network interface
+# cards"). Link counts per GPU pair (1 = NV1, 2 = NV2) as ``nvidia-smi topo -m`` prints them on an
+# 8x V100-SXM2-16GB server (OneFlow DLPerf test reports, github.com/Oneflow-Inc/DLPerf: GPU0 NV1 to
+# 1 and 2, NV2 to 3 and 4, SYS to 5-7; ...; GPUs 0-3 on NUMA node 0, 4-7 on node 1; GPUs 2 and 3
+# PIX, i.e. behind one PCIe switch, with the NIC); every GPU has six.
 _DGX1_NVLINKS = {
     (0, 1): 1, (0, 2): 1, (0, 3): 2, (0, 4): 2, (1, 2): 2, (1, 3): 1, (1, 5): 2, (2, 3): 2,
     (2, 6): 1, (3, 7): 1, (4, 5): 1, (4, 6): 1, (4, 7): 2, (5, 6): 2, (5, 7): 1, (6, 7): 2,
 }  # fmt: skip
 
+# FastT §6.2: "2 Intel(R) Xeon(R) Platinum 8163 CPUs, where each CPU has 24 cores". The 8163 is a
+# Skylake-SP part (AVX-512, two FMA units per core: 64 FP32 FLOP/cycle; 2.5 GHz) with the platform's
+# six DDR4-2666 channels per socket (6 x 21.3 GB/s = 128 GB/s). TensorFlow shows both sockets as
+# one ``/device:CPU:0`` whose thread pool spans every core; its memory (the variables TF-slim keeps
+# there) is taken to be socket 0's, so the host device sits on socket 0's host bridge.
+_XEON_PLATINUM_8163_X2 = (2 * 24 * 2.5e9 * 64, 6 * 21.33e9)
+HOST_MEMORY_WIRE = (0.0, _XEON_PLATINUM_8163_X2[1])
+"""The host device's memory behind socket 0's root complex: no latency of its own, 128 GB/s."""
+HOST_MEMORY = 256 * GiB
+"""Host RAM of the FastT preset's CPU device (the paper does not give it; nothing here comes near it)."""
+
 
 def _dgx1_wires(gpus: list[str], prefix: str, pairs: dict[tuple[int, int], int]) -> tuple[list[Switch], list[Wire]]:
     """The NVLink mesh among ``gpus`` plus DGX-1's PCIe tree.
 
-    GPUs 2k and 2k+1 share PCIe switch k; switches 0-1 hang off socket 0's host bridge, 2-3 off
-    socket 1's; the sockets are joined by QPI.
+    GPUs 2k and 2k+1 share PCIe switch k (a PLX PEX8764 whose one x16 uplink both GPUs share);
+    switches 0-1 hang off socket 0's host bridge, 2-3 off socket 1's; the sockets are joined by QPI.
     """
     switches: list[Switch] = []
     wires: list[Wire] = []
@@ -113,15 +129,57 @@ def _preset_celeritas(spec: str) -> Cluster:
 
 def _preset_fastt(spec: str) -> Cluster:
     # FastT §6.2 testbed: "physical machines, each equipped with 8 NVIDIA Tesla V100 GPUs with
-    # NVLinks" (16 GB). The links keep one 50 GB/s NVLink channel per pair; the topology is a DGX-1
-    # (the 8-V100 NVLink server of its time): the hybrid cube-mesh, where 12 of the 28 GPU pairs
-    # have no NVLink and TensorFlow's copy goes over PCIe through both sockets (relay=False: a GPU
-    # does not forward another GPU's tensor).
-    devices = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100") for i in range(8))
+    # NVLinks, where each GPU has 16GB memory, and 2 Intel(R) Xeon(R) Platinum 8163 CPUs". The
+    # links keep one 50 GB/s NVLink channel per GPU pair and PCIe (:data:`PCIE`) between the host
+    # and each GPU; the topology is a DGX-1 (the 8-V100 NVLink server of its time): the hybrid
+    # cube-mesh, where 12 of the 28 GPU pairs have no NVLink and TensorFlow's copy goes over PCIe
+    # through both sockets (relay=False: a GPU does not forward another GPU's tensor), plus the
+    # host CPU ``cpu0`` (TensorFlow's ``/device:CPU:0``, where TF-slim keeps the variables) on
+    # socket 0's host bridge, joined to it by its memory (:data:`HOST_MEMORY_WIRE`). A host
+    # transfer's route is host - bridge - switch uplink - GPU (10 us, 12 GB/s, as :data:`PCIE`), so
+    # host traffic to several GPUs contends on the host's port and on the switch uplinks the GPU
+    # pairs share, and GPUs 4-7 also on QPI.
+    gpus = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100") for i in range(8))
+    host = Device("cpu0", "/device:CPU:0", "cpu", HOST_MEMORY, *_XEON_PLATINUM_8163_X2, CPU_LAUNCH_OVERHEAD)
+    devices = (*gpus, host)
     names = [d.name for d in devices]
-    switches, wires = _dgx1_wires(names, "", _DGX1_NVLINKS)
+    switches, wires = _dgx1_wires(names[:8], "", _DGX1_NVLINKS)
+    wires += duplex("cpu0", "hb0", *HOST_MEMORY_WIRE, "memory")
     topology = build_topology(names, switches, wires, relay=False, where=spec)
-    return Cluster(spec, devices, full_mesh(devices, *NVLINK), topology)
+    links = [*full_mesh(gpus, *NVLINK)]
+    for gpu in gpus:
+        links += [Link(gpu.name, "cpu0", *PCIE), Link("cpu0", gpu.name, *PCIE)]
+    return Cluster(spec, devices, tuple(links), topology)
+
+
+def fastt_gpus(count: int, *, host: bool = True) -> Cluster:
+    """The ``fastt`` preset with only GPUs ``0..count-1`` (and the host): FastT's 1-, 2- and 4-GPU settings.
+
+    FastT §6.2 runs 1, 2 and 4 of a server's 8 GPUs; TF-slim's clone ``i`` is ``/device:GPU:i``. The
+    devices kept, their wires and every route between them are the preset's own (routes never pass
+    through a GPU, so dropping GPUs changes no route). ``host=False`` drops the host CPU too, for
+    placers that should only use the GPUs. Its spec, ``fastt/gpus=N`` (``fastt/gpus=N/no-host``), is
+    recorded on the module (attach it with ``Module.set_cluster``; ``resolve_cluster`` knows only ``fastt``).
+
+    Raises:
+        ValueError: ``count`` is not between 1 and 8.
+    """
+    if not 1 <= count <= 8:
+        raise ValueError(f"the fastt server has 1 to 8 GPUs, got {count}")
+    full = _preset_fastt("fastt")
+    if count == 8 and host:
+        return full
+    keep = {f"gpu{k}" for k in range(count)} | ({"cpu0"} if host else set())
+    topology = full.topology
+    assert topology is not None
+    paths = tuple(p for p in topology.paths if p.src in keep and p.dst in keep)
+    return Cluster(
+        f"fastt/gpus={count}" + ("" if host else "/no-host"),
+        tuple(d for d in full.devices if d.name in keep),
+        tuple(link for link in full.links if link.src in keep and link.dst in keep),
+        Topology(topology.switches, topology.wires, paths),
+        full.transfer_overhead,
+    )
 
 
 def _preset_fastt_2x4(spec: str) -> Cluster:
@@ -228,7 +286,10 @@ def _measured_topology(
 
 PRESETS: dict[str, tuple[str, Callable[[str], Cluster]]] = {
     "celeritas": ("Celeritas testbed: 4x V100 32 GB over PCIe", _preset_celeritas),
-    "fastt": ("FastT testbed: 8x V100 16 GB over NVLink (topology: DGX-1 hybrid cube-mesh + PCIe)", _preset_fastt),
+    "fastt": (
+        "FastT testbed: 8x V100 16 GB over NVLink + the host CPU (topology: DGX-1 hybrid cube-mesh + PCIe tree)",
+        _preset_fastt,
+    ),
     "fastt-2x4": (
         "FastT 2-server setting: 2 servers x 4 V100 16 GB (DGX-1 NVLink quad), 100 Gb/s InfiniBand between",
         _preset_fastt_2x4,

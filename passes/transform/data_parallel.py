@@ -10,10 +10,11 @@ builder traces it again; other TF graphs get their placeholders re-batched), so 
 targets and other batch-dependent constants are right. A profiled module keeps consistent costs
 (scaled by the analytical time ratio) and gets ``mem`` recomputed; a placement is dropped.
 
-``place{algo=data-parallel}`` (registered here) is the baseline placement of such a graph: replica
-``i`` on device ``i mod |D|``, variables spread over the devices by bytes together with their
-reads, optimizer slots and updates, aggregation with its update
-(:func:`graphir.passes.transform.replicate.data_parallel_devices`); the order comes from list scheduling.
+``place{algo=data-parallel variables=balanced|first|cpu sums=update|first-replica}`` (registered
+here) is the baseline placement of such a graph, :func:`data_parallel_devices` (below); the order
+comes from list scheduling. Where the variables live is a placement, not a rewrite: the graph
+TF-slim builds (clones, one ``add_n`` per gradient, one update) is the same whichever device holds
+them, so ``variables=cpu`` is an option of the placer, not of ``data-parallel``.
 That device map depends on the graph's meaning (replica name prefixes, resource handles), which the
 placement problem's arrays do not hold, so the placer computes it in its *device hints* pre-step
 (``Placer.device_hints``, run by ``place`` on the Module before the problem is built) and its pure
@@ -23,20 +24,54 @@ Requires nothing; provides nothing. Options: ``replicas`` (>= 1), ``batch`` (the
 the module's own; a multiple of ``replicas``). Statistics: ``replicas``, ``global-batch``,
 ``replica-batch``, ``replicated-nodes`` (per replica), ``shared-nodes``, ``aggregated-values``,
 ``aggregation-nodes``, ``nodes``.
+
+:func:`data_parallel_devices`, the baseline placement "data parallel": replica ``i`` on the
+``i``-th accelerator (``i mod`` their number; a host CPU device runs no replica when the cluster has
+GPUs); each variable with everything that touches its handle (reads, update, optimizer slots) on one
+device, by the ``variables`` rule: ``balanced`` spreads them over the accelerators greedily by bytes
+(largest first, to the device holding the fewest bytes: TF's greedy load-balancing of variables over
+parameter devices); ``first`` puts them all on the first accelerator; ``cpu`` puts them all on the
+host CPU, TF-slim's default deployment (``research/slim/deployment/model_deploy.py``:
+``DeploymentConfig.variables_device()`` is ``/device:CPU:0`` when ``num_ps_tasks`` is 0, each clone
+``i`` runs on ``/device:GPU:i``, ``deploy()`` builds ``optimize_clones`` (whose
+``_sum_clones_gradients`` is one ``tf.add_n`` per variable) and ``apply_gradients`` under
+``optimizer_device()`` = ``/device:CPU:0``): every replica reads each weight from host memory and
+sends each gradient back to the host, where the sum and the update run: ``replicas x 2 x`` the
+parameter bytes over PCIe per step, the traffic that makes FastT's 8-GPU VGG-19 slower than 4 (Table
+1). ``sums`` says where the gradient sums run (``update``: with the update, as ``deploy()`` builds
+them; ``first-replica``: on replica 0's accelerator, where TensorFlow's placer puts the unplaced
+``add_n`` of TF-slim's ``train_image_classifier.py``). Other shared nodes go with their first user
+(else their first producer, else the first accelerator).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from graphir.errors import PassError
-from graphir.ir import Module
+from graphir.ir import Module, Node
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
-from graphir.passes.transform.replicate import data_parallel, data_parallel_devices
+from graphir.passes.transform.replicate import (
+    AGGREGATION_PREFIX,
+    REPLICAS_METADATA,
+    data_parallel,
+    replica_of,
+    touches_resource,
+)
+from graphir.types import DType
+from graphir.unionfind import DisjointSets
+
+if TYPE_CHECKING:
+    from graphir.cluster_model import Cluster
+
+VARIABLE_PLACEMENTS = ("balanced", "first", "cpu")
+"""Where :func:`data_parallel_devices` keeps the variables (see its docstring)."""
+SUM_PLACEMENTS = ("update", "first-replica")
+"""Where :func:`data_parallel_devices` runs the gradient sums (see its docstring)."""
 
 
 @register_pass
@@ -87,13 +122,31 @@ class DataParallel(Pass):
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class DataParallelPlacer(Placer):
-    """The "data parallel" baseline: each replica on its own device, variables balanced by bytes."""
+    """The "data parallel" baseline: each replica on its own accelerator, variables where ``variables`` says.
+
+    Options:
+        variables: ``balanced`` (spread over the accelerators by bytes), ``first`` (all on the first
+            accelerator) or ``cpu`` (all on the host CPU with the gradient sums and the update:
+            TF-slim's default deployment).
+        sums: where the gradient sums run: ``update`` (with the variable's update, as
+            ``model_deploy.deploy()`` builds them) or ``first-replica`` (on replica 0's accelerator,
+            where TensorFlow's placer puts the unplaced sums of TF-slim's ``train_image_classifier.py``).
+    """
 
     name: ClassVar[str] = "data-parallel"
+    variables: Literal["balanced", "first", "cpu"] = "balanced"
+    sums: Literal["update", "first-replica"] = "update"
+
+    def __post_init__(self) -> None:
+        """Reject an unknown ``variables`` rule when the pipeline is parsed."""
+        if self.variables not in VARIABLE_PLACEMENTS:
+            raise ValueError(f"variables must be one of {'|'.join(VARIABLE_PLACEMENTS)}, got '{self.variables}'")
+        if self.sums not in SUM_PLACEMENTS:
+            raise ValueError(f"sums must be one of {'|'.join(SUM_PLACEMENTS)}, got '{self.sums}'")
 
     def device_hints(self, module: Module) -> Mapping[str, str]:
-        """Replica ``i`` on device ``i mod |D|``, variable classes balanced by bytes (every node gets one)."""
-        return data_parallel_devices(module)
+        """Replica ``i`` on the ``i``-th accelerator, variables by the ``variables`` rule (every node gets one)."""
+        return data_parallel_devices(module, variables=self.variables, sums=self.sums)
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """The hinted device of every coarse node."""
@@ -101,3 +154,121 @@ class DataParallelPlacer(Placer):
         if (device < 0).any():
             raise PassError("place{algo=data-parallel}: a node has no data-parallel device (run data-parallel first)")
         return Placement(device)
+
+
+# --------------------------------------------------------------------------- the baseline placement
+
+
+def _variable_bytes(node: Node) -> int:
+    from graphir.importers.tf import persistent_bytes
+
+    return persistent_bytes(node)
+
+
+def host_device(cluster: Cluster) -> int:
+    """Position of the cluster's host CPU (TensorFlow's ``/device:CPU:0``-like device), or -1."""
+    return next((k for k, d in enumerate(cluster.devices) if _is_host(d.tf_device)), -1)
+
+
+def replica_devices(cluster: Cluster) -> list[int]:
+    """Positions of the devices replicas run on: the accelerators (every device on a CPU-only cluster)."""
+    accelerators = [k for k, d in enumerate(cluster.devices) if not _is_host(d.tf_device)]
+    return accelerators or list(range(len(cluster.devices)))
+
+
+def _is_host(tf_device: str) -> bool:
+    return "/device:CPU:" in tf_device or "/cpu:" in tf_device.lower()
+
+
+def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: str = "update") -> dict[str, str]:
+    """The "data parallel" baseline placement of a data-parallel graph: ``{node name: device name}``.
+
+    See the module docstring: replica ``i`` on the ``i``-th accelerator (``i mod`` their number; the
+    host CPU of a cluster that has GPUs runs no replica), variables (with everything that touches
+    their handles) balanced by bytes over the accelerators, all on the first one, or all on the host
+    CPU (``variables="cpu"``, TF-slim's default deployment). The gradient sums (the aggregation
+    nodes) go with their update (``sums="update"``: ``model_deploy.deploy()`` builds them under the
+    optimizer device) or on the first replica's accelerator (``sums="first-replica"``: TF-slim's
+    ``train_image_classifier.py`` calls ``optimize_clones`` outside any device scope, so TensorFlow's
+    placer puts each unplaced ``add_n`` on its highest-priority device, ``/device:GPU:0``). Other
+    shared nodes go with their first user, else their first producer, else the first accelerator.
+
+    Raises:
+        PassError: the module is not a data-parallel graph, ``variables`` or ``sums`` is unknown, or
+            ``variables="cpu"`` on a cluster without a host CPU device.
+    """
+    if variables not in VARIABLE_PLACEMENTS:
+        raise PassError(f"variables must be one of {', '.join(VARIABLE_PLACEMENTS)}, got '{variables}'")
+    if sums not in SUM_PLACEMENTS:
+        raise PassError(f"sums must be one of {', '.join(SUM_PLACEMENTS)}, got '{sums}'")
+    replicas = module.metadata.get(REPLICAS_METADATA)
+    if not isinstance(replicas, int) or replicas < 1:
+        raise PassError(f"module '{module.name}' is not a data-parallel graph (run data-parallel first)")
+    cluster = module.cluster
+    names = [d.name for d in cluster.devices]
+    targets = replica_devices(cluster)
+    host = host_device(cluster)
+    if variables == "cpu" and host < 0:
+        raise PassError(f"variables=cpu: cluster '{cluster.spec}' has no host CPU device (/device:CPU:0)")
+    nodes = module.graph.index().nodes
+    position = {node: k for k, node in enumerate(nodes)}
+    device: dict[Node, int] = {}
+    shared: list[Node] = []
+    for node in nodes:
+        rep = replica_of(node.name)
+        if rep >= 0:
+            device[node] = targets[rep % len(targets)]
+        else:
+            shared.append(node)
+    # Variable classes: shared nodes joined by resource handles (and by colocate annotations).
+    sets: DisjointSets[Node] = DisjointSets(order=position.__getitem__)
+    in_shared = set(shared)
+
+    by_class: dict[str, Node] = {}
+    for node in shared:
+        for value in node.inputs:
+            if value.type.dtype is DType.RESOURCE and value.producer is not None and value.producer in in_shared:
+                sets.union(node, value.producer)
+        cls = node.colocate
+        if cls is not None:
+            if cls in by_class:
+                sets.union(node, by_class[cls])
+            else:
+                by_class[cls] = node
+    classes: dict[Node, list[Node]] = {}
+    for node in shared:
+        if touches_resource(node) or node.colocate is not None:
+            classes.setdefault(sets.find(node), []).append(node)
+    sized = sorted(classes.items(), key=lambda item: (-sum(_variable_bytes(n) for n in item[1]), position[item[0]]))
+    load = dict.fromkeys(targets, 0)
+    for _, members in sized:
+        if variables == "cpu":
+            d = host
+        elif variables == "first":
+            d = targets[0]
+        else:
+            d = min(targets, key=lambda k: (load[k], k))
+        load[d] = load.get(d, 0) + sum(_variable_bytes(n) for n in members)
+        for member in members:
+            device[member] = d
+    if sums == "first-replica":
+        for node in shared:
+            if node not in device and node.name.startswith(AGGREGATION_PREFIX):
+                device[node] = targets[0]
+    rest = [n for n in shared if n not in device]
+    for node in reversed(rest):  # users first: aggregation goes to its update's device
+        for user in _users(node):
+            if user in device:
+                device[node] = device[user]
+                break
+    for node in rest:
+        if node in device:
+            continue
+        producers = [*node.predecessors, *node.control_inputs]
+        device[node] = next((device[p] for p in producers if p in device), targets[0])
+    return {node.name: names[device[node]] for node in nodes}
+
+
+def _users(node: Node) -> Iterable[Node]:
+    yield from node.successors
+    yield from node.control_users

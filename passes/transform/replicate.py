@@ -43,19 +43,14 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    their roofline time. ``mem`` is recomputed analytically for the whole new graph (what
    ``profile`` writes: activation = result bytes, persistent = variables and constants).
 
-:func:`data_parallel_devices` is the baseline placement, "data parallel": replica ``i`` on device
-``i mod |D|``; each variable with everything that touches its handle (reads, update, optimizer
-slots) on one device, variables spread over the devices greedily by bytes (largest first, to the
-device holding the fewest bytes: TF's greedy load-balancing of variables over parameter devices;
-``variables="first"`` puts them all on device 0, TF-slim's single variables device); aggregation
-nodes and other shared nodes go with their first user (else their first producer, else device 0).
+The baseline placement of this graph ("data parallel", TF-slim's deployment) is
+:func:`graphir.passes.transform.data_parallel.data_parallel_devices`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,15 +60,15 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
 from graphir.passes.profile.roofline import analyze_graph, kind_times
 from graphir.types import DType, TensorType
-from graphir.unionfind import DisjointSets
 
 __all__ = [
     "DataParallelGraph",
+    "AGGREGATION_PREFIX",
     "REPLICAS_METADATA",
     "data_parallel",
-    "data_parallel_devices",
     "module_at_batch",
     "replica_name",
+    "touches_resource",
     "replica_of",
 ]
 
@@ -81,6 +76,9 @@ REPLICAS_METADATA = "data_parallel_replicas"
 """Module metadata key holding the number of replicas of a data-parallel graph."""
 
 _PLACEMENT_KEYS = ("device", "order", "start", "finish")
+
+AGGREGATION_PREFIX = "dp/"
+"""Name prefix of the aggregation nodes :func:`data_parallel` adds (``dp/sum/...``, ``dp/mean/...``)."""
 
 
 def replica_name(name: str, replica: int) -> str:
@@ -155,7 +153,8 @@ def module_at_batch(module: Module, batch: int) -> Module:
 # --------------------------------------------------------------------------- classification
 
 
-def _touches_resource(node: Node) -> bool:
+def touches_resource(node: Node) -> bool:
+    """Whether ``node`` takes or makes a resource handle (a variable, an optimizer slot)."""
     return any(v.type.dtype is DType.RESOURCE for v in (*node.inputs, *node.outputs))
 
 
@@ -195,7 +194,7 @@ def _classify(
             constants.add(value)
     sources: set[Node] = set()
     for node in nodes:
-        if node.inputs or _touches_resource(node):
+        if node.inputs or touches_resource(node):
             continue
         other = _replica_node(replica, node)
         placeholder = node.op == "tf.Placeholder" and bool(node.outputs) and _leading(node.outputs[0].type) == batch
@@ -211,14 +210,14 @@ def _classify(
             forward.add(node)
     after_update: set[Node] = set()
     for node in nodes:
-        if (node in forward and _touches_resource(node)) or any(
+        if (node in forward and touches_resource(node)) or any(
             p in after_update for p in (*node.predecessors, *node.control_inputs)
         ):
             after_update.add(node)
     replicated = forward - after_update
     outputs = set(graph.outputs)
     for node in reversed(nodes):  # users first
-        if node in replicated or node in after_update or _touches_resource(node):
+        if node in replicated or node in after_update or touches_resource(node):
             continue
         users = [*node.successors, *node.control_users]
         if users and all(u in replicated for u in users) and not any(v in outputs for v in node.outputs):
@@ -375,24 +374,36 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
                 value.type.dtype, tuple(d * replicas if k == axis else d for k, d in enumerate(out_type.shape))
             )  # type: ignore[operator]
             concat = new.add_node(
-                "graphir.concat", copies, [whole], name=f"dp/concat/{value.name}", params={"axis": axis}
+                "graphir.concat",
+                copies,
+                [whole],
+                name=f"{AGGREGATION_PREFIX}concat/{value.name}",
+                params={"axis": axis},
             )
             aggregation_nodes.append(concat)
             aggregated[value] = concat.outputs[0]
             return concat.outputs[0]
         dtype = out_type.dtype
         summed = new.add_node(
-            "tf.AddN", copies, [out_type], name=f"dp/sum/{value.name}", params={"N": replicas, "T": dtype.short}
+            "tf.AddN",
+            copies,
+            [out_type],
+            name=f"{AGGREGATION_PREFIX}sum/{value.name}",
+            params={"N": replicas, "T": dtype.short},
         )
         scale = inverse.get(dtype)
         if scale is None:
             data = np.asarray(1.0 / replicas, dtype=numpy_dtype(dtype))
             scale = new.add_constant(
-                f"dp/inv_replicas_{dtype.short}", TensorType(dtype, ()), DenseTensor.from_numpy(data)
+                f"{AGGREGATION_PREFIX}inv_replicas_{dtype.short}", TensorType(dtype, ()), DenseTensor.from_numpy(data)
             )
             inverse[dtype] = scale
         mean = new.add_node(
-            "tf.Mul", [summed.outputs[0], scale], [out_type], name=f"dp/mean/{value.name}", params={"T": dtype.short}
+            "tf.Mul",
+            [summed.outputs[0], scale],
+            [out_type],
+            name=f"{AGGREGATION_PREFIX}mean/{value.name}",
+            params={"T": dtype.short},
         )
         aggregation_nodes.extend((summed, mean))
         aggregated[value] = mean.outputs[0]
@@ -460,83 +471,3 @@ def _annotate_costs(
         work = analyze_graph(result.graph)
         for i, node in enumerate(result.graph.index().nodes):
             node.mem = Mem(int(work.persistent[i]), int(work.activation[i]), int(work.temporary[i]))
-
-
-# --------------------------------------------------------------------------- the baseline placement
-
-
-def _variable_bytes(node: Node) -> int:
-    from graphir.importers.tf import persistent_bytes
-
-    return persistent_bytes(node)
-
-
-def data_parallel_devices(module: Module, *, variables: Literal["balanced", "first"] = "balanced") -> dict[str, str]:
-    """The "data parallel" baseline placement of a data-parallel graph: ``{node name: device name}``.
-
-    See the module docstring: replica ``i`` on device ``i mod |D|``, variables (with everything that
-    touches their handles) balanced by bytes or all on the first device, other shared nodes with
-    their first user, else their first producer, else the first device.
-
-    Raises:
-        PassError: the module is not a data-parallel graph or ``variables`` is unknown.
-    """
-    if variables not in ("balanced", "first"):
-        raise PassError(f"variables must be 'balanced' or 'first', got '{variables}'")
-    replicas = module.metadata.get(REPLICAS_METADATA)
-    if not isinstance(replicas, int) or replicas < 1:
-        raise PassError(f"module '{module.name}' is not a data-parallel graph (run data-parallel first)")
-    names = [d.name for d in module.cluster.devices]
-    nodes = module.graph.index().nodes
-    position = {node: k for k, node in enumerate(nodes)}
-    device: dict[Node, int] = {}
-    shared: list[Node] = []
-    for node in nodes:
-        rep = replica_of(node.name)
-        if rep >= 0:
-            device[node] = rep % len(names)
-        else:
-            shared.append(node)
-    # Variable classes: shared nodes joined by resource handles (and by colocate annotations).
-    sets: DisjointSets[Node] = DisjointSets(order=position.__getitem__)
-    in_shared = set(shared)
-
-    by_class: dict[str, Node] = {}
-    for node in shared:
-        for value in node.inputs:
-            if value.type.dtype is DType.RESOURCE and value.producer is not None and value.producer in in_shared:
-                sets.union(node, value.producer)
-        cls = node.colocate
-        if cls is not None:
-            if cls in by_class:
-                sets.union(node, by_class[cls])
-            else:
-                by_class[cls] = node
-    classes: dict[Node, list[Node]] = {}
-    for node in shared:
-        if _touches_resource(node) or node.colocate is not None:
-            classes.setdefault(sets.find(node), []).append(node)
-    sized = sorted(classes.items(), key=lambda item: (-sum(_variable_bytes(n) for n in item[1]), position[item[0]]))
-    load = [0] * len(names)
-    for _, members in sized:
-        d = 0 if variables == "first" else min(range(len(names)), key=lambda k: (load[k], k))
-        load[d] += sum(_variable_bytes(n) for n in members)
-        for member in members:
-            device[member] = d
-    rest = [n for n in shared if n not in device]
-    for node in reversed(rest):  # users first: aggregation goes to its update's device
-        for user in _users(node):
-            if user in device:
-                device[node] = device[user]
-                break
-    for node in rest:
-        if node in device:
-            continue
-        producers = [*node.predecessors, *node.control_inputs]
-        device[node] = next((device[p] for p in producers if p in device), 0)
-    return {node.name: names[device[node]] for node in nodes}
-
-
-def _users(node: Node) -> Iterable[Node]:
-    yield from node.successors
-    yield from node.control_users

@@ -22,8 +22,8 @@ from graphir.parser import parse_module
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
-from graphir.passes.transform.data_parallel import DataParallel
-from graphir.passes.transform.replicate import data_parallel, data_parallel_devices, replica_name, replica_of
+from graphir.passes.transform.data_parallel import DataParallel, data_parallel_devices
+from graphir.passes.transform.replicate import data_parallel, replica_name, replica_of
 from graphir.printer import print_module
 from graphir.simulator import simulate
 from graphir.types import DType, TensorType

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from graphir.cluster_presets import fastt_gpus
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
@@ -36,7 +37,7 @@ def test_quick_run_writes_the_table(tmp_path: Path) -> None:
     assert fastt.main(["--quick", "--quiet", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "replicate_fastt.md").read_text()
     assert text.startswith("# FastT replication")
-    for heading in ("Table 1 analogue", "Table 6 analogue", "Where and why these numbers differ"):
+    for heading in ("Table 1 DP columns", "Table 1 analogue", "Table 6 analogue", "Where and why these numbers differ"):
         assert heading in text
     table1 = _row(text, "VGG-19 (256)")
     # model, 1 GPU (not measured in --quick), DP, DPOS, OS-DPOS, FastT speed-up
@@ -48,13 +49,13 @@ def test_quick_run_writes_the_table(tmp_path: Path) -> None:
     # the DP cell is the global batch over the simulated step of the data-parallel pipeline
     load_builtin_passes()
     module = zoo.load_entry("vgg19_train")
-    module.cluster_spec = "2xV100-nvlink"
+    module.set_cluster(fastt_gpus(2))  # the fastt preset's GPUs 0-1 and its host
     ctx = PassContext()
     stats = DataParallel(replicas=2, batch=256).run(module, ctx).stats
     assert stats["replica-batch"] == 128 and stats["aggregated-values"] == 39  # 38 variables + the loss
     Profile().run(module, ctx)
-    Place(algo="data-parallel").run(module, ctx)
-    assert f"{256 / simulate(module).makespan:.1f}" == f"{rates[0]:.1f}"
+    Place.of("data-parallel", variables="cpu", sums="first-replica").run(module, ctx)  # TF-slim's deployment
+    assert f"{256 / simulate(module, congestion='topology', order='dynamic').makespan:.1f}" == f"{rates[0]:.1f}"
     detail = _row(text, "VGG-19 | 2")
     assert detail[2] == f"{stats['nodes']} ({stats['replicated-nodes']} / {stats['shared-nodes']})"
 
