@@ -19,14 +19,20 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   clusters get per-kind times) plus the device's ``op_overhead`` (the executor's per-op dispatch,
   0 unless the cluster gives it).
 * A value consumed on another device is sent once per (value, destination device), when its
-  producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`), taking
-  the link model's transfer time. A transfer occupies every shared resource of its route (which
-  resources depends on the congestion rule, ``congestion=pair|port|task|topology``: see
-  :mod:`graphir.links`) and starts when all of them are free: transfers queue behind each other in
-  the order they were requested (producer finish time; ties in the order the producers started,
-  then by destination node). Communication overlaps computation, except under ``task`` (Celeritas
-  §6.1), where a transfer also occupies the compute of both devices: a node then starts no earlier
-  than the device's compute resource is free, and books it until it finishes, in the same FIFO.
+  producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`). A
+  transfer occupies every shared resource of its route (which resources depends on the congestion
+  rule, ``congestion=pair|port|task|topology``: see :mod:`graphir.links`) and starts when all of
+  them are free: transfers queue behind each other in the order they were requested (producer
+  finish time; ties in the order the producers started, then by destination node). Under the
+  papers' rules the whole ``latency + bytes / bandwidth`` holds the route; under ``topology`` only
+  ``bytes / bandwidth`` does, and the latency is a delay in flight
+  (:meth:`graphir.links.LinkModel.book`). Communication overlaps computation, except under
+  ``task`` (Celeritas §6.1), where a transfer also occupies the compute of both devices, and under
+  ``topology`` on a cluster with a measured ``transfer_cpu`` (the rig), where a transfer charges its
+  serialisation to the sender's and the receiver's compute: a node then starts no earlier than its
+  device's compute resource is free, and books it until it finishes, in the same FIFO. Bookings
+  are made when the transfer or node is queued, possibly for a later time (a node that becomes
+  startable meanwhile waits behind them).
 * A control edge (a dependency without data) delays its consumer until the producer finished,
   plus the link latency when the two are on different devices; it occupies no channel.
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
@@ -153,10 +159,9 @@ def simulate(module: Module, congestion: str = "pair", order: str = "enforced") 
     sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
 
     links = LinkModel.from_cluster(cluster, congestion)
-    routes = links.routes
     compute_resource = links.compute_resource
-    blocking = congestion == "task"  # transfers and nodes share each device's compute resource
-    transfer_time = links.transfer_time
+    blocking = compute_resource[0] >= 0 if num_devices else False  # transfers and nodes share each device's compute
+    book = links.book
     latency_between = links.latency_between
 
     succ_offsets = index.succ_offsets.tolist()
@@ -251,19 +256,12 @@ def simulate(module: Module, congestion: str = "pair", order: str = "enforced") 
                     key = (x, dv)
                     sent = arrival.get(key)
                     if sent is None:
-                        # FIFO on every resource of the route: the transfer starts when all are free.
-                        route = routes[du][dv]
-                        begin = now
-                        for r in route:
-                            if resource_free[r] > begin:
-                                begin = resource_free[r]
-                        took = transfer_time(value_bytes[x], du, dv)
-                        sent = (begin, begin + took)
-                        for r in route:
-                            resource_free[r] = begin + took
+                        # FIFO on every resource of the route (graphir.links.LinkModel.book)
+                        begin, end, held = book(resource_free, now, value_bytes[x], du, dv)
+                        sent = (begin, end)
                         arrival[key] = sent
                         link_bytes[du, dv] += value_bytes[x]
-                        link_busy[du, dv] += took
+                        link_busy[du, dv] += held
                     when = sent[1]
                 if when > ready[v]:
                     ready[v] = when
