@@ -59,7 +59,38 @@ from graphir.links import CONGESTION_RULES, LinkModel
 from graphir.memory import output_mask, peak_memory
 
 ORDERS = ("enforced", "dynamic")
-"""Execution-order semantics of :func:`simulate` (see the module docstring); ``enforced`` is the default."""
+"""Execution-order semantics of :func:`simulate` (see the module docstring)."""
+
+ORDER_METADATA = "execution_order"
+"""The module attribute recording which order a placement runs under (absent: ``enforced``).
+
+``place`` writes it from the placer (:attr:`graphir.passes.place.Placer.execution_order`),
+``schedule{order=...}`` from its option; the TF lowering adds the per-device control dependencies
+exactly when it says ``enforced``, and :func:`simulate` defaults to it, so the two agree."""
+
+
+def recorded_order(module: Module) -> str:
+    """The execution order ``module``'s placement runs under (:data:`ORDER_METADATA`; ``enforced`` when absent).
+
+    Raises:
+        PassError: the attribute holds something other than one of :data:`ORDERS`.
+    """
+    recorded = module.metadata.get(ORDER_METADATA, "enforced")
+    if recorded not in ORDERS:
+        raise PassError(f"module attribute {ORDER_METADATA} = {recorded!r}: expected one of {', '.join(ORDERS)}")
+    return str(recorded)
+
+
+def record_order(module: Module, order: str) -> None:
+    """Record that ``module``'s placement runs under ``order`` (``enforced`` is the attribute's absence)."""
+    if order is None:
+        order = recorded_order(module)
+    if order not in ORDERS:
+        raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
+    if order == "enforced":
+        module.metadata.pop(ORDER_METADATA, None)
+    else:
+        module.metadata[ORDER_METADATA] = order
 
 
 @dataclasses.dataclass
@@ -102,13 +133,14 @@ class SimResult:
         return [name for name, peak, capacity in limits if peak > capacity]
 
 
-def simulate(module: Module, congestion: str = "pair", order: str = "enforced") -> SimResult:
+def simulate(module: Module, congestion: str = "pair", order: str | None = None) -> SimResult:
     """Simulate the placed and ordered graph of ``module``.
 
     Args:
         module: a module whose nodes carry ``device``, ``order`` and ``cost``.
         congestion: the congestion rule of the link model (:data:`graphir.links.CONGESTION_RULES`).
-        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor).
+        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor); None:
+            the one the placement recorded (:func:`recorded_order`).
 
     Raises:
         PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
@@ -116,6 +148,8 @@ def simulate(module: Module, congestion: str = "pair", order: str = "enforced") 
     """
     if congestion not in CONGESTION_RULES:
         raise PassError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
+    if order is None:
+        order = recorded_order(module)
     if order not in ORDERS:
         raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
     dynamic = order == "dynamic"

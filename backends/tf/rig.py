@@ -275,8 +275,8 @@ def run_on_rig(
         trace_steps: traced steps after the timed ones (0: no statistics).
         seed: seeds inputs and variables not given.
         variables: given variable values (``{shared_name or node name: array}``).
-        enforce_order: add the per-device order control dependencies (default: when every placed
-            node has an order).
+        enforce_order: add the per-device order control dependencies (default: when the placement
+            recorded the ``enforced`` order and every placed node has one).
         timeout_s: bound of each session run.
     """
     from graphir.backends.tf import lower
@@ -286,8 +286,9 @@ def run_on_rig(
     if steps < 1:
         raise BackendError(f"the rig needs at least one timed step, got {steps}")
     if enforce_order is None:
-        placed = [n for n in module.graph.nodes if n.device is not None]
-        enforce_order = bool(placed) and all(n.order is not None for n in placed)
+        from graphir.backends.tf.lowering import enforces_order
+
+        enforce_order = enforces_order(module)
     lowered = lower(module, enforce_order=enforce_order)
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
