@@ -9,7 +9,7 @@ memory, groups) are cached separately and recomputed when any annotation changes
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -216,13 +216,22 @@ class GraphIndex:
             self._cache[key] = build()  # type: ignore[operator]
         return self._cache[key]  # type: ignore[return-value]
 
+    def annotation_list(self, key: str) -> list[Any]:
+        """The ``key`` annotation of every node (None where absent), cached until an annotation changes.
+
+        One read of each node's annotation table: the simulator's per-node inputs without a property
+        call per node. The list is shared: do not modify it.
+        """
+        return self._annotation_cached(  # type: ignore[return-value]
+            ("annotation", key), lambda: [node._annotations.get(key) for node in self.nodes]
+        )
+
     def times(self, kind: str | None = None) -> np.ndarray:
         """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
 
         def build() -> np.ndarray:
             out = np.full(self.num_nodes, np.nan)
-            for i, node in enumerate(self.nodes):
-                cost = node.cost
+            for i, cost in enumerate(self.annotation_list("cost")):
                 if cost is not None:
                     value = cost.time(kind)
                     if value is not None:
@@ -235,7 +244,7 @@ class GraphIndex:
         """Persistent bytes per node from ``mem`` (0 where absent)."""
 
         def build() -> np.ndarray:
-            sizes = [0 if n.mem is None else n.mem.persistent for n in self.nodes]
+            sizes = [0 if mem is None else mem.persistent for mem in self.annotation_list("mem")]
             if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
                 _raise_persistent_overflow(self.nodes, sizes)
             return np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
