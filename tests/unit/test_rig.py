@@ -294,3 +294,19 @@ def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
     assert cluster.transfer_cpu.recv_seconds(1e6) == pytest.approx(30e-6 + 0.75e-3, rel=1e-3)
     # Not measured (an older calibration): no charge, and no keys in the file.
     assert fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)).transfer_cpu is None
+
+
+def test_fidelity_page_summarises_each_execution_order(tmp_path):
+    from graphir.tools.bench_fidelity import Row, write_markdown
+
+    def row(order: str, measured: float, simulated: float) -> Row:
+        return Row("m", "fine", order, 10, 2, 3, 1 << 20, measured, simulated, [measured], 1.0)
+
+    rows = [row("enforced", 1.0, 1.1), row("enforced", 1.0, 0.8), row("dynamic", 2.0, 2.1)]
+    path = tmp_path / "fidelity.md"
+    write_markdown(rows, path, "cmd", "", [])
+    text = path.read_text()
+    assert "**3 pairs: median |error| 10.0%, worst 20.0%**" in text
+    assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
+    assert "- `dynamic` only: 1 pairs, median |error| 5.0%, worst 5.0%." in text
+    assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
