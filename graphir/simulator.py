@@ -4,7 +4,10 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
 
 * Each device runs its nodes one at a time. Execution order (``order=``):
 
-  - ``enforced`` (the default; the TF lowering's control dependencies): a node starts when its
+  The default is the order the placement recorded (:data:`ORDER_METADATA`: ``place`` and
+  ``schedule`` write it, the TF lowering follows it), ``enforced`` when none is recorded.
+
+  - ``enforced`` (the TF lowering's control dependencies): a node starts when its
     device has finished the previous node in its ``order`` and every input has arrived on its device.
     A node whose inputs arrive late stalls its device even if a later node could run.
   - ``dynamic`` (TensorFlow's executor without control dependencies, as Baechi and Celeritas run):
