@@ -10,6 +10,7 @@
 #   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print: times, peak RSS
 #                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
+#   make bench-simulate  simulate on a 100k-node placed graph, every congestion rule and order (1 s budget)
 #   make bench-fidelity  simulate vs measured median step on the 2-worker TF rig (2xcpu-workers; >= 5 models x 3
 #                 placements), table + scatter plot in benchmarks/results/fidelity.md (+ .png); run on a quiet machine
 #   make bench-online  graphir-tune (FastT's online loop) on a CNN, an LSTM and a GPT training graph on the 2-worker
@@ -31,7 +32,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-fidelity bench-online regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -107,7 +108,7 @@ test-all: test
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
 
-bench: bench-core bench-place bench-scale
+bench: bench-core bench-place bench-scale bench-simulate
 	$(BIN)/python -m graphir.tools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
 
 bench-core: $(STAMP)
@@ -119,6 +120,10 @@ bench-place: $(STAMP)
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
 bench-scale: $(STAMP)
 	$(BIN)/python tools/bench_scale.py
+
+# simulate on a 100k-node placed graph, every congestion rule and order (budget 1 s, issue 14).
+bench-simulate: $(STAMP)
+	$(BIN)/python tools/bench_simulate.py --nodes 100000 --cluster fastt -o benchmarks/results/simulate.md
 
 # Real TF worker processes pinned one per core: needs the cores to itself (check `uptime` first).
 # FIDELITY_ARGS=--calibrate recalibrates the rig's cached cluster description first.

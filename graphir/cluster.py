@@ -39,6 +39,13 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     bandwidth = 25e9
     bidirectional = true        # default true; false: only a -> b
 
+    [overheads]                 # all optional, default 0 (calibrate-comm{rig=true} writes them)
+    transfer = 140e-6           # seconds added to every transfer's latency (send/recv rendezvous)
+    send_cpu = 50e-6            # compute seconds a transfer costs its sender (congestion=topology) ...
+    send_cpu_per_byte = 2e-10   # ... plus these per byte
+    recv_cpu = 50e-6            # and its receiver
+    recv_cpu_per_byte = 2e-10
+
 Every ordered device pair is one FIFO channel whose transfer time is the papers' linear model
 ``latency + bytes / bandwidth`` (Celeritas §4.2.1 ``t = k·d + b``; Pesto §3.1
 ``T = β0 + β1·data``). A pair given by ``[[link]]`` uses it. Otherwise, when the file has
@@ -74,6 +81,7 @@ from graphir.cluster_model import (
     DeviceKind,
     GiB,
     Link,
+    TransferCpu,
     catalogue_device,
     full_mesh,
     widest_routes,
@@ -99,6 +107,7 @@ __all__ = [
     "DeviceKind",
     "GiB",
     "Link",
+    "TransferCpu",
     "cpu_cluster",
     "cpu_workers_cluster",
     "rig_cache_path",

@@ -98,6 +98,34 @@ INFINIBAND_LATENCY = 5e-6
 
 
 @attrs.frozen
+class TransferCpu:
+    """Compute seconds one transfer of ``B`` bytes costs its two end devices (``[overheads]`` of a cluster file).
+
+    ``send + send_per_byte·B`` on the sender and ``recv + recv_per_byte·B`` on the receiver: on the
+    rig, TF's gRPC serialises and copies the tensor on the worker's one pinned core, which its kernels
+    also need. Measured, never guessed: ``calibrate-comm{rig=true}`` fits it from the workers' CPU time.
+    """
+
+    send: float = 0.0
+    send_per_byte: float = 0.0
+    recv: float = 0.0
+    recv_per_byte: float = 0.0
+
+    def send_seconds(self, nbytes: float) -> float:
+        """The sender's compute time for ``nbytes``."""
+        return self.send + self.send_per_byte * nbytes
+
+    def recv_seconds(self, nbytes: float) -> float:
+        """The receiver's compute time for ``nbytes``."""
+        return self.recv + self.recv_per_byte * nbytes
+
+    @property
+    def charged(self) -> bool:
+        """Whether any transfer costs its devices compute time."""
+        return any((self.send, self.send_per_byte, self.recv, self.recv_per_byte))
+
+
+@attrs.frozen
 class Cluster:
     """Devices and the links between every ordered pair.
 
@@ -110,6 +138,9 @@ class Cluster:
             None when the cluster describes channels only.
         transfer_overhead: seconds added to every cross-device transfer on top of its link's
             latency (the runtime's send/recv rendezvous); 0 by default.
+        transfer_cpu: the compute time a transfer costs the sending and the receiving device (the
+            runtime serialising and copying the tensor on the device's own cores), as measured by
+            ``calibrate-comm{rig=true}``; charged by ``congestion=topology`` only. None: no charge.
     """
 
     spec: str
@@ -117,6 +148,7 @@ class Cluster:
     links: tuple[Link, ...]
     topology: Topology | None = None
     transfer_overhead: float = 0.0
+    transfer_cpu: TransferCpu | None = None
 
     def device(self, name: str) -> Device:
         """The device called ``name``; raises ``KeyError``."""

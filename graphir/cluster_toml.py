@@ -20,11 +20,15 @@ from graphir.cluster_model import (
     GiB,
     Link,
     Switch,
+    TransferCpu,
     Wire,
     build_topology,
     check_kinds,
     widest_routes,
 )
+
+TRANSFER_CPU_KEYS = ("send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte")
+"""The ``[overheads]`` keys of :class:`graphir.cluster_model.TransferCpu`, in its field order."""
 
 
 def device_toml(device: Device, memory: int | None = None) -> list[str]:
@@ -184,6 +188,9 @@ def load_cluster_toml(path: Path) -> Cluster:
     if not isinstance(overheads, dict):
         raise ClusterError(f"{path}: 'overheads' must be a table")
     transfer_overhead = _number(overheads, "transfer", 0.0, f"{path}: overheads", positive=False)
+    cpu = TransferCpu(
+        *(_number(overheads, key, 0.0, f"{path}: overheads", positive=False) for key in TRANSFER_CPU_KEYS)
+    )
     relays = None if relay else frozenset(s.name for s in switches)
     links: list[Link] = []
     for a in names:
@@ -205,4 +212,4 @@ def load_cluster_toml(path: Path) -> Cluster:
             Wire(a, b, latency, bandwidth, wire_kinds[(a, b)]) for (a, b), (latency, bandwidth) in wires.items()
         ]
         topology = build_topology(names, switches, directed, relay=relay, where=str(path))
-    return Cluster(str(path), tuple(devices), tuple(links), topology, transfer_overhead)
+    return Cluster(str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None)

@@ -10,7 +10,7 @@ memory, groups) are cached separately and recomputed when any annotation changes
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -245,6 +245,16 @@ class GraphIndex:
             self._cache[key] = build()  # type: ignore[operator]
         return self._cache[key]  # type: ignore[return-value]
 
+    def annotation_list(self, key: str) -> list[Any]:
+        """The ``key`` annotation of every node (None where absent), cached until an annotation changes.
+
+        One read of each node's annotation table: the simulator's per-node inputs without a property
+        call per node. The list is shared: do not modify it.
+        """
+        return self._annotation_cached(  # type: ignore[return-value]
+            ("annotation", key), lambda: [node._annotations.get(key) for node in self.nodes]
+        )
+
     def times(self, kind: str | None = None) -> np.ndarray:
         """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
 
@@ -271,10 +281,7 @@ class GraphIndex:
         """Persistent bytes per node from ``mem`` (0 where absent)."""
 
         def build() -> np.ndarray:
-            sizes = []
-            for node in self.nodes:
-                mem = node._annotations.get("mem")
-                sizes.append(0 if mem is None else mem.persistent)
+            sizes = [0 if mem is None else mem.persistent for mem in self.annotation_list("mem")]
             if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
                 _raise_persistent_overflow(self.nodes, sizes)
             return np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)

@@ -37,6 +37,29 @@ congestion rule (:data:`CONGESTION_RULES`), so that each paper's model can be ru
   is the route's own numbers (narrowest wire, summed latencies), not the pair's channel. A cluster
   without topology data gets ``("a.out", "a->b", "b.in")`` with the channel's numbers.
 
+**Latency and occupancy** (:meth:`LinkModel.book`). Under the papers' rules a transfer holds its
+route for its whole time ``latency + bytes / bandwidth``, as each paper's model does (a
+communication op, a channel busy for ``T = β0 + β1·data``, a transmission task). Under
+``topology`` only the **occupancy** ``bytes / bandwidth`` holds the route: the latency is a delay
+in flight that holds no shared resource, so the next transfer on the route starts as soon as the
+previous one's bytes are on the wire (a wire carries back-to-back messages; the latency of each is
+propagation, rendezvous and handshakes). Where the cluster gives a measured
+:class:`~graphir.cluster_model.TransferCpu` (the rig: gRPC serialises on the worker's one core),
+``topology`` also charges the transfer's compute time to both ends, booked on each device's compute
+resource, which its nodes also book (FIFO, as under ``task``). Sending, the wire and receiving
+are pipelined (gRPC streams the tensor in chunks), so they overlap::
+
+    begin    = max(requested, every route resource free, sender's compute free)
+    route    busy [begin, begin + occupancy]
+    sender   busy [begin, begin + send_cpu(B)]
+    receiver busy [r, r + recv_cpu(B)]  with  r = max(begin + latency, receiver's compute free)
+    arrival  = max(begin + max(occupancy, send_cpu(B)) + latency, r + recv_cpu(B))
+
+so a tensor whose receiver is running a long kernel waits for it (what the rig's measured
+transfers show in balanced placements). Alone on its route a transfer takes
+``latency + max(bytes / bandwidth, send_cpu, recv_cpu)`` (:meth:`LinkModel.transfer_time`), which
+is ``latency + bytes / bandwidth`` without CPU charges.
+
 The cluster's ``transfer_overhead`` (seconds per transfer, the runtime's send/recv cost) is added to
 every pair's latency, for every rule.
 
@@ -55,6 +78,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from graphir.cluster import Cluster
+    from graphir.cluster_model import TransferCpu
 
 
 CONGESTION_RULES = ("pair", "port", "task", "topology")
@@ -62,6 +86,9 @@ CONGESTION_RULES = ("pair", "port", "task", "topology")
 
 ``pair`` is the link model's default, ``topology`` the simulator's.
 """
+
+OCCUPANCY_RULES = frozenset({"topology"})
+"""The rules under which only ``bytes / bandwidth`` holds the route (the latency holds nothing)."""
 
 
 def _route_names(
@@ -94,8 +121,13 @@ class LinkModel:
         resource_names: one name per shared resource (``"a->b"`` channels or wires, ``"a.out"`` and
             ``"a.in"`` ports, ``"a.compute"``), ids in order of first use.
         routes: ``routes[a][b]``: the resource ids a transfer ``a -> b`` occupies (empty when a == b).
-        compute_resource: per device, the resource id of its compute under ``task`` (which the
-            simulator also books for the device's nodes); -1 under the other rules.
+        compute_resource: per device, the resource id of its compute under ``task`` or when a
+            transfer charges compute time (which the simulator also books for the device's nodes);
+            -1 otherwise.
+        holds_latency: whether the latency holds the route too (the papers' rules) or only the
+            occupancy ``bytes / bandwidth`` does (``topology``).
+        transfer_cpu: the compute time a transfer charges its ends (``topology`` on a cluster that
+            measured it), else None.
         mean_latency, mean_seconds_per_byte: the representative pair (see the module docstring).
     """
 
@@ -105,6 +137,8 @@ class LinkModel:
         "bandwidth",
         "compute_resource",
         "congestion",
+        "holds_latency",
+        "transfer_cpu",
         "device_names",
         "latency",
         "mean_latency",
@@ -122,6 +156,7 @@ class LinkModel:
         *,
         congestion: str = "pair",
         physical_routes: list[list[tuple[str, ...]]] | None = None,
+        transfer_cpu: TransferCpu | None = None,
     ) -> None:
         if congestion not in CONGESTION_RULES:
             raise ValueError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
@@ -147,8 +182,12 @@ class LinkModel:
                 if a != b:
                     names = _route_names(congestion, device_names, a, b, physical_routes)
                     routes[a][b] = tuple(ids.setdefault(name, len(ids)) for name in names)
+        self.holds_latency = congestion not in OCCUPANCY_RULES
+        self.transfer_cpu = transfer_cpu if congestion in OCCUPANCY_RULES and transfer_cpu is not None else None
+        if self.transfer_cpu is not None and not self.transfer_cpu.charged:
+            self.transfer_cpu = None
         self.compute_resource: list[int] = [-1] * count
-        if congestion == "task":
+        if congestion == "task" or self.transfer_cpu is not None:
             self.compute_resource = [ids.setdefault(f"{name}.compute", len(ids)) for name in device_names]
         self.resource_names = tuple(ids)
         self.routes = routes
@@ -166,7 +205,8 @@ class LinkModel:
         """The link model of ``cluster`` under a congestion rule (unlisted pairs: latency 0, infinite bandwidth).
 
         Under ``topology`` with a cluster topology, each pair's numbers and route are its physical
-        path's; otherwise the pair's link. ``transfer_overhead`` is added to every pair's latency.
+        path's; otherwise the pair's link. ``transfer_overhead`` is added to every pair's latency;
+        the cluster's ``transfer_cpu`` is charged under ``topology``.
         """
         count = len(cluster.devices)
         position = {name: k for k, name in enumerate(cluster.device_names)}
@@ -183,7 +223,14 @@ class LinkModel:
             bandwidth[a, b] = link.bandwidth
             if physical_routes is not None:
                 physical_routes[a][b] = link.route
-        return cls(cluster.device_names, latency, bandwidth, congestion=congestion, physical_routes=physical_routes)
+        return cls(
+            cluster.device_names,
+            latency,
+            bandwidth,
+            congestion=congestion,
+            physical_routes=physical_routes,
+            transfer_cpu=cluster.transfer_cpu,
+        )
 
     @property
     def num_devices(self) -> int:
@@ -201,7 +248,61 @@ class LinkModel:
         """Seconds to move ``nbytes`` from device ``src`` to ``dst`` alone on its route (0 when equal)."""
         if src == dst:
             return 0.0
-        return self._latency_rows[src][dst] + nbytes / self._bandwidth_rows[src][dst]
+        cpu = self.transfer_cpu
+        if cpu is None:
+            return self._latency_rows[src][dst] + nbytes / self._bandwidth_rows[src][dst]
+        occupancy = nbytes / self._bandwidth_rows[src][dst]
+        return self._latency_rows[src][dst] + max(occupancy, cpu.send_seconds(nbytes), cpu.recv_seconds(nbytes))
+
+    def occupancy_time(self, nbytes: float, src: int, dst: int) -> float:
+        """Seconds ``nbytes`` hold the route ``src -> dst``.
+
+        The papers' rules: the whole ``latency + bytes / bandwidth``; ``topology``: ``bytes / bandwidth``.
+        """
+        if src == dst:
+            return 0.0
+        if self.holds_latency:
+            return self._latency_rows[src][dst] + nbytes / self._bandwidth_rows[src][dst]
+        return nbytes / self._bandwidth_rows[src][dst]
+
+    def book(
+        self, resource_free: list[float], requested: float, nbytes: float, src: int, dst: int
+    ) -> tuple[float, float, float]:
+        """Queue one transfer on the resources of its route (FIFO); return ``(begin, arrival, held)``.
+
+        ``resource_free[r]`` is when resource ``r`` is next free; it is advanced for every resource
+        the transfer holds (see the module docstring, "Latency and occupancy"). ``held`` is how long
+        the route is held. ``src != dst``.
+        """
+        route = self.routes[src][dst]
+        begin = requested
+        for r in route:
+            if resource_free[r] > begin:
+                begin = resource_free[r]
+        cpu = self.transfer_cpu
+        if self.holds_latency:
+            held = self._latency_rows[src][dst] + nbytes / self._bandwidth_rows[src][dst]
+            arrival = begin + held
+        elif cpu is None:
+            held = nbytes / self._bandwidth_rows[src][dst]
+            arrival = begin + held + self._latency_rows[src][dst]
+        else:
+            sender = self.compute_resource[src]
+            if resource_free[sender] > begin:
+                begin = resource_free[sender]
+            held = nbytes / self._bandwidth_rows[src][dst]
+            sending = cpu.send_seconds(nbytes)
+            resource_free[sender] = begin + sending
+            latency = self._latency_rows[src][dst]
+            delivered = begin + (held if held > sending else sending) + latency
+            receiver = self.compute_resource[dst]
+            unpack = resource_free[receiver] if resource_free[receiver] > begin + latency else begin + latency
+            unpacked = unpack + cpu.recv_seconds(nbytes)
+            resource_free[receiver] = unpacked
+            arrival = delivered if delivered > unpacked else unpacked
+        for r in route:
+            resource_free[r] = begin + held
+        return begin, arrival, held
 
     def latency_between(self, src: int, dst: int) -> float:
         """The latency of ``src -> dst`` (a control dependency's delay across devices; 0 when equal)."""
@@ -211,8 +312,11 @@ class LinkModel:
         """When ``nbytes`` that are ready on ``src`` at ``ready`` can be on each device (``ready`` on ``src``).
 
         ``ready + latency[src, d] + nbytes / bandwidth[src, d]`` for every device ``d``: the
-        data-ready term of the list schedulers (Celeritas eq. (7), FastT's EST, HEFT, ETF).
+        data-ready term of the list schedulers (Celeritas eq. (7), FastT's EST, HEFT, ETF); with a
+        :class:`~graphir.cluster_model.TransferCpu`, ``ready + transfer_time``.
         """
+        if self.transfer_cpu is not None:
+            return [ready + self.transfer_time(nbytes, src, d) for d in range(self.num_devices)]
         latency = self._latency_rows[src]
         bandwidth = self._bandwidth_rows[src]
         return [ready + latency[d] + nbytes / bandwidth[d] for d in range(len(latency))]

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 from collections.abc import Iterable, Sequence
 
@@ -88,7 +89,9 @@ def output_mask(graph: Graph, index: GraphIndex) -> np.ndarray:
 def temporary_bytes(index: GraphIndex) -> np.ndarray:
     """``mem.temporary`` per node (0 without ``mem``), int64."""
     return np.fromiter(
-        (0 if node.mem is None else node.mem.temporary for node in index.nodes), dtype=np.int64, count=index.num_nodes
+        (0 if mem is None else mem.temporary for mem in index.annotation_list("mem")),
+        dtype=np.int64,
+        count=index.num_nodes,
     )
 
 
@@ -133,26 +136,34 @@ def liveness_allocations(
     src, dst, val = index.edge_src[data], index.edge_dst[data], index.edge_value[data]
     same = device[src] == device[dst]
     np.maximum.at(local_end, val[same], finish[dst[same]])
-    remote_end: dict[tuple[int, int], float] = {}
-    for v_dst, x in zip(dst[~same].tolist(), val[~same].tolist(), strict=True):
-        key = (x, int(device[v_dst]))
-        remote_end[key] = max(remote_end.get(key, 0.0), float(finish[v_dst]))
-    for (x, _), (_, end) in arrival.items():
-        if end > local_end[x]:
-            local_end[x] = end
-    local_end[outputs] = makespan
     devices = [device[producer]]
     begins = [start[producer].astype(np.float64)]
     ends = [local_end]
     sizes = [index.value_bytes.astype(np.int64)]
     if arrival:
-        keys = list(arrival)
-        xs = np.fromiter((k[0] for k in keys), dtype=np.int64, count=len(keys))
-        devices.append(np.fromiter((k[1] for k in keys), dtype=np.int64, count=len(keys)))
-        begins.append(np.fromiter((arrival[k][0] for k in keys), dtype=np.float64, count=len(keys)))
-        # A received copy lives until its last consumer there finished (the transfer's end without one).
-        ends.append(np.fromiter((remote_end.get(k, arrival[k][1]) for k in keys), dtype=np.float64, count=len(keys)))
+        count = 2 * len(arrival)
+        keys = np.fromiter(itertools.chain.from_iterable(arrival), dtype=np.int64, count=count).reshape(-1, 2)
+        spans = np.fromiter(itertools.chain.from_iterable(arrival.values()), dtype=np.float64, count=count)
+        spans = spans.reshape(-1, 2)
+        xs, to = keys[:, 0], keys[:, 1]
+        np.maximum.at(local_end, xs, spans[:, 1])
+        # A received copy lives until its last consumer there finished (the transfer's end without
+        # one; a consumer finishes after its input arrived, so the maximum with it changes nothing).
+        copy_end = spans[:, 1].copy()
+        num_devices = int(max(int(device.max()) if len(device) else 0, int(to.max())) + 1)
+        transfer_key = xs * num_devices + to
+        by_key = np.argsort(transfer_key, kind="stable")
+        remote = ~same
+        edge_key = val[remote] * num_devices + device[dst[remote]]
+        slot = np.searchsorted(transfer_key[by_key], edge_key)
+        found = slot < len(by_key)
+        found[found] = transfer_key[by_key[slot[found]]] == edge_key[found]
+        np.maximum.at(copy_end, by_key[slot[found]], finish[dst[remote][found]].astype(np.float64))
+        devices.append(to)
+        begins.append(spans[:, 0])
+        ends.append(copy_end)
         sizes.append(index.value_bytes[xs].astype(np.int64))
+    local_end[outputs] = makespan
     temporary = temporary_bytes(index)
     if temporary.any():
         devices.append(device)

@@ -4,7 +4,10 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
 
 * Each device runs its nodes one at a time. Execution order (``order=``):
 
-  - ``enforced`` (the default; the TF lowering's control dependencies): a node starts when its
+  The default is the order the placement recorded (:data:`ORDER_METADATA`: ``place`` and
+  ``schedule`` write it, the TF lowering follows it), ``enforced`` when none is recorded.
+
+  - ``enforced`` (the TF lowering's control dependencies): a node starts when its
     device has finished the previous node in its ``order`` and every input has arrived on its device.
     A node whose inputs arrive late stalls its device even if a later node could run.
   - ``dynamic`` (TensorFlow's executor without control dependencies, as Baechi and Celeritas run):
@@ -19,14 +22,20 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   clusters get per-kind times) plus the device's ``op_overhead`` (the executor's per-op dispatch,
   0 unless the cluster gives it).
 * A value consumed on another device is sent once per (value, destination device), when its
-  producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`), taking
-  the link model's transfer time. A transfer occupies every shared resource of its route (which
-  resources depends on the congestion rule, ``congestion=pair|port|task|topology``: see
-  :mod:`graphir.links`) and starts when all of them are free: transfers queue behind each other in
-  the order they were requested (producer finish time; ties in the order the producers started,
-  then by destination node). Communication overlaps computation, except under ``task`` (Celeritas
-  §6.1), where a transfer also occupies the compute of both devices: a node then starts no earlier
-  than the device's compute resource is free, and books it until it finishes, in the same FIFO.
+  producer finishes, over its route in the link model (:class:`graphir.links.LinkModel`). A
+  transfer occupies every shared resource of its route (which resources depends on the congestion
+  rule, ``congestion=pair|port|task|topology``: see :mod:`graphir.links`) and starts when all of
+  them are free: transfers queue behind each other in the order they were requested (producer
+  finish time; ties in the order the producers started, then by destination node). Under the
+  papers' rules the whole ``latency + bytes / bandwidth`` holds the route; under ``topology`` only
+  ``bytes / bandwidth`` does, and the latency is a delay in flight
+  (:meth:`graphir.links.LinkModel.book`). Communication overlaps computation, except under
+  ``task`` (Celeritas §6.1), where a transfer also occupies the compute of both devices, and under
+  ``topology`` on a cluster with a measured ``transfer_cpu`` (the rig), where a transfer charges its
+  serialisation to the sender's and the receiver's compute: a node then starts no earlier than its
+  device's compute resource is free, and books it until it finishes, in the same FIFO. Bookings
+  are made when the transfer or node is queued, possibly for a later time (a node that becomes
+  startable meanwhile waits behind them).
 * A control edge (a dependency without data) delays its consumer until the producer finished,
   plus the link latency when the two are on different devices; it occupies no channel.
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
@@ -43,17 +52,50 @@ The event loop is O((V + E) log V) over the graph's array view.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 
 import numpy as np
 
 from graphir.errors import PassError
+from graphir.index import GraphIndex
 from graphir.ir import Module
 from graphir.links import CONGESTION_RULES, LinkModel
 from graphir.memory import output_mask, peak_memory
 
 ORDERS = ("enforced", "dynamic")
-"""Execution-order semantics of :func:`simulate` (see the module docstring); ``enforced`` is the default."""
+"""Execution-order semantics of :func:`simulate` (see the module docstring)."""
+
+ORDER_METADATA = "execution_order"
+"""The module attribute recording which order a placement runs under (absent: ``enforced``).
+
+``place`` writes it from the placer (:attr:`graphir.passes.place.Placer.execution_order`),
+``schedule{order=...}`` from its option; the TF lowering adds the per-device control dependencies
+exactly when it says ``enforced``, and :func:`simulate` defaults to it, so the two agree."""
+
+
+def recorded_order(module: Module) -> str:
+    """The execution order ``module``'s placement runs under (:data:`ORDER_METADATA`; ``enforced`` when absent).
+
+    Raises:
+        PassError: the attribute holds something other than one of :data:`ORDERS`.
+    """
+    recorded = module.metadata.get(ORDER_METADATA, "enforced")
+    if recorded not in ORDERS:
+        raise PassError(f"module attribute {ORDER_METADATA} = {recorded!r}: expected one of {', '.join(ORDERS)}")
+    return str(recorded)
+
+
+def record_order(module: Module, order: str) -> None:
+    """Record that ``module``'s placement runs under ``order`` (``enforced`` is the attribute's absence)."""
+    if order is None:
+        order = recorded_order(module)
+    if order not in ORDERS:
+        raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
+    if order == "enforced":
+        module.metadata.pop(ORDER_METADATA, None)
+    else:
+        module.metadata[ORDER_METADATA] = order
 
 
 @dataclasses.dataclass
@@ -73,7 +115,9 @@ class SimResult:
         transfers: number of tensor transfers.
         transfer_log: every transfer as ``(value, src device, dst device, start, end)`` (value in
             the graph index's value numbering, devices by cluster position), in the order the
-            transfers were queued.
+            transfers were queued (built on first use from ``arrival``).
+        arrival: per ``(value, dst device)``, the transfer's ``(start, end)``, in queueing order.
+        value_device: the producing device of every value (cluster position).
     """
 
     makespan: float
@@ -87,7 +131,14 @@ class SimResult:
     link_bytes: dict[tuple[str, str], int]
     link_busy: dict[tuple[str, str], float]
     transfers: int
-    transfer_log: list[tuple[int, int, int, float, float]] = dataclasses.field(default_factory=list)
+    arrival: dict[tuple[int, int], tuple[float, float]] = dataclasses.field(default_factory=dict, repr=False)
+    value_device: list[int] = dataclasses.field(default_factory=list, repr=False)
+
+    @functools.cached_property
+    def transfer_log(self) -> list[tuple[int, int, int, float, float]]:
+        """Every transfer as ``(value, src device, dst device, start, end)`` (see the class docstring)."""
+        source = self.value_device
+        return [(x, source[x], dst, begin, end) for (x, dst), (begin, end) in self.arrival.items()]
 
     @property
     def oom_devices(self) -> list[str]:
@@ -96,13 +147,25 @@ class SimResult:
         return [name for name, peak, capacity in limits if peak > capacity]
 
 
-def simulate(module: Module, congestion: str = "topology", order: str = "enforced") -> SimResult:
+def _check_placed(index: GraphIndex, device_of_name: dict[str, int]) -> None:
+    """Raise the :class:`PassError` for the first node without ``device`` or ``order``, or on an unknown device."""
+    for node in index.nodes:
+        if node.device is None or node.order is None:
+            missing = "device" if node.device is None else "order"
+            raise PassError(f"node '{node.name}' has no '{missing}': place and schedule the graph first")
+        if node.device not in device_of_name:
+            raise PassError(f"node '{node.name}' is placed on unknown device '{node.device}'")
+    raise AssertionError("_check_placed found no fault")
+
+
+def simulate(module: Module, congestion: str = "topology", order: str | None = None) -> SimResult:
     """Simulate the placed and ordered graph of ``module``.
 
     Args:
         module: a module whose nodes carry ``device``, ``order`` and ``cost``.
         congestion: the congestion rule of the link model (:data:`graphir.links.CONGESTION_RULES`).
-        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor).
+        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor); None:
+            the one the placement recorded (:func:`recorded_order`).
 
     Raises:
         PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
@@ -110,6 +173,8 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
     """
     if congestion not in CONGESTION_RULES:
         raise PassError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
+    if order is None:
+        order = recorded_order(module)
     if order not in ORDERS:
         raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
     dynamic = order == "dynamic"
@@ -121,16 +186,16 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
     device_of_name = {name: k for k, name in enumerate(names)}
     num_devices = len(names)
 
-    device = np.empty(n, dtype=np.int64)
-    position = np.empty(n, dtype=np.int64)
-    for u, node in enumerate(index.nodes):
-        if node.device is None or node.order is None:
-            missing = "device" if node.device is None else "order"
-            raise PassError(f"node '{node.name}' has no '{missing}': place and schedule the graph first")
-        if node.device not in device_of_name:
-            raise PassError(f"node '{node.name}' is placed on unknown device '{node.device}'")
-        device[u] = device_of_name[node.device]
-        position[u] = node.order
+    placed = index.annotation_list("device")
+    ordered = index.annotation_list("order")
+    try:
+        dev = [device_of_name[name] for name in placed]
+    except KeyError:  # None or an unknown device: name the first node at fault
+        dev = []
+    if len(dev) != n or None in ordered:
+        _check_placed(index, device_of_name)
+    device = np.asarray(dev, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+    position = np.asarray(ordered, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
 
     # Durations on each node's own device kind.
     duration = np.zeros(n)
@@ -153,83 +218,68 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
     sequences = [sequence_order[bounds[d] : bounds[d + 1]].tolist() for d in range(num_devices)]
 
     links = LinkModel.from_cluster(cluster, congestion)
-    routes = links.routes
     compute_resource = links.compute_resource
-    blocking = congestion == "task"  # transfers and nodes share each device's compute resource
-    transfer_time = links.transfer_time
+    blocking = compute_resource[0] >= 0 if num_devices else False  # transfers and nodes share each device's compute
+    book = links.book
     latency_between = links.latency_between
 
     succ_offsets = index.succ_offsets.tolist()
-    succ_edge = index.succ_edge.tolist()
-    edge_dst = index.edge_dst.tolist()
-    edge_value = index.edge_value.tolist()
+    succ_dst = index.edge_dst[index.succ_edge].tolist()  # per successor entry: its node and value
+    succ_value = index.edge_value[index.succ_edge].tolist()
     value_bytes = index.value_bytes.tolist()
-    dev = device.tolist()
     dur = duration.tolist()
+    pos = position.tolist()
+    heappush, heappop = heapq.heappush, heapq.heappop
 
     pending = np.bincount(index.edge_dst, minlength=n).tolist() if index.num_edges else [0] * n
     ready = [0.0] * n
     start = [0.0] * n
     finish = [0.0] * n
     head = [0] * num_devices
+    runs = [[*sequence, -1] for sequence in sequences]  # enforced: the order, then a sentinel
     busy_flag = [False] * num_devices
     resource_free = [0.0] * links.num_resources  # when each shared resource (channel, port, ...) is free
     arrival: dict[tuple[int, int], tuple[float, float]] = {}  # (value, dst device) -> (start, end)
-    link_bytes = np.zeros((num_devices, num_devices), dtype=np.int64)
-    link_busy = np.zeros((num_devices, num_devices))
-    events: list[tuple[float, int, int]] = []
+    moved = [0] * (num_devices * num_devices)  # bytes per ordered pair, row-major
+    held_s = [0.0] * (num_devices * num_devices)  # seconds each pair's transfers held their routes
+    events: list[tuple[float, int, int]] = []  # (time, sequence number, node finishing or ~node ready)
     seq = 0
     done = 0
-
-    def start_node(d: int, v: int, begin: float) -> None:
-        nonlocal seq
-        if blocking:  # Celeritas §6.1: the device's compute is one resource with its transfers
-            r = compute_resource[d]
-            if resource_free[r] > begin:
-                begin = resource_free[r]
-            resource_free[r] = begin + dur[v]
-        start[v] = begin
-        busy_flag[d] = True
-        heapq.heappush(events, (begin + dur[v], seq, v))
-        seq += 1
-
-    def try_start(d: int, now: float) -> None:
-        """``enforced``: start device ``d``'s next node in ``order`` once its inputs are in."""
-        if busy_flag[d] or head[d] >= len(sequences[d]):
-            return
-        v = sequences[d][head[d]]
-        if pending[v]:
-            return
-        start_node(d, v, ready[v] if ready[v] > now else now)
-
     # ``dynamic``: per device, the nodes whose inputs have all arrived, keyed (ready time, order, node).
     queues: list[list[tuple[float, int, int]]] = [[] for _ in range(num_devices)]
-    pos = position.tolist()
 
-    def try_start_dynamic(d: int, now: float) -> None:
-        """``dynamic``: a free device ``d`` starts its first-ready node (the executor's FIFO)."""
-        if busy_flag[d] or not queues[d]:
-            return
-        _, _, v = heapq.heappop(queues[d])
-        start_node(d, v, now)
-
+    # Starting a node (inlined below, the hot path): ``enforced`` starts device d's next node in
+    # ``order`` once its inputs are in, at max(now, ready); ``dynamic`` pops d's first-ready node at
+    # now. Under a compute resource (``task``, or a transfer CPU charge) the node also waits for it
+    # and books it until it finishes (Celeritas §6.1: the device's compute is one resource with its
+    # transfers). Then the device is busy and the node's finish is an event.
     if dynamic:
         for v in range(n):
             if pending[v] == 0:
                 queues[dev[v]].append((0.0, pos[v], v))
         for queue in queues:
             heapq.heapify(queue)
-        for d in range(num_devices):
-            try_start_dynamic(d, 0.0)
+        initial = [d for d in range(num_devices) if queues[d]]
     else:
-        for d in range(num_devices):
-            try_start(d, 0.0)
+        initial = [d for d in range(num_devices) if runs[d][0] >= 0 and not pending[runs[d][0]]]
+    for d in initial:
+        v = heappop(queues[d])[2] if dynamic else runs[d][0]
+        begin = ready[v]
+        if blocking:
+            r = compute_resource[d]
+            if resource_free[r] > begin:
+                begin = resource_free[r]
+            resource_free[r] = begin + dur[v]
+        start[v] = begin
+        busy_flag[d] = True
+        heappush(events, (begin + dur[v], seq, v))
+        seq += 1
     dirty: list[int] = []  # dynamic: devices to offer a node once every event of this instant is in
     while events:
-        now, _, u = heapq.heappop(events)
+        now, _, u = heappop(events)
         if u < 0:  # dynamic: the last input of ~u arrived
             v = ~u
-            heapq.heappush(queues[dev[v]], (ready[v], pos[v], v))
+            heappush(queues[dev[v]], (ready[v], pos[v], v))
             dirty.append(dev[v])
         else:
             finish[u] = now
@@ -239,53 +289,71 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
             head[du] += 1
             touched: list[int] = []
             for k in range(succ_offsets[u], succ_offsets[u + 1]):
-                e = succ_edge[k]
-                v = edge_dst[e]
+                v = succ_dst[k]
                 dv = dev[v]
-                x = edge_value[e]
                 if dv == du:
                     when = now
-                elif x < 0:  # control edge: a zero-byte signal, no channel
-                    when = now + latency_between(du, dv)
                 else:
-                    key = (x, dv)
-                    sent = arrival.get(key)
-                    if sent is None:
-                        # FIFO on every resource of the route: the transfer starts when all are free.
-                        route = routes[du][dv]
-                        begin = now
-                        for r in route:
-                            if resource_free[r] > begin:
-                                begin = resource_free[r]
-                        took = transfer_time(value_bytes[x], du, dv)
-                        sent = (begin, begin + took)
-                        for r in route:
-                            resource_free[r] = begin + took
-                        arrival[key] = sent
-                        link_bytes[du, dv] += value_bytes[x]
-                        link_busy[du, dv] += took
-                    when = sent[1]
+                    x = succ_value[k]
+                    if x < 0:  # control edge: a zero-byte signal, no channel
+                        when = now + latency_between(du, dv)
+                    else:
+                        key = (x, dv)
+                        sent = arrival.get(key)
+                        if sent is None:
+                            # FIFO on every resource of the route (graphir.links.LinkModel.book)
+                            begin, end, held = book(resource_free, now, value_bytes[x], du, dv)
+                            sent = (begin, end)
+                            arrival[key] = sent
+                            moved[du * num_devices + dv] += value_bytes[x]
+                            held_s[du * num_devices + dv] += held
+                        when = sent[1]
                 if when > ready[v]:
                     ready[v] = when
                 pending[v] -= 1
                 if pending[v] == 0:
                     touched.append(v)
             if not dynamic:
-                try_start(du, now)
-                for v in touched:
-                    try_start(dev[v], now)
+                for d in (du, *[dev[v] for v in touched]) if touched else (du,):
+                    if busy_flag[d]:
+                        continue
+                    v = runs[d][head[d]]
+                    if v < 0 or pending[v]:
+                        continue
+                    begin = ready[v] if ready[v] > now else now
+                    if blocking:
+                        r = compute_resource[d]
+                        if resource_free[r] > begin:
+                            begin = resource_free[r]
+                        resource_free[r] = begin + dur[v]
+                    start[v] = begin
+                    busy_flag[d] = True
+                    heappush(events, (begin + dur[v], seq, v))
+                    seq += 1
                 continue
             dirty.append(du)
             for v in touched:
                 if ready[v] > now:
-                    heapq.heappush(events, (ready[v], seq, ~v))
+                    heappush(events, (ready[v], seq, ~v))
                     seq += 1
                 else:
-                    heapq.heappush(queues[dev[v]], (ready[v], pos[v], v))
+                    heappush(queues[dev[v]], (ready[v], pos[v], v))
                     dirty.append(dev[v])
         if dirty and (not events or events[0][0] > now):
-            for d in sorted(set(dirty)):
-                try_start_dynamic(d, now)
+            for d in sorted(set(dirty)) if len(dirty) > 1 else dirty:
+                if busy_flag[d] or not queues[d]:
+                    continue
+                v = heappop(queues[d])[2]
+                begin = now
+                if blocking:
+                    r = compute_resource[d]
+                    if resource_free[r] > begin:
+                        begin = resource_free[r]
+                    resource_free[r] = begin + dur[v]
+                start[v] = begin
+                busy_flag[d] = True
+                heappush(events, (begin + dur[v], seq, v))
+                seq += 1
             dirty.clear()
     if done != n:
         stuck = [index.nodes[sequences[d][head[d]]].name for d in range(num_devices) if head[d] < len(sequences[d])]
@@ -298,6 +366,9 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
     persistent = np.bincount(device, weights=index.persistent_bytes(), minlength=num_devices).astype(np.int64)
     outputs = output_mask(graph, index)
     peak = peak_memory(index, outputs, device, start_arr, finish_arr, arrival, makespan, num_devices) + persistent
+    value_device = device[index.value_producer].tolist()
+    link_bytes = np.asarray(moved, dtype=np.int64).reshape(num_devices, num_devices)
+    link_busy = np.asarray(held_s, dtype=np.float64).reshape(num_devices, num_devices)
     pairs = {(names[a], names[b]) for a, b in zip(*np.nonzero(link_bytes), strict=True)}
     return SimResult(
         makespan=makespan,
@@ -311,7 +382,6 @@ def simulate(module: Module, congestion: str = "topology", order: str = "enforce
         link_bytes={p: int(link_bytes[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
         link_busy={p: float(link_busy[names.index(p[0]), names.index(p[1])]) for p in sorted(pairs)},
         transfers=len(arrival),
-        transfer_log=[
-            (x, int(device[index.value_producer[x]]), dst, begin, end) for (x, dst), (begin, end) in arrival.items()
-        ],
+        arrival=arrival,
+        value_device=value_device,
     )

@@ -2,7 +2,8 @@
 
 Requires ``cost``, ``device`` and ``order``; provides ``start`` and ``finish``. Options choose the
 congestion rule of the link model (``congestion=pair|port|task|topology``, :mod:`graphir.links`)
-and the execution semantics (``order=enforced|dynamic``, :mod:`graphir.simulator`). Statistics:
+and the execution semantics (``order=recorded|enforced|dynamic``, :mod:`graphir.simulator`; by
+default the order the placement recorded, :data:`graphir.simulator.ORDER_METADATA`). Statistics:
 ``makespan-s``, ``busy-s.<device>``, ``peak-mem.<device>``, ``bytes.<src>-><dst>``, ``transfers``
 and ``oom`` (the comma-separated out-of-memory devices, empty when none).
 """
@@ -31,7 +32,9 @@ class Simulate(Pass):
             ``topology`` (the default: ports plus every wire of the cluster's physical route; the
             papers' own rules stay available to reproduce them as published).
         order: ``enforced`` (each device runs its nodes in their ``order``, as the TF lowering's
-            control dependencies enforce) or ``dynamic`` (TensorFlow's executor: the first-ready node).
+            control dependencies enforce), ``dynamic`` (TensorFlow's executor: the first-ready node)
+            or ``recorded`` (the default: the one the placement recorded, which the TF lowering
+            follows too; ``enforced`` when none is recorded).
     """
 
     name: ClassVar[str] = "simulate"
@@ -39,11 +42,11 @@ class Simulate(Pass):
     provides: ClassVar[tuple[str, ...]] = ("start", "finish")
     fail_on_oom: bool = False
     congestion: Literal["pair", "port", "task", "topology"] = "topology"
-    order: Literal["enforced", "dynamic"] = "enforced"
+    order: Literal["recorded", "enforced", "dynamic"] = "recorded"
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Simulate, write ``start``/``finish`` on every node, and report the statistics."""
-        result = simulate(module, self.congestion, self.order)
+        result = simulate(module, self.congestion, None if self.order == "recorded" else self.order)
         index = module.graph.index()
         for node, begin, end in zip(index.nodes, result.start.tolist(), result.finish.tolist(), strict=True):
             node.start = begin

@@ -14,11 +14,14 @@ Per model:
 1. ``profile{mode=tf-run}`` once: the unplaced module runs on worker 0 and every node's cost is its
    median traced kernel time (the same costs for every placement: the simulator must predict the
    split runs from a single-device profile);
-2. per placement, ``place{...}`` then ``simulate{congestion=C order=enforced}`` (one rule ``C`` for
-   every model, ``--congestion``, default ``task``: on the rig a transfer's gRPC serialisation runs
-   on the sending and receiving workers' one core, so it blocks their compute);
-3. the placed module is lowered with its order enforced and run on the rig: ``--steps`` timed
-   untraced steps after ``--warmup``; the median is the measured step.
+2. per placement and execution order (``--orders``, default both): ``place{...}``, the order
+   recorded on the module (:func:`graphir.simulator.record_order`), then ``simulate{congestion=C}``,
+   which follows the record (one rule ``C`` for every model, ``--congestion``, default
+   ``topology``: only bytes / bandwidth holds a route, and the calibrated CPU a transfer costs the
+   sending and the receiving worker is booked on their one core);
+3. the placed module is lowered as recorded (control dependencies along each device's order under
+   ``enforced``, none under ``dynamic``) and run on the rig: ``--steps`` timed untraced steps after
+   ``--warmup``; the median is the measured step.
 
 Placements: ``single`` (every node on worker 0), ``balanced`` (``place{algo=m-etf}``: Baechi's
 m-ETF, a balanced 2-way split) and ``fine`` (colocation classes dealt round-robin over the devices
@@ -27,7 +30,10 @@ in topological order: a fine-grained placement that moves much data; scheduled b
 
 Models: the ``*-infer`` ONNX models shipped with the ``onnx`` package (``light_*``: real
 architectures at batch 1) and the zoo's training steps rebuilt at ``--train-batch`` (default 1) by
-the zoo's own builder.
+the zoo's own builder. ``lstm-train`` is the zoo's LSTM language model at a smaller size
+(``zoo-config:``): the zoo's ``lstm_train`` (4 x 2048 units, vocabulary 32000, ≈265 M parameters
+with Adam's slots) was OOM-killed at 11 GB in one worker; 4 x 1024 units and a vocabulary of 8000
+(≈50 M parameters) fit.
 """
 
 from __future__ import annotations
@@ -55,12 +61,14 @@ MODELS: dict[str, str] = {
     "resnet50-infer": "onnx:light_resnet50",
     "resnet50-train": "zoo:resnet50_train",
     "gpt-train": "zoo:gpt_train",
-    "lstm-train": "zoo:lstm_train",
+    "lstm-train": "zoo-config:lstm:layers=4,units=1024,vocab=8000,seq=24",
 }
-"""Benchmark name -> source (``onnx:<light model>`` or ``zoo:<training entry>``)."""
+"""Benchmark name -> source (``onnx:<light model>``, ``zoo:<training entry>`` or
+``zoo-config:<zoo model>:<key=value,...>``: a zoo training step at another size)."""
 
 PLACEMENTS = ("single", "balanced", "fine")
-RULES = ("pair", "port", "task")
+ORDERS = ("enforced", "dynamic")
+RULES = ("pair", "port", "task", "topology")
 
 
 @dataclasses.dataclass
@@ -69,6 +77,7 @@ class Row:
 
     model: str
     placement: str
+    order: str
     nodes: int
     devices_used: int
     transfers: int
@@ -88,8 +97,33 @@ class Row:
         return (self.simulated_s - self.measured_s) / self.measured_s
 
 
-def _load(source: str, train_batch: int) -> Any:
+_CONFIG_BUILD = """
+import sys
+from pathlib import Path
+from graphir.tools import zoo
+config = tuple((k, int(v)) for k, v in (item.split("=") for item in sys.argv[3].split(",")))
+graph_def, _ = zoo.build_train_graphdef(sys.argv[1], int(sys.argv[2]), config)
+Path(sys.argv[4]).write_bytes(graph_def.SerializeToString(deterministic=True))
+"""
+
+
+def _load(source: str, train_batch: int, scratch: Path | None = None) -> Any:
     kind, _, name = source.partition(":")
+    if kind == "zoo-config":  # a zoo model at another size, built in a fresh process (as the zoo does)
+        import subprocess
+
+        from tensorflow.core.framework import graph_pb2
+
+        from graphir.importers.tf import import_graphdef
+
+        model, _, config = name.partition(":")
+        path = Path(scratch or tempfile.gettempdir()) / f"{model}-{config.replace(',', '-')}-b{train_batch}.pb"
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="tensorflow")
+        command = [sys.executable, "-c", _CONFIG_BUILD, model, str(train_batch), config, str(path)]
+        subprocess.run(command, check=True, env=env, capture_output=True)
+        graph_def = graph_pb2.GraphDef()
+        graph_def.ParseFromString(path.read_bytes())
+        return import_graphdef(graph_def, name=f"{model}_train_b{train_batch}", source=f"<{model} {config}>")
     if kind == "onnx":
         import onnx
 
@@ -122,10 +156,11 @@ def fine_placement(module: Any) -> dict[str, str]:
     return mapping
 
 
-def _place(module: Any, placement: str, congestion: str, scratch: Path, seed: int) -> Any:
+def _place(module: Any, placement: str, order: str, congestion: str, scratch: Path, seed: int) -> Any:
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
+    from graphir.simulator import record_order
 
     for node in module.graph.nodes:
         node.device = None
@@ -138,15 +173,15 @@ def _place(module: Any, placement: str, congestion: str, scratch: Path, seed: in
         path = scratch / f"{module.name}-fine.json"
         path.write_text(json.dumps(fine_placement(module)))
         place = f"place{{algo=file path={path}}}"
-    pipeline = f"{place},simulate{{congestion={congestion} order=enforced}}"
-    return PassManager(parse_pipeline(pipeline)).run(module, PassContext(seed=seed))
+    PassManager(parse_pipeline(place)).run(module, PassContext(seed=seed))
+    record_order(module, order)
+    return PassManager(parse_pipeline(f"simulate{{congestion={congestion}}}")).run(module, PassContext(seed=seed))
 
 
-def link_time(cluster: Any, src: str, dst: str, nbytes: int) -> float:
-    """The cluster description's time for one transfer between two TF devices, uncontended."""
-    names = {device.tf_device: device.name for device in cluster.devices}
-    link = next(link for link in cluster.links if (link.src, link.dst) == (names[src], names[dst]))
-    return cluster.transfer_overhead + link.latency + nbytes / link.bandwidth
+def link_time(links: Any, cluster: Any, src: str, dst: str, nbytes: int) -> float:
+    """The link model's time for one transfer between two TF devices, alone on its route."""
+    position = {device.tf_device: k for k, device in enumerate(cluster.devices)}
+    return float(links.transfer_time(nbytes, position[src], position[dst]))
 
 
 def _loadavg() -> float:
@@ -156,12 +191,14 @@ def _loadavg() -> float:
 def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace, scratch: Path, log: Any) -> list[Row]:
     """Profile ``name`` once on the rig, then place, simulate and measure it under every placement."""
     from graphir.backends.tf.rig import rig, run_on_rig
+    from graphir.links import LinkModel
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.simulator import simulate
 
-    module = _load(source, args.train_batch)
+    links = LinkModel.from_cluster(cluster, args.congestion)
+    module = _load(source, args.train_batch, scratch)
     module.set_cluster(cluster)
     log(f"{name}: {len(module.graph)} nodes; profile{{mode=tf-run}}")
     PassManager(parse_pipeline(f"profile{{mode=tf-run iterations={args.trace_steps}}}")).run(
@@ -170,30 +207,32 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
     rows = []
     with rig(cluster) as servers:
         for placement in args.placements:
-            _place(module, placement, args.congestion, scratch, args.seed)
-            result = simulate(module, congestion=args.congestion, order="enforced")
-            load = _loadavg()
-            run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
-            load = max(load, _loadavg())
-            row = Row(
-                name,
-                placement,
-                len(module.graph),
-                len({n.device for n in module.graph.nodes}),
-                int(result.transfers),
-                int(sum(result.link_bytes.values())),
-                run.median_s,
-                float(result.makespan),
-                run.times_s,
-                load,
-                [(n, seconds, link_time(cluster, src, dst, n)) for _, src, dst, n, seconds in run.transfers],
-                {rule: float(simulate(module, congestion=rule, order="enforced").makespan) for rule in RULES},
-            )
-            log(
-                f"{name} {placement}: measured {row.measured_s:.4g} s, simulated {row.simulated_s:.4g} s "
-                f"({row.error:+.1%}), load {load:.2f}"
-            )
-            rows.append(row)
+            for order in args.orders:
+                _place(module, placement, order, args.congestion, scratch, args.seed)
+                result = simulate(module, congestion=args.congestion)  # the recorded order
+                load = _loadavg()
+                run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
+                load = max(load, _loadavg())
+                row = Row(
+                    name,
+                    placement,
+                    order,
+                    len(module.graph),
+                    len({n.device for n in module.graph.nodes}),
+                    int(result.transfers),
+                    int(sum(result.link_bytes.values())),
+                    run.median_s,
+                    float(result.makespan),
+                    run.times_s,
+                    load,
+                    [(n, seconds, link_time(links, cluster, src, dst, n)) for _, src, dst, n, seconds in run.transfers],
+                    {rule: float(simulate(module, congestion=rule).makespan) for rule in RULES},
+                )
+                log(
+                    f"{name} {placement} {order}: measured {row.measured_s:.4g} s, simulated {row.simulated_s:.4g} s "
+                    f"({row.error:+.1%}), load {load:.2f}"
+                )
+                rows.append(row)
     del module
     gc.collect()
     return rows
@@ -206,12 +245,13 @@ def write_json(rows: Sequence[Row], path: Path) -> None:
 
 
 def _summary(rows: Sequence[Row]) -> tuple[float, float]:
+    """Median and worst |error| of ``rows`` (NaN without rows)."""
     errors = [abs(r.error) for r in rows]
     return (float(statistics.median(errors)), max(errors)) if errors else (float("nan"), float("nan"))
 
 
 def write_markdown(
-    rows: Sequence[Row], path: Path, command: str, cluster_text: str, notes: Sequence[str], rule: str = "task"
+    rows: Sequence[Row], path: Path, command: str, cluster_text: str, notes: Sequence[str], rule: str = "topology"
 ) -> None:
     """The results page: every pair, the summary, the command, the cluster description."""
     median, worst = _summary(rows)
@@ -223,12 +263,21 @@ def write_markdown(
         "",
         "Measured: median wall time of untraced `session.run` steps of the placed, lowered module on the "
         "rig (local `tf.distribute.Server` workers, one pinned core and one thread each, transfers over "
-        f"TF's gRPC). Simulated: `simulate{{congestion={rule} order=enforced}}` with `profile{{mode=tf-run}}` "
-        "costs (one single-worker run) and the calibrated cluster below. Error = (simulated − measured) / measured.",
+        f"TF's gRPC). Simulated: `simulate{{congestion={rule}}}` under the execution order the placement recorded "
+        "(the lowering adds the per-device control dependencies under `enforced` and none under `dynamic`), with "
+        "`profile{mode=tf-run}` costs (one single-worker run) and the calibrated cluster below. "
+        "Error = (simulated − measured) / measured.",
         "",
         f"**{len(rows)} pairs: median |error| {median:.1%}, worst {worst:.1%}** "
         f"(target: median ≤ 10 %, worst ≤ 25 % over ≥ 15 pairs). 1-minute load average while measuring: "
         f"{min(loads, default=0):.2f} – {max(loads, default=0):.2f}.",
+        "",
+        *[
+            f"- `{order}` only: {len(chosen)} pairs, median |error| {_summary(chosen)[0]:.1%}, "
+            f"worst {_summary(chosen)[1]:.1%}."
+            for order in dict.fromkeys(r.order for r in rows)
+            if (chosen := [r for r in rows if r.order == order])
+        ],
         "",
         *notes,
         "",
@@ -243,18 +292,19 @@ def write_markdown(
         "between tasks in one traced step (a Send/Recv pair per consumer task).",
         "- *transfer time meas. / model*: median over the measured tensors of (producer kernel end → "
         "receiver's `RecvTensor` end) divided by the cluster description's uncontended time "
-        "(`[overheads] transfer` + latency + bytes / bandwidth). Above 1: transfers wait for the pinned "
-        "core that also computes (gRPC threads share it), which the `task` congestion rule books.",
+        f"(the link model's `transfer_time` under `{rule}`: `[overheads] transfer` + latency + the largest of "
+        "bytes / bandwidth and the calibrated send and receive CPU). Above 1: transfers wait for the pinned core "
+        "that also computes (gRPC threads share it), which the CPU charge books.",
         "- Not simulated: the fixed cost of a step (client → master → worker RPCs, feeding the inputs, "
         "fetching the outputs; `step-overhead` in the cluster file's header), a few hundred microseconds.",
         "",
-        "| model | placement | nodes | devices | transfers sim. / meas. | MiB moved (sim.) | "
+        "| model | placement | order | nodes | devices | transfers sim. / meas. | MiB moved (sim.) | "
         "transfer time meas. / model (median) | measured (s) | simulated (s) | error | load |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.model} | {r.placement} | {r.nodes} | {r.devices_used} | {r.transfers} / "
+            f"| {r.model} | {r.placement} | {r.order} | {r.nodes} | {r.devices_used} | {r.transfers} / "
             f"{len(r.measured_transfers)} | {r.transfer_bytes / 2**20:.1f} | {_transfer_ratio(r)} | "
             f"{r.measured_s:.4g} | {r.simulated_s:.4g} | {r.error:+.1%} | {r.load:.2f} |"
         )
@@ -290,14 +340,16 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     markers = {"single": "o", "balanced": "s", "fine": "^"}
     for model in dict.fromkeys(r.model for r in rows):
         for placement, marker in markers.items():
-            chosen = [r for r in rows if r.model == model and r.placement == placement]
-            if chosen:
-                axes.scatter(
-                    [r.measured_s for r in chosen],
-                    [r.simulated_s for r in chosen],
-                    marker=marker,
-                    label=f"{model} {placement}",
-                )
+            for order, fill in (("enforced", None), ("dynamic", "none")):
+                chosen = [r for r in rows if r.model == model and r.placement == placement and r.order == order]
+                if chosen:
+                    axes.scatter(
+                        [r.measured_s for r in chosen],
+                        [r.simulated_s for r in chosen],
+                        marker=marker,
+                        label=f"{model} {placement} {order}",
+                        **({"facecolors": fill} if fill else {}),
+                    )
     values = [v for r in rows for v in (r.measured_s, r.simulated_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
     axes.plot([low, high], [low, high], color="black", linewidth=1)
@@ -319,8 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_fidelity", description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--placements", default=",".join(PLACEMENTS))
+    parser.add_argument("--orders", default=",".join(ORDERS), help="execution orders, each recorded and run as such")
     parser.add_argument("--cluster", default="2xcpu-workers")
-    parser.add_argument("--congestion", default="task", choices=("pair", "port", "task", "topology"))
+    parser.add_argument("--congestion", default="topology", choices=RULES)
     parser.add_argument("--steps", type=int, default=7, help="timed steps per pair (median)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--trace-steps", type=int, default=5, help="traced steps of the profile run")
@@ -331,8 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
     args = parser.parse_args(argv)
     args.placements = [p for p in args.placements.split(",") if p]
+    args.orders = [o for o in args.orders.split(",") if o]
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in MODELS] + [p for p in args.placements if p not in PLACEMENTS]
+    unknown += [o for o in args.orders if o not in ORDERS]
     if unknown:
         print(f"bench-fidelity: unknown {', '.join(unknown)}", file=sys.stderr)
         return 1

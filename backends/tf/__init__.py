@@ -19,7 +19,8 @@ Emitters (registered on import; TensorFlow is loaded only when one runs):
   ``DIR/tf-savedmodel.txt``.
 
 Both enforce each device's ``order`` with control dependencies when the module is ordered (every
-placed node has ``order``), so the exported graph runs the schedule graphir evaluated.
+placed node has ``order``) and its placement runs under the ``enforced`` execution order (not
+``dynamic``), so the exported graph runs the schedule graphir evaluated.
 
 See :mod:`graphir.backends.tf.lowering` (paths, constants, ordering), :mod:`.onnx_ops` (the ONNX
 op table, NCHW handling) and :mod:`.tf_graphdef` (re-emitting TF-imported graphs).
@@ -45,8 +46,10 @@ if TYPE_CHECKING:
 __all__ = ["LoweredGraph", "lower", "manifest"]
 
 
-def lower(module: Module, enforce_order: bool = False, large_weight_bytes: int | None = 1 << 20) -> LoweredGraph:
+def lower(module: Module, enforce_order: bool | None = None, large_weight_bytes: int | None = 1 << 20) -> LoweredGraph:
     """Lower ``module`` to TensorFlow (see :func:`graphir.backends.tf.lowering.lower`).
+
+    ``enforce_order=None`` follows the execution order the placement recorded.
 
     Constants above ``large_weight_bytes`` are held as resource variables outside the graph.
     """
@@ -61,11 +64,6 @@ def __getattr__(name: str) -> Any:
 
         return LoweredGraph
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _is_ordered(module: Module) -> bool:
-    placed = [node for node in module.graph.nodes if node.device is not None]
-    return bool(placed) and all(node.order is not None for node in placed)
 
 
 def manifest(module: Module, lowered: LoweredGraph, what: str) -> str:
@@ -90,7 +88,7 @@ def manifest(module: Module, lowered: LoweredGraph, what: str) -> str:
 
 def emit_tf_graphdef(module: Module, output: Path | None) -> str:
     """``--emit=tf-graphdef``: write the GraphDef to ``output``; return the manifest (stdout: the pbtxt)."""
-    lowered = lower(module, enforce_order=_is_ordered(module))
+    lowered = lower(module)
     graph_def = lowered.graph_def()  # large weights embedded as Const ops: a self-contained file
     if graph_def.ByteSize() >= 2**31:
         raise BackendError(
@@ -119,7 +117,7 @@ def emit_tf_savedmodel(module: Module, output: Path | None) -> str:
         raise BackendError(f"--emit=tf-savedmodel: '{output}' exists and is not a directory")
     if output.is_dir() and any(output.iterdir()) and not (output / "saved_model.pb").exists():
         raise BackendError(f"--emit=tf-savedmodel: '{output}' is a non-empty directory that holds no SavedModel")
-    lowered = lower(module, enforce_order=_is_ordered(module))
+    lowered = lower(module)
     import tensorflow as tf
 
     parent = output.resolve().parent

@@ -37,7 +37,9 @@ ops by default (a self-contained GraphDef, what ``--emit=tf-graphdef`` writes; i
 ``VarHandleOp`` (``shared_name`` = its node name, on the weight's device), which
 :meth:`LoweredGraph.initialize_weights` fills in a session one weight at a time.
 
-**Enforcing the order** (``enforce_order=True``): for every device, each node gets a control
+**Enforcing the order** (``enforce_order=True``; by default when the placement recorded the
+``enforced`` execution order and every placed node has an ``order``, :func:`enforces_order`; a
+placement recorded ``dynamic`` gets none, as TensorFlow's executor runs it): for every device, each node gets a control
 dependency on the node before it in that device's ``order`` annotation (Pesto's mechanism), so a
 node's first ops cannot start before the previous node's results on that device exist. FastT
 instead gives ops priorities that a modified TensorFlow executor uses to choose among *ready* ops;
@@ -64,6 +66,7 @@ import numpy as np
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
 from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype
+from graphir.simulator import recorded_order
 
 __all__ = ["LoweredGraph", "check_supported", "lower", "lowering_sequence", "module_opset", "node_devices"]
 
@@ -332,15 +335,28 @@ def _constant_devices(module: Module, devices: Mapping[Node, str]) -> dict[Value
 # --------------------------------------------------------------------------------- entry point
 
 
+def enforces_order(module: Module) -> bool:
+    """Whether ``module`` runs with its per-device orders enforced by control dependencies.
+
+    True when it is placed, every placed node has an ``order`` and the placement recorded the
+    ``enforced`` execution order (:func:`graphir.simulator.recorded_order`): the lowering then adds
+    exactly the dependencies the simulator's default (the recorded order) assumes.
+    """
+    placed = [node for node in module.graph.nodes if node.device is not None]
+    ordered = bool(placed) and all(node.order is not None for node in placed)
+    return ordered and recorded_order(module) == "enforced"
+
+
 def lower(
-    module: Module, enforce_order: bool = False, large_weight_bytes: int | None = LARGE_WEIGHT_BYTES
+    module: Module, enforce_order: bool | None = None, large_weight_bytes: int | None = LARGE_WEIGHT_BYTES
 ) -> LoweredGraph:
     """Lower ``module`` to TensorFlow with every node on its assigned device.
 
     Args:
         module: an ONNX- or TF-imported module, usually placed (``device`` annotations); unplaced
             nodes get no device (TensorFlow chooses).
-        enforce_order: add control dependencies along each device's ``order`` annotation.
+        enforce_order: add control dependencies along each device's ``order`` annotation (None:
+            when the placement runs under the ``enforced`` order, :func:`enforces_order`).
         large_weight_bytes: ONNX constants larger than this become resource variables outside the
             graph (``None``: every constant is a graph ``Const``). TF-imported modules keep theirs.
 
@@ -352,6 +368,8 @@ def lower(
             cluster lacks, missing orders, or a node TensorFlow cannot build.
     """
     check_supported(module)
+    if enforce_order is None:
+        enforce_order = enforces_order(module)
     devices = node_devices(module)
     sequence, order_prev = lowering_sequence(module, enforce_order)
     from graphir.importers.tf import load_tensorflow

@@ -61,9 +61,11 @@ __all__ = [
     "graph_gaps",
     "normalise_device",
     "parse_step_stats",
+    "process_cpu_seconds",
     "rig",
     "rig_cores",
     "run_on_rig",
+    "transfer_cpu_runs",
 ]
 
 _REPLICA = re.compile(r"/replica:\d+")
@@ -273,8 +275,8 @@ def run_on_rig(
         trace_steps: traced steps after the timed ones (0: no statistics).
         seed: seeds inputs and variables not given.
         variables: given variable values (``{shared_name or node name: array}``).
-        enforce_order: add the per-device order control dependencies (default: when every placed
-            node has an order).
+        enforce_order: add the per-device order control dependencies (default: when the placement
+            recorded the ``enforced`` order and every placed node has one).
         timeout_s: bound of each session run.
     """
     from graphir.backends.tf import lower
@@ -284,8 +286,9 @@ def run_on_rig(
     if steps < 1:
         raise BackendError(f"the rig needs at least one timed step, got {steps}")
     if enforce_order is None:
-        placed = [n for n in module.graph.nodes if n.device is not None]
-        enforce_order = bool(placed) and all(n.order is not None for n in placed)
+        from graphir.backends.tf.lowering import enforces_order
+
+        enforce_order = enforces_order(module)
     lowered = lower(module, enforce_order=enforce_order)
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
@@ -339,6 +342,8 @@ class RigCalibration:
         stream: ``device -> (bytes read + written, median kernel seconds)`` of a large AddV2.
         graphs: ``(TF ops, median untraced step s, traced kernel sum s)`` of whole calibration
             models run on the first device (:func:`graph_gaps`).
+        transfer_cpu: ``(bytes, count, sender CPU s, receiver CPU s)`` per step, beyond the same
+            tensors kept on the sender (:func:`transfer_cpu_runs`).
     """
 
     transfers: dict[tuple[str, str], list[tuple[int, float]]]
@@ -347,6 +352,7 @@ class RigCalibration:
     matmul: dict[str, tuple[float, float]]
     stream: dict[str, tuple[float, float]]
     graphs: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
+    transfer_cpu: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
 
 
 def calibration_runs(
@@ -473,4 +479,81 @@ def graph_gaps(
             for node in nodes:
                 node.device = None
         out.append((run.ops, run.median_s, run.op_seconds))
+    return out
+
+
+# --------------------------------------------------------------------------- a transfer's CPU cost
+
+_TASK = re.compile(r"/job:([^/]+)/task:(\d+)")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """On-CPU seconds of every thread of process ``pid`` so far (``/proc/PID/task/*/schedstat``, ns resolution)."""
+    total = 0
+    folder = f"/proc/{pid}/task"
+    for thread in os.listdir(folder):
+        with contextlib.suppress(OSError):  # a thread that exited between listdir and open
+            with open(f"{folder}/{thread}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+    return total / 1e9
+
+
+def transfer_cpu_runs(
+    cluster: Cluster,
+    servers: Any,
+    sizes: Sequence[int] = (4 << 10, 1 << 20, 4 << 20),
+    counts: Sequence[int] = (1, 8),
+    steps: int = 20,
+) -> list[tuple[int, int, float, float]]:
+    """The CPU time transfers cost the sending and the receiving worker: ``(bytes, count, sender s, receiver s)``.
+
+    For every ordered device pair, size and count ``K``, two graphs run ``steps`` untraced steps
+    each: ``K`` tensors of that many bytes made on the sender and consumed on the receiver, and the
+    same ``K`` tensors consumed on the sender (no transfer). Each worker's on-CPU time (every thread
+    of its process, :func:`process_cpu_seconds`) per step in the first minus the second is what the
+    ``K`` transfers cost it, plus a per-step term for involving a second worker, which the caller
+    separates by fitting ``a + K·(c0 + c1·bytes)``. CPU time, unlike wall time, is what the worker's
+    own core spent, so other jobs on the machine barely move it.
+    """
+    from graphir.backends.tf.run import session_config
+    from graphir.importers.tf import load_tensorflow
+
+    tf = load_tensorflow("measuring transfer CPU on the rig")
+    pids: dict[str, int] = {}
+    for device in cluster.devices:
+        match = _TASK.search(device.tf_device)
+        if match is None or (match[1], int(match[2])) not in servers.processes:
+            raise BackendError(f"rig: device '{device.name}' ({device.tf_device}) is not one of the rig's tasks")
+        pids[device.name] = servers.processes[(match[1], int(match[2]))].pid
+    graph = tf.Graph()
+    targets: list[tuple[str, str, int, int, Any, Any]] = []
+    with graph.as_default():
+        for src in cluster.devices:
+            for dst in cluster.devices:
+                if src.name == dst.name:
+                    continue
+                for size in sizes:
+                    for count in counts:
+                        with tf.device(src.tf_device):
+                            made = [tf.fill([max(size // 4, 1)], float(k + 1)) for k in range(count)]
+                            local = tf.group(*[tf.identity(t) for t in made])
+                        with tf.device(dst.tf_device):
+                            sent = tf.group(*[tf.identity(t) for t in made])
+                        targets.append((src.name, dst.name, size, count, sent, local))
+    out = []
+    with tf.compat.v1.Session(servers.target, graph=graph, config=session_config(tf)) as session:
+
+        def cpu_per_step(target: Any, src: str, dst: str) -> tuple[float, float]:
+            for _ in range(3):
+                session.run(target)
+            before = (process_cpu_seconds(pids[src]), process_cpu_seconds(pids[dst]))
+            for _ in range(steps):
+                session.run(target)
+            after = (process_cpu_seconds(pids[src]), process_cpu_seconds(pids[dst]))
+            return (after[0] - before[0]) / steps, (after[1] - before[1]) / steps
+
+        for src, dst, size, count, sent, local in targets:
+            moved = cpu_per_step(sent, src, dst)
+            kept = cpu_per_step(local, src, dst)
+            out.append((size, count, moved[0] - kept[0], moved[1] - kept[1]))
     return out

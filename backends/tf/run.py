@@ -390,14 +390,16 @@ def run_module(
         warmup: untimed steps first.
         seed: seed of the inputs and of variables not given in ``variables``.
         variables: initial variable values (``{shared_name or node name: array}``).
-        enforce_order: add the order control dependencies (default: when every placed node has one).
+        enforce_order: add the order control dependencies (default: when the placement recorded the
+            ``enforced`` order and every placed node has one).
         timeout_s: bound of each session run, and of the servers' start-up.
     """
     if steps < 1:
         raise BackendError(f"--run-tf needs at least one step, got {steps}")
     if enforce_order is None:
-        placed = [n for n in module.graph.nodes if n.device is not None]
-        enforce_order = bool(placed) and all(n.order is not None for n in placed)
+        from graphir.backends.tf.lowering import enforces_order
+
+        enforce_order = enforces_order(module)
     from graphir.backends.tf import lower
 
     devices = sorted({module.cluster.device(n.device).tf_device for n in module.graph.nodes if n.device is not None})

@@ -48,7 +48,7 @@ from graphir.pass_infra import (
     register_pass,
 )
 from graphir.passes.place.problem import PlacementProblem, coarse_devices, list_schedule, write_placement
-from graphir.simulator import SimResult, simulate
+from graphir.simulator import SimResult, record_order, simulate
 
 DEFAULT_ALGO = "auto"
 """The placer ``place`` runs when no ``algo`` is given."""
@@ -102,7 +102,15 @@ class PlacementContext:
 
 @dataclasses.dataclass(frozen=True)
 class Placer(Algorithm):
-    """Base of the placers of ``place{algo=...}`` (frozen dataclasses; fields are their options)."""
+    """Base of the placers of ``place{algo=...}`` (frozen dataclasses; fields are their options).
+
+    ``execution_order`` is the order the placer's placements run under, recorded on the module by
+    ``place`` (:func:`graphir.simulator.record_order`): ``enforced`` (the per-device order, with
+    control dependencies in the TF lowering, as Pesto and FastT run) or ``dynamic`` (TensorFlow's
+    executor, as Baechi and Celeritas run). The simulator and the lowering follow the record.
+    """
+
+    execution_order: ClassVar[str] = "enforced"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Place (and optionally schedule) the coarse graph of ``problem``."""
@@ -191,6 +199,7 @@ def apply_placement(
     _check_constraints(problem, device)
     start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
     write_placement(module, problem, device, start)
+    record_order(module, PLACERS[algo].execution_order if algo in PLACERS else "enforced")
     seconds = time.perf_counter() - started
     stats: dict[str, Stat] = {
         "algo": algo,

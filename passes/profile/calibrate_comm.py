@@ -34,6 +34,12 @@ negative, the latency is set to 0 and the bandwidth refitted through the origin.
   kernel time) — smaller, because TF's executor runs such cheap kernels inline rather than through
   its thread pool. The simulator charges ``op_overhead`` per IR node: exact for TF-imported graphs
   (one kernel per node), an undercount for ONNX-imported ones, whose nodes lower to a few TF ops;
+* the **CPU a transfer costs** the sending and the receiving worker (``[overheads] send_cpu``,
+  ``send_cpu_per_byte``, ``recv_cpu``, ``recv_cpu_per_byte``, charged by ``congestion=topology``):
+  each worker's on-CPU time per step with ``K`` tensors sent minus the same tensors kept on the
+  sender (:func:`graphir.backends.tf.rig.transfer_cpu_runs`), fitted as ``a + K·(c0 + c1·bytes)``
+  over sizes and ``K`` by relative least squares, pooled over the pairs (one description for the
+  testbed); ``a`` (the step's cost of involving a second worker) is dropped, negative terms are 0;
 * each device's roofline: one core's FLOP/s (a 1024² MatMul) and bytes/s (an ``AddV2`` of 16 MiB
   vectors, bytes read + written), so ``profile{mode=analytical}`` works on the rig too.
 
@@ -76,12 +82,14 @@ from graphir.cluster import (
     Cluster,
     ClusterError,
     Device,
+    TransferCpu,
     device_toml,
     link_toml,
     load_cluster_toml,
     resolve_cluster,
     rig_cache_path,
 )
+from graphir.cluster_toml import TRANSFER_CPU_KEYS
 from graphir.errors import GraphIRError, PassError
 from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
@@ -298,6 +306,7 @@ class RigFit:
         op_overhead: device -> executor seconds per op beyond its kernel.
         step_overhead: device -> fixed seconds per step (intercept of the chain fit).
         peak_flops / mem_bandwidth: device -> one core's roofline.
+        transfer_cpu: the CPU a transfer costs its two workers, None when not measured.
     """
 
     links: tuple[LinkFit, ...]
@@ -306,10 +315,14 @@ class RigFit:
     step_overhead: dict[str, float]
     peak_flops: dict[str, float]
     mem_bandwidth: dict[str, float]
+    transfer_cpu: TransferCpu | None = None
 
     def stats(self) -> dict[str, Stat]:
         """Pass statistics of the overheads and speeds."""
         stats: dict[str, Stat] = {"transfer-overhead-s": self.transfer_overhead}
+        if self.transfer_cpu is not None:
+            for key, value in zip(TRANSFER_CPU_KEYS, attrs.astuple(self.transfer_cpu), strict=True):
+                stats[key.replace("_", "-")] = value
         for name in sorted(self.op_overhead):
             stats[f"op-overhead-s.{name}"] = self.op_overhead[name]
             stats[f"step-overhead-s.{name}"] = self.step_overhead[name]
@@ -344,7 +357,11 @@ class RigFit:
                 op_overhead=kind_median(self.op_overhead, device.kind, device.op_overhead),
             )
             lines += [*device_toml(calibrated), ""]
-        lines += ["[overheads]", f"transfer = {float(f'{self.transfer_overhead:.4g}')!r}", ""]
+        lines += ["[overheads]", f"transfer = {float(f'{self.transfer_overhead:.4g}')!r}"]
+        if self.transfer_cpu is not None:
+            for key, value in zip(TRANSFER_CPU_KEYS, attrs.astuple(self.transfer_cpu), strict=True):
+                lines.append(f"{key} = {float(f'{value:.4g}')!r}")
+        lines.append("")
         for fit in self.links:
             bandwidth = fit.bandwidth if np.isfinite(fit.bandwidth) else 1e15
             latency = float(f"{max(fit.latency - self.transfer_overhead, 0.0):.4g}")
@@ -376,7 +393,26 @@ def fit_rig(measured: Any) -> RigFit:
     peak = {name: flops / seconds for name, (flops, seconds) in measured.matmul.items() if seconds > 0}
     stream = {name: nbytes / seconds for name, (nbytes, seconds) in measured.stream.items() if seconds > 0}
     overhead = min((fit.latency for fit in links), default=0.0)
-    return RigFit(tuple(links), overhead, op_overhead, step_overhead, peak, stream)
+    cpu = fit_transfer_cpu(measured.transfer_cpu)
+    return RigFit(tuple(links), overhead, op_overhead, step_overhead, peak, stream, cpu)
+
+
+def fit_transfer_cpu(samples: Sequence[tuple[int, int, float, float]]) -> TransferCpu | None:
+    """Fit ``a + K·(c0 + c1·bytes)`` to the sender's and the receiver's CPU per step (relative least squares).
+
+    ``samples``: ``(bytes, K, sender s, receiver s)``. Returns the per-transfer terms (``a`` is the
+    step's, not a transfer's); None with fewer than three distinct ``(bytes, K)`` points.
+    """
+    if len({(nbytes, count) for nbytes, count, _, _ in samples}) < 3:
+        return None
+    design = np.array([[1.0, count, count * nbytes] for nbytes, count, _, _ in samples])
+    terms = []
+    for column in (2, 3):
+        y = np.array([sample[column] for sample in samples], dtype=float)
+        weight = 1.0 / np.maximum(np.abs(y), 1e-6)  # relative: small transfers count as much as large ones
+        solution, *_ = np.linalg.lstsq(design * weight[:, None], y * weight, rcond=None)
+        terms += [max(float(solution[1]), 0.0), max(float(solution[2]), 0.0)]
+    return TransferCpu(*terms)
 
 
 CALIBRATION_MODELS = ("light_bvlc_alexnet", "light_shufflenet", "light_zfnet512", "light_densenet121")
@@ -405,12 +441,13 @@ def calibrate_rig(
     ``modules`` default to :func:`calibration_modules` (an empty list: the scalar-chain estimate of
     the per-op overhead only).
     """
-    from graphir.backends.tf.rig import calibration_runs, graph_gaps, rig
+    from graphir.backends.tf.rig import calibration_runs, graph_gaps, rig, transfer_cpu_runs
 
     if modules is None:
         modules = calibration_modules()
     with rig(cluster) as servers:
         measured = calibration_runs(cluster, servers, sizes, repeats)
+        measured.transfer_cpu = transfer_cpu_runs(cluster, servers)
         if modules:
             for module in modules:
                 module.set_cluster(cluster)

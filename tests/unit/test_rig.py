@@ -267,3 +267,46 @@ def test_tf_run_scales_traced_kernels_to_the_untraced_step():
     run.node_devices["b"] = "/job:worker/task:1/device:CPU:0"
     run.op_seconds = 0.125
     assert _trace_scale(run) == 1.0  # several devices: no single ratio
+
+
+def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
+    """Per step: a + K·(c0 + c1·bytes) on each worker; the fit returns c0, c1 (a is the step's), into the TOML."""
+    measured = _calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)
+    measured.transfer_cpu = [
+        (nbytes, count, 40e-6 + count * (60e-6 + 0.5e-9 * nbytes), 90e-6 + count * (30e-6 + 0.75e-9 * nbytes))
+        for nbytes in (4 << 10, 1 << 20, 4 << 20)
+        for count in (1, 8)
+    ]
+    fitted = fit_rig(measured)
+    assert fitted.transfer_cpu is not None
+    assert (fitted.transfer_cpu.send, fitted.transfer_cpu.send_per_byte) == (
+        pytest.approx(60e-6, rel=1e-6),
+        pytest.approx(0.5e-9, rel=1e-6),
+    )
+    assert (fitted.transfer_cpu.recv, fitted.transfer_cpu.recv_per_byte) == (
+        pytest.approx(30e-6, rel=1e-6),
+        pytest.approx(0.75e-9, rel=1e-6),
+    )
+    path = tmp_path / "rig.toml"
+    path.write_text(fitted.toml(cpu_workers_cluster(2)))
+    cluster = load_cluster_toml(path)
+    assert cluster.transfer_cpu is not None
+    assert cluster.transfer_cpu.recv_seconds(1e6) == pytest.approx(30e-6 + 0.75e-3, rel=1e-3)
+    # Not measured (an older calibration): no charge, and no keys in the file.
+    assert fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)).transfer_cpu is None
+
+
+def test_fidelity_page_summarises_each_execution_order(tmp_path):
+    from graphir.tools.bench_fidelity import Row, write_markdown
+
+    def row(order: str, measured: float, simulated: float) -> Row:
+        return Row("m", "fine", order, 10, 2, 3, 1 << 20, measured, simulated, [measured], 1.0)
+
+    rows = [row("enforced", 1.0, 1.1), row("enforced", 1.0, 0.8), row("dynamic", 2.0, 2.1)]
+    path = tmp_path / "fidelity.md"
+    write_markdown(rows, path, "cmd", "", [])
+    text = path.read_text()
+    assert "**3 pairs: median |error| 10.0%, worst 20.0%**" in text
+    assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
+    assert "- `dynamic` only: 1 pairs, median |error| 5.0%, worst 5.0%." in text
+    assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
