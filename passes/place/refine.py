@@ -22,10 +22,11 @@ The first trial re-orders instead: the same devices in the rank_u list-schedule 
 **Which moves first** (critical-path guidance). The simulation's *critical chain* is walked back
 from the last coarse node to finish: at each node, the predecessor (a data producer, or the node
 before it on its device) that finished last. Blocks are tried in decreasing compute time on that
-chain (then by position), and each block's targets in increasing device busy time (then device
-number): moving critical work off the busiest device, or next to the producer it waits for, comes
-first. While the placement overflows memory, blocks on an overflowing device come first, biggest
-(persistent + activation bytes) first, to the devices with the most memory left in the simulation.
+chain (then by position), and each block's targets (at most :data:`MAX_TARGETS`) in increasing
+device busy time (then device number): moving critical work off the busiest device, or next to the
+producer it waits for, comes first. While the placement overflows memory, blocks on an overflowing
+device come first, biggest (persistent + activation bytes) first, to the devices with the most
+memory left in the simulation.
 
 **Sweeps.** One sweep tries every (block, target) pair once at the current size, taking each
 improving move as it comes (first improvement; later blocks of the sweep see the new placement,
@@ -49,6 +50,9 @@ from graphir.simulator import SimResult
 
 MIN_GAIN = 1e-9
 """A trial must lower the makespan by more than this fraction (float noise is no improvement)."""
+
+MAX_TARGETS = 3
+"""Target devices tried per block in a sweep (the most promising ones)."""
 
 BLOCK_DIVISORS = (8, 32, 128)
 """Block sizes ``ceil(n / k)`` tried from coarse to fine, before single nodes."""
@@ -218,9 +222,10 @@ def moves(problem: PlacementProblem, current: Candidate, size: int) -> Iterator[
         targets = np.lexsort((index, -current.headroom)).tolist()
     for b in order:
         block = found[b]
-        for d in targets:
-            if problem.allowed[block, d].all():
-                yield block, d
+        source = int(device[block[0]])
+        allowed = [d for d in targets if d != source and problem.allowed[block, d].all()]
+        for d in allowed[:MAX_TARGETS]:
+            yield block, d
 
 
 def refine(problem: PlacementProblem, best: Candidate, judge: Judge, allowance: int) -> RefineResult:
