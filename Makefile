@@ -7,7 +7,9 @@
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
 #   make format   ruff format + ruff check --fix
-#   make bench    core benchmarks (tools/bench_core.py) + placement matrix (graphir-bench, benchmarks/matrix.toml)
+#   make bench    core benchmarks (tools/bench_core.py) + placement tables (bench-place) + bench-scale
+#   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
+#                 mem-model=liveness and =paper (graphir-bench), checked in benchmarks/results/placement-check.md
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print: times, peak RSS
 #                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
 #   make bench-simulate  simulate on a 100k-node placed graph, every congestion rule and order (1 s budget)
@@ -114,8 +116,16 @@ bench: bench-core bench-place bench-scale bench-simulate
 bench-core: $(STAMP)
 	$(BIN)/python tools/bench_core.py
 
+# Issue 15's table: the zoo's 9 training graphs x the celeritas, pesto and fastt presets x every placer
+# and place{algo=auto}, under mem-model=liveness and (the regression of placement.json) mem-model=paper,
+# then the checks of auto (benchmarks/results/placement-check.md). benchmarks/matrix.toml (the Celeritas
+# testbed alone, placement.md) is `graphir-bench --matrix benchmarks/matrix.toml`.
 bench-place: $(STAMP)
-	$(BIN)/graphir-bench --matrix benchmarks/matrix.toml
+	$(BIN)/graphir-bench --matrix benchmarks/matrix-liveness.toml
+	$(BIN)/graphir-bench --matrix benchmarks/matrix-paper.toml
+	$(BIN)/python -m graphir.tools.placement_check benchmarks/results/placement-liveness.json \
+		--regress benchmarks/results/placement.json benchmarks/results/placement-paper.json \
+		--out benchmarks/results/placement-check.md
 
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
 bench-scale: $(STAMP)

@@ -76,23 +76,34 @@ class Allocations:
 
 
 def output_mask(graph: Graph, index: GraphIndex) -> np.ndarray:
-    """Boolean per value of ``index``: the value is a graph output (one pass over the values)."""
-    outputs = {id(value) for value in graph.outputs if value.producer is not None}
-    mask = np.zeros(len(index.values), dtype=bool)
-    if outputs:
-        for x, value in enumerate(index.values):
-            if id(value) in outputs:
-                mask[x] = True
-    return mask
+    """Boolean per value of ``index``: the value is a graph output (read only; cached on the index)."""
+
+    def build() -> np.ndarray:
+        outputs = {id(value) for value in graph.outputs if value.producer is not None}
+        mask = np.zeros(len(index.values), dtype=bool)
+        if outputs:
+            for x, value in enumerate(index.values):
+                if id(value) in outputs:
+                    mask[x] = True
+        mask.flags.writeable = False
+        return mask
+
+    return index._annotation_cached("output-mask", build)
 
 
 def temporary_bytes(index: GraphIndex) -> np.ndarray:
-    """``mem.temporary`` per node (0 without ``mem``), int64."""
-    return np.fromiter(
-        (0 if mem is None else mem.temporary for mem in index.annotation_list("mem")),
-        dtype=np.int64,
-        count=index.num_nodes,
-    )
+    """``mem.temporary`` per node (0 without ``mem``), int64 (read only, cached on the index)."""
+
+    def build() -> np.ndarray:
+        temporary = np.fromiter(
+            (0 if node.mem is None else node.mem.temporary for node in index.nodes),
+            dtype=np.int64,
+            count=index.num_nodes,
+        )
+        temporary.flags.writeable = False
+        return temporary
+
+    return index._annotation_cached("temporary-bytes", build)
 
 
 def whole_step_bytes(index: GraphIndex) -> np.ndarray:

@@ -158,6 +158,14 @@ def _check_placed(index: GraphIndex, device_of_name: dict[str, int]) -> None:
     raise AssertionError("_check_placed found no fault")
 
 
+def _check_rules(congestion: str, order: str) -> None:
+    """Reject an unknown congestion rule or execution order."""
+    if congestion not in CONGESTION_RULES:
+        raise PassError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
+    if order not in ORDERS:
+        raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
+
+
 def simulate(module: Module, congestion: str = "topology", order: str | None = None) -> SimResult:
     """Simulate the placed and ordered graph of ``module``.
 
@@ -171,21 +179,12 @@ def simulate(module: Module, congestion: str = "topology", order: str | None = N
         PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
             per-device orders deadlock against the data dependencies.
     """
-    if congestion not in CONGESTION_RULES:
-        raise PassError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
     if order is None:
         order = recorded_order(module)
-    if order not in ORDERS:
-        raise PassError(f"unknown execution order '{order}': expected one of {', '.join(ORDERS)}")
-    dynamic = order == "dynamic"
-    graph = module.graph
-    index = graph.index()
-    cluster = module.cluster
+    _check_rules(congestion, order)
+    index = module.graph.index()
     n = index.num_nodes
-    names = cluster.device_names
-    device_of_name = {name: k for k, name in enumerate(names)}
-    num_devices = len(names)
-
+    device_of_name = {name: k for k, name in enumerate(module.cluster.device_names)}
     placed = index.annotation_list("device")
     ordered = index.annotation_list("order")
     try:
@@ -196,6 +195,35 @@ def simulate(module: Module, congestion: str = "topology", order: str | None = N
         _check_placed(index, device_of_name)
     device = np.asarray(dev, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
     position = np.asarray(ordered, dtype=np.int64) if n else np.empty(0, dtype=np.int64)
+    return simulate_placement(module, device, position, congestion, order)
+
+
+def simulate_placement(
+    module: Module, device: np.ndarray, position: np.ndarray, congestion: str = "topology", order: str = "enforced"
+) -> SimResult:
+    """Simulate ``module`` placed by arrays instead of its ``device`` and ``order`` annotations.
+
+    The same simulation as :func:`simulate` (which reads the annotations and calls this); the
+    module is only read, so a placer can judge many candidate placements without copying it.
+
+    Args:
+        module: a module whose nodes carry ``cost`` (placement annotations are ignored).
+        device: device number (cluster order) per node, in the graph index's numbering.
+        position: per node, its place in its device's execution order (``order``).
+        congestion: the congestion rule, as :func:`simulate`.
+        order: the execution-order semantics, as :func:`simulate`.
+    """
+    _check_rules(congestion, order)
+    dynamic = order == "dynamic"
+    graph = module.graph
+    index = graph.index()
+    cluster = module.cluster
+    n = index.num_nodes
+    names = cluster.device_names
+    num_devices = len(names)
+    device = np.asarray(device, dtype=np.int64)
+    position = np.asarray(position, dtype=np.int64)
+    dev = device.tolist()
 
     # Durations on each node's own device kind.
     duration = np.zeros(n)

@@ -69,6 +69,8 @@ class CellResult:
     memory_limit: dict[str, int] = dataclasses.field(default_factory=dict)
     oom: list[str] = dataclasses.field(default_factory=list)
     error: str | None = None
+    auto: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """``place{algo=auto}``'s statistics (``auto.*``: every candidate's makespan, the refinement's gain)."""
 
     def as_json(self) -> dict[str, Any]:
         """The cell as JSON-ready data."""

@@ -3,7 +3,8 @@
 Each model is imported once and kept as ``.gir`` text, and a pipeline's leading ``profile`` is run
 once per (model, cluster, profile options) (:class:`ModuleCache`, :class:`CachedPrefix`), so every
 placer of a model sees identical costs. :func:`run_cell` runs one pipeline and scores it with the
-simulator; :func:`run_matrix` runs them all and fills :attr:`CellResult.ratio`.
+simulator (under the congestion rule and order of the pipeline's last ``simulate``, else the
+simulator's defaults); :func:`run_matrix` runs them all and fills :attr:`CellResult.ratio`.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def run_cell(cache: ModuleCache, model: str, cluster: str, label: str, pipeline:
                 module = cache.fresh(model, cluster)
             manager = PassManager(passes, verify_each=matrix.verify)
             records = manager.run(module, PassContext(seed=matrix.seed))
-            result = simulate(module)
+            judge = [p for p in passes if p.name == "simulate"]  # the pipeline's own rules, when it simulates
+            result = simulate(module, judge[-1].congestion, judge[-1].order) if judge else simulate(module)
     except CellTimeout:
         cell.error = f"timeout: the cell ran longer than {matrix.timeout:g} s"
         return cell
@@ -162,6 +164,9 @@ def run_cell(cache: ModuleCache, model: str, cluster: str, label: str, pipeline:
     cell.peak_memory = {d: int(b) for d, b in zip(result.device_names, result.peak_memory.tolist(), strict=True)}
     cell.memory_limit = {d: int(b) for d, b in zip(result.device_names, result.memory_limit.tolist(), strict=True)}
     cell.oom = list(result.oom_devices)
+    for record in records:
+        if record.pass_.name == "place":
+            cell.auto = {k: v for k, v in record.result.stats.items() if k.startswith("auto.")}
     return cell
 
 

@@ -29,12 +29,11 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from graphir.budget import check_node_budgets
-from graphir.clone import clone_module
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import (
@@ -47,8 +46,14 @@ from graphir.pass_infra import (
     register_algorithm,
     register_pass,
 )
-from graphir.passes.place.problem import PlacementProblem, coarse_devices, list_schedule, write_placement
-from graphir.simulator import SimResult, record_order, simulate
+from graphir.passes.place.problem import (
+    PlacementProblem,
+    coarse_devices,
+    expand_placement,
+    list_schedule,
+    write_placement,
+)
+from graphir.simulator import SimResult, record_order, simulate_placement
 
 DEFAULT_ALGO = "auto"
 """The placer ``place`` runs when no ``algo`` is given."""
@@ -73,8 +78,17 @@ def _silent(message: str) -> None:
     """The default progress sink: drop the message."""
 
 
-CandidateSimulator = Callable[[PlacementProblem, np.ndarray, np.ndarray], SimResult]
-"""``simulate(problem, device, start)``: the simulator's verdict on a candidate placement of ``problem``."""
+class CandidateSimulator(Protocol):
+    """``simulate(problem, device, start, congestion=None)``: the simulator's verdict on a candidate placement.
+
+    ``congestion`` names the link model's congestion rule (None: the simulator's default).
+    """
+
+    def __call__(
+        self, problem: PlacementProblem, device: np.ndarray, start: np.ndarray, congestion: str | None = None
+    ) -> SimResult:
+        """Simulate ``device`` / ``start`` (per coarse node) of ``problem``."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +99,8 @@ class PlacementContext:
         seed: the pipeline seed (``graphir-opt --seed``); every randomised placer seeds from it.
         log: progress output (``--verbose``).
         simulate: the simulator on a candidate placement of the problem being placed (device and
-            start per coarse node, expanded as ``place`` would write it); it works on a private copy
-            of the graph, so the Module is never touched. ``None`` outside the ``place`` pass.
+            start per coarse node, expanded as ``place`` would write it); it only reads the Module
+            (:func:`graphir.simulator.simulate_placement`). ``None`` outside the ``place`` pass.
     """
 
     seed: int = 0
@@ -174,15 +188,19 @@ class Place(Pass):
 
 
 def placement_context(module: Module, ctx: PassContext) -> PlacementContext:
-    """The :class:`PlacementContext` of a pass run: the pipeline seed, its log, a simulator on a copy of ``module``."""
-    copy: Module | None = None
+    """The :class:`PlacementContext` of a pass run: the pipeline seed, its log, a simulator of ``module``.
 
-    def simulate_candidate(problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> SimResult:
-        nonlocal copy
-        if copy is None:
-            copy = clone_module(module)  # same insertion order: the same index numbering
-        write_placement(copy, problem, np.asarray(device, dtype=np.int64), np.asarray(start))
-        return simulate(copy)
+    A candidate is expanded as ``place`` would write it (:func:`expand_placement`) and simulated
+    from arrays (:func:`graphir.simulator.simulate_placement`): the Module is only read.
+    """
+
+    def simulate_candidate(
+        problem: PlacementProblem, device: np.ndarray, start: np.ndarray, congestion: str | None = None
+    ) -> SimResult:
+        fine_device, position = expand_placement(problem, np.asarray(device, dtype=np.int64), np.asarray(start))
+        if congestion is None:
+            return simulate_placement(module, fine_device, position)
+        return simulate_placement(module, fine_device, position, congestion)
 
     return PlacementContext(seed=ctx.seed, log=ctx.log, simulate=simulate_candidate)
 

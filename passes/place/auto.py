@@ -2,43 +2,42 @@
 
 A user runs ``place`` to get a better placement than by hand; no single published placer wins on
 every graph and cluster (benchmarks/results/placement-notes.md), so ``auto`` runs several and
-keeps the best *by the simulator's own verdict* (``ctx.simulate``, the same semantics as the
-``simulate`` pass), then improves it.
+keeps the best *by the simulator's own verdict* (``ctx.simulate``: the fine graph, expanded as
+``place`` writes it, under the ``congestion`` rule of the ``simulate`` that will judge it), then
+improves it.
 
-1. **Portfolio**, cheapest first, each candidate simulated: ``single`` (every node on the device
-   with the most memory; kept only when it fits), ``metis``, ``heft``, ``m-etf``, ``adjusting``
-   (Celeritas), ``dpos`` (FastT), ``m-sct`` (its LP is the slowest member). The list schedulers
-   get ``mem-model``; Baechi's m-ETF/m-SCT keep their own freeing rule and METIS ignores memory.
-   A member whose modelled time (:class:`WorkModel`) would overrun the portfolio's 60 % of the
-   budget is skipped and reported as ``skipped``; ``single`` and the first spread member always run.
-   A member that fails (METIS without ``pymetis``) is reported as ``failed``.
-2. **Choice**: the candidate with the smallest simulated makespan among those that fit memory
-   (no OOM device); when none fits, the one with the least overflow (bytes above capacity,
-   summed over devices), then the smallest makespan.
-3. **Refinement** (the rest of the budget): a local search on the coarse graph. The current
-   placement is cut into *blocks*: maximal runs of consecutive coarse nodes (coarse nodes are
-   numbered topologically) on one device, at most ``ceil(n / 64)`` nodes each (colocation classes
-   move whole). A move sends one block to another allowed device; a **re-ordering** move keeps
-   the devices and re-orders them by the rank_u list schedule. Every move is screened by the
-   cheap coarse estimate (:func:`graphir.passes.place.problem.list_schedule`, congestion-free,
-   ``O(V + E)``) and a necessary memory test (persistent bytes per device within capacity); the
-   most promising screened moves are then *simulated*, in order of their estimate, and the first
-   that lowers the simulated makespan while fitting memory is taken. The search stops when the
-   budget is spent or no screened move improves (a local optimum under the simulator).
-   Deterministic: the budget is spent in *modelled* seconds (:class:`WorkModel`, from the graph's
-   size), never by the clock, so the same moves are tried on every run; no randomness beyond the
-   seed METIS gets; ties by block then device number.
+1. **Portfolio** (:data:`PORTFOLIO`), each answer simulated: ``single`` (every node on the device
+   with the least total compute time, then the most memory; simulated in the rank_u list-schedule
+   order and in topological order, the better kept), ``metis``, ``heft``, ``m-topo``, ``expert``,
+   ``m-etf``, ``dpos`` (FastT), ``adjusting`` (Celeritas), ``m-sct`` (its LP is the slowest
+   member). A member with a ``mem-model`` option gets ``auto``'s. A member whose modelled cost
+   (:class:`WorkModel`) would take the portfolio past 60 % of the budget is skipped and reported
+   as ``skipped`` (a later, cheaper member may still run); the first member always runs. A member that
+   fails (METIS without ``pymetis``) is reported as ``failed``.
+2. **Choice**: the candidate that fits memory (no OOM device) with the smallest simulated makespan;
+   when none fits, the least overflow (bytes above capacity, summed over devices), then makespan.
+3. **Refinement** (:mod:`graphir.passes.place.refine`): a local search moving blocks of coarse
+   nodes between devices, most critical first, every trial simulated; it gets the rest of the
+   budget as a count of simulations.
+
+**Budget.** ``budget=`` is work, in *modelled* seconds (:class:`WorkModel`: a simulation costs
+1 us per fine node and edge, each member its own rate from the graph's sizes), never the clock,
+so the same members run and the same trials are simulated on every machine and load:
+deterministic under ``--seed`` (METIS is seeded by it; nothing else is random). The default scales
+with the graph (:func:`default_budget`): 0.65 s plus 8 to 150 simulations' worth, fewer on larger graphs
+(:func:`default_trials`).
 
 The granularity is the problem as given: on a large graph, the coarse view is the user's ``fuse``
-choice (``fuse{algo=cpd-topo},place``). The statistics report every candidate's makespan
-(``auto.<member>-ms``), the chosen member, the best portfolio makespan, the refined one and the
-refinement's gain (``auto.refine-gain-pct``), moves tried and taken, and wall times.
+choice (``fuse,place``). The statistics report every candidate's makespan (``auto.<member>-ms``;
+``skipped``/``failed``), the chosen member, the best portfolio makespan, the refined one and the
+refinement's gain (``auto.refine-gain-pct``; negative when it traded time for memory, with
+``auto.refine-overflow-B`` saying how the overflow fell), the trials simulated and moves taken, and
+wall times.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import ClassVar, Literal
 
@@ -53,91 +52,100 @@ from graphir.passes.place import (  # noqa: F401  (the members register)
     Placer,
     baechi,
     celeritas,
+    expert,
     fastt,
     heft,
     metis,
     register_placer,
 )
 from graphir.passes.place.problem import PlacementProblem, list_schedule
-from graphir.simulator import SimResult
+from graphir.passes.place.refine import Candidate, candidate, refine
 
-PORTFOLIO = ("single", "metis", "heft", "m-etf", "adjusting", "dpos", "m-sct")
-"""The members of the portfolio, in the order they run (cheapest first)."""
+PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "adjusting", "m-sct")
+"""The members of the portfolio, in the order they run: those that win most often in the placement
+tables first (METIS, HEFT, m-TOPO; benchmarks/results/placement-notes.md), then the cheap ones,
+then the rest; a member that does not fit the remaining budget is skipped, a later cheaper one may
+still run."""
 
-MEMORY_AWARE = ("heft", "adjusting", "dpos")
-"""Members that take ``mem-model``."""
-
-MAX_BLOCKS = 64
-"""A block holds at most ``ceil(n / MAX_BLOCKS)`` coarse nodes."""
-
-SCREENED = 6
-"""Moves simulated per refinement round (the best by the coarse estimate)."""
+PORTFOLIO_SHARE = 0.6
+"""The portfolio may spend this share of the budget; the refinement gets the rest (and what is left)."""
 
 
-def default_budget(problem: PlacementProblem) -> float:
-    """The default time budget in seconds: 2 s plus 1 s per 15,000 fine nodes, at most 60 s.
-
-    Sized so that ``auto`` on a 30,000-node graph stays within 5 s end to end
-    (benchmarks/results/auto.md); pass ``budget=`` for a longer search.
-    """
-    return min(60.0, 2.0 + len(problem.node_group) / 15_000)
+def _graph_size(problem: PlacementProblem) -> int:
+    """Fine nodes plus fine edges: what one simulation walks."""
+    return len(problem.node_group) + len(problem.fine.edge_src)
 
 
 @dataclasses.dataclass(frozen=True)
 class WorkModel:
-    """Modelled seconds of auto's steps, from the graph's size alone (measured on the 2-core machine).
+    """Modelled seconds of auto's steps, from the graph's sizes alone (calibrated on the 2-core machine).
 
-    ``auto`` spends its budget in these units, not by the clock, so that what it tries (which
-    members run, how many moves are simulated) is the same on every run: deterministic under the
-    seed whatever the machine's load. Calibration (benchmarks/results/auto.md): a simulation costs
-    about 25 us per fine node, a coarse estimate 4 us per coarse node and edge, a list-scheduling
-    member 20 us per coarse node and device; m-SCT's LP about 50 times a list scheduler.
+    ``auto`` spends its budget in these units, never by the clock, so what it tries (which members
+    run, how many trial placements are simulated) is the same on every run and every machine:
+    deterministic under the seed whatever the load. Calibration (CPU seconds, the 30,000-node
+    synthetic graph after ``fuse``: 30k fine nodes + 57k edges, 194 coarse nodes, 4 devices;
+    benchmarks/results/auto.md): a simulation 0.08-0.09 s, about 1 us per fine node and edge; the
+    list schedulers planning with ``mem-model=liveness`` walk the fine graph's values (HEFT
+    0.42 s, Adjusting 0.33 s, DPOS 0.14 s: 4.8, 3.8 and 1.6 us per fine node and edge); m-SCT's
+    LP about 2 ms per coarse node; the other members a few ms.
     """
 
     simulation: float
-    estimate: float
-    placer: float
+    fine: int
+    coarse: int
+    devices: int
 
     @classmethod
     def of(cls, problem: PlacementProblem) -> WorkModel:
         """The model of ``problem``'s sizes."""
-        fine = len(problem.node_group)
-        coarse = problem.num_nodes + len(problem.edge_src)
-        return cls(
-            simulation=0.01 + 25e-6 * fine,
-            estimate=1e-4 + 4e-6 * coarse,
-            placer=1e-3 + 20e-6 * problem.num_nodes * problem.num_devices,
-        )
+        size = _graph_size(problem)
+        return cls(1e-3 + 1.0e-6 * size, size, problem.num_nodes, problem.num_devices)
 
-    def member(self, name: str) -> float:
-        """Modelled seconds of one portfolio member: its placer and one simulation."""
-        factor = {"single": 0.0, "m-sct": 50.0}.get(name, 1.0)
-        return self.simulation + factor * self.placer
-
-
-@dataclasses.dataclass
-class Candidate:
-    """A simulated placement: devices, start times, the simulator's makespan and overflow."""
-
-    name: str
-    device: np.ndarray
-    start: np.ndarray
-    makespan: float
-    overflow: int
-
-    @property
-    def fits(self) -> bool:
-        """Whether no device's peak exceeds its capacity."""
-        return self.overflow == 0
-
-    def key(self) -> tuple[int, float]:
-        """Sort key: fitting first (least overflow), then the smallest makespan."""
-        return (self.overflow, self.makespan)
+    def member(self, name: str, liveness: bool) -> float:
+        """Modelled seconds of one portfolio member: its placer and one simulation of its answer."""
+        list_scheduler = 2e-5 * self.coarse * self.devices
+        per_fine = {"heft": 4.8e-6, "adjusting": 3.8e-6, "dpos": 1.6e-6}.get(name, 0.0) if liveness else 0.0
+        placer = {
+            "single": 0.0,
+            "expert": 1e-5 * self.coarse,
+            "metis": 2e-5 * self.coarse,
+            "m-topo": 2e-5 * self.coarse,
+            "m-etf": 5e-5 * self.coarse * self.devices,
+            "m-sct": 2e-3 * self.coarse,
+        }.get(name, list_scheduler)
+        simulations = 2 if name == "single" else 1  # single is simulated in two orders
+        return simulations * self.simulation + placer + per_fine * self.fine
 
 
-def _overflow(result: SimResult) -> int:
-    """Bytes above capacity, summed over devices."""
-    return int(np.maximum(result.peak_memory - result.memory_limit, 0).sum())
+REFERENCE_SIZE = 87_000
+"""Fine nodes plus edges of the 30,000-node benchmark graph, where the default allows 8 trials."""
+
+
+def default_trials(problem: PlacementProblem) -> int:
+    """Trial simulations in the default budget: ``8 * (87,000 / (N + E)) ** 1.5``, clamped to 8..150.
+
+    ``N + E`` counts the fine nodes and edges one simulation walks. Each simulation costs time
+    proportional to ``N + E``, so the budget's simulations shrink faster than linearly as the
+    graph grows: 150 on graphs of up to ~13,000 nodes and edges, 73 at 20,000, 8 at the benchmark's
+    87,000 (and beyond), which keeps ``fuse,place`` there within 5 s of CPU end to end.
+    """
+    size = max(1, WorkModel.of(problem).fine)
+    return min(150, max(8, round(8 * (REFERENCE_SIZE / size) ** 1.5)))
+
+
+def default_budget(problem: PlacementProblem) -> float:
+    """The default budget in modelled seconds: 0.65 s plus :func:`default_trials` simulations, at most 60 s.
+
+    On the 30,000-node benchmark graph (1.35 s) the portfolio's 60 % runs single, HEFT and METIS and
+    the refinement gets 6 trials; on graphs of up to ~13,000 nodes and edges every member runs.
+    """
+    return min(60.0, 0.65 + default_trials(problem) * WorkModel.of(problem).simulation)
+
+
+def _single_device(problem: PlacementProblem) -> int:
+    """The device for the one-device candidate: least total compute time, then most memory, then number."""
+    total = problem.times.sum(axis=0)
+    return int(np.lexsort((np.arange(problem.num_devices), -problem.capacity, total))[0])
 
 
 @register_placer
@@ -146,17 +154,21 @@ class Auto(Placer):
     """Portfolio of placers scored by the simulator, then a simulator-guided local search.
 
     Options:
-        budget: seconds for the portfolio and the refinement together (0: 2 s + 1 s per 15,000
-            fine nodes, at most 60 s), spent in modelled seconds (:class:`WorkModel`) so that
-            the result does not depend on the machine's load. The portfolio gets at most 60 %.
-        mem-model: the memory rule the list-scheduling members plan with (``paper`` or
+        budget: work for the portfolio and the refinement together, in modelled seconds
+            (:class:`WorkModel`, a count of simulations and member runs from the graph's size,
+            not the clock: the result does not depend on the machine or its load); 0: 0.65 s plus
+            8 to 150 simulations' worth (:func:`default_budget`). The portfolio gets at most 60 %.
+        mem-model: the memory rule the members that have one plan with (``paper`` or
             ``liveness``, see :mod:`graphir.memory`); the simulator always judges with its own.
+        congestion: the congestion rule candidates are simulated with (that of the ``simulate``
+            run that will judge the placement).
         refine: run the refinement stage.
     """
 
     name: ClassVar[str] = "auto"
     budget: float = 0.0
     mem_model: Literal["paper", "liveness"] = "liveness"
+    congestion: Literal["pair", "port", "task", "topology"] = "topology"
     refine: bool = True
 
     def __post_init__(self) -> None:
@@ -164,148 +176,75 @@ class Auto(Placer):
         if self.budget < 0:
             raise ValueError(f"budget must be >= 0, got {self.budget}")
 
+    def _options(self, name: str, problem: PlacementProblem) -> dict[str, object]:
+        """A member's options: ``mem-model`` where it has one, the one-device target for ``single``."""
+        if name == "single":
+            return {"device": problem.device_names[_single_device(problem)]}
+        fields = {field.name for field in dataclasses.fields(PLACERS[name])}
+        return {"mem_model": self.mem_model} if "mem_model" in fields else {}
+
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Run the portfolio, keep the best simulated candidate, refine it within the budget."""
         began = time.perf_counter()
         budget = self.budget or default_budget(problem)
         simulate = ctx.simulator()
-        stats: dict[str, Stat] = {"auto.budget-s": budget}
+        stats: dict[str, Stat] = {"auto.budget-s": round(budget, 3)}
         if problem.num_nodes == 0:
             return Placement(np.zeros(0, dtype=np.int64), np.zeros(0), stats)
 
         def judge(name: str, device: np.ndarray, start: np.ndarray) -> Candidate:
-            result = simulate(problem, device, start)
-            return Candidate(name, device, start, result.makespan, _overflow(result))
+            result = simulate(problem, device, start, self.congestion)
+            return candidate(problem, name, device, start, result)
 
         model = WorkModel.of(problem)
         spent = 0.0  # modelled seconds, not the clock: the same work on every machine and load
         candidates: list[Candidate] = []
+        liveness = self.mem_model == "liveness"
         for name in PORTFOLIO:
-            cost = model.member(name)
-            spread = [c for c in candidates if c.name != "single"]
-            if spread and spent + cost > 0.6 * budget:
+            cost = model.member(name, liveness)
+            if candidates and spent + cost > PORTFOLIO_SHARE * budget:
                 stats[f"auto.{name}-ms"] = "skipped"
                 continue
             spent += cost
-            options = {"mem_model": self.mem_model} if name in MEMORY_AWARE else {}
-            if name == "single":
-                options = {"device": problem.device_names[int(np.argmax(problem.capacity))]}
             member_began = time.perf_counter()
             try:
-                answer = PLACERS[name](**options).place(problem, ctx)
+                answer = PLACERS[name](**self._options(name, problem)).place(problem, ctx)
             except (GraphIRError, ImportError) as exc:
                 stats[f"auto.{name}-ms"] = "failed"
                 ctx.log(f"auto: {name} failed: {exc}")
                 continue
             device = np.asarray(answer.device, dtype=np.int64)
             start = answer.start if answer.start is not None else list_schedule(problem, device)[0]
-            candidate = judge(name, device, np.asarray(start, dtype=np.float64))
+            member = judge(name, device, np.asarray(start, dtype=np.float64))
+            if name == "single":  # also in topological order, as place{algo=single} on the fine graph runs
+                plain = judge(name, device, np.arange(problem.num_nodes, dtype=np.float64))
+                member = plain if plain.better_than(member) else member
             wall = time.perf_counter() - member_began
-            stats[f"auto.{name}-ms"] = round(candidate.makespan * 1e3, 3)
+            stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
             stats[f"auto.{name}-wall-s"] = round(wall, 3)
-            if not candidate.fits:
-                stats[f"auto.{name}-overflow-B"] = candidate.overflow
-            ctx.log(f"auto: {name} {candidate.makespan * 1e3:.3f} ms, overflow {candidate.overflow} B, {wall:.2f} s")
-            candidates.append(candidate)
+            if not member.fits:
+                stats[f"auto.{name}-overflow-B"] = member.overflow
+            ctx.log(f"auto: {name} {member.makespan * 1e3:.3f} ms, overflow {member.overflow} B, {wall:.2f} s")
+            candidates.append(member)
         best = min(candidates, key=Candidate.key)
-        portfolio_s = time.perf_counter() - began
         stats["auto.chosen"] = best.name
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
-        stats["auto.portfolio-wall-s"] = round(portfolio_s, 3)
+        stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)
         refined = best
-        tried = taken = 0
         if self.refine:
-            refined, tried, taken = _refine(problem, best, judge, model, budget - spent)
+            allowance = int((budget - spent) // model.simulation)
+            refine_began = time.perf_counter()
+            outcome = refine(problem, best, lambda device, start: judge("trial", device, start), allowance)
+            refined = outcome.best
+            stats["auto.refine-sims"] = outcome.simulations
+            stats["auto.refine-moves"] = outcome.moves
+            stats["auto.refine-reordered"] = outcome.reordered
+            stats["auto.refine-wall-s"] = round(time.perf_counter() - refine_began, 3)
         stats["auto.refined-ms"] = round(refined.makespan * 1e3, 3)
         gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
-        stats["auto.refine-gain-pct"] = round(100 * gain, 2)
-        stats["auto.refine-sims"] = tried
-        stats["auto.refine-moves"] = taken
+        stats["auto.refine-gain-pct"] = round(100 * gain, 2)  # negative when it traded time for memory
+        if refined.overflow < best.overflow:
+            stats["auto.refine-overflow-B"] = f"{best.overflow} -> {refined.overflow}"
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
         stats["estimated-makespan-s"] = refined.makespan
         return Placement(refined.device, refined.start, stats)
-
-
-def _blocks(problem: PlacementProblem, device: np.ndarray) -> list[np.ndarray]:
-    """Maximal runs of consecutive coarse nodes on one device, cut at ``ceil(n / MAX_BLOCKS)`` nodes.
-
-    A block holding a member of a colocation class holds the whole class (it must move whole).
-    """
-    n = problem.num_nodes
-    size = max(1, math.ceil(n / MAX_BLOCKS))
-    cuts = np.flatnonzero(np.diff(device) != 0) + 1
-    runs = np.split(np.arange(n), cuts)
-    blocks: list[np.ndarray] = []
-    colocation = problem.colocation
-    for run in runs:
-        for k in range(0, len(run), size):
-            block = run[k : k + size]
-            classes = colocation[block]
-            if (classes >= 0).any():
-                block = np.union1d(block, np.flatnonzero(np.isin(colocation, classes[classes >= 0])))
-            blocks.append(block)
-    return blocks
-
-
-def _estimate(problem: PlacementProblem, device: np.ndarray) -> tuple[float, np.ndarray]:
-    """The coarse congestion-free estimate of a device assignment: (makespan, start times)."""
-    start, finish = list_schedule(problem, device)
-    return float(finish.max(initial=0.0)), start
-
-
-def _refine(problem, best: Candidate, judge, model: WorkModel, allowance: float) -> tuple[Candidate, int, int]:  # noqa: ANN001
-    """Simulator-guided local search from ``best`` within ``allowance`` modelled seconds (module docstring).
-
-    Returns:
-        ``(refined, simulations, moves taken)``.
-    """
-    current = best
-    simulations = 0
-    taken = 0
-    persistent = problem.persistent
-    capacity = problem.capacity
-    allowed = problem.allowed
-    left = allowance
-    # Re-ordering move: the same devices in the rank_u list-schedule order.
-    if left >= model.simulation + model.estimate:
-        left -= model.simulation + model.estimate
-        _, start = _estimate(problem, current.device)
-        trial = judge("reorder", current.device, start)
-        simulations += 1
-        if trial.key() < current.key():
-            current, taken = trial, taken + 1
-    while left >= model.simulation:
-        device = current.device
-        base, _ = _estimate(problem, device)
-        held = np.bincount(device, weights=persistent, minlength=problem.num_devices)
-        moves: list[tuple[float, int, int, np.ndarray, np.ndarray]] = []
-        left -= model.estimate
-        for b, block in enumerate(_blocks(problem, device)):
-            if left < model.simulation + model.estimate:
-                break
-            source = int(device[block[0]])
-            weight = float(persistent[block].sum())
-            for d in range(problem.num_devices):
-                if d == source or not allowed[block, d].all():
-                    continue
-                if held[d] + weight > capacity[d]:  # necessary: persistent bytes stay all step
-                    continue
-                trial_device = device.copy()
-                trial_device[block] = d
-                estimate, start = _estimate(problem, trial_device)
-                left -= model.estimate
-                moves.append((estimate - base, b, d, trial_device, start))
-        moves.sort(key=lambda move: (move[0], move[1], move[2]))
-        improved = False
-        for _, _, _, trial_device, start in moves[:SCREENED]:
-            if left < model.simulation:
-                break
-            left -= model.simulation
-            trial = judge("move", trial_device, start)
-            simulations += 1
-            if trial.key() < current.key():
-                current, taken, improved = trial, taken + 1, True
-                break
-        if not improved:
-            break
-    return Candidate(best.name, current.device, current.start, current.makespan, current.overflow), simulations, taken

@@ -275,23 +275,31 @@ class PlacementProblem:
         return self.links.mean_transfer_times(self.edge_bytes)
 
 
-def write_placement(module: Module, problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> None:
-    """Annotate every fine node with its coarse node's device and a per-device ``order``.
+def expand_placement(problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The fine placement of a coarse one: ``(device, order)`` per fine node (graph index numbering).
 
     Coarse nodes run on their device in increasing ``start`` (ties: topological number); the
-    members of a coarse node run consecutively in topological order.
+    members of a coarse node run consecutively in topological order. The one expansion rule:
+    :func:`write_placement` writes it, the placers' candidate simulator simulates it.
     """
+    group = problem.node_group
+    fine_device = np.asarray(device, dtype=np.int64)[group]
+    fine_start = np.asarray(start, dtype=np.float64)[group]
+    sequence = np.lexsort((np.arange(len(group)), group, fine_start, fine_device))
+    first = np.searchsorted(fine_device[sequence], np.arange(problem.num_devices))
+    position = np.empty(len(group), dtype=np.int64)
+    position[sequence] = np.arange(len(group)) - first[fine_device[sequence]]
+    return fine_device, position
+
+
+def write_placement(module: Module, problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> None:
+    """Annotate every fine node with its coarse node's device and a per-device ``order`` (:func:`expand_placement`)."""
     index = module.graph.index()
     names = problem.device_names
-    sequence = np.lexsort((np.arange(problem.num_nodes), start, device))
-    position = np.zeros(problem.num_devices, dtype=np.int64)
-    for g in sequence.tolist():
-        d = int(device[g])
-        for u in problem.members[g]:
-            node = index.nodes[u]
-            node.device = names[d]
-            node.order = int(position[d])
-            position[d] += 1
+    fine_device, position = expand_placement(problem, device, start)
+    for node, d, k in zip(index.nodes, fine_device.tolist(), position.tolist(), strict=True):
+        node.device = names[d]
+        node.order = k
 
 
 def upward_rank(problem: PlacementProblem, comm: np.ndarray | None = None) -> np.ndarray:
