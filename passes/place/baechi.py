@@ -29,9 +29,12 @@ constraint kernel, :class:`graphir.passes.place.constraints.Constraints`):
   class (Baechi's rule, Celeritas §6.1); the memory of the *whole class* must fit there, later
   members follow without a memory check.
 * **Memory**: m-TOPO counts each node's memory (persistent + activation) for good, as Baechi's
-  m-TOPO does. m-ETF/m-SCT follow Baechi's ETF device model: running a node allocates its memory,
-  and a node's activation bytes are released once all its consumers have run (persistent bytes
-  stay). **Fallback** (Celeritas §6.1 "best effort"): when a node fits on no allowed device, it goes
+  m-TOPO does. m-ETF/m-SCT under ``mem-model=paper`` follow Baechi's ETF device model: running a
+  node allocates its memory, and a node's activation bytes are released once all its consumers
+  have run (persistent bytes stay). Under ``mem-model=liveness`` (their default) they ask the
+  simulator's accounting (:mod:`graphir.memory`) over the node's slot instead, received copies
+  included, so a placement they accept without the fallback fits in the simulator.
+  **Fallback** (Celeritas §6.1 "best effort"): when a node fits on no allowed device, it goes
   to the allowed device with the most free memory (Baechi itself gives up); the simulator then
   reports the OOM.
 
@@ -57,7 +60,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import time
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -171,8 +174,18 @@ class _ReadySet:
         return self.nodes[: self.count]
 
 
-def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
+def _etf_schedule(
+    problem: PlacementProblem, favourite: np.ndarray | None, mem_model: str = "paper"
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Baechi's ETF (``favourite is None``) or SCT event-driven placement and schedule.
+
+    Under ``mem_model="paper"`` memory is Baechi's ETF device (see the module docstring). Under
+    ``"liveness"`` a (ready node, device) pair is feasible when the simulator's accounting on the
+    device (:class:`graphir.passes.place.constraints.CoarseScheduleMemory`) has room for the node
+    over ``[start, start + time)`` at the pair's schedulable start, with the copies of its inputs
+    it would receive there (sent when their producer finished, arriving after the coarse edge's
+    transfer time: the data-ready term); committing books those allocations. A pair's answer is
+    cached until the next placement (only a placement changes a ledger or a start).
 
     Returns:
         ``(device, start, best_effort)``: device and start time per coarse node, and the number of
@@ -184,8 +197,12 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
     activation = (problem.memory - problem.persistent).tolist()
     links = problem.links
     priority = _m_topo_priority(problem)
-    constraints = Constraints(problem)
+    constraints = Constraints(problem, mem_model)
     pin = constraints.pin  # updated in place by the kernel
+    liveness = constraints.schedule_memory  # None under the paper rule
+    allowed = problem.allowed
+    fits_cache: dict[tuple[int, int], bool] = {}  # liveness answers since the last placement
+    in_bytes: list[dict[int, float]] = [{} for _ in range(n)]  # per ready node: bytes from each producer
 
     pred_offsets = problem.pred_offsets.tolist()
     pred = problem.pred
@@ -221,8 +238,37 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
             finish[producers][:, None], edge_bytes[pred_edge[lo:hi]][:, None], where[:, None], device_arange[None, :]
         )
         data_ready[v] = arrive.max(axis=0)
+        if liveness is not None:
+            in_bytes[v] = dict(zip(producers.tolist(), edge_bytes[pred_edge[lo:hi]].tolist(), strict=True))
         ready.add(v)
         is_ready[v] = True
+
+    def received(v: int, d: int) -> list[tuple[int, float, float]]:
+        """``(value, begin, end)`` of every value ``v`` reads from another device, were it on ``d``."""
+        assert liveness is not None
+        out: list[tuple[int, float, float]] = []
+        for x, p in liveness.incoming[v]:
+            dp = int(device[p])
+            if dp != d:
+                sent = float(finish[p])
+                out.append((x, sent, sent + links.transfer_time(in_bytes[v].get(p, 0.0), dp, d)))
+        return out
+
+    def feasible_pairs(nodes: np.ndarray, begin: np.ndarray) -> np.ndarray:
+        """Affinity and pins for every (node, device); under liveness, memory over the slot at ``begin``."""
+        if liveness is None:
+            return constraints.feasible(nodes)  # affinity, colocation pin, memory
+        pinned = pin[nodes]
+        ok = allowed[nodes] & np.where((pinned >= 0)[:, None], device_arange[None, :] == pinned[:, None], True)
+        for row, d in zip(*np.nonzero(ok & (pinned < 0)[:, None]), strict=True):
+            v, d = int(nodes[row]), int(d)
+            answer = fits_cache.get((v, d))
+            if answer is None:
+                s = float(begin[row, d])
+                answer = constraints.fits_at(v, d, s, s + float(times[v, d]), received(v, d))
+                fits_cache[(v, d)] = answer
+            ok[row, d] = answer
+        return ok
 
     def run(v: int, d: int, begin: float) -> None:
         device[v] = d
@@ -234,6 +280,10 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
         heapq.heappush(events, (end, v, v))
         ready.remove(v)
         is_ready[v] = False
+        if liveness is not None:
+            constraints.place_at(v, d, begin, end, received(v, d))
+            fits_cache.clear()
+            return
         constraints.place(v, d)
         # Baechi's ETF device: a producer's outputs are released once all its consumers ran.
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
@@ -258,8 +308,9 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
                 raise PassError("internal error: the ETF scheduler ran out of ready nodes")
             now = events[0][0]
             continue
-        feasible = constraints.feasible(nodes)  # affinity, colocation pin, memory
-        schedulable = np.where(feasible, np.maximum(data_ready[nodes], free_at[None, :]), np.inf)
+        begin = np.maximum(data_ready[nodes], free_at[None, :])
+        feasible = feasible_pairs(nodes, begin)
+        schedulable = np.where(feasible, begin, np.inf)
         free = free_at <= now
         pick, upcoming = _choose(schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready)
         if pick is not None:
@@ -277,6 +328,7 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
         v = int(nodes[row])
         constraints.pin_class(v, constraints.fallback_device(v))
         constraints.best_effort += 1
+        fits_cache.clear()
     return device, start, constraints.best_effort
 
 
@@ -357,13 +409,20 @@ def _argmin_key(values: np.ndarray, prio: np.ndarray) -> int:
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class MEtf(Placer):
-    """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule."""
+    """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule.
+
+    Options:
+        mem-model: ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results freed
+            after their last use, received copies counted; checked over each node's slot) or
+            ``paper`` (Baechi's ETF device: a node's bytes from its start until all its consumers ran).
+    """
 
     name: ClassVar[str] = "m-etf"
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Baechi's event-driven ETF without favourite children."""
-        device, start, best_effort = _etf_schedule(problem, None)
+        device, start, best_effort = _etf_schedule(problem, None, self.mem_model)
         return Placement(device, start, {"best-effort-nodes": best_effort})
 
 
@@ -480,10 +539,12 @@ class MSct(Placer):
     Options:
         threshold: an edge whose relaxed LP variable is at most this makes its head the favourite
             child of its tail (Baechi rounds at 0.5).
+        mem-model: ``liveness`` (the simulator's accounting) or ``paper`` (Baechi's ETF device), as m-ETF.
     """
 
     name: ClassVar[str] = "m-sct"
     threshold: float = 0.5
+    mem_model: Literal["paper", "liveness"] = "liveness"
 
     def __post_init__(self) -> None:
         """Reject a threshold outside [0, 1] when the pipeline is parsed."""
@@ -496,7 +557,7 @@ class MSct(Placer):
         x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
         favourite = favourite_children(problem, x, self.threshold)
         lp_seconds = time.perf_counter() - started
-        device, start, best_effort = _etf_schedule(problem, favourite)
+        device, start, best_effort = _etf_schedule(problem, favourite, self.mem_model)
         stats = {
             "best-effort-nodes": best_effort,
             "favourite-children": int((favourite >= 0).sum()),
