@@ -67,6 +67,9 @@ CLUSTER = "celeritas"
 UNFUSED = ("single", "expert")
 FUSED = ("m-topo", "m-etf", "m-sct", "heft", "dpos", "order-place", "adjusting", "metis")
 LIGHT_ONLY = ("ilp time-limit=30", "os-dpos")
+PAPER_RULE = ("m-etf", "m-sct", "ilp")
+"""Placers whose default ``mem-model`` is ``liveness``: their cells pin ``mem-model=paper``, the published
+rule the recorded digests hold (the cell names stay the algorithm's)."""
 
 
 def _light_path(name: str) -> str:
@@ -91,6 +94,8 @@ def _digest(path: Path) -> str:
 
 def _placing(algo: str) -> str:
     """The pipeline of one placement cell: ``place{algo=...}``, or the ``os-dpos`` pass (it rewrites the graph)."""
+    if algo.split()[0] in PAPER_RULE:
+        algo += " mem-model=paper"
     placing = "os-dpos" if algo == "os-dpos" else f"place{{algo={algo}}}"
     return f"{placing},simulate"
 

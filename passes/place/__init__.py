@@ -73,8 +73,9 @@ def _silent(message: str) -> None:
     """The default progress sink: drop the message."""
 
 
-CandidateSimulator = Callable[[PlacementProblem, np.ndarray, np.ndarray], SimResult]
-"""``simulate(problem, device, start)``: the simulator's verdict on a candidate placement of ``problem``."""
+CandidateSimulator = Callable[..., SimResult]
+"""``simulate(problem, device, start, congestion=None)``: the simulator's verdict on a candidate placement of
+``problem`` (under a congestion rule of :data:`graphir.links.CONGESTION_RULES`; ``None``: the simulator's default)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,12 +170,14 @@ def placement_context(module: Module, ctx: PassContext) -> PlacementContext:
     """The :class:`PlacementContext` of a pass run: the pipeline seed, its log, a simulator on a copy of ``module``."""
     copy: Module | None = None
 
-    def simulate_candidate(problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> SimResult:
+    def simulate_candidate(
+        problem: PlacementProblem, device: np.ndarray, start: np.ndarray, congestion: str | None = None
+    ) -> SimResult:
         nonlocal copy
         if copy is None:
             copy = clone_module(module)  # same insertion order: the same index numbering
         write_placement(copy, problem, np.asarray(device, dtype=np.int64), np.asarray(start))
-        return simulate(copy)
+        return simulate(copy) if congestion is None else simulate(copy, congestion)
 
     return PlacementContext(seed=ctx.seed, log=ctx.log, simulate=simulate_candidate)
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import time
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -185,7 +186,8 @@ def _etf_schedule(
     over ``[start, start + time)`` at the pair's schedulable start, with the copies of its inputs
     it would receive there (sent when their producer finished, arriving after the coarse edge's
     transfer time: the data-ready term); committing books those allocations. A pair's answer is
-    cached until the next placement (only a placement changes a ledger or a start).
+    cached while the device's ledger is unchanged (its version; a start on ``d`` changes only when
+    a node is placed there, which changes the ledger too).
 
     Returns:
         ``(device, start, best_effort)``: device and start time per coarse node, and the number of
@@ -201,7 +203,9 @@ def _etf_schedule(
     pin = constraints.pin  # updated in place by the kernel
     liveness = constraints.schedule_memory  # None under the paper rule
     allowed = problem.allowed
-    fits_cache: dict[tuple[int, int], bool] = {}  # liveness answers since the last placement
+    fits_cache: dict[tuple[int, int], tuple[int, bool]] = {}  # liveness: (ledger version, answer)
+    ledgers = liveness.ledgers if liveness is not None else []
+    devices = list(range(num_devices))
     in_bytes: list[dict[int, float]] = [{} for _ in range(n)]  # per ready node: bytes from each producer
 
     pred_offsets = problem.pred_offsets.tolist()
@@ -254,20 +258,46 @@ def _etf_schedule(
                 out.append((x, sent, sent + links.transfer_time(in_bytes[v].get(p, 0.0), dp, d)))
         return out
 
+    def fits_memory(v: int, d: int, begin: float) -> bool:
+        """Liveness: whether unpinned ``v`` fits on ``d`` over its slot from ``begin`` (cached per ledger version)."""
+        version = ledgers[d].version
+        cached = fits_cache.get((v, d))
+        if cached is None or cached[0] != version:
+            cached = (version, constraints.fits_at(v, d, begin, begin + float(times[v, d]), received(v, d)))
+            fits_cache[(v, d)] = cached
+        return cached[1]
+
+    def placeable(nodes: np.ndarray) -> np.ndarray:
+        """Affinity and colocation pins for every (node, device), memory aside."""
+        pinned = pin[nodes]
+        return allowed[nodes] & np.where((pinned >= 0)[:, None], device_arange[None, :] == pinned[:, None], True)
+
+    def any_awake(nodes: np.ndarray, begin: np.ndarray, free: np.ndarray) -> bool:
+        """Liveness SCT: whether some free device is awake (see :func:`_choose`), checking only favourite rows."""
+        assert fav is not None
+        for d in np.flatnonzero(free).tolist():
+            if last_op[d] < 0:
+                continue
+            f = fav[last_op[d]]
+            if f < 0 or not is_ready[f] or pin[f] >= 0:
+                continue
+            row = ready.where[f]
+            ok = placeable(nodes[row : row + 1])[0]
+            starts = [
+                float(begin[row, e]) if ok[e] and fits_memory(f, e, float(begin[row, e])) else np.inf for e in devices
+            ]
+            if starts[d] < np.inf and starts[d] == min(starts):
+                return True
+        return False
+
     def feasible_pairs(nodes: np.ndarray, begin: np.ndarray) -> np.ndarray:
-        """Affinity and pins for every (node, device); under liveness, memory over the slot at ``begin``."""
+        """Affinity and pins for every (node, device); memory (under liveness over the slot at ``begin``)."""
         if liveness is None:
             return constraints.feasible(nodes)  # affinity, colocation pin, memory
-        pinned = pin[nodes]
-        ok = allowed[nodes] & np.where((pinned >= 0)[:, None], device_arange[None, :] == pinned[:, None], True)
-        for row, d in zip(*np.nonzero(ok & (pinned < 0)[:, None]), strict=True):
-            v, d = int(nodes[row]), int(d)
-            answer = fits_cache.get((v, d))
-            if answer is None:
-                s = float(begin[row, d])
-                answer = constraints.fits_at(v, d, s, s + float(times[v, d]), received(v, d))
-                fits_cache[(v, d)] = answer
-            ok[row, d] = answer
+        ok = placeable(nodes)
+        unpinned = (pin[nodes] < 0)[:, None]
+        for row, d in zip(*np.nonzero(ok & unpinned), strict=True):
+            ok[row, d] = fits_memory(int(nodes[row]), int(d), float(begin[row, d]))
         return ok
 
     def run(v: int, d: int, begin: float) -> None:
@@ -282,7 +312,6 @@ def _etf_schedule(
         is_ready[v] = False
         if liveness is not None:
             constraints.place_at(v, d, begin, end, received(v, d))
-            fits_cache.clear()
             return
         constraints.place(v, d)
         # Baechi's ETF device: a producer's outputs are released once all its consumers ran.
@@ -309,13 +338,21 @@ def _etf_schedule(
             now = events[0][0]
             continue
         begin = np.maximum(data_ready[nodes], free_at[None, :])
-        feasible = feasible_pairs(nodes, begin)
-        schedulable = np.where(feasible, begin, np.inf)
         free = free_at <= now
-        pick, upcoming = _choose(schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready)
+        if liveness is not None and (fav is None or not any_awake(nodes, begin, free)):
+            # ETF asks each free device for its earliest (start, priority) node: check memory
+            # lazily, in that order, until one fits (the same choice as the full matrix). SCT
+            # does the same while no free device is awake.
+            pick, upcoming = _choose_etf_lazy(begin, placeable(nodes), nodes, priority, free, now, fits_memory, pin)
+        else:
+            feasible = feasible_pairs(nodes, begin)
+            schedulable = np.where(feasible, begin, np.inf)
+            pick, upcoming = _choose(
+                schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready
+            )
         if pick is not None:
             row, d = pick
-            run(int(nodes[row]), d, float(schedulable[row, d]))
+            run(int(nodes[row]), d, float(begin[row, d]))
             scheduled += 1
             continue
         if events and (upcoming is None or events[0][0] < upcoming):
@@ -328,7 +365,6 @@ def _etf_schedule(
         v = int(nodes[row])
         constraints.pin_class(v, constraints.fallback_device(v))
         constraints.best_effort += 1
-        fits_cache.clear()
     return device, start, constraints.best_effort
 
 
@@ -392,6 +428,43 @@ def _choose(
         key = (float(column[row]), int(prio[row]), d, row)
         if best is None or key < best:
             best = key
+    if best is not None:
+        return (best[3], best[2]), None
+    return None, upcoming
+
+
+def _choose_etf_lazy(
+    begin: np.ndarray,
+    placeable: np.ndarray,
+    nodes: np.ndarray,
+    priority: np.ndarray,
+    free: np.ndarray,
+    now: float,
+    fits_memory: Callable[[int, int, float], bool],
+    pin: np.ndarray,
+) -> tuple[tuple[int, int] | None, float | None]:
+    """:func:`_choose` without favourite children, asking memory only of the pairs it reaches.
+
+    Per free device, the rows by (start, priority); the first whose memory fits (pinned rows need
+    no check) is that device's candidate, exactly the row :func:`_argmin_key` finds on the matrix
+    with the infeasible pairs at ``+inf``.
+    """
+    prio = priority[nodes]
+    best: tuple[float, int, int, int] | None = None
+    upcoming: float | None = None
+    for d in np.flatnonzero(free).tolist():
+        column = np.where(placeable[:, d], begin[:, d], np.inf)
+        for row in np.lexsort((prio, column)).tolist():
+            at = float(column[row])
+            if at == np.inf:
+                break
+            if pin[nodes[row]] < 0 and not fits_memory(int(nodes[row]), d, at):
+                continue
+            if at > now:
+                upcoming = at if upcoming is None else min(upcoming, at)
+            elif best is None or (at, int(prio[row]), d, row) < best:
+                best = (at, int(prio[row]), d, row)
+            break
     if best is not None:
         return (best[3], best[2]), None
     return None, upcoming
