@@ -42,7 +42,8 @@ Choices where the papers are vague (documented deviations):
 
 * Communication in the placers' own time estimates is congestion-free, ``latency + bytes /
   bandwidth`` per coarse edge (ETF's model); Baechi's estimator also queues transfers per device.
-  The simulator (FIFO channel per device pair) judges the result either way.
+  ``plan-congestion=pair|port|topology`` plans them on the link model's routes instead, one per
+  value and device (:mod:`graphir.passes.place.transfer_plan`). The simulator judges either way.
 * Heterogeneous clusters: ETF/SCT use each device's own compute time; the SCT LP (which assumes
   identical machines) uses the mean time over devices and the mean communication time over device
   pairs (as :func:`graphir.passes.place.problem.upward_rank` does).
@@ -71,6 +72,7 @@ from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
+from graphir.passes.place.transfer_plan import TransferPlan
 
 __all__ = [
     "MEtf",
@@ -176,7 +178,7 @@ class _ReadySet:
 
 
 def _etf_schedule(
-    problem: PlacementProblem, favourite: np.ndarray | None, mem_model: str = "paper"
+    problem: PlacementProblem, favourite: np.ndarray | None, mem_model: str = "paper", plan_congestion: str = "none"
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Baechi's ETF (``favourite is None``) or SCT event-driven placement and schedule.
 
@@ -189,6 +191,11 @@ def _etf_schedule(
     cached while the device's ledger is unchanged (its version; a start on ``d`` changes only when
     a node is placed there, which changes the ledger too).
 
+    Under ``plan_congestion`` other than ``none`` the data-ready times come from a
+    :class:`graphir.passes.place.transfer_plan.TransferPlan` (transfers on the link model's routes,
+    a busy-until per resource), recomputed for the ready nodes whenever a booking moved a resource's
+    busy-until; running a node books the transfers of its inputs.
+
     Returns:
         ``(device, start, best_effort)``: device and start time per coarse node, and the number of
         nodes placed by the memory fallback.
@@ -198,12 +205,14 @@ def _etf_schedule(
     times = problem.times
     activation = (problem.memory - problem.persistent).tolist()
     links = problem.links
+    plan = TransferPlan(problem, plan_congestion) if plan_congestion != "none" else None
+    planned_version = -1  # the plan's version the ready nodes' data-ready rows were computed at
     priority = _m_topo_priority(problem)
     constraints = Constraints(problem, mem_model)
     pin = constraints.pin  # updated in place by the kernel
     liveness = constraints.schedule_memory  # None under the paper rule
     allowed = problem.allowed
-    fits_cache: dict[tuple[int, int], tuple[int, bool]] = {}  # liveness: (ledger version, answer)
+    fits_cache: dict[tuple[int, int], tuple[object, bool]] = {}  # liveness: (ledger [and plan] version, answer)
     ledgers = liveness.ledgers if liveness is not None else []
     devices = list(range(num_devices))
     in_bytes: list[dict[int, float]] = [{} for _ in range(n)]  # per ready node: bytes from each producer
@@ -241,7 +250,7 @@ def _etf_schedule(
         arrive = links.arrivals(
             finish[producers][:, None], edge_bytes[pred_edge[lo:hi]][:, None], where[:, None], device_arange[None, :]
         )
-        data_ready[v] = arrive.max(axis=0)
+        data_ready[v] = arrive.max(axis=0) if plan is None else plan.data_ready(v, device, finish)
         if liveness is not None:
             in_bytes[v] = dict(zip(producers.tolist(), edge_bytes[pred_edge[lo:hi]].tolist(), strict=True))
         ready.add(v)
@@ -250,6 +259,8 @@ def _etf_schedule(
     def received(v: int, d: int) -> list[tuple[int, float, float]]:
         """``(value, begin, end)`` of every value ``v`` reads from another device, were it on ``d``."""
         assert liveness is not None
+        if plan is not None:
+            return plan.received(v, d, device, finish)
         out: list[tuple[int, float, float]] = []
         for x, p in liveness.incoming[v]:
             dp = int(device[p])
@@ -260,7 +271,7 @@ def _etf_schedule(
 
     def fits_memory(v: int, d: int, begin: float) -> bool:
         """Liveness: whether unpinned ``v`` fits on ``d`` over its slot from ``begin`` (cached per ledger version)."""
-        version = ledgers[d].version
+        version = ledgers[d].version if plan is None else (ledgers[d].version, plan.version)
         cached = fits_cache.get((v, d))
         if cached is None or cached[0] != version:
             cached = (version, constraints.fits_at(v, d, begin, begin + float(times[v, d]), received(v, d)))
@@ -310,8 +321,9 @@ def _etf_schedule(
         heapq.heappush(events, (end, v, v))
         ready.remove(v)
         is_ready[v] = False
+        booked = plan.book(v, d, device, finish) if plan is not None else None
         if liveness is not None:
-            constraints.place_at(v, d, begin, end, received(v, d))
+            constraints.place_at(v, d, begin, end, received(v, d) if booked is None else booked)
             return
         constraints.place(v, d)
         # Baechi's ETF device: a producer's outputs are released once all its consumers ran.
@@ -337,6 +349,10 @@ def _etf_schedule(
                 raise PassError("internal error: the ETF scheduler ran out of ready nodes")
             now = events[0][0]
             continue
+        if plan is not None and plan.version != planned_version:
+            for v in nodes.tolist():  # a booking moved a busy-until: the ready nodes' arrivals move
+                data_ready[v] = plan.data_ready(v, device, finish)
+            planned_version = plan.version
         begin = np.maximum(data_ready[nodes], free_at[None, :])
         free = free_at <= now
         if liveness is not None and (fav is None or not any_awake(nodes, begin, free)):
@@ -488,14 +504,18 @@ class MEtf(Placer):
         mem-model: ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results freed
             after their last use, received copies counted; checked over each node's slot) or
             ``paper`` (Baechi's ETF device: a node's bytes from its start until all its consumers ran).
+        plan-congestion: ``none`` (ETF's congestion-free data-ready time, as published) or ``pair``,
+            ``port``, ``topology`` (transfers planned on the link model's routes with a busy-until
+            per resource: :mod:`graphir.passes.place.transfer_plan`).
     """
 
     name: ClassVar[str] = "m-etf"
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Baechi's event-driven ETF without favourite children."""
-        device, start, best_effort = _etf_schedule(problem, None, self.mem_model)
+        device, start, best_effort = _etf_schedule(problem, None, self.mem_model, self.plan_congestion)
         return Placement(device, start, {"best-effort-nodes": best_effort})
 
 
@@ -613,11 +633,13 @@ class MSct(Placer):
         threshold: an edge whose relaxed LP variable is at most this makes its head the favourite
             child of its tail (Baechi rounds at 0.5).
         mem-model: ``liveness`` (the simulator's accounting) or ``paper`` (Baechi's ETF device), as m-ETF.
+        plan-congestion: ``none`` (as published) or ``pair``, ``port``, ``topology``, as m-ETF.
     """
 
     name: ClassVar[str] = "m-sct"
     threshold: float = 0.5
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def __post_init__(self) -> None:
         """Reject a threshold outside [0, 1] when the pipeline is parsed."""
@@ -630,7 +652,7 @@ class MSct(Placer):
         x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
         favourite = favourite_children(problem, x, self.threshold)
         lp_seconds = time.perf_counter() - started
-        device, start, best_effort = _etf_schedule(problem, favourite, self.mem_model)
+        device, start, best_effort = _etf_schedule(problem, favourite, self.mem_model, self.plan_congestion)
         stats = {
             "best-effort-nodes": best_effort,
             "favourite-children": int((favourite >= 0).sum()),

@@ -1,9 +1,9 @@
 """Planning transfers with the ruler's congestion: ``plan-congestion=none|pair|port|topology`` (issue 15 item 4).
 
-The list schedulers (HEFT, FastT's DPOS, Celeritas's Order-Place and Adjusting) estimate when a
-node's inputs reach a device with the papers' congestion-free formula ``finish + latency + bytes /
-bandwidth`` per coarse edge (``none``, the default: the papers' rule). Under the other rules they
-plan the transfers on the link model's routes (:class:`graphir.links.LinkModel` with that
+The list schedulers (HEFT, FastT's DPOS, Celeritas's Order-Place and Adjusting; Baechi's m-ETF and
+m-SCT) estimate when a node's inputs reach a device with the papers' congestion-free formula
+``finish + latency + bytes / bandwidth`` per coarse edge (``none``, the default: the papers' rule).
+Under the other rules they plan the transfers on the link model's routes (:class:`graphir.links.LinkModel` with that
 congestion rule) the way the simulator runs them:
 
 * the transfer unit is the simulator's: one transfer per (value, destination device); a value
@@ -59,6 +59,7 @@ class TransferPlan:
         links: the link model under that rule (its routes and, for ``topology``, its times).
         busy: per resource, when the last booked transfer on it ends.
         sent: per ``(value, device)``, the booked transfer's ``(begin, end)``.
+        version: bumped by every booking that adds a transfer (callers cache estimates per version).
         incoming: :func:`incoming_values` of the problem.
     """
 
@@ -71,6 +72,7 @@ class TransferPlan:
         self.routes = self.links.routes
         self.busy = [0.0] * self.links.num_resources
         self.sent: dict[tuple[int, int], tuple[float, float]] = {}
+        self.version = 0  # bumped by every booking that adds a transfer
         self.incoming = incoming_values(problem)
         self._pred_offsets = problem.pred_offsets.tolist()
         self._pred = problem.pred.tolist()
@@ -141,6 +143,7 @@ class TransferPlan:
             if (x, d) in self.sent:
                 continue
             self.sent[(x, d)] = (begin, end)
+            self.version += 1
             for r in self.routes[src][d]:
                 if end > busy[r]:
                     busy[r] = end

@@ -24,6 +24,7 @@ from graphir.ir import Module
 from graphir.parser import parse_module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
+from graphir.passes.place.baechi import _etf_schedule
 from graphir.passes.place.common import ListScheduler
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.transfer_plan import incoming_values
@@ -115,3 +116,18 @@ def test_plan_with_liveness_books_received_copies(tmp_path: Path) -> None:
     scheduler.commit(node["a"], 0, 0.0)
     scheduler.book(node["c"], 1)
     assert scheduler.received(node["e"], 2) == [(0, 2.0, 3.0)]  # value 0: a's result
+
+
+@pytest.mark.parametrize(("rule", "e_start"), [("none", 2.0), ("pair", 2.0), ("port", 3.0)])
+def test_m_etf_plans_the_second_send(tmp_path: Path, rule: str, e_start: float) -> None:
+    # m-ETF (M-TOPO order a, b, c, e): a on g0 [0, 1); at t = 1, b starts earliest on g0 (1 < 2);
+    # then c on g1 at 2 (g0 busy until 4), its copy sent g0 -> g1 during [1, 2); e on g2: the copy
+    # arrives at 2 when sends out of g0 do not contend, at 3 under port. Simulated under port: 6 s.
+    module = _fork(tmp_path)
+    problem = PlacementProblem.from_module(module)
+    node = _numbers(problem)
+    device, start, _ = _etf_schedule(problem, None, "paper", rule)
+    assert [int(device[node[k]]) for k in "abce"] == [0, 0, 1, 2]
+    assert [float(start[node[k]]) for k in "abce"] == [0.0, 1.0, 2.0, e_start]
+    Place.of("m-etf", plan_congestion=rule).run(module, PassContext())
+    assert simulate(module, "port").makespan == pytest.approx(6.0)
