@@ -247,17 +247,20 @@ class MemoryLedger:
     touched (list schedulers work near the frontier, so ``m`` stays small).
     """
 
-    __slots__ = ("_levels", "_times", "persistent")
+    __slots__ = ("_levels", "_max", "_times", "persistent", "version")
 
     def __init__(self) -> None:
         """An empty ledger: no bytes at any time."""
         self.persistent = 0
         self._times: list[float] = [-math.inf]
         self._levels: list[int] = [0]
+        self._max: int | None = 0  # the largest level, None when a release made it stale
+        self.version = 0  # bumped by every change (callers cache answers per version)
 
     def hold(self, nbytes: int) -> None:
         """Hold ``nbytes`` for the whole step."""
         self.persistent += int(nbytes)
+        self.version += 1
 
     def allocate(self, nbytes: int, begin: float, end: float = math.inf) -> None:
         """Hold ``nbytes`` on ``[begin, end)``; an empty interval holds nothing."""
@@ -268,6 +271,11 @@ class MemoryLedger:
         levels = self._levels
         for k in range(i, j):
             levels[k] += int(nbytes)
+        self.version += 1
+        if nbytes < 0:
+            self._max = None
+        elif self._max is not None and j > i:
+            self._max = max(self._max, max(levels[i:j]))
 
     def free(self, nbytes: int, end: float) -> None:
         """Release ``nbytes`` from ``end`` on (the end of an allocation made with ``end = inf``)."""
@@ -279,7 +287,13 @@ class MemoryLedger:
 
     def peak(self) -> int:
         """The largest usage over all time (at least the persistent bytes)."""
-        return self.persistent + max(0, max(self._levels))
+        return self.persistent + max(0, self._max_level())
+
+    def _max_level(self) -> int:
+        """The largest level (cached between releases: a list scheduler asks it once per candidate)."""
+        if self._max is None:
+            self._max = max(self._levels)
+        return self._max
 
     def peak_between(self, begin: float, end: float) -> int:
         """The largest usage on ``[begin, end)``; ``end`` must exceed ``begin``."""
@@ -302,12 +316,23 @@ class MemoryLedger:
         points = {low, *times[first + 1 : last]}
         points.update(b for _, b, _ in extra)
         points.update(e for _, _, e in extra if e < high)
-        best = max(0, max(levels))  # the usage outside [low, high) is unchanged
+        best = max(0, self._max_level())  # the usage outside [low, high) is unchanged
+        # The extra bytes at a point: every delta at or before it (an allocation starting there
+        # counts, one ending there does not), swept alongside the ledger's breakpoints.
+        deltas = sorted([(b, n) for n, b, _ in extra] + [(e, -n) for n, _, e in extra])
+        count = len(times)
         k = first
+        q = 0
+        added = 0
         for point in sorted(points):
-            while k + 1 < len(times) and times[k + 1] <= point:
+            while k + 1 < count and times[k + 1] <= point:
                 k += 1
-            best = max(best, levels[k] + sum(n for n, b, e in extra if b <= point < e))
+            while q < len(deltas) and deltas[q][0] <= point:
+                added += deltas[q][1]
+                q += 1
+            level = levels[k] + added
+            if level > best:
+                best = level
         return self.persistent + best
 
     def fits(self, nbytes: int, begin: float, end: float, capacity: int) -> bool:

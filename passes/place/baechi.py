@@ -15,7 +15,8 @@ Pesto §5); the rules below follow Baechi's paper and its open-source placer:
   then device number), provided the node's memory fits on the device.
 * **m-SCT** (:func:`place_m_sct`): m-ETF plus the *favourite child* of Hanen & Munier's SCT
   algorithm. The favourite child comes from the LP relaxation of the small-communication-time
-  program (:func:`favourite_children`, solved with HiGHS through :func:`scipy.optimize.linprog`).
+  program (:func:`graphir.passes.place.sct_lp.favourite_children`, solved with HiGHS through
+  :func:`scipy.optimize.linprog`).
   A free device whose last node's favourite child is ready, unplaced and can start earliest on this
   device is *awake*: it runs only an *urgent* node (one whose start time is the same whatever device
   it goes to, i.e. ``max over devices of the schedulable start <= now``) or waits for the
@@ -29,9 +30,12 @@ constraint kernel, :class:`graphir.passes.place.constraints.Constraints`):
   class (Baechi's rule, Celeritas §6.1); the memory of the *whole class* must fit there, later
   members follow without a memory check.
 * **Memory**: m-TOPO counts each node's memory (persistent + activation) for good, as Baechi's
-  m-TOPO does. m-ETF/m-SCT follow Baechi's ETF device model: running a node allocates its memory,
-  and a node's activation bytes are released once all its consumers have run (persistent bytes
-  stay). **Fallback** (Celeritas §6.1 "best effort"): when a node fits on no allowed device, it goes
+  m-TOPO does. m-ETF/m-SCT under ``mem-model=paper`` follow Baechi's ETF device model: running a
+  node allocates its memory, and a node's activation bytes are released once all its consumers
+  have run (persistent bytes stay). Under ``mem-model=liveness`` (their default) they ask the
+  simulator's accounting (:mod:`graphir.memory`) over the node's slot instead, received copies
+  included, so a placement they accept without the fallback fits in the simulator.
+  **Fallback** (Celeritas §6.1 "best effort"): when a node fits on no allowed device, it goes
   to the allowed device with the most free memory (Baechi itself gives up); the simulator then
   reports the OOM.
 
@@ -39,7 +43,8 @@ Choices where the papers are vague (documented deviations):
 
 * Communication in the placers' own time estimates is congestion-free, ``latency + bytes /
   bandwidth`` per coarse edge (ETF's model); Baechi's estimator also queues transfers per device.
-  The simulator (FIFO channel per device pair) judges the result either way.
+  ``plan-congestion=pair|port|topology`` plans them on the link model's routes instead, one per
+  value and device (:mod:`graphir.passes.place.transfer_plan`). The simulator judges either way.
 * Heterogeneous clusters: ETF/SCT use each device's own compute time; the SCT LP (which assumes
   identical machines) uses the mean time over devices and the mean communication time over device
   pairs (as :func:`graphir.passes.place.problem.upward_rank` does).
@@ -57,16 +62,18 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import time
-from typing import ClassVar
+from collections.abc import Callable
+from typing import ClassVar, Literal
 
 import numpy as np
 
 from graphir.errors import PassError
-from graphir.extras import require
 from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
+from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
+from graphir.passes.place.transfer_plan import TransferPlan
 
 __all__ = [
     "MEtf",
@@ -171,8 +178,24 @@ class _ReadySet:
         return self.nodes[: self.count]
 
 
-def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, int]:
+def _etf_schedule(
+    problem: PlacementProblem, favourite: np.ndarray | None, mem_model: str = "paper", plan_congestion: str = "none"
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Baechi's ETF (``favourite is None``) or SCT event-driven placement and schedule.
+
+    Under ``mem_model="paper"`` memory is Baechi's ETF device (see the module docstring). Under
+    ``"liveness"`` a (ready node, device) pair is feasible when the simulator's accounting on the
+    device (:class:`graphir.passes.place.constraints.CoarseScheduleMemory`) has room for the node
+    over ``[start, start + time)`` at the pair's schedulable start, with the copies of its inputs
+    it would receive there (sent when their producer finished, arriving after the coarse edge's
+    transfer time: the data-ready term); committing books those allocations. A pair's answer is
+    cached while the device's ledger is unchanged (its version; a start on ``d`` changes only when
+    a node is placed there, which changes the ledger too).
+
+    Under ``plan_congestion`` other than ``none`` the data-ready times come from a
+    :class:`graphir.passes.place.transfer_plan.TransferPlan` (transfers on the link model's routes,
+    a busy-until per resource), recomputed for the ready nodes whenever a booking moved a resource's
+    busy-until; running a node books the transfers of its inputs.
 
     Returns:
         ``(device, start, best_effort)``: device and start time per coarse node, and the number of
@@ -183,9 +206,17 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
     times = problem.times
     activation = (problem.memory - problem.persistent).tolist()
     links = problem.links
+    plan = TransferPlan(problem, plan_congestion) if plan_congestion != "none" else None
+    planned_version = -1  # the plan's version the ready nodes' data-ready rows were computed at
     priority = _m_topo_priority(problem)
-    constraints = Constraints(problem)
+    constraints = Constraints(problem, mem_model)
     pin = constraints.pin  # updated in place by the kernel
+    liveness = constraints.schedule_memory  # None under the paper rule
+    allowed = problem.allowed
+    fits_cache: dict[tuple[int, int], tuple[object, bool]] = {}  # liveness: (ledger [and plan] version, answer)
+    ledgers = liveness.ledgers if liveness is not None else []
+    devices = list(range(num_devices))
+    in_bytes: list[dict[int, float]] = [{} for _ in range(n)]  # per ready node: bytes from each producer
 
     pred_offsets = problem.pred_offsets.tolist()
     pred = problem.pred
@@ -220,9 +251,66 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
         arrive = links.arrivals(
             finish[producers][:, None], edge_bytes[pred_edge[lo:hi]][:, None], where[:, None], device_arange[None, :]
         )
-        data_ready[v] = arrive.max(axis=0)
+        data_ready[v] = arrive.max(axis=0) if plan is None else plan.data_ready(v, device, finish)
+        if liveness is not None:
+            in_bytes[v] = dict(zip(producers.tolist(), edge_bytes[pred_edge[lo:hi]].tolist(), strict=True))
         ready.add(v)
         is_ready[v] = True
+
+    def received(v: int, d: int) -> list[tuple[int, float, float]]:
+        """``(value, begin, end)`` of every value ``v`` reads from another device, were it on ``d``."""
+        assert liveness is not None
+        if plan is not None:
+            return plan.received(v, d, device, finish)
+        out: list[tuple[int, float, float]] = []
+        for x, p in liveness.incoming[v]:
+            dp = int(device[p])
+            if dp != d:
+                sent = float(finish[p])
+                out.append((x, sent, sent + links.transfer_time(in_bytes[v].get(p, 0.0), dp, d)))
+        return out
+
+    def fits_memory(v: int, d: int, begin: float) -> bool:
+        """Liveness: whether unpinned ``v`` fits on ``d`` over its slot from ``begin`` (cached per ledger version)."""
+        version = ledgers[d].version if plan is None else (ledgers[d].version, plan.version)
+        cached = fits_cache.get((v, d))
+        if cached is None or cached[0] != version:
+            cached = (version, constraints.fits_at(v, d, begin, begin + float(times[v, d]), received(v, d)))
+            fits_cache[(v, d)] = cached
+        return cached[1]
+
+    def placeable(nodes: np.ndarray) -> np.ndarray:
+        """Affinity and colocation pins for every (node, device), memory aside."""
+        pinned = pin[nodes]
+        return allowed[nodes] & np.where((pinned >= 0)[:, None], device_arange[None, :] == pinned[:, None], True)
+
+    def any_awake(nodes: np.ndarray, begin: np.ndarray, free: np.ndarray) -> bool:
+        """Liveness SCT: whether some free device is awake (see :func:`_choose`), checking only favourite rows."""
+        assert fav is not None
+        for d in np.flatnonzero(free).tolist():
+            if last_op[d] < 0:
+                continue
+            f = fav[last_op[d]]
+            if f < 0 or not is_ready[f] or pin[f] >= 0:
+                continue
+            row = ready.where[f]
+            ok = placeable(nodes[row : row + 1])[0]
+            starts = [
+                float(begin[row, e]) if ok[e] and fits_memory(f, e, float(begin[row, e])) else np.inf for e in devices
+            ]
+            if starts[d] < np.inf and starts[d] == min(starts):
+                return True
+        return False
+
+    def feasible_pairs(nodes: np.ndarray, begin: np.ndarray) -> np.ndarray:
+        """Affinity and pins for every (node, device); memory (under liveness over the slot at ``begin``)."""
+        if liveness is None:
+            return constraints.feasible(nodes)  # affinity, colocation pin, memory
+        ok = placeable(nodes)
+        unpinned = (pin[nodes] < 0)[:, None]
+        for row, d in zip(*np.nonzero(ok & unpinned), strict=True):
+            ok[row, d] = fits_memory(int(nodes[row]), int(d), float(begin[row, d]))
+        return ok
 
     def run(v: int, d: int, begin: float) -> None:
         device[v] = d
@@ -234,6 +322,10 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
         heapq.heappush(events, (end, v, v))
         ready.remove(v)
         is_ready[v] = False
+        booked = plan.book(v, d, device, finish) if plan is not None else None
+        if liveness is not None:
+            constraints.place_at(v, d, begin, end, received(v, d) if booked is None else booked)
+            return
         constraints.place(v, d)
         # Baechi's ETF device: a producer's outputs are released once all its consumers ran.
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
@@ -258,13 +350,26 @@ def _etf_schedule(problem: PlacementProblem, favourite: np.ndarray | None) -> tu
                 raise PassError("internal error: the ETF scheduler ran out of ready nodes")
             now = events[0][0]
             continue
-        feasible = constraints.feasible(nodes)  # affinity, colocation pin, memory
-        schedulable = np.where(feasible, np.maximum(data_ready[nodes], free_at[None, :]), np.inf)
+        if plan is not None and plan.version != planned_version:
+            for v in nodes.tolist():  # a booking moved a busy-until: the ready nodes' arrivals move
+                data_ready[v] = plan.data_ready(v, device, finish)
+            planned_version = plan.version
+        begin = np.maximum(data_ready[nodes], free_at[None, :])
         free = free_at <= now
-        pick, upcoming = _choose(schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready)
+        if liveness is not None and (fav is None or not any_awake(nodes, begin, free)):
+            # ETF asks each free device for its earliest (start, priority) node: check memory
+            # lazily, in that order, until one fits (the same choice as the full matrix). SCT
+            # does the same while no free device is awake.
+            pick, upcoming = _choose_etf_lazy(begin, placeable(nodes), nodes, priority, free, now, fits_memory, pin)
+        else:
+            feasible = feasible_pairs(nodes, begin)
+            schedulable = np.where(feasible, begin, np.inf)
+            pick, upcoming = _choose(
+                schedulable, feasible, nodes, priority, free, now, fav, last_op, is_ready, pin, ready
+            )
         if pick is not None:
             row, d = pick
-            run(int(nodes[row]), d, float(schedulable[row, d]))
+            run(int(nodes[row]), d, float(begin[row, d]))
             scheduled += 1
             continue
         if events and (upcoming is None or events[0][0] < upcoming):
@@ -345,6 +450,43 @@ def _choose(
     return None, upcoming
 
 
+def _choose_etf_lazy(
+    begin: np.ndarray,
+    placeable: np.ndarray,
+    nodes: np.ndarray,
+    priority: np.ndarray,
+    free: np.ndarray,
+    now: float,
+    fits_memory: Callable[[int, int, float], bool],
+    pin: np.ndarray,
+) -> tuple[tuple[int, int] | None, float | None]:
+    """:func:`_choose` without favourite children, asking memory only of the pairs it reaches.
+
+    Per free device, the rows by (start, priority); the first whose memory fits (pinned rows need
+    no check) is that device's candidate, exactly the row :func:`_argmin_key` finds on the matrix
+    with the infeasible pairs at ``+inf``.
+    """
+    prio = priority[nodes]
+    best: tuple[float, int, int, int] | None = None
+    upcoming: float | None = None
+    for d in np.flatnonzero(free).tolist():
+        column = np.where(placeable[:, d], begin[:, d], np.inf)
+        for row in np.lexsort((prio, column)).tolist():
+            at = float(column[row])
+            if at == np.inf:
+                break
+            if pin[nodes[row]] < 0 and not fits_memory(int(nodes[row]), d, at):
+                continue
+            if at > now:
+                upcoming = at if upcoming is None else min(upcoming, at)
+            elif best is None or (at, int(prio[row]), d, row) < best:
+                best = (at, int(prio[row]), d, row)
+            break
+    if best is not None:
+        return (best[3], best[2]), None
+    return None, upcoming
+
+
 def _argmin_key(values: np.ndarray, prio: np.ndarray) -> int:
     """Row with the smallest finite value (ties: smallest priority); -1 when none is finite."""
     low = values.min() if len(values) else np.inf
@@ -357,119 +499,25 @@ def _argmin_key(values: np.ndarray, prio: np.ndarray) -> int:
 @register_placer
 @dataclasses.dataclass(frozen=True)
 class MEtf(Placer):
-    """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule."""
+    """Baechi's m-ETF: memory-constrained earliest-task-first placement and schedule.
+
+    Options:
+        mem-model: ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results freed
+            after their last use, received copies counted; checked over each node's slot) or
+            ``paper`` (Baechi's ETF device: a node's bytes from its start until all its consumers ran).
+        plan-congestion: ``none`` (ETF's congestion-free data-ready time, as published) or ``pair``,
+            ``port``, ``topology`` (transfers planned on the link model's routes with a busy-until
+            per resource: :mod:`graphir.passes.place.transfer_plan`).
+    """
 
     name: ClassVar[str] = "m-etf"
+    mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Baechi's event-driven ETF without favourite children."""
-        device, start, best_effort = _etf_schedule(problem, None)
+        device, start, best_effort = _etf_schedule(problem, None, self.mem_model, self.plan_congestion)
         return Placement(device, start, {"best-effort-nodes": best_effort})
-
-
-# ---------------------------------------------------------------------------------------------
-# m-SCT: the favourite child LP
-
-
-def solve_favourite_lp(problem: PlacementProblem) -> tuple[np.ndarray, float]:
-    """Solve the LP relaxation of the SCT program (Baechi §m-SCT, after Hanen & Munier).
-
-    Variables: ``x_e`` in [0, 1] per coarse edge (0: the edge's head is its tail's favourite
-    child, so no communication is paid), start ``s_v >= 0`` per node, makespan ``w``::
-
-        minimise w
-        s_u + p_u + c_uv * x_uv <= s_v           for every edge u -> v
-        sum_{v in succ(u)} x_uv >= |succ(u)| - 1  (at most one favourite child)
-        sum_{u in pred(v)} x_uv >= |pred(v)| - 1  (at most one favourite parent)
-        s_v + p_v <= w                            (sinks suffice: the others are implied)
-
-    ``p`` is the mean compute time over devices and ``c`` the mean transfer time over device pairs.
-
-    Returns:
-        ``(x, w)``: the relaxed edge variables and the LP makespan.
-
-    Raises:
-        PassError: HiGHS did not find an optimum.
-    """
-    linprog = require("scipy.optimize", "solvers", "place{algo=m-sct}").linprog
-    csr_matrix = require("scipy.sparse", "solvers", "place{algo=m-sct}").csr_matrix
-
-    n = problem.num_nodes
-    num_edges = len(problem.edge_src)
-    p = problem.times.mean(axis=1)
-    c = problem.mean_comm_times()
-    src, dst = problem.edge_src, problem.edge_dst
-    s_col = num_edges + np.arange(n)
-    w_col = num_edges + n
-    edge_ids = np.arange(num_edges)
-    rows: list[np.ndarray] = []
-    cols: list[np.ndarray] = []
-    vals: list[np.ndarray] = []
-    rhs: list[np.ndarray] = []
-    # Precedence: s_u - s_v + c_e x_e <= -p_u.
-    rows += [edge_ids, edge_ids, edge_ids]
-    cols += [s_col[src], s_col[dst], edge_ids]
-    vals += [np.ones(num_edges), -np.ones(num_edges), c]
-    rhs.append(-p[src])
-    next_row = num_edges
-    # At most one favourite child / parent: -sum x <= 1 - degree (only degree >= 2 binds).
-    for offsets, by_node in ((problem.succ_offsets, problem.succ_edge), (problem.pred_offsets, problem.pred_edge)):
-        degree = np.diff(offsets)
-        nodes = np.flatnonzero(degree >= 2)
-        if len(nodes):
-            counts = degree[nodes]
-            row_of = next_row + np.repeat(np.arange(len(nodes)), counts)
-            starts = offsets[nodes]
-            entries = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(int(counts.sum()))
-            rows.append(row_of)
-            cols.append(by_node[entries])
-            vals.append(-np.ones(len(row_of)))
-            rhs.append(1.0 - counts)
-            next_row += len(nodes)
-    # Makespan: s_v - w <= -p_v for sinks.
-    sinks = np.flatnonzero(np.diff(problem.succ_offsets) == 0)
-    sink_rows = next_row + np.arange(len(sinks))
-    rows += [sink_rows, sink_rows]
-    cols += [s_col[sinks], np.full(len(sinks), w_col)]
-    vals += [np.ones(len(sinks)), -np.ones(len(sinks))]
-    rhs.append(-p[sinks])
-    next_row += len(sinks)
-    matrix = csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(next_row, num_edges + n + 1)
-    )
-    objective = np.zeros(num_edges + n + 1)
-    objective[w_col] = 1.0
-    bounds = np.zeros((num_edges + n + 1, 2))
-    bounds[:num_edges, 1] = 1.0
-    bounds[num_edges:, 1] = np.inf
-    result = linprog(objective, A_ub=matrix, b_ub=np.concatenate(rhs), bounds=bounds, method="highs")
-    if result.status != 0 or result.x is None:
-        raise PassError(f"m-sct: the favourite-child LP failed: {result.message}")
-    return np.clip(result.x[:num_edges], 0.0, 1.0), float(result.x[w_col])
-
-
-def favourite_children(problem: PlacementProblem, x: np.ndarray, threshold: float = 0.5) -> np.ndarray:
-    """Round the LP's edge variables into at most one favourite child per node.
-
-    An edge is a candidate when ``x <= threshold`` (Baechi rounds at 0.5); candidates are accepted
-    in increasing ``x`` (ties: edge number) when neither the tail already has a favourite child nor
-    the head a favourite parent.
-
-    Returns:
-        the favourite child of every coarse node (-1: none).
-    """
-    favourite = np.full(problem.num_nodes, -1, dtype=np.int64)
-    has_parent = np.zeros(problem.num_nodes, dtype=bool)
-    candidates = np.flatnonzero(x <= threshold)
-    candidates = candidates[np.lexsort((candidates, x[candidates]))]
-    src = problem.edge_src
-    dst = problem.edge_dst
-    for e in candidates.tolist():
-        u, v = int(src[e]), int(dst[e])
-        if favourite[u] < 0 and not has_parent[v]:
-            favourite[u] = v
-            has_parent[v] = True
-    return favourite
 
 
 @register_placer
@@ -480,10 +528,14 @@ class MSct(Placer):
     Options:
         threshold: an edge whose relaxed LP variable is at most this makes its head the favourite
             child of its tail (Baechi rounds at 0.5).
+        mem-model: ``liveness`` (the simulator's accounting) or ``paper`` (Baechi's ETF device), as m-ETF.
+        plan-congestion: ``none`` (as published) or ``pair``, ``port``, ``topology``, as m-ETF.
     """
 
     name: ClassVar[str] = "m-sct"
     threshold: float = 0.5
+    mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def __post_init__(self) -> None:
         """Reject a threshold outside [0, 1] when the pipeline is parsed."""
@@ -496,7 +548,7 @@ class MSct(Placer):
         x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
         favourite = favourite_children(problem, x, self.threshold)
         lp_seconds = time.perf_counter() - started
-        device, start, best_effort = _etf_schedule(problem, favourite)
+        device, start, best_effort = _etf_schedule(problem, favourite, self.mem_model, self.plan_congestion)
         stats = {
             "best-effort-nodes": best_effort,
             "favourite-children": int((favourite >= 0).sum()),

@@ -51,14 +51,19 @@ class OrderPlace(Placer):
         mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
             published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
             freed after their last use; checked over each node's slot with its received copies).
+        plan-congestion: how the schedule estimates transfers: ``none`` (the paper's
+            congestion-free ``latency + bytes / bandwidth``) or ``pair``, ``port``, ``topology`` (planned
+            on the link model's routes under that congestion rule, a busy-until per resource, one
+            transfer per value and device: :mod:`graphir.passes.place.transfer_plan`).
     """
 
     name: ClassVar[str] = "order-place"
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Fill the current device in CPD-TOPO order; move on when a node does not fit."""
-        scheduler = ListScheduler(problem, self.mem_model)
+        scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         num_devices = problem.num_devices
         current = 0
         for v in celeritas_order(problem):
@@ -88,14 +93,19 @@ class Adjusting(Placer):
         mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
             published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
             freed after their last use; checked over each node's slot with its received copies).
+        plan-congestion: how the schedule estimates transfers: ``none`` (the paper's
+            congestion-free ``latency + bytes / bandwidth``) or ``pair``, ``port``, ``topology`` (planned
+            on the link model's routes under that congestion rule, a busy-until per resource, one
+            transfer per value and device: :mod:`graphir.passes.place.transfer_plan`).
     """
 
     name: ClassVar[str] = "adjusting"
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Keep the previous node's device unless waiting there costs more than sending back (eq. (9))."""
-        scheduler = ListScheduler(problem, self.mem_model)
+        scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         succ_offsets = scheduler.succ_offsets
         succ_edge = scheduler.succ_edge
         edge_bytes = scheduler.edge_bytes

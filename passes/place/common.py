@@ -20,6 +20,8 @@ Conventions every placer inherits (the papers leave them open):
 - ``c_{p,v}`` is the transfer time of the coarse edge on the actual link ``d_p -> d`` from the
   link model (:class:`graphir.links.LinkModel`; 0 on one device), i.e. a congestion-free
   estimate; the simulator, which serialises transfers on the resources of their routes, is the judge.
+  With ``plan-congestion=pair|port|topology`` (not the papers' rule) the transfers are planned on
+  those routes with a busy-until per resource instead (:mod:`graphir.passes.place.transfer_plan`).
 - Memory (Celeritas Algorithm 2 ``Ava_m``, FastT "memory need exceeds capacity"): a node needs
   ``problem.memory`` bytes (persistent + activation) on its device for the whole run; nothing is
   freed, as in both papers (``mem-model=paper``). Under ``mem-model=liveness`` (the default) the
@@ -47,6 +49,7 @@ from graphir.pass_infra import Stat
 from graphir.passes.place import Placement
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
+from graphir.passes.place.transfer_plan import TransferPlan
 
 INF = math.inf
 
@@ -130,8 +133,11 @@ class ListScheduler:
         timelines: one :class:`DeviceTimeline` per device.
     """
 
-    def __init__(self, problem: PlacementProblem, mem_model: str = "paper") -> None:
+    def __init__(self, problem: PlacementProblem, mem_model: str = "paper", plan_congestion: str = "none") -> None:
         self.problem = problem
+        # plan-congestion (passes/place/transfer_plan.py): transfers planned on the routes, or the
+        # papers' congestion-free formula (``none``).
+        self.plan = TransferPlan(problem, plan_congestion) if plan_congestion != "none" else None
         n = problem.num_nodes
         num_devices = problem.num_devices
         self.num_devices = num_devices
@@ -179,6 +185,8 @@ class ListScheduler:
         """
         if self.liveness is None:
             return []
+        if self.plan is not None:
+            return self.plan.received(v, d, self.device, self.finish)
         out: list[tuple[int, float, float]] = []
         device = self.device
         finish = self.finish
@@ -217,7 +225,11 @@ class ListScheduler:
 
         ``pre_t(v, d) = max_{p in pred(v)} Fin_t[p] + I(d_p != d) * c_{p,v}`` where ``c_{p,v}`` is
         the transfer time on the link ``d_p -> d``. Every predecessor must already be placed.
+        Under a ``plan-congestion`` rule, the transfers are planned on their routes instead
+        (:meth:`graphir.passes.place.transfer_plan.TransferPlan.data_ready`).
         """
+        if self.plan is not None:
+            return self.plan.data_ready(v, self.device, self.finish)
         ready = [0.0] * self.num_devices
         finish = self.finish
         device = self.device
@@ -276,7 +288,12 @@ class ListScheduler:
         The first placed member of a colocation class pins the class to ``d``.
         """
         end = start + self.times[v][d]
-        received = self.received(v, d)
+        if self.plan is not None:
+            received = self.plan.book(v, d, self.device, self.finish)
+            if self.liveness is None:
+                received = []
+        else:
+            received = self.received(v, d)
         self.device[v] = d
         self.start[v] = start
         self.finish[v] = end

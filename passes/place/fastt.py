@@ -121,14 +121,19 @@ class Dpos(Placer):
         mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
             published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
             freed after their last use; checked over each node's slot with its received copies).
+        plan-congestion: how the schedule estimates transfers: ``none`` (the paper's
+            congestion-free ``latency + bytes / bandwidth``) or ``pair``, ``port``, ``topology`` (planned
+            on the link model's routes under that congestion rule, a busy-until per resource, one
+            transfer per value and device: :mod:`graphir.passes.place.transfer_plan`).
     """
 
     name: ClassVar[str] = "dpos"
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Critical-path nodes on their critical-path devices, the others on their minimum-EFT device."""
-        scheduler = ListScheduler(problem, self.mem_model)
+        scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         rank = fastt_rank(problem)
         path = critical_path(problem, rank)
         position = {v: i for i, v in enumerate(path)}

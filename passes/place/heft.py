@@ -35,14 +35,19 @@ class Heft(Placer):
         mem-model: ``paper`` (each node holds persistent + activation bytes for the whole step, as
             published) or ``liveness`` (the simulator's accounting, :mod:`graphir.memory`: results
             freed after their last use; checked over each node's slot with its received copies).
+        plan-congestion: how the schedule estimates transfers: ``none`` (the paper's
+            congestion-free ``latency + bytes / bandwidth``) or ``pair``, ``port``, ``topology`` (planned
+            on the link model's routes under that congestion rule, a busy-until per resource, one
+            transfer per value and device: :mod:`graphir.passes.place.transfer_plan`).
     """
 
     name: ClassVar[str] = "heft"
     mem_model: Literal["paper", "liveness"] = "liveness"
+    plan_congestion: Literal["none", "pair", "port", "topology"] = "none"
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Book the nodes by decreasing rank_u, each on its minimum-EFT device."""
-        scheduler = ListScheduler(problem, self.mem_model)
+        scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         for v in ready_order(problem, upward_rank(problem)):
             scheduler.book_min_eft(v)
         return scheduler.placement()

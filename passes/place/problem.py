@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from graphir.links import LinkModel
 from graphir.memory import output_mask, temporary_bytes
 from graphir.topo import csr
 from graphir.unionfind import DisjointSets
+
+if TYPE_CHECKING:
+    from graphir.cluster import Cluster
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +112,8 @@ class PlacementProblem:
         fine: the fine graph's names and value-level edges.
         preferred: device per coarse node from the placer's device hints (-1: none; all -1
             without hints).
+        cluster: the cluster the problem was built from (``None`` for a hand-built problem);
+            :meth:`link_model` builds its link model under another congestion rule from it.
     """
 
     num_nodes: int
@@ -133,6 +139,7 @@ class PlacementProblem:
     node_group: np.ndarray
     fine: FineGraph
     preferred: np.ndarray
+    cluster: Cluster | None = None
 
     @classmethod
     def from_module(cls, module: Module, hints: Mapping[str, str] | None = None) -> PlacementProblem:
@@ -268,7 +275,22 @@ class PlacementProblem:
                 temporary=temporary_bytes(index),
             ),
             preferred=preferred,
+            cluster=cluster,
         )
+
+    def link_model(self, congestion: str) -> LinkModel:
+        """The cluster's link model under ``congestion`` (:data:`graphir.links.CONGESTION_RULES`).
+
+        :attr:`links` (the ``pair`` rule) when that is the rule asked for.
+
+        Raises:
+            PassError: another rule is asked of a problem built without its cluster.
+        """
+        if congestion == self.links.congestion:
+            return self.links
+        if self.cluster is None:
+            raise PassError(f"congestion rule '{congestion}' needs the problem's cluster")
+        return LinkModel.from_cluster(self.cluster, congestion)
 
     def mean_comm_times(self) -> np.ndarray:
         """Per coarse edge, the representative transfer time (mean over ordered device pairs), for priorities."""

@@ -536,7 +536,10 @@ def test_place_options_belong_to_the_chosen_placer() -> None:
     assert parse_pipeline("place")[0].spec() == "place"
     with pytest.raises(PassOptionError) as caught:
         parse_pipeline("profile,place{algo=heft time-limit=5}")
-    message = "unknown option 'time-limit' for place{algo=heft} (heft options: mem-model; place options: algo)"
+    message = (
+        "unknown option 'time-limit' for place{algo=heft} "
+        "(heft options: mem-model, plan-congestion; place options: algo)"
+    )
     assert str(caught.value).startswith(f"<pipeline>:1:25: error: {message}")  # the caret under time-limit
     with pytest.raises(PassOptionError, match=r"1:12: error: unknown placement algorithm 'nope' for pass 'place'"):
         parse_pipeline("place{algo=nope}")
