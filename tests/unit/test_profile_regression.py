@@ -164,7 +164,7 @@ def test_standard_evaluation_on_zoo_models(entry, capsys):
     The module is the zoo model at the largest fitted batch (built by the zoo's builder, cached in
     ``zoo/batches/``), named like its entry so the regression rebuilds it at each batch the same way.
     """
-    from graphir.passes.transform.batching import zoo_builder
+    from graphir.tools.zoo_source import zoo_builder
 
     builder = zoo_builder(entry)
     module = import_graphdef(builder(max(ZOO_BATCHES)), name=entry)
