@@ -172,14 +172,14 @@ def simulate(module: Module, congestion: str = "topology", order: str | None = N
     Args:
         module: a module whose nodes carry ``device``, ``order`` and ``cost``.
         congestion: the congestion rule of the link model (:data:`graphir.links.CONGESTION_RULES`).
-        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor); None:
-            the one the placement recorded (:func:`recorded_order`).
+        order: ``enforced`` (per-device ``order``) or ``dynamic`` (TensorFlow's executor); None or
+            ``recorded``: the one the placement recorded (:func:`recorded_order`).
 
     Raises:
         PassError: a node lacks ``device``, ``order`` or a cost for its device kind, or the
             per-device orders deadlock against the data dependencies.
     """
-    if order is None:
+    if order is None or order == "recorded":
         order = recorded_order(module)
     _check_rules(congestion, order)
     index = module.graph.index()
