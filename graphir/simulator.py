@@ -181,7 +181,6 @@ def simulate(module: Module, congestion: str = "topology", order: str | None = N
     """
     if order is None or order == "recorded":
         order = recorded_order(module)
-    _check_rules(congestion, order)
     index = module.graph.index()
     n = index.num_nodes
     device_of_name = {name: k for k, name in enumerate(module.cluster.device_names)}

@@ -46,7 +46,7 @@ class Simulate(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Simulate, write ``start``/``finish`` on every node, and report the statistics."""
-        result = simulate(module, self.congestion, None if self.order == "recorded" else self.order)
+        result = simulate(module, self.congestion, self.order)
         index = module.graph.index()
         for node, begin, end in zip(index.nodes, result.start.tolist(), result.finish.tolist(), strict=True):
             node.start = begin

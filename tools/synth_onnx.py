@@ -69,34 +69,57 @@ def make_layered_onnx(
         weight = rng.standard_normal((HIDDEN, HIDDEN), dtype=np.float32) * np.float32(0.1)
         graph.initializer.append(numpy_helper.from_array(weight, f"w{k}"))
 
-    layers: list[list[str]] = [[f"x{k}" for k in range(num_inputs)]]
-    made = 0
-    while made < num_nodes:
-        layer_size = min(int(rng.integers(1, 2 * width)), num_nodes - made)
-        recent = [name for layer in layers[-window:] for name in layer]
-        previous = layers[-1]
-        layer: list[str] = []
-        for _ in range(layer_size):
-            out = f"v{made}"
-            first = previous[int(rng.integers(len(previous)))]
-            choice = rng.random()
-            if choice < 0.15:
-                op, inputs = "MatMul", [first, f"w{int(rng.integers(NUM_WEIGHTS))}"]
-            elif choice < 0.5:
-                op, inputs = _UNARY[int(rng.integers(len(_UNARY)))], [first]
-            elif choice < 0.85:
-                op, inputs = _BINARY[int(rng.integers(len(_BINARY)))], [first, recent[int(rng.integers(len(recent)))]]
-            else:
-                extra = [recent[int(rng.integers(len(recent)))] for _ in range(int(rng.integers(0, 3)))]
-                op, inputs = "Sum", [first, *extra]
-            graph.node.add(op_type=op, input=inputs, output=[out], name=f"n{made}")
-            layer.append(out)
-            made += 1
-        layers.append(layer)
-    for name in layers[-1]:
+    layers = layered_wiring(rng, num_nodes, num_inputs, width, window, _BINARY, _UNARY, "Sum", 0, NUM_WEIGHTS)
+    for made, (out, op, inputs) in enumerate(name_op for layer in layers[1:] for name_op in layer):
+        graph.node.add(op_type=op, input=inputs, output=[out], name=f"n{made}")
+    for name, _, _ in layers[-1]:
         graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, HIDDEN]))
     onnx.checker.check_model(model)
     return model
+
+
+def layered_wiring(
+    rng: np.random.Generator,
+    num_nodes: int,
+    num_inputs: int,
+    width: int,
+    window: int,
+    binary: tuple[str, ...],
+    unary: tuple[str, ...],
+    nary: str,
+    min_extra: int,
+    num_weights: int = 8,
+) -> list[list[tuple[str, str, list[str]]]]:
+    """The layered random wiring both synthetic writers share (this one and ``tools/synth_tf.py``).
+
+    Returns the layers, the first of them the graph inputs ``x0..``, each later one a list of
+    ``(value name v<i>, op, input names)``: 15 % ``MatMul`` by a weight ``w<k>``, 35 % a unary op,
+    35 % a binary op with a value of the last ``window`` layers, 15 % the ``nary`` op over the
+    previous layer's value plus ``min_extra``..2 recent ones. Layers hold 1..2*width-1 ops.
+    """
+    layers: list[list] = [[(f"x{k}", "", []) for k in range(num_inputs)]]
+    made = 0
+    while made < num_nodes:
+        layer_size = min(int(rng.integers(1, 2 * width)), num_nodes - made)
+        recent = [name for layer in layers[-window:] for name, _, _ in layer]
+        previous = [name for name, _, _ in layers[-1]]
+        layer = []
+        for _ in range(layer_size):
+            first = previous[int(rng.integers(len(previous)))]
+            choice = rng.random()
+            if choice < 0.15:
+                op, inputs = "MatMul", [first, f"w{int(rng.integers(num_weights))}"]
+            elif choice < 0.5:
+                op, inputs = unary[int(rng.integers(len(unary)))], [first]
+            elif choice < 0.85:
+                op, inputs = binary[int(rng.integers(len(binary)))], [first, recent[int(rng.integers(len(recent)))]]
+            else:
+                extra = [recent[int(rng.integers(len(recent)))] for _ in range(int(rng.integers(min_extra, 3)))]
+                op, inputs = nary, [first, *extra]
+            layer.append((f"v{made}", op, inputs))
+            made += 1
+        layers.append(layer)
+    return layers
 
 
 def main(argv: list[str] | None = None) -> int:

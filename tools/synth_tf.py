@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graphir.tools.synth_onnx import layered_wiring
+
 HIDDEN = 64
 """Width of every activation (``f32[1,HIDDEN]``)."""
 NUM_WEIGHTS = 8
@@ -61,36 +63,15 @@ def make_layered_graphdef(num_nodes: int, seed: int, *, width: int = 32, window:
         node = graph.node.add(name=f"w{k}", op="Const")
         node.attr["dtype"].type = _DT_FLOAT
         node.attr["value"].tensor.CopyFrom(tensor)
-    layers: list[list[str]] = [[f"x{k}" for k in range(num_inputs)]]
-    made = 0
-    while made < num_nodes:
-        layer_size = min(int(rng.integers(1, 2 * width)), num_nodes - made)
-        recent = [name for layer in layers[-window:] for name in layer]
-        previous = layers[-1]
-        layer: list[str] = []
-        for _ in range(layer_size):
-            name = f"v{made}"
-            first = previous[int(rng.integers(len(previous)))]
-            choice = rng.random()
-            if choice < 0.15:
-                op, inputs = "MatMul", [first, f"w{int(rng.integers(NUM_WEIGHTS))}"]
-            elif choice < 0.5:
-                op, inputs = _UNARY[int(rng.integers(len(_UNARY)))], [first]
-            elif choice < 0.85:
-                op, inputs = _BINARY[int(rng.integers(len(_BINARY)))], [first, recent[int(rng.integers(len(recent)))]]
-            else:
-                extra = [recent[int(rng.integers(len(recent)))] for _ in range(int(rng.integers(1, 3)))]
-                op, inputs = "AddN", [first, *extra]
-            node = graph.node.add(name=name, op=op, input=inputs)
-            node.attr["T"].type = _DT_FLOAT
-            if op == "AddN":
-                node.attr["N"].i = len(inputs)
-            elif op == "MatMul":
-                node.attr["transpose_a"].b = False
-                node.attr["transpose_b"].b = False
-            layer.append(name)
-            made += 1
-        layers.append(layer)
+    layers = layered_wiring(rng, num_nodes, num_inputs, width, window, _BINARY, _UNARY, "AddN", 1, NUM_WEIGHTS)
+    for name, op, inputs in (node for layer in layers[1:] for node in layer):
+        node = graph.node.add(name=name, op=op, input=inputs)
+        node.attr["T"].type = _DT_FLOAT
+        if op == "AddN":
+            node.attr["N"].i = len(inputs)
+        elif op == "MatMul":
+            node.attr["transpose_a"].b = False
+            node.attr["transpose_b"].b = False
     return graph.SerializeToString(deterministic=True)
 
 

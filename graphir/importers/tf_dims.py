@@ -56,7 +56,7 @@ _SAME_SHAPE = frozenset(
 )
 """Ops whose data inputs and outputs all have one shape (no broadcasting)."""
 
-_BROADCASTING = frozenset(
+BROADCASTING_BINARY = frozenset(
     {
         "Add",
         "AddV2",
@@ -75,6 +75,7 @@ _BROADCASTING = frozenset(
         "TruncateDiv",
     }
 )
+"""Binary ops that broadcast their two inputs numpy-style (also the importer's resource recovery's list)."""
 
 _WINDOWED = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MaxPool", "AvgPool", "MaxPool3D", "AvgPool3D"})
 _SHAPE_SOURCES = {"Shape": None, "ShapeN": None}
@@ -201,7 +202,7 @@ class DimSolver:
         if kind in _SAME_SHAPE:
             for tensor in op.inputs:
                 self._union_all(op.outputs[0], tensor)
-        elif kind in _BROADCASTING and len(op.inputs) == 2:
+        elif kind in BROADCASTING_BINARY and len(op.inputs) == 2:
             self._broadcast(op)
         elif kind == "ConcatV2":
             self._concat(op)

@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from graphir.importers.tf_checkpoint import CheckpointVariable, match_variables
-from graphir.importers.tf_dims import DimSolver
+from graphir.importers.tf_dims import BROADCASTING_BINARY, DimSolver
 from graphir.importers.tf_inline import _split_ref
 
 if TYPE_CHECKING:
@@ -110,25 +110,7 @@ _UNARY_ELEMENTWISE = frozenset(
         "Tanh",
     }
 )
-_BROADCAST_ELEMENTWISE = frozenset(
-    {
-        "Add",
-        "AddN",
-        "AddV2",
-        "Div",
-        "DivNoNan",
-        "FloorDiv",
-        "Maximum",
-        "Minimum",
-        "Mul",
-        "MulNoNan",
-        "Pow",
-        "RealDiv",
-        "SquaredDifference",
-        "Sub",
-        "TruncateDiv",
-    }
-)
+_BROADCAST_ELEMENTWISE = (BROADCASTING_BINARY - {"BiasAdd"}) | {"AddN"}
 _CONV_OPS = {"Conv2D": 2, "Conv3D": 3, "DepthwiseConv2dNative": 2}
 _CONV_FILTER_GRADS = {"Conv2DBackpropFilter": 2, "Conv3DBackpropFilterV2": 3, "DepthwiseConv2dNativeBackpropFilter": 2}
 _BATCH_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
