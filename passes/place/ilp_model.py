@@ -9,9 +9,12 @@ change it:
   constraints, the default), ``port`` (``s.out`` and ``d.in``: Moirai eq. (8), a device sends one
   and receives one transfer at a time), ``task`` (the compute of both devices: Celeritas §6.1, so
   the device's nodes and its transfers share one no-overlap) and ``topology`` (the ports and every
-  wire of the physical path, with the path's own times). The FIFO order literals tie a channel's
-  order to the producers' device order under ``pair`` only; under the other rules the order on a
-  shared resource is left free (stat ``fifo = 0``), a relaxation of the simulator's FIFO.
+  wire of the physical path, with the path's own times; as in the simulator, only
+  ``bytes / bandwidth`` holds them and the value arrives a latency later; a cluster's calibrated
+  per-transfer CPU, which the simulator books on both ends' compute, is not modelled: the
+  arrival includes it, the compute does not wait for it). The FIFO order literals tie a
+  channel's order to the producers' device order under ``pair`` only; under the other rules the
+  order on a shared resource is left free (stat ``fifo = 0``), a relaxation of the simulator's FIFO.
 * memory: the paper rule (a linear sum per device) or the liveness rule
   (:mod:`graphir.passes.place.ilp_memory`, cumulative constraints).
 """
@@ -115,6 +118,16 @@ class IlpModel:
             [[max(1, round(c / unit)) if s != d else 0 for d, c in enumerate(row)] for s, row in enumerate(cc)]
             for cc in comm
         ]
+        if links.holds_latency:  # the papers' rules: a transfer holds its route until it arrives
+            self.occupancy = self.comm
+        else:  # topology: only bytes / bandwidth holds the route, the latency is in flight
+            self.occupancy = [
+                [
+                    [max(1, round(links.occupancy_time(b, s, d) / unit)) if s != d else 0 for d in self.devices]
+                    for s in self.devices
+                ]
+                for b in transfers.nbytes
+            ]
         self.latency = [
             [max(1, round(links.latency_between(s, d) / unit)) if s != d else 0 for d in self.devices]
             for s in self.devices
@@ -208,7 +221,12 @@ class IlpModel:
                     model.AddBoolAnd([x[g][s], nd]).OnlyEnforceIf(p)
                     model.AddBoolOr([x[g][s].Not(), nd.Not()]).OnlyEnforceIf(p.Not())
                     present[(s, d)] = p
-                    interval = model.NewOptionalIntervalVar(ts[d], self.comm[k][s][d], te[d], p, f"T{k}_{s}_{d}")
+                    if links.holds_latency:
+                        interval = model.NewOptionalIntervalVar(ts[d], self.comm[k][s][d], te[d], p, f"T{k}_{s}_{d}")
+                    else:  # the route is held for the occupancy; the value arrives a latency later
+                        held = self.occupancy[k][s][d]
+                        interval = model.NewOptionalIntervalVar(ts[d], held, ts[d] + held, p, f"T{k}_{s}_{d}")
+                        model.Add(te[d] >= ts[d] + self.comm[k][s][d]).OnlyEnforceIf(p)
                     for r in routes[s][d]:
                         resource_intervals.setdefault(r, []).append(interval)
                 for h in consumers:
@@ -333,7 +351,7 @@ class IlpModel:
                     begin = max(end[h], max(resource_free[r] for r in route))
                     finish = begin + self.comm[k][d][dd]
                     for r in route:
-                        resource_free[r] = finish
+                        resource_free[r] = begin + self.occupancy[k][d][dd]
                     arrival[(k, dd)] = (begin, finish)
         return {"start": start, "end": end, "arrival": arrival, "device": device}
 

@@ -18,6 +18,14 @@ Congestion, worked by hand on a fork: ``a`` (1 s) produces 1,000,000 B (1 s on a
     topology (this cluster has no wiring: the route is the sender's port, the pair's channel and
     the receiver's port): as port, 6.
 A brute force over every placement and order, simulated under each rule, agrees.
+
+The same fork with a 0.5 s latency on every link (a transfer takes 0.5 + 1 = 1.5 s alone):
+    topology (only bytes / bandwidth holds the route; the latency is in flight): b local on a's
+    device [1, 4); the two copies hold a's port [1, 2) and [2, 3) and arrive at 2.5 and 3.5, so c
+    [2.5, 5.5) and e [3.5, 6.5): 6.5. Sending both copies to one device arrives at 2.5 and runs c
+    and e in turn: 8.5; one device: 10. Optimum 6.5.
+    port (the latency holds the port too): the copies hold it [1, 2.5) and [2.5, 4): e ends at 7.
+    A model that held the route for the latency under topology would find 7, not 6.5.
 """
 
 from __future__ import annotations
@@ -59,9 +67,9 @@ FORK = """
 """
 
 
-def _fork(tmp_path: Path) -> Module:
+def _fork(tmp_path: Path, latency: float = 0.0) -> Module:
     path = tmp_path / "fork.toml"
-    path.write_text(FORK_CLUSTER)
+    path.write_text(FORK_CLUSTER.replace("latency = 0.0", f"latency = {latency}"))
     return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{FORK}  }}\n}}\n')
 
 
@@ -113,6 +121,19 @@ def test_fork_optimum_per_congestion_rule(tmp_path: Path, rule: str, optimum: fl
     assert float(stats["objective-s"]) == pytest.approx(optimum, abs=1e-5)
     assert simulate(module, rule).makespan == pytest.approx(optimum, abs=1e-5)
     assert stats["fifo"] == int(rule == "pair")
+
+
+@pytest.mark.parametrize(("rule", "optimum"), [("topology", 6.5), ("port", 7.0)])
+def test_fork_with_latency_optimum(tmp_path: Path, rule: str, optimum: float) -> None:
+    module = _fork(tmp_path, latency=0.5)
+    stats = _ilp(module, congestion=rule)
+    assert stats["status"] == "optimal"
+    assert float(stats["objective-s"]) == pytest.approx(optimum, abs=1e-5)
+    assert simulate(module, rule).makespan == pytest.approx(optimum, abs=1e-5)
+
+
+def test_fork_with_latency_brute_force_agrees(tmp_path: Path) -> None:
+    assert _brute_force(_fork(tmp_path, latency=0.5), "topology") == pytest.approx(6.5)
 
 
 @pytest.mark.parametrize("rule", ["pair", "port", "task"])
