@@ -108,7 +108,7 @@ def simulate_rules(run: PipelineRun | None) -> tuple[str, str]:
         if spec.split("{", 1)[0].strip() != "simulate":
             continue
         (simulate_pass,) = parse_pipeline(spec)
-        return str(getattr(simulate_pass, "congestion")), str(getattr(simulate_pass, "order"))
+        return str(simulate_pass.congestion), str(simulate_pass.order)  # the Simulate pass (backends import no pass)
     return DEFAULT_RULES
 
 
