@@ -163,8 +163,10 @@ def _tables(runner: Runner, models: Sequence[str], cluster: str, repeats: int, q
         "",
         f"Cluster `{'celeritas' if not quick else 'celeritas (memory shrunk to 6 MiB per device, --quick)'}`: "
         "4x V100 32 GB over PCIe (Celeritas §6.2.1). Costs: graphir's analytical roofline profile "
-        "(`profile`); every step time is the simulated makespan of one training step (`simulate`, Pesto's "
-        "semantics: FIFO channel per device pair, communication overlapping computation). The paper measured "
+        "(`profile`); every step time is the simulated makespan of one training step under the default ruler "
+        "(`simulate`: `congestion=topology`, each transfer holding its sender's and receiver's ports and every wire "
+        "of its physical route, here GPU - PCIe switch - host bridge, and UPI between the sockets; communication "
+        "overlapping computation). The paper measured "
         "TensorFlow 1.12 on real GPUs. `OOM (x)`: a device's peak memory exceeds its capacity; x is the simulated "
         "time regardless. Wall times are this machine's (2 shared cores), the paper's a Xeon Gold 5220 server.",
         "",

@@ -130,7 +130,9 @@ def _body(
         "Clusters `moirai-inter` (2080 Ti 11 GB, T4 16 GB, P4 8 GB, 3060 Ti 8 GB over InfiniBand) and `moirai-intra` "
         "(2x V100 32 GB, 2x P100 16 GB over NVLink + NVSwitch) with Moirai Table III's measured bandwidth per "
         "device pair. Latencies are simulated end-to-end inference latencies (graphir's analytical per-device-kind "
-        "costs, one FIFO channel per ordered device pair). `original`: the imported ONNX graph; `coarsened`: after "
+        "costs) under the default ruler, `simulate{congestion=topology}`: each pair keeps Table III's measured "
+        "numbers and a transfer also holds its ends' ports and the NICs / network or NVSwitch ports on its route. "
+        "`original`: the imported ONNX graph; `coarsened`: after "
         "Moirai's fusion rules. The Moirai ILP additionally merges its graph to "
         f"{target} vertices (acyclic batch merging) and runs CP-SAT for at most {limit:g} s, warm-started from the "
         "best list scheduler.",

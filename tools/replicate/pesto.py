@@ -1,8 +1,9 @@
 """Pesto Figure 7 / Table 2 on the zoo: Expert vs m-SCT vs the ILP on 2 GPUs with congestion.
 
 Set-up (Pesto §5): the ``pesto`` preset (two V100 16 GB joined by NVLink, each with its own PCIe link
-to a Xeon Silver 4116 CPU); the simulator serialises transfers on one FIFO channel per ordered
-device pair, which is Pesto's congestion model. Models: the zoo's training graphs closest to
+to a Xeon Silver 4116 CPU), judged by the default ruler (``simulate``: ``congestion=topology``, a
+transfer holds its sender's and receiver's ports and the wire between them; Pesto's own model, one
+FIFO channel per ordered device pair, is ``simulate{congestion=pair}``). Models: the zoo's training graphs closest to
 Pesto's four families (RNNLM/NMT -> ``lstm_train``, Transformer -> ``bert_large_train``, NASNet ->
 ``nasnet_mobile_train`` and ``nasnet_large_train``). Placers:
 
@@ -123,8 +124,10 @@ def _body(
         "## Set-up",
         "",
         "Cluster `pesto`: 2x V100 16 GB over NVLink plus the Xeon Silver 4116 CPU (PCIe to each GPU), Pesto §5.1. "
-        "Step times are simulated (graphir's analytical roofline costs; one FIFO channel per ordered device pair, "
-        "i.e. Pesto's congestion model). `OOM (x)`: a device's peak memory exceeds its capacity, x is the simulated "
+        "Step times are simulated (graphir's analytical roofline costs) under the default ruler, "
+        "`simulate{congestion=topology}`: a transfer holds its sender's and receiver's ports and the wire between "
+        "them (Pesto's own model, one FIFO channel per ordered device pair, is `congestion=pair`). "
+        "`OOM (x)`: a device's peak memory exceeds its capacity, x is the simulated "
         f"time regardless. Pesto ILP: acyclic batch merging to {target} vertices and CP-SAT joint placement and "
         f"scheduling with a {limit:g} s limit, warm-started from the best list scheduler (heft, dpos, adjusting, "
         "m-etf); it returns the warm start when its own schedule simulates worse (`result = warm-start`).",
