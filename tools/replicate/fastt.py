@@ -3,8 +3,11 @@
 Usage::
 
     python -m graphir.tools.replicate.fastt [--quick] [--out DIR] [--quiet] [--no-verify]
+        [--strategies=data-parallel,dp-gpu,dpos,os-dpos]
 
-Writes ``DIR/replicate_fastt.md`` (default ``benchmarks/results``).
+Writes ``DIR/replicate_fastt.md`` (default ``benchmarks/results``). ``--strategies`` runs only the
+named placements (``data-parallel`` always; default: all four); the table shows ``not run`` for the
+others and leaves out Table 6 without ``dpos`` and ``os-dpos``.
 
 **Setting.** FastT (§6) trains with *strong scaling*: a fixed global batch split over the GPUs,
 TF-slim's data parallelism as the baseline, and, for a model that fits one GPU, OS-DPOS (and DPOS,
@@ -64,6 +67,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -253,7 +258,12 @@ def _data_parallel(source: Module, devices: int, batch: int, check: bool) -> tup
 
 
 def measure(
-    model: Model, devices: Sequence[int], runner: Runner, check: bool, single: bool
+    model: Model,
+    devices: Sequence[int],
+    runner: Runner,
+    check: bool,
+    single: bool,
+    strategies: Sequence[str] = STRATEGIES,
 ) -> tuple[list[Row], Cell | None, dict[str, str]]:
     """Every device count of one model, its 1-GPU DP cell (``None`` without ``single``), its op types by name."""
     source = load_module(f"zoo:{model.entry}")
@@ -266,7 +276,7 @@ def measure(
     rows = []
     for n in devices:
         result, build = _data_parallel(source, n, model.batch, check)
-        cells = {algo: _place(result.module, algo, check) for algo in STRATEGIES}
+        cells = {algo: _place(result.module, algo, check) for algo in strategies}
         row = Row(
             model,
             n,
@@ -289,7 +299,9 @@ def measure(
 
 
 def _rate(row: Row, strategy: str) -> str:
-    cell = row.cells[strategy]
+    cell = row.cells.get(strategy)
+    if cell is None:
+        return "not run"
     text = f"{row.samples(strategy):.1f}"
     return f"{text} (OOM)" if cell.oom else text
 
@@ -439,6 +451,8 @@ def render(
                 cells += ["-", "-", "-"]
                 continue
             cells += [_rate(row, "data-parallel"), _rate(row, "dpos"), _rate(row, "os-dpos")]
+            if "os-dpos" not in row.cells:
+                continue
             fastt = max(row.samples("data-parallel"), row.samples("os-dpos"))
             gain = fastt / row.samples("data-parallel") - 1
             best_gain = gain if best_gain is None else max(best_gain, gain)
@@ -476,6 +490,7 @@ def render(
     detail_rows = []
     for row in rows:
         dp = row.samples("data-parallel")
+        ran = row.cells.keys()
         oom = sorted({f"{a}: {','.join(c.oom)}" for a, c in row.cells.items() if c.oom})
         detail_rows.append(
             [
@@ -486,12 +501,12 @@ def render(
                 f"{row.build_s:.1f}",
                 f"{row.cells['data-parallel'].host_bytes / 1e9:.2f}",
                 _rate(row, "dp-gpu"),
-                _gain(row.samples("dpos"), dp),
-                _gain(row.samples("os-dpos"), dp),
+                _gain(row.samples("dpos"), dp) if "dpos" in ran else "-",
+                _gain(row.samples("os-dpos"), dp) if "os-dpos" in ran else "-",
                 f"{row.cells['data-parallel'].wall:.2f}",
-                f"{row.cells['dpos'].wall:.2f}",
-                f"{row.cells['os-dpos'].wall:.2f}",
-                str(row.cells["os-dpos"].trials),
+                f"{row.cells['dpos'].wall:.2f}" if "dpos" in ran else "-",
+                f"{row.cells['os-dpos'].wall:.2f}" if "os-dpos" in ran else "-",
+                str(row.cells["os-dpos"].trials) if "os-dpos" in ran else "-",
                 "; ".join(oom) or "-",
             ]
         )
@@ -505,7 +520,7 @@ def render(
     t6_header = ["model", "GPUs", "no split (DPOS)", "split (OS-DPOS)", "speed-up", "splits kept", "split op types"]
     t6_rows = []
     for model in models:
-        candidates = [r for r in rows if r.model == model]
+        candidates = [r for r in rows if r.model == model and {"dpos", "os-dpos"} <= r.cells.keys()]
         if not candidates:
             continue
         row = max(candidates, key=lambda r: (r.cells["dpos"].makespan / r.cells["os-dpos"].makespan, -r.devices))
@@ -521,7 +536,10 @@ def render(
                 _op_types(ops.get(model.entry, {}), row.cells["os-dpos"].splits),
             ]
         )
-    lines += table(t6_header, t6_rows, "lrrrrrl")
+    if t6_rows:
+        lines += table(t6_header, t6_rows, "lrrrrrl")
+    else:
+        lines += ["Not run: this run's `--strategies` left out DPOS or OS-DPOS."]
     lines += ["", "FastT's Table 6 for the corresponding rows (seconds per iteration):", ""]
     lines += table(
         ["FastT row", "no split", "split", "speed-up", "key split ops"],
@@ -589,8 +607,8 @@ NOTES = [
 ]
 
 
-def run(args: argparse.Namespace, runner: Runner) -> Path:
-    """Measure every model and write the report; returns its path."""
+def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = STRATEGIES) -> Path:
+    """Measure every model with ``strategies`` and write the report; returns its path."""
     load_builtin_passes()
     started = time.perf_counter()
     quick = bool(args.quick)
@@ -602,19 +620,45 @@ def run(args: argparse.Namespace, runner: Runner) -> Path:
     ops: dict[str, dict[str, str]] = {}
     for model in models:
         runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
-        model_rows, one, ops[model.entry] = measure(model, devices, runner, check, single=not quick)
+        model_rows, one, ops[model.entry] = measure(model, devices, runner, check, not quick, strategies)
         rows += model_rows
         singles[model.entry] = one
     command = "python -m graphir.tools.replicate.fastt" + (" --quick" if quick else "")
+    if tuple(strategies) != STRATEGIES:
+        command += f" --strategies={','.join(strategies)}"
     text = render(rows, singles, ops, command, time.perf_counter() - started, quick)
     path = Path(args.out) / "replicate_fastt.md"
     write_text(path, text)
     return path
 
 
+def parse_strategies(text: str) -> tuple[str, ...]:
+    """``a,b`` -> the strategies to run, in :data:`STRATEGIES` order (``data-parallel`` is always run).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(STRATEGIES))
+    if unknown:
+        raise ValueError(f"unknown strategy '{unknown[0]}' in --strategies (known: {', '.join(STRATEGIES)})")
+    return tuple(s for s in STRATEGIES if s in names or s == "data-parallel")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the FastT replication (see the module docstring); 0 on success, 1 with a one-line error."""
-    return run_main("fastt", run, argv, DESCRIPTION)
+    rest: list[str] = []
+    strategies = STRATEGIES
+    for arg in sys.argv[1:] if argv is None else argv:
+        if not arg.startswith("--strategies="):
+            rest.append(arg)
+            continue
+        try:
+            strategies = parse_strategies(arg.partition("=")[2])
+        except ValueError as exc:
+            print(f"graphir.tools.replicate.fastt: error: {exc}", file=sys.stderr)
+            return 1
+    return run_main("fastt", functools.partial(run, strategies=strategies), rest, DESCRIPTION)
 
 
 if __name__ == "__main__":
