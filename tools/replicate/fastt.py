@@ -561,7 +561,7 @@ NOTES = [
     "issue-14 check), DP-GPU and the order check were rerun; DPOS and OS-DPOS were not (their cells say *not "
     "run*). Under the current defaults each OS-DPOS trial places with `mem-model=liveness` and judges with "
     "`congestion=topology`: on VGG-19 at 8 GPUs OS-DPOS took 297.6 s (11.7 s in the previous table) and "
-    "ResNet-200's 8-replica graph has about 150k nodes, so the full run does not fit a session on this "
+    "ResNet-200's 8-replica graph has 157,950 nodes, so the full run does not fit a session on this "
     "machine. The VGG-19 row of the interrupted full run (same code): DPOS 217.3 / 258.2 / 66.5 and OS-DPOS "
     "225.4 / 258.2 / 79.0 samples/s on 2 / 4 / 8 GPUs. The previous full table (ResNet-50 in the ResNet row, "
     "the ruler before issue 14's last merges) is `replicate_fastt.md` at commit 4bfce82.",
