@@ -96,3 +96,6 @@ for _model, _batch, _config, _note in _SPECS:
             f"{_model}_{_mode}", _model, _mode, _batch, _config, _note, external_weights=_external
         )
 ENTRIES["lstm_train"] = Entry("lstm_train", "lstm", "train", 512, _LSTM, "Celeritas NMT: 4 LSTM layers, 2048 units")
+ENTRIES["resnet200_train"] = Entry(
+    "resnet200_train", "resnet200", "train", 32, (), "FastT Table 1: TF-slim resnet_v2_200 (3, 24, 36, 3), batch 32"
+)

@@ -30,6 +30,30 @@ def _vision(app: str, size: int, batch: int, classes: int = 1000) -> ModelSpec:
     return model, [((batch, size, size, 3), "float32")], ((batch,), "int32")
 
 
+def _resnet_v2_200(batch: int, size: int = 224, classes: int = 1000) -> ModelSpec:
+    """ResNet-200 v2 (pre-activation; He et al. 2016, "Identity Mappings in Deep Residual Networks").
+
+    TF-slim's ``resnet_v2_200`` (``nets/resnet_v2.py``): bottleneck stacks of 3, 24, 36 and 3 units
+    of base depth 64, 128, 256 and 512, the stride on each stack's last unit and none on the last
+    stack. Keras builds its ResNet152V2 (3, 8, 36, 3) from the same stack function, used here with
+    ResNet-200's unit counts; FastT's Table 1 trains this model.
+    """
+    import keras
+    from keras.src.applications import resnet
+
+    def stack(x: Any) -> Any:
+        x = resnet.stack_residual_blocks_v2(x, 64, 3, name="conv2")
+        x = resnet.stack_residual_blocks_v2(x, 128, 24, name="conv3")
+        x = resnet.stack_residual_blocks_v2(x, 256, 36, name="conv4")
+        return resnet.stack_residual_blocks_v2(x, 512, 3, stride1=1, name="conv5")
+
+    model = resnet.ResNet(
+        stack, True, True, name="resnet200v2", weights=None, input_shape=(size, size, 3), classes=classes
+    )
+    assert isinstance(model, keras.Model)
+    return model, [((batch, size, size, 3), "float32")], ((batch,), "int32")
+
+
 def _gelu_tanh(x: Any) -> Any:
     """GELU, tanh approximation (GPT-2/BERT); the exact form needs ``Erfc``, which tf2onnx cannot convert."""
     import keras
@@ -132,6 +156,7 @@ MODELS: dict[str, Callable[..., ModelSpec]] = {
     "inception_v3": lambda batch: _vision("InceptionV3", 299, batch),
     "resnet50": lambda batch: _vision("ResNet50", 224, batch),
     "vgg19": lambda batch: _vision("VGG19", 224, batch),
+    "resnet200": _resnet_v2_200,
     "nasnet_mobile": lambda batch: _vision("NASNetMobile", 224, batch),
     "nasnet_large": lambda batch: _vision("NASNetLarge", 331, batch),
     "transformer": _transformer,
@@ -140,7 +165,7 @@ MODELS: dict[str, Callable[..., ModelSpec]] = {
     "lstm": _lstm_lm,
 }
 
-MODELS_WITH_SOFTMAX = frozenset({"inception_v3", "resnet50", "vgg19", "nasnet_mobile", "nasnet_large"})
+MODELS_WITH_SOFTMAX = frozenset({"inception_v3", "resnet50", "resnet200", "vgg19", "nasnet_mobile", "nasnet_large"})
 """Keras applications end in a softmax; the language models return logits."""
 
 

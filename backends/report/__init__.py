@@ -3,7 +3,10 @@ r"""``--emit=report``: the summary table; with ``-o`` a JSON report, timelines, 
 The emitted text is the human table (:mod:`graphir.backends.report.table`): makespan, per-device
 busy time, utilisation, persistent and peak memory against capacity, bytes moved per link, OOM
 devices. Every number comes from one run of the simulator (:func:`graphir.simulator.simulate`), so
-the module must be placed and ordered (a pipeline ending in ``place`` or ``simulate``).
+the module must be placed and ordered (a pipeline ending in ``place`` or ``simulate``). The run uses
+the congestion rule and execution order of the pipeline's last ``simulate`` pass
+(:func:`~graphir.backends.report.data.simulate_rules`), so the report's makespan is the pass's
+``makespan-s``; without such a pass, the simulator's defaults.
 
 With ``-o PAGE.html`` the emitted text is the HTML page itself
 (:mod:`graphir.backends.report.html`: summary tables, inline SVG timeline, memory bars, pipeline
@@ -38,7 +41,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from graphir.backends.report.data import Report, build_report
+from graphir.backends.report.data import Report, build_report, simulate_rules
 from graphir.backends.report.dot import quotient_dot
 from graphir.backends.report.html import render_html
 from graphir.backends.report.table import format_table, report_json
@@ -51,6 +54,7 @@ from graphir.ir import Module
 __all__ = [
     "Report",
     "build_report",
+    "simulate_rules",
     "emit_report",
     "format_table",
     "quotient_dot",
@@ -127,7 +131,7 @@ def emit_report(module: Module, output: Path | None = None) -> str:
     """
     run = CURRENT_RUN.get()
     paths = report_paths(output, run.chunk if run is not None else None) if output is not None else None
-    report = build_report(module)
+    report = build_report(module, *simulate_rules(run))
     if paths is not None and "text" not in paths:
         return render_html(report, run)
     if paths is not None:

@@ -11,10 +11,15 @@ import dataclasses
 
 import numpy as np
 
+from graphir.emit import PipelineRun
 from graphir.errors import BackendError, GraphIRError
 from graphir.index import GraphIndex
 from graphir.ir import Module
+from graphir.pipeline import parse_pipeline
 from graphir.simulator import SimResult, simulate
+
+DEFAULT_RULES = ("topology", "recorded")
+"""``(congestion, order)`` of a report whose pipeline ran no ``simulate`` pass: :func:`simulate`'s defaults."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +98,33 @@ class Report:
         return self.sim.makespan
 
 
-def build_report(module: Module) -> Report:
-    """Simulate ``module`` and collect the report's numbers.
+def simulate_rules(run: PipelineRun | None) -> tuple[str, str]:
+    """``(congestion, order)`` of the last ``simulate`` pass ``run`` executed; :data:`DEFAULT_RULES` without one.
+
+    The pass's spec text is parsed back into the pass (its options with their defaults), so an option
+    left out reads as the pass's default, exactly as the pass ran.
+    """
+    for spec, _auto, _stats in reversed(run.passes if run is not None else ()):
+        if spec.split("{", 1)[0].strip() != "simulate":
+            continue
+        (simulate_pass,) = parse_pipeline(spec)
+        return str(simulate_pass.congestion), str(simulate_pass.order)  # the Simulate pass (backends import no pass)
+    return DEFAULT_RULES
+
+
+def build_report(module: Module, congestion: str = DEFAULT_RULES[0], order: str = DEFAULT_RULES[1]) -> Report:
+    """Simulate ``module`` under ``congestion`` and ``order`` and collect the report's numbers.
+
+    Args:
+        module: a placed and ordered module.
+        congestion: the congestion rule (:data:`graphir.links.CONGESTION_RULES`).
+        order: ``enforced``, ``dynamic`` or ``recorded`` (:func:`graphir.simulator.simulate`).
 
     Raises:
         BackendError: the module cannot be simulated (not placed or ordered, missing costs).
     """
     try:
-        sim = simulate(module)
+        sim = simulate(module, congestion, order)
     except GraphIRError as exc:
         raise BackendError(f"--emit=report: cannot simulate the module: {exc.message}") from None
     index = module.graph.index()

@@ -67,3 +67,17 @@ def test_bad_out_is_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "error:" in err[0] and "not a directory" in err[0]
     assert fastt.main(["--bogus"]) == 1
+
+
+def test_strategies_option_runs_only_the_named_placements(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert fastt.parse_strategies("dp-gpu") == ("data-parallel", "dp-gpu")  # DP always runs
+    assert fastt.main(["--quick", "--quiet", "--out", str(tmp_path), "--strategies=dp-gpu"]) == 0
+    text = (tmp_path / "replicate_fastt.md").read_text()
+    assert "--strategies=data-parallel,dp-gpu" in text.splitlines()[2]
+    table1 = _row(text, "VGG-19 (256)")
+    assert re.fullmatch(r"[0-9.]+", table1[2]) and table1[3:6] == ["not run", "not run", "-"]
+    detail = _row(text, "VGG-19 | 2")
+    assert re.fullmatch(r"[0-9.]+", detail[6]) and detail[7:9] == ["-", "-"]  # DP-GPU ran, DPOS did not
+    assert "Not run: this run's `--strategies` left out DPOS or OS-DPOS." in text
+    assert fastt.main(["--quick", "--strategies=dp,nope"]) == 1
+    assert "unknown strategy 'dp'" in capsys.readouterr().err
