@@ -57,7 +57,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODELS", "PLACEMENTS", "Row", "main"]
+__all__ = ["MODELS", "PLACEMENTS", "Row", "main", "read_json", "write_json"]
 
 RESULTS = Path("benchmarks/results")
 
@@ -244,10 +244,22 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
     return rows
 
 
-def write_json(rows: Sequence[Row], path: Path) -> None:
-    """Every row as one JSON object per line, inside one list (compact: rows carry every measured transfer)."""
+def write_json(
+    rows: Sequence[Row], path: Path, command: str = "", cluster_text: str = "", rule: str = "topology"
+) -> None:
+    """The run as JSON: its command, cluster description and rule, then every row on a line of its own.
+
+    Compact (rows carry every measured transfer); :func:`read_json` reads it back for ``--render``.
+    """
+    head = json.dumps({"command": command, "cluster": cluster_text, "congestion": rule})[:-1]
     body = ",\n".join(json.dumps(dataclasses.asdict(r), separators=(",", ":")) for r in rows)
-    path.write_text(f"[\n{body}\n]\n")
+    path.write_text(f'{head}, "rows": [\n{body}\n]}}\n')
+
+
+def read_json(path: Path) -> tuple[list[Row], str, str, str]:
+    """``(rows, command, cluster text, congestion rule)`` of a run written by :func:`write_json`."""
+    data = json.loads(path.read_text())
+    return [Row(**row) for row in data["rows"]], data["command"], data["cluster"], data["congestion"]
 
 
 def _summary(rows: Sequence[Row]) -> tuple[float, float]:
@@ -388,7 +400,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="recalibrate the rig's cluster description first")
     parser.add_argument("--out", type=Path, default=RESULTS / "fidelity.md")
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
+    parser.add_argument("--notes-file", type=Path, help="a Markdown file whose text is added above the table")
+    parser.add_argument(
+        "--render", action="store_true", help="measure nothing: rewrite the page and plot from the run's JSON (--out)"
+    )
     args = parser.parse_args(argv)
+    if args.notes_file is not None:
+        if not args.notes_file.is_file():
+            print(f"bench-fidelity: no notes file '{args.notes_file}'", file=sys.stderr)
+            return 1
+        args.note.append(args.notes_file.read_text().rstrip())
+    if args.render:
+        source = args.out.with_suffix(".json")
+        if not source.is_file():
+            print(f"bench-fidelity: no results '{source}' to render", file=sys.stderr)
+            return 1
+        rows, command, cluster_text, rule = read_json(source)
+        write_markdown(rows, args.out, command, cluster_text, args.note, rule)
+        write_plot(rows, args.out.with_suffix(".png"))
+        return 0
     args.placements = [p for p in args.placements.split(",") if p]
     args.orders = [o for o in args.orders.split(",") if o]
     models = [m for m in args.models.split(",") if m]
@@ -420,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += measure_model(name, MODELS[name], cluster, args, scratch, log)
         # after every model, so partial results survive an interrupted run
         write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
-        write_json(rows, args.out.with_suffix(".json"))
+        write_json(rows, args.out.with_suffix(".json"), command.strip(), cluster_text, args.congestion)
         write_plot(rows, args.out.with_suffix(".png"))
     scratch_dir.cleanup()
     median, worst = _summary(rows)

@@ -328,3 +328,36 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
     assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
     assert "- `dynamic` only: 1 pairs, median |error| 5.0%, worst 5.0%." in text
     assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
+
+
+def test_fidelity_refuses_a_missing_notes_file_before_touching_the_rig(tmp_path, capsys):
+    from graphir.tools.bench_fidelity import main
+
+    assert main(["--notes-file", str(tmp_path / "absent.md")]) == 1
+    assert capsys.readouterr().err == f"bench-fidelity: no notes file '{tmp_path / 'absent.md'}'\n"
+
+
+def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
+    from graphir.tools.bench_fidelity import Row, main, read_json, write_json, write_markdown
+
+    rows = [
+        Row("m", "single", "enforced", 10, 1, 0, 0, 1.0, 1.1, [1.0, 1.0], 0.5),
+        Row("m", "fine", "dynamic", 10, 2, 3, 1 << 20, 2.0, 1.5, [2.0], 0.7, [(1024, 0.001, 0.0005)], {"pair": 1.4}),
+    ]
+    out = tmp_path / "fidelity.md"
+    write_json(rows, out.with_suffix(".json"), "python -m graphir.tools.bench_fidelity --calibrate", "[overheads]\n")
+    again, command, cluster_text, rule = read_json(out.with_suffix(".json"))
+    assert [r.error for r in again] == [r.error for r in rows] and again[1].simulated_by_rule == {"pair": 1.4}
+    assert (command, cluster_text, rule) == (
+        "python -m graphir.tools.bench_fidelity --calibrate",
+        "[overheads]\n",
+        "topology",
+    )
+    assert main(["--render", "--out", str(out), "--note", "Findings."]) == 0
+    expected = tmp_path / "expected.md"
+    write_markdown(rows, expected, command, cluster_text, ["Findings."])
+    assert (
+        out.read_text() == expected.read_text() and "**2 pairs: median |error| 17.5%, worst 25.0%**" in out.read_text()
+    )
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert main(["--render", "--out", str(tmp_path / "none.md")]) == 1
