@@ -33,13 +33,16 @@ architectures at batch 1) and the zoo's training steps rebuilt at ``--train-batc
 the zoo's own builder. ``lstm-train`` is the zoo's LSTM language model at a smaller size
 (``zoo-config:``): the zoo's ``lstm_train`` (4 x 2048 units, vocabulary 32000, ≈265 M parameters
 with Adam's slots) was OOM-killed at 11 GB in one worker; 4 x 1024 units and a vocabulary of 8000
-(≈50 M parameters) fit. ``gpt-train`` is the zoo's GPT (``gpt`` builder: causal self-attention
-blocks and a learned position embedding) at 6 layers, 384 hidden, 6 heads, 1536 feed-forward,
-vocabulary 8000 and sequence 128 (≈17 M parameters, ≈200 MB with Adam's slots; 3,860 nodes): the zoo's
-``gpt_train`` (GPT-2 small: 12 x 768, vocabulary 50257, sequence 256, ≈124 M parameters) took about
-15 minutes for its six pairs and a worker was OOM-killed under the fine placement in dynamic order,
-while this size runs its profile and six pairs in about 3.5 minutes and keeps the transformer's structure
-(attention, layer norms, GELU feed-forward, the language-model head and Adam's per-variable updates).
+(≈50 M parameters) fit but took about 10 minutes for their profile and six pairs (2.4-5 s a step at
+load 10-12), so the benchmark runs 4 x 512 units, vocabulary 8000, 24 unrolled steps (≈17 M
+parameters, ≈200 MB with Adam's slots, the same graph shape: 4,245 nodes). ``gpt-train`` is the
+zoo's GPT (``gpt`` builder: causal self-attention blocks and a learned position embedding) at 6
+layers, 384 hidden, 6 heads, 1536 feed-forward, vocabulary 8000 and sequence 128 (≈17 M parameters,
+≈200 MB with Adam's slots; 3,860 nodes): the zoo's ``gpt_train`` (GPT-2 small: 12 x 768, vocabulary
+50257, sequence 256, ≈124 M parameters) took about 15 minutes for its six pairs and a worker was
+OOM-killed under the fine placement in dynamic order, while this size runs its profile and six pairs
+in about 3.5 minutes and keeps the transformer's structure (attention, layer norms, GELU
+feed-forward, the language-model head and Adam's per-variable updates).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ MODELS: dict[str, str] = {
     "resnet50-infer": "onnx:light_resnet50",
     "resnet50-train": "zoo:resnet50_train",
     "gpt-train": "zoo-config:gpt:layers=6,d_model=384,heads=6,d_ff=1536,vocab=8000,seq=128",
-    "lstm-train": "zoo-config:lstm:layers=4,units=1024,vocab=8000,seq=24",
+    "lstm-train": "zoo-config:lstm:layers=4,units=512,vocab=8000,seq=24",
 }
 """Benchmark name -> source (``onnx:<light model>``, ``zoo:<training entry>`` or
 ``zoo-config:<zoo model>:<key=value,...>``: a zoo training step at another size)."""
