@@ -359,9 +359,11 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(6, 6))
     markers = {"single": "o", "balanced": "s", "fine": "^"}
-    for model in dict.fromkeys(r.model for r in rows):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, model in enumerate(dict.fromkeys(r.model for r in rows)):
+        color = colors[k % len(colors)]  # one colour per model; dynamic pairs hollow, in the same colour
         for placement, marker in markers.items():
-            for order, fill in (("enforced", None), ("dynamic", "none")):
+            for order, fill in (("enforced", color), ("dynamic", "none")):
                 chosen = [r for r in rows if r.model == model and r.placement == placement and r.order == order]
                 if chosen:
                     axes.scatter(
@@ -369,7 +371,8 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
                         [r.simulated_s for r in chosen],
                         marker=marker,
                         label=f"{model} {placement} {order}",
-                        **({"facecolors": fill} if fill else {}),
+                        facecolors=fill,
+                        edgecolors=color,
                     )
     values = [v for r in rows for v in (r.measured_s, r.simulated_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
@@ -381,7 +384,7 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     axes.set_xlabel("measured median step (s)")
     axes.set_ylabel("simulated makespan (s)")
     axes.set_title("graphir simulate vs the 2-worker TF rig")
-    axes.legend(fontsize=6, loc="upper left")
+    axes.legend(fontsize=6, loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
