@@ -35,7 +35,7 @@ the zoo's own builder. ``lstm-train`` is the zoo's LSTM language model at a smal
 with Adam's slots) was OOM-killed at 11 GB in one worker; 4 x 1024 units and a vocabulary of 8000
 (≈50 M parameters) fit but took about 10 minutes for their profile and six pairs (2.4-5 s a step at
 load 10-12), so the benchmark runs 4 x 512 units, vocabulary 8000, 24 unrolled steps (≈17 M
-parameters, ≈200 MB with Adam's slots, the same graph shape: 4,245 nodes). ``gpt-train`` is the
+parameters, ≈200 MB with Adam's slots, 4,205 nodes against 4,245). ``gpt-train`` is the
 zoo's GPT (``gpt`` builder: causal self-attention blocks and a learned position embedding) at 6
 layers, 384 hidden, 6 heads, 1536 feed-forward, vocabulary 8000 and sequence 128 (≈17 M parameters,
 ≈200 MB with Adam's slots; 3,860 nodes): the zoo's ``gpt_train`` (GPT-2 small: 12 x 768, vocabulary
