@@ -5,7 +5,9 @@ placement, the median step time of the placed module on the rig (``--cluster``, 
 ``2xcpu-workers``: local TF workers pinned one per core, transfers over TF's gRPC; see
 :mod:`graphir.backends.tf.rig`) and compares it with the makespan ``simulate`` predicts, and writes
 ``benchmarks/results/fidelity.md`` (every pair, the summary, the load of the machine while
-measuring), ``fidelity.json`` (raw numbers) and ``fidelity.png`` (simulated vs measured).
+measuring), ``fidelity.json`` (the command, the cluster description and every row) and
+``fidelity.png`` (simulated vs measured). ``--render`` rewrites the page and the plot from
+``fidelity.json`` without measuring, with the notes given then (``--note``, ``--notes-file``).
 
 One cluster description for every model: the cluster is resolved once; for ``Nxcpu-workers`` that
 is the TOML ``calibrate-comm{rig=true}`` cached (run first when absent: ``--calibrate`` forces it).
