@@ -5,7 +5,9 @@ placement, the median step time of the placed module on the rig (``--cluster``, 
 ``2xcpu-workers``: local TF workers pinned one per core, transfers over TF's gRPC; see
 :mod:`graphir.backends.tf.rig`) and compares it with the makespan ``simulate`` predicts, and writes
 ``benchmarks/results/fidelity.md`` (every pair, the summary, the load of the machine while
-measuring), ``fidelity.json`` (raw numbers) and ``fidelity.png`` (simulated vs measured).
+measuring), ``fidelity.json`` (the command, the cluster description and every row) and
+``fidelity.png`` (simulated vs measured). ``--render`` rewrites the page and the plot from
+``fidelity.json`` without measuring, with the notes given then (``--note``, ``--notes-file``).
 
 One cluster description for every model: the cluster is resolved once; for ``Nxcpu-workers`` that
 is the TOML ``calibrate-comm{rig=true}`` cached (run first when absent: ``--calibrate`` forces it).
@@ -33,7 +35,16 @@ architectures at batch 1) and the zoo's training steps rebuilt at ``--train-batc
 the zoo's own builder. ``lstm-train`` is the zoo's LSTM language model at a smaller size
 (``zoo-config:``): the zoo's ``lstm_train`` (4 x 2048 units, vocabulary 32000, ≈265 M parameters
 with Adam's slots) was OOM-killed at 11 GB in one worker; 4 x 1024 units and a vocabulary of 8000
-(≈50 M parameters) fit.
+(≈50 M parameters) fit but took about 10 minutes for their profile and six pairs (2.4-5 s a step at
+load 10-12), so the benchmark runs 4 x 512 units, vocabulary 8000, 24 unrolled steps (≈17 M
+parameters, ≈200 MB with Adam's slots, 4,205 nodes against 4,245). ``gpt-train`` is the
+zoo's GPT (``gpt`` builder: causal self-attention blocks and a learned position embedding) at 6
+layers, 384 hidden, 6 heads, 1536 feed-forward, vocabulary 8000 and sequence 128 (≈17 M parameters,
+≈200 MB with Adam's slots; 3,860 nodes): the zoo's ``gpt_train`` (GPT-2 small: 12 x 768, vocabulary
+50257, sequence 256, ≈124 M parameters) took about 15 minutes for its six pairs and a worker was
+OOM-killed under the fine placement in dynamic order, while this size runs its profile and six pairs
+in about 3.5 minutes and keeps the transformer's structure (attention, layer norms, GELU
+feed-forward, the language-model head and Adam's per-variable updates).
 """
 
 from __future__ import annotations
@@ -51,7 +62,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODELS", "PLACEMENTS", "Row", "main"]
+__all__ = ["MODELS", "PLACEMENTS", "Row", "main", "read_json", "write_json"]
 
 RESULTS = Path("benchmarks/results")
 
@@ -60,8 +71,8 @@ MODELS: dict[str, str] = {
     "inception_v1-infer": "onnx:light_inception_v1",
     "resnet50-infer": "onnx:light_resnet50",
     "resnet50-train": "zoo:resnet50_train",
-    "gpt-train": "zoo:gpt_train",
-    "lstm-train": "zoo-config:lstm:layers=4,units=1024,vocab=8000,seq=24",
+    "gpt-train": "zoo-config:gpt:layers=6,d_model=384,heads=6,d_ff=1536,vocab=8000,seq=128",
+    "lstm-train": "zoo-config:lstm:layers=4,units=512,vocab=8000,seq=24",
 }
 """Benchmark name -> source (``onnx:<light model>``, ``zoo:<training entry>`` or
 ``zoo-config:<zoo model>:<key=value,...>``: a zoo training step at another size)."""
@@ -238,10 +249,22 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
     return rows
 
 
-def write_json(rows: Sequence[Row], path: Path) -> None:
-    """Every row as one JSON object per line, inside one list (compact: rows carry every measured transfer)."""
+def write_json(
+    rows: Sequence[Row], path: Path, command: str = "", cluster_text: str = "", rule: str = "topology"
+) -> None:
+    """The run as JSON: its command, cluster description and rule, then every row on a line of its own.
+
+    Compact (rows carry every measured transfer); :func:`read_json` reads it back for ``--render``.
+    """
+    head = json.dumps({"command": command, "cluster": cluster_text, "congestion": rule})[:-1]
     body = ",\n".join(json.dumps(dataclasses.asdict(r), separators=(",", ":")) for r in rows)
-    path.write_text(f"[\n{body}\n]\n")
+    path.write_text(f'{head}, "rows": [\n{body}\n]}}\n')
+
+
+def read_json(path: Path) -> tuple[list[Row], str, str, str]:
+    """``(rows, command, cluster text, congestion rule)`` of a run written by :func:`write_json`."""
+    data = json.loads(path.read_text())
+    return [Row(**row) for row in data["rows"]], data["command"], data["cluster"], data["congestion"]
 
 
 def _summary(rows: Sequence[Row]) -> tuple[float, float]:
@@ -338,9 +361,11 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
 
     figure, axes = plt.subplots(figsize=(6, 6))
     markers = {"single": "o", "balanced": "s", "fine": "^"}
-    for model in dict.fromkeys(r.model for r in rows):
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for k, model in enumerate(dict.fromkeys(r.model for r in rows)):
+        color = colors[k % len(colors)]  # one colour per model; dynamic pairs hollow, in the same colour
         for placement, marker in markers.items():
-            for order, fill in (("enforced", None), ("dynamic", "none")):
+            for order, fill in (("enforced", color), ("dynamic", "none")):
                 chosen = [r for r in rows if r.model == model and r.placement == placement and r.order == order]
                 if chosen:
                     axes.scatter(
@@ -348,7 +373,8 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
                         [r.simulated_s for r in chosen],
                         marker=marker,
                         label=f"{model} {placement} {order}",
-                        **({"facecolors": fill} if fill else {}),
+                        facecolors=fill,
+                        edgecolors=color,
                     )
     values = [v for r in rows for v in (r.measured_s, r.simulated_s)]
     low, high = min(values) / 1.5, max(values) * 1.5
@@ -360,7 +386,7 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     axes.set_xlabel("measured median step (s)")
     axes.set_ylabel("simulated makespan (s)")
     axes.set_title("graphir simulate vs the 2-worker TF rig")
-    axes.legend(fontsize=6, loc="upper left")
+    axes.legend(fontsize=6, loc="lower right")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -382,7 +408,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calibrate", action="store_true", help="recalibrate the rig's cluster description first")
     parser.add_argument("--out", type=Path, default=RESULTS / "fidelity.md")
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
+    parser.add_argument("--notes-file", type=Path, help="a Markdown file whose text is added above the table")
+    parser.add_argument(
+        "--render", action="store_true", help="measure nothing: rewrite the page and plot from the run's JSON (--out)"
+    )
     args = parser.parse_args(argv)
+    if args.notes_file is not None:
+        if not args.notes_file.is_file():
+            print(f"bench-fidelity: no notes file '{args.notes_file}'", file=sys.stderr)
+            return 1
+        args.note.append(args.notes_file.read_text().rstrip())
+    if args.render:
+        source = args.out.with_suffix(".json")
+        if not source.is_file():
+            print(f"bench-fidelity: no results '{source}' to render", file=sys.stderr)
+            return 1
+        rows, command, cluster_text, rule = read_json(source)
+        write_markdown(rows, args.out, command, cluster_text, args.note, rule)
+        write_plot(rows, args.out.with_suffix(".png"))
+        return 0
     args.placements = [p for p in args.placements.split(",") if p]
     args.orders = [o for o in args.orders.split(",") if o]
     models = [m for m in args.models.split(",") if m]
@@ -414,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += measure_model(name, MODELS[name], cluster, args, scratch, log)
         # after every model, so partial results survive an interrupted run
         write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
-        write_json(rows, args.out.with_suffix(".json"))
+        write_json(rows, args.out.with_suffix(".json"), command.strip(), cluster_text, args.congestion)
         write_plot(rows, args.out.with_suffix(".png"))
     scratch_dir.cleanup()
     median, worst = _summary(rows)

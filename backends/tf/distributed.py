@@ -28,7 +28,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from graphir.cluster import Cluster
@@ -149,6 +149,7 @@ def start_local_servers(
     lifetime_s: float = 3600.0,
     cores: Sequence[int] | None = None,
     threads: int | None = None,
+    environment: Mapping[str, str] | None = None,
 ) -> Iterator[LocalServers]:
     """Start one ``tf.distribute.Server`` process per task of ``cluster`` on 127.0.0.1; stop them on exit.
 
@@ -160,6 +161,7 @@ def start_local_servers(
             effect of ``taskset -c``, set in the child before TensorFlow starts a thread);
             ``None``: no pinning.
         threads: the servers' intra- and inter-op thread counts (``None``: TensorFlow's default).
+        environment: variables set in the servers' environment (over the caller's).
 
     Raises:
         BackendError: a server that exits or is not ready within ``timeout_s`` (its last output quoted).
@@ -172,6 +174,7 @@ def start_local_servers(
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     env.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # oneDNN fuses ops (Pad into Conv2D) under new names
+    env.update(environment or {})
     servers = LocalServers(spec, {})
     try:
         for position, ((job, task), cpus) in enumerate(tasks.items()):

@@ -173,11 +173,13 @@ _RIG_SCRIPT = textwrap.dedent(
         node.device, node.order = device, order
     with rig(module.cluster, timeout_s=60) as servers:
         pids = [p.pid for p in servers.processes.values()]
+        environments = [open(f"/proc/{pid}/environ", "rb").read().split(b"\\0") for pid in pids]
         run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
     alive = [p.poll() is None for p in servers.processes.values()]
     print(json.dumps({
         "costs": costs, "unplaced": unplaced, "stats": result[0].result.stats,
         "devices": run.node_devices, "transfers": run.transfers, "times": run.times_s, "alive": alive,
+        "bfc": [b"TF_CPU_ALLOCATOR_USE_BFC=true" in environment for environment in environments],
     }))
     """
 )
@@ -206,6 +208,7 @@ def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
     assert nbytes == 128 * 256 * 4 and 0 < seconds < 1.0
     assert len(report["times"]) == 2 and all(t > 0 for t in report["times"])
     assert report["alive"] == [False, False], "the workers stop when the rig closes"
+    assert report["bfc"] == [True, True], "every worker allocates through TF's BFC allocator"
 
 
 def test_tf_run_refuses_a_cluster_without_workers():
@@ -241,6 +244,21 @@ def test_fidelity_fine_placement_deals_colocation_classes():
     mapping = fine_placement(module)
     assert mapping == {"n0": "worker0", "n1": "worker1", "n2": "worker0", "n3": "worker1", "n4": "worker1"}
     assert Path(rig_cache_path(2)).name == "cluster-2xcpu-workers.toml"
+
+
+def test_fidelity_resized_training_steps_are_smaller_zoo_configurations():
+    """gpt-train and lstm-train: every option of the zoo entry's builder given, none larger than the zoo's."""
+    from graphir.tools.bench_fidelity import MODELS
+    from graphir.tools.zoo_entries import ENTRIES
+
+    resized = {name: source for name, source in MODELS.items() if source.startswith("zoo-config:")}
+    assert set(resized) == {"gpt-train", "lstm-train"}
+    for source in resized.values():
+        _, model, options = source.split(":")
+        config = {key: int(value) for key, value in (item.split("=") for item in options.split(","))}
+        zoo = dict(ENTRIES[f"{model}_train"].config)
+        assert set(config) == set(zoo), model
+        assert all(config[key] <= zoo[key] for key in zoo) and config != zoo, model
 
 
 def test_fit_rig_takes_the_op_overhead_from_whole_models():
@@ -310,3 +328,36 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
     assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
     assert "- `dynamic` only: 1 pairs, median |error| 5.0%, worst 5.0%." in text
     assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
+
+
+def test_fidelity_refuses_a_missing_notes_file_before_touching_the_rig(tmp_path, capsys):
+    from graphir.tools.bench_fidelity import main
+
+    assert main(["--notes-file", str(tmp_path / "absent.md")]) == 1
+    assert capsys.readouterr().err == f"bench-fidelity: no notes file '{tmp_path / 'absent.md'}'\n"
+
+
+def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
+    from graphir.tools.bench_fidelity import Row, main, read_json, write_json, write_markdown
+
+    rows = [
+        Row("m", "single", "enforced", 10, 1, 0, 0, 1.0, 1.1, [1.0, 1.0], 0.5),
+        Row("m", "fine", "dynamic", 10, 2, 3, 1 << 20, 2.0, 1.5, [2.0], 0.7, [(1024, 0.001, 0.0005)], {"pair": 1.4}),
+    ]
+    out = tmp_path / "fidelity.md"
+    write_json(rows, out.with_suffix(".json"), "python -m graphir.tools.bench_fidelity --calibrate", "[overheads]\n")
+    again, command, cluster_text, rule = read_json(out.with_suffix(".json"))
+    assert [r.error for r in again] == [r.error for r in rows] and again[1].simulated_by_rule == {"pair": 1.4}
+    assert (command, cluster_text, rule) == (
+        "python -m graphir.tools.bench_fidelity --calibrate",
+        "[overheads]\n",
+        "topology",
+    )
+    assert main(["--render", "--out", str(out), "--note", "Findings."]) == 0
+    expected = tmp_path / "expected.md"
+    write_markdown(rows, expected, command, cluster_text, ["Findings."])
+    assert (
+        out.read_text() == expected.read_text() and "**2 pairs: median |error| 17.5%, worst 25.0%**" in out.read_text()
+    )
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert main(["--render", "--out", str(tmp_path / "none.md")]) == 1
