@@ -111,7 +111,8 @@ def why_no_gain(stats: dict[str, Any]) -> str:
     In this order: the best portfolio candidate did not fit and the refinement traded time for
     memory; the portfolio's makespan is already within the target of the critical-path bound
     (``auto.bound-ms``: no placement on the cluster's fastest kind can gain the target); the budget
-    allowed few trials (a large graph); else the block moves reached a local optimum.
+    allowed few trials (a large graph); the block moves reached a local optimum with trials left
+    (``auto.refine-allowance``); else the allowance ran out.
     """
     portfolio = stats.get("auto.portfolio-ms")
     bound = stats.get("auto.bound-ms")
@@ -122,9 +123,15 @@ def why_no_gain(stats: dict[str, Any]) -> str:
         room = 100 * (1 - bound / portfolio)
         if room < TARGET_GAIN_PCT:
             return f"portfolio within {room:.1f} % of the critical-path bound {bound} ms"
+    starts = stats.get("auto.refine-starts", "?")
+    allowance = stats.get("auto.refine-allowance")
     if isinstance(sims, int) and sims < 20:
         return f"budget: {sims} trial simulations on this graph"
-    return f"local optimum of the moves after {sims} trials"
+    if isinstance(allowance, int) and isinstance(sims, int) and sims < allowance:
+        return f"local optimum of the block moves from {starts} after {sims} of {allowance} trials"
+    if isinstance(allowance, int):
+        return f"the allowance of {allowance} trials ran out (from {starts})"
+    return f"{sims} trials from {starts} found no better placement"
 
 
 def regress(old: Sequence[Cell], new: Sequence[Cell]) -> tuple[int, list[str]]:

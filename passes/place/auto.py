@@ -283,6 +283,7 @@ class Auto(Placer):
                 if outcome.best.better_than(refined):
                     refined, moves, reordered = outcome.best, outcome.moves, outcome.reordered
             stats["auto.refine-sims"] = sims
+            stats["auto.refine-allowance"] = allowance
             stats["auto.refine-moves"] = moves
             stats["auto.refine-reordered"] = reordered
             stats["auto.refine-starts"] = ",".join(starts)
