@@ -92,14 +92,46 @@ def check(results: Sequence[Cell]) -> tuple[list[str], dict[str, int]]:
             counts["spread"] += 1
             if isinstance(gain, int | float) and gain >= TARGET_GAIN_PCT:
                 counts["spread-gain"] += 1
+            else:
+                notes.append(why_no_gain(stats))
         best_text = f"{best_label} {_ms(fitting[best_label])}" if best_label else "none fits"
         rows.append(
             f"| {model.removeprefix('zoo:')} | {cluster} | {_ms(cells.get('single'))} | {best_text} | "
             f"**{_ms(auto)}** | {stats.get('auto.chosen', '-')} | {stats.get('auto.portfolio-ms', '-')} | "
             f"{stats.get('auto.refined-ms', '-')} | {gain if gain is not None else '-'} | "
+            f"{stats.get('auto.bound-ms', '-')} | "
             f"{'yes' if spread else 'no'} | {stats.get('auto.refine-sims', '-')} | {'; '.join(notes) or 'ok'} |"
         )
     return rows, counts
+
+
+def why_no_gain(stats: dict[str, Any]) -> str:
+    """Why the refinement gained less than the target in a spread cell, from auto's statistics.
+
+    In this order: the best portfolio candidate did not fit and the refinement traded time for
+    memory; the portfolio's makespan is already within the target of the critical-path bound
+    (``auto.bound-ms``: no placement on the cluster's fastest kind can gain the target); the budget
+    allowed few trials (a large graph); the block moves reached a local optimum with trials left
+    (``auto.refine-allowance``); else the allowance ran out.
+    """
+    portfolio = stats.get("auto.portfolio-ms")
+    bound = stats.get("auto.bound-ms")
+    sims = stats.get("auto.refine-sims", 0)
+    if "auto.refine-overflow-B" in stats:
+        return f"portfolio best out of memory: refined to fit ({stats['auto.refine-overflow-B']} B over)"
+    if isinstance(portfolio, int | float) and isinstance(bound, int | float) and bound > 0:
+        room = 100 * (1 - bound / portfolio)
+        if room < TARGET_GAIN_PCT:
+            return f"portfolio within {room:.1f} % of the critical-path bound {bound} ms"
+    starts = stats.get("auto.refine-starts", "?")
+    allowance = stats.get("auto.refine-allowance")
+    if isinstance(sims, int) and sims < 20:
+        return f"budget: {sims} trial simulations on this graph"
+    if isinstance(allowance, int) and isinstance(sims, int) and sims < allowance:
+        return f"local optimum of the block moves from {starts} after {sims} of {allowance} trials"
+    if isinstance(allowance, int):
+        return f"the allowance of {allowance} trials ran out (from {starts})"
+    return f"{sims} trials from {starts} found no better placement"
 
 
 def regress(old: Sequence[Cell], new: Sequence[Cell]) -> tuple[int, list[str]]:
@@ -135,12 +167,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Written by `python -m graphir.tools.placement_check {args.liveness}` from the run of {data['date']} "
         f"({data['seconds']:.0f} s, {data['machine']}). Makespans in ms, simulated; `best placer` is the fastest "
         "placer column that fits memory; `portfolio` and `refined` are auto's best candidate before and after its "
-        "refinement, `gain` the refinement's gain in %; `spread` says whether the fastest fitting cell uses more "
+        "refinement, `gain` the refinement's gain in %; `bound` the critical-path bound in ms (the fine graph's "
+        "longest path with the one-device simulation's durations and free transfers: no placement on that device "
+        "kind is faster); `spread` says whether the fastest fitting cell uses more "
         "than one device; `sims` the refinement's trial simulations.",
         "",
-        "| model | cluster | single | best placer | auto | chosen | portfolio | refined | gain % | spread | sims "
-        "| check |",
-        "|---|---|--:|---|--:|---|--:|--:|--:|---|--:|---|",
+        "| model | cluster | single | best placer | auto | chosen | portfolio | refined | gain % | bound | spread "
+        "| sims | check |",
+        "|---|---|--:|---|--:|---|--:|--:|--:|--:|---|--:|---|",
         *rows,
         "",
         f"- (model, cluster) cells with an `auto` column: {counts['cells']} ({counts['errors']} failed)",

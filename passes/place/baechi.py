@@ -71,6 +71,7 @@ from graphir.errors import PassError
 from graphir.passes.orders import m_topo, positions
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
+from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
 from graphir.passes.place.transfer_plan import TransferPlan
@@ -516,6 +517,10 @@ class MEtf(Placer):
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Baechi's event-driven ETF without favourite children."""
+        return memory_guarded(problem, ctx, self.mem_model, self._plan)  # passes/place/memory_guard.py
+
+    def _plan(self, problem: PlacementProblem) -> Placement:
+        """One plan of ``problem`` (the guard may re-plan it with smaller capacities)."""
         device, start, best_effort = _etf_schedule(problem, None, self.mem_model, self.plan_congestion)
         return Placement(device, start, {"best-effort-nodes": best_effort})
 
@@ -543,16 +548,20 @@ class MSct(Placer):
             raise ValueError(f"threshold must be in [0, 1], got {self.threshold}")
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
-        """Solve the favourite-child LP, round it, run the SCT scheduler."""
+        """Solve the favourite-child LP, round it, run the SCT scheduler (memory-guarded under ``liveness``)."""
         started = time.perf_counter()
         x, lp_makespan = solve_favourite_lp(problem) if len(problem.edge_src) else (np.zeros(0), 0.0)
         favourite = favourite_children(problem, x, self.threshold)
         lp_seconds = time.perf_counter() - started
-        device, start, best_effort = _etf_schedule(problem, favourite, self.mem_model, self.plan_congestion)
-        stats = {
-            "best-effort-nodes": best_effort,
-            "favourite-children": int((favourite >= 0).sum()),
-            "lp-makespan-s": lp_makespan,
-            "lp-wall-s": lp_seconds,
-        }
-        return Placement(device, start, stats)
+
+        def plan(planned: PlacementProblem) -> Placement:  # the LP does not depend on the capacities
+            device, start, best_effort = _etf_schedule(planned, favourite, self.mem_model, self.plan_congestion)
+            stats = {
+                "best-effort-nodes": best_effort,
+                "favourite-children": int((favourite >= 0).sum()),
+                "lp-makespan-s": lp_makespan,
+                "lp-wall-s": lp_seconds,
+            }
+            return Placement(device, start, stats)
+
+        return memory_guarded(problem, ctx, self.mem_model, plan)

@@ -32,6 +32,7 @@ from typing import ClassVar, Literal
 from graphir.passes.orders import cpd_topo
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import INF, ListScheduler, argmin
+from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem
 
 
@@ -63,6 +64,10 @@ class OrderPlace(Placer):
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Fill the current device in CPD-TOPO order; move on when a node does not fit."""
+        return memory_guarded(problem, ctx, self.mem_model, self._plan)  # passes/place/memory_guard.py
+
+    def _plan(self, problem: PlacementProblem) -> Placement:
+        """One plan of ``problem`` (the guard may re-plan it with smaller capacities)."""
         scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         num_devices = problem.num_devices
         current = 0
@@ -105,6 +110,10 @@ class Adjusting(Placer):
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Keep the previous node's device unless waiting there costs more than sending back (eq. (9))."""
+        return memory_guarded(problem, ctx, self.mem_model, self._plan)  # passes/place/memory_guard.py
+
+    def _plan(self, problem: PlacementProblem) -> Placement:
+        """One plan of ``problem`` (the guard may re-plan it with smaller capacities)."""
         scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         succ_offsets = scheduler.succ_offsets
         succ_edge = scheduler.succ_edge

@@ -41,6 +41,7 @@ import numpy as np
 from graphir.passes.orders import tlevel_blevel
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
+from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem
 
 
@@ -133,6 +134,10 @@ class Dpos(Placer):
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Critical-path nodes on their critical-path devices, the others on their minimum-EFT device."""
+        return memory_guarded(problem, ctx, self.mem_model, self._plan)  # passes/place/memory_guard.py
+
+    def _plan(self, problem: PlacementProblem) -> Placement:
+        """One plan of ``problem`` (the guard may re-plan it with smaller capacities)."""
         scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         rank = fastt_rank(problem)
         path = critical_path(problem, rank)

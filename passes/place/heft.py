@@ -23,6 +23,7 @@ from typing import ClassVar, Literal
 
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
+from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem, upward_rank
 
 
@@ -47,6 +48,10 @@ class Heft(Placer):
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Book the nodes by decreasing rank_u, each on its minimum-EFT device."""
+        return memory_guarded(problem, ctx, self.mem_model, self._plan)  # passes/place/memory_guard.py
+
+    def _plan(self, problem: PlacementProblem) -> Placement:
+        """One plan of ``problem`` (the guard may re-plan it with smaller capacities)."""
         scheduler = ListScheduler(problem, self.mem_model, self.plan_congestion)
         for v in ready_order(problem, upward_rank(problem)):
             scheduler.book_min_eft(v)

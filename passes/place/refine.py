@@ -124,6 +124,32 @@ def candidate(
     return Candidate(name, device, start, result.makespan, overflow, np.asarray(sim_start), sim_finish, busy, headroom)
 
 
+def critical_path_bound(problem: PlacementProblem, duration: np.ndarray) -> float:
+    """The longest path of the fine graph with ``duration`` per fine node and free transfers.
+
+    With the durations of one device kind (those a one-device simulation ran), a lower bound of the
+    makespan of every placement on devices of that kind: a path's nodes run one after the other
+    wherever they are, and a transfer only adds time. ``auto`` reports it (``auto.bound-ms``) so a
+    table can tell a refinement that found nothing from one that had nothing left to find.
+    """
+    n = len(problem.node_group)
+    if n == 0:
+        return 0.0
+    fine = problem.fine
+    order = np.argsort(fine.edge_dst, kind="stable")
+    src = fine.edge_src[order].tolist()
+    offsets = np.searchsorted(fine.edge_dst[order], np.arange(n + 1)).tolist()
+    time = np.asarray(duration, dtype=np.float64).tolist()
+    finish = [0.0] * n
+    for v in range(n):  # fine nodes are numbered topologically (the graph index)
+        ready = 0.0
+        for k in range(offsets[v], offsets[v + 1]):
+            if finish[src[k]] > ready:
+                ready = finish[src[k]]
+        finish[v] = ready + time[v]
+    return max(finish)
+
+
 Judge = Callable[[np.ndarray, np.ndarray], Candidate]
 """``judge(device, start)``: simulate a trial placement."""
 

@@ -22,6 +22,7 @@ Start: everything on g0 in the order s, a, b, j: s [0, 0], a [0, 2], b [2, 4], j
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,16 @@ from test_place_liveness import _random_dag
 from graphir.driver import run
 from graphir.pass_infra import PassContext
 from graphir.passes.place import placement_context
+from graphir.passes.place.auto import restarts
 from graphir.passes.place.problem import PlacementProblem, expand_placement, write_placement
-from graphir.passes.place.refine import block_sizes, blocks, candidate, critical_weight, refine
+from graphir.passes.place.refine import (
+    block_sizes,
+    blocks,
+    candidate,
+    critical_path_bound,
+    critical_weight,
+    refine,
+)
 from graphir.printer import print_module
 from graphir.simulator import simulate
 
@@ -129,3 +138,27 @@ def test_candidate_simulator_is_the_simulator(tmp_path: Path, congestion: str) -
         assert got.makespan == expected.makespan
         assert got.peak_memory.tolist() == expected.peak_memory.tolist()
         assert got.start.tolist() == expected.start.tolist()
+
+
+def test_critical_path_bound_by_hand(tmp_path: Path) -> None:
+    """The fork-join's longest path with free transfers: s 0 + max(a, b) + j 0.
+
+    With the one-device durations (0, 2, 2, 0): 2 s, the best spread's 2.000004 s minus its one
+    transfer. With b made 3 s: 3 s (the path through b).
+    """
+    problem, _, _ = _setup(tmp_path)
+    assert critical_path_bound(problem, np.array([0.0, 2.0, 2.0, 0.0])) == pytest.approx(2.0)
+    assert critical_path_bound(problem, np.array([0.0, 2.0, 3.0, 0.0])) == pytest.approx(3.0)
+    assert critical_path_bound(problem, np.array([1.0, 2.0, 3.0, 0.5])) == pytest.approx(4.5)
+
+
+def test_restarts_fitting_distinct_best_first(tmp_path: Path) -> None:
+    """Restarts: fitting candidates by makespan, a placement already listed skipped; none fits: the best only."""
+    problem, judge, single = _setup(tmp_path)
+    spread = judge(np.array([0, 1, 0, 0]), np.arange(4, dtype=np.float64))  # 2.000008 s (module docstring)
+    again = dataclasses.replace(single, name="again")  # the same placement as single
+    assert [c.name for c in restarts([single, again, spread])] == ["trial", "trial"]
+    assert [c.makespan for c in restarts([single, again, spread])] == pytest.approx([2.000008, 4.0])
+    full = dataclasses.replace(single, overflow=10)
+    fuller = dataclasses.replace(spread, overflow=20)
+    assert restarts([fuller, full]) == [full]
