@@ -268,14 +268,15 @@ class MemoryLedger:
             return
         i = self._split(begin)
         j = self._split(end)
+        nbytes = int(nbytes)
         levels = self._levels
-        for k in range(i, j):
-            levels[k] += int(nbytes)
+        raised = [level + nbytes for level in levels[i:j]]
+        levels[i:j] = raised
         self.version += 1
         if nbytes < 0:
             self._max = None
-        elif self._max is not None and j > i:
-            self._max = max(self._max, max(levels[i:j]))
+        elif self._max is not None and raised:
+            self._max = max(self._max, max(raised))
 
     def free(self, nbytes: int, end: float) -> None:
         """Release ``nbytes`` from ``end`` on (the end of an allocation made with ``end = inf``)."""
