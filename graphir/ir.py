@@ -281,6 +281,9 @@ class Graph:
         self._version = 0
         self._annotation_version = 0
         self._index: GraphIndex | None = None
+        # The structural version at which a reader that builds use lists in step with operands
+        # (the `.gir` parser) finished: the verifier's use-list check is redundant at that version.
+        self._uses_exact_version = -1
 
     # ----------------------------------------------------------------- queries
     @property
