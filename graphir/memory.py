@@ -309,29 +309,26 @@ class MemoryLedger:
         extra = [(int(n), b, e) for n, b, e in allocations if n and e > b]
         if not extra:
             return self.peak()
-        low = min(b for _, b, _ in extra)
-        high = max(e for _, _, e in extra)
         times, levels = self._times, self._levels
-        first = bisect.bisect_right(times, low) - 1
-        last = bisect.bisect_left(times, high)
-        points = {low, *times[first + 1 : last]}
-        points.update(b for _, b, _ in extra)
-        points.update(e for _, _, e in extra if e < high)
-        best = max(0, self._max_level())  # the usage outside [low, high) is unchanged
-        # The extra bytes at a point: every delta at or before it (an allocation starting there
-        # counts, one ending there does not), swept alongside the ledger's breakpoints.
+        best = max(0, self._max_level())  # the usage where the extra bytes are 0 is unchanged
+        # The extra bytes at a time: every delta at or before it (an allocation starting there
+        # counts, one ending there does not). Between two consecutive delta times they are constant,
+        # so the largest usage there is the ledger's largest level over that span (a slice: the
+        # breakpoint at or before the span's start and every breakpoint inside it) plus them.
         deltas = sorted([(b, n) for n, b, _ in extra] + [(e, -n) for n, _, e in extra])
-        count = len(times)
-        k = first
+        count = len(deltas)
         q = 0
         added = 0
-        for point in sorted(points):
-            while k + 1 < count and times[k + 1] <= point:
-                k += 1
-            while q < len(deltas) and deltas[q][0] <= point:
+        while q < count:
+            time = deltas[q][0]
+            while q < count and deltas[q][0] == time:
                 added += deltas[q][1]
                 q += 1
-            level = levels[k] + added
+            if added <= 0:
+                continue
+            i = bisect.bisect_right(times, time) - 1
+            j = bisect.bisect_left(times, deltas[q][0]) if q < count else len(times)
+            level = (max(levels[i:j]) if j > i + 1 else levels[i]) + added
             if level > best:
                 best = level
         return self.persistent + best
