@@ -23,7 +23,8 @@ from typing import Any
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
 from graphir.attributes import BYTE_UNITS, TIME_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
 from graphir.lexer import NAME_CHARS, NUMBER, STRING, TYPE, UNIT, unquote
-from graphir.types import TensorType
+from graphir.parse_values import _STATIC_TYPE
+from graphir.types import DType, TensorType
 
 _NAME = NAME_CHARS + "+"
 _HEAD = re.compile(
@@ -98,6 +99,8 @@ def _seconds(number: str, unit: str) -> float:
     return seconds
 
 
+_STATIC_TYPE_MATCH = _STATIC_TYPE.match
+_DTYPES = {dtype.short: dtype for dtype in DType}
 _INF = float("inf")
 _BYTE_UNITS = BYTE_UNITS
 _LINE_MATCH = _LINE.match
@@ -245,7 +248,22 @@ class LineScanner:
         return (op, name, results, operands, controls, {}, operand_types, result_types, annotations)
 
     def _type(self, text: str) -> TensorType | None:
-        """A type the cache misses; ``None`` for a piece of a spaced shape (``f32[1, 3]`` split at ``, ``)."""
+        """A type the cache misses; ``None`` for a piece of a spaced shape (``f32[1, 3]`` split at ``, ``).
+
+        A static shape without spaces of a known dtype (most misses: a large graph has a type per
+        distinct tensor size) is built here as :func:`~graphir.parse_values._static_type` builds
+        it; anything else goes to ``read_type``.
+        """
+        static = _STATIC_TYPE_MATCH(text)
+        if static is not None:
+            short, dims = static.groups()
+            dtype = _DTYPES.get(short)
+            if dtype is not None:
+                tensor_type = _new(TensorType)
+                _set(tensor_type, "dtype", dtype)
+                _set(tensor_type, "shape", tuple(map(int, dims.split(","))) if dims else ())
+                self.type_cache[text] = tensor_type
+                return tensor_type
         return self.read_type(text) if text.endswith("]") and "[" in text else None
 
     def _scan_general(self, text: str, defined: set[str]) -> tuple[Any, ...] | None:

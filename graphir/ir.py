@@ -281,6 +281,9 @@ class Graph:
         self._version = 0
         self._annotation_version = 0
         self._index: GraphIndex | None = None
+        # The structural version at which a reader that builds use lists in step with operands
+        # (the `.gir` parser) finished: the verifier's use-list check is redundant at that version.
+        self._uses_exact_version = -1
 
     # ----------------------------------------------------------------- queries
     @property
@@ -458,6 +461,39 @@ class Graph:
         self._nodes[node] = None
         self._node_names[name] = node
         return node
+
+    def annotate(self, key: str, nodes: Iterable[Node], values: Iterable[Any]) -> int:
+        """Set annotation ``key`` of each of ``nodes`` (this graph's) to its value; ``None`` removes it.
+
+        What :meth:`Node.set_annotation` does node by node (each value checked by the key's
+        declaration), for a whole column at once: a pass writing one fact on every node (a group,
+        a device, an order) pays one call, not a property access per node. The annotation version
+        is bumped once when some node's value changed.
+
+        Returns:
+            The number of nodes whose value changed (set where it differed, or removed).
+        """
+        kind = ANNOTATIONS.get(key)
+        if kind is None:
+            raise KeyError(f"unknown annotation '{key}' (known: {', '.join(sorted(ANNOTATIONS))})")
+        check = kind.check
+        missing = object()
+        changed = 0
+        for node, value in zip(nodes, values, strict=True):
+            annotations = node._annotations
+            old = annotations.get(key, missing)
+            if value is None:
+                if old is not missing:
+                    del annotations[key]
+                    changed += 1
+                continue
+            value = check(value)
+            if old is missing or old != value or type(old) is not type(value):
+                changed += 1
+            annotations[key] = value
+        if changed:
+            self._annotation_version += 1
+        return changed
 
     def touch_all(self) -> None:
         """Mark the structure and the annotations changed (after :meth:`add_node_unchecked`)."""

@@ -268,14 +268,15 @@ class MemoryLedger:
             return
         i = self._split(begin)
         j = self._split(end)
+        nbytes = int(nbytes)
         levels = self._levels
-        for k in range(i, j):
-            levels[k] += int(nbytes)
+        raised = [level + nbytes for level in levels[i:j]]
+        levels[i:j] = raised
         self.version += 1
         if nbytes < 0:
             self._max = None
-        elif self._max is not None and j > i:
-            self._max = max(self._max, max(levels[i:j]))
+        elif self._max is not None and raised:
+            self._max = max(self._max, max(raised))
 
     def free(self, nbytes: int, end: float) -> None:
         """Release ``nbytes`` from ``end`` on (the end of an allocation made with ``end = inf``)."""
@@ -308,29 +309,26 @@ class MemoryLedger:
         extra = [(int(n), b, e) for n, b, e in allocations if n and e > b]
         if not extra:
             return self.peak()
-        low = min(b for _, b, _ in extra)
-        high = max(e for _, _, e in extra)
         times, levels = self._times, self._levels
-        first = bisect.bisect_right(times, low) - 1
-        last = bisect.bisect_left(times, high)
-        points = {low, *times[first + 1 : last]}
-        points.update(b for _, b, _ in extra)
-        points.update(e for _, _, e in extra if e < high)
-        best = max(0, self._max_level())  # the usage outside [low, high) is unchanged
-        # The extra bytes at a point: every delta at or before it (an allocation starting there
-        # counts, one ending there does not), swept alongside the ledger's breakpoints.
+        best = max(0, self._max_level())  # the usage where the extra bytes are 0 is unchanged
+        # The extra bytes at a time: every delta at or before it (an allocation starting there
+        # counts, one ending there does not). Between two consecutive delta times they are constant,
+        # so the largest usage there is the ledger's largest level over that span (a slice: the
+        # breakpoint at or before the span's start and every breakpoint inside it) plus them.
         deltas = sorted([(b, n) for n, b, _ in extra] + [(e, -n) for n, _, e in extra])
-        count = len(times)
-        k = first
+        count = len(deltas)
         q = 0
         added = 0
-        for point in sorted(points):
-            while k + 1 < count and times[k + 1] <= point:
-                k += 1
-            while q < len(deltas) and deltas[q][0] <= point:
+        while q < count:
+            time = deltas[q][0]
+            while q < count and deltas[q][0] == time:
                 added += deltas[q][1]
                 q += 1
-            level = levels[k] + added
+            if added <= 0:
+                continue
+            i = bisect.bisect_right(times, time) - 1
+            j = bisect.bisect_left(times, deltas[q][0]) if q < count else len(times)
+            level = (max(levels[i:j]) if j > i + 1 else levels[i]) + added
             if level > best:
                 best = level
         return self.persistent + best
@@ -387,17 +385,34 @@ class ScheduleMemory:
         self._whole_step = whole_step_bytes(index).tolist()
         self._is_output = output_mask(graph, index).tolist()
         data = ~index.edge_control
-        pairs = sorted(set(zip(index.edge_dst[data].tolist(), index.edge_value[data].tolist(), strict=True)))
-        self._inputs: list[list[int]] = [[] for _ in range(index.num_nodes)]
-        self._consumers_left = [0] * len(self._value_bytes)
-        for v, x in pairs:
-            self._inputs[v].append(x)
-            self._consumers_left[x] += 1
-        self._outputs: list[list[int]] = [[] for _ in range(index.num_nodes)]
-        for x, u in enumerate(index.value_producer.tolist()):
-            self._outputs[u].append(x)
+        self._set_tables(index.num_nodes, index.edge_dst[data], index.edge_value[data], index.value_producer)
         self._home: dict[int, int] = {}  # value -> its producer's device
         self._copy_end: dict[int, dict[int, float]] = {}  # value -> device -> end so far
+
+    def _set_tables(self, num_nodes: int, consumer: np.ndarray, value: np.ndarray, producer: np.ndarray) -> None:
+        """The per-node tables from the (consumer node, value read) pairs and each value's producer node.
+
+        ``_inputs[v]``: the distinct values ``v`` reads, ascending; ``_consumers_left[x]``: how many
+        nodes read ``x``; ``_outputs[u]``: the values ``u`` produces, ascending; ``_output_bytes[u]``:
+        their bytes in all. Built with array sorts, not a Python step per edge.
+        """
+        num_values = len(self._value_bytes)
+        consumer = np.asarray(consumer, dtype=np.int64)
+        value = np.asarray(value, dtype=np.int64)
+        producer = np.asarray(producer, dtype=np.int64)
+        pairs = np.unique(consumer * max(num_values, 1) + value)  # sorted by (consumer, value)
+        readers = pairs // max(num_values, 1)
+        read = (pairs % max(num_values, 1)).tolist()
+        bounds = np.searchsorted(readers, np.arange(num_nodes + 1)).tolist()
+        self._inputs: list[list[int]] = [read[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        self._consumers_left = np.bincount(pairs % max(num_values, 1), minlength=num_values).tolist()
+        by_producer = np.argsort(producer, kind="stable")
+        made = by_producer.tolist()
+        bounds = np.searchsorted(producer[by_producer], np.arange(num_nodes + 1)).tolist()
+        self._outputs: list[list[int]] = [made[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        output_bytes = np.zeros(num_nodes, dtype=np.int64)
+        np.add.at(output_bytes, producer, np.asarray(self._value_bytes, dtype=np.int64))
+        self._output_bytes: list[int] = output_bytes.tolist()
 
     def fits(
         self, node: int, device: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
@@ -406,14 +421,22 @@ class ScheduleMemory:
         ledger = self.ledgers[device]
         if self.model == "paper":
             return ledger.peak() + self._whole_step[node] <= self.capacity[device]
+        value_bytes = self._value_bytes
+        copy_end = self._copy_end
+        fresh = [(x, begin) for x, begin, _ in received if device not in copy_end.get(x, ())]
+        # An upper bound first: the peak so far plus every new byte at once. When even that fits,
+        # so does the exact sweep below (the bytes are non-negative); list schedulers far from
+        # full memory answer most questions here.
+        bound = ledger.peak() + self._persistent[node] + self._temporary[node] + self._output_bytes[node]
+        for x, _ in fresh:
+            bound += value_bytes[x]
+        capacity = self.capacity[device]
+        if bound <= capacity:
+            return True
         extra = [(self._temporary[node], start, finish)]
-        extra += [(self._value_bytes[x], start, self._output_end(x, finish)) for x in self._outputs[node]]
-        extra += [
-            (self._value_bytes[x], begin, math.inf)
-            for x, begin, _ in received
-            if device not in self._copy_end.get(x, {})
-        ]
-        return ledger.peak_with(extra) + self._persistent[node] <= self.capacity[device]
+        extra += [(value_bytes[x], start, self._output_end(x, finish)) for x in self._outputs[node]]
+        extra += [(value_bytes[x], begin, math.inf) for x, begin in fresh]
+        return ledger.peak_with(extra) + self._persistent[node] <= capacity
 
     def place(
         self, node: int, device: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
@@ -428,20 +451,34 @@ class ScheduleMemory:
             ledger.hold(self._whole_step[node])
             return
         ledger.hold(self._persistent[node])
-        ledger.allocate(self._temporary[node], start, finish)
+        value_bytes = self._value_bytes
+        copy_end = self._copy_end
+        # Allocations over the same interval are added up first: the ledger's levels are sums of
+        # ints, so one allocation of the total leaves exactly what one per value would.
+        closed = self._temporary[node]  # bytes held on [start, finish)
+        open_ended = 0  # bytes held from start on, until freed
         for x in self._outputs[node]:
-            ledger.allocate(self._value_bytes[x], start, self._output_end(x, finish))
+            if self._consumers_left[x] or self._is_output[x]:
+                open_ended += value_bytes[x]
+            else:
+                closed += value_bytes[x]
             self._home[x] = device
-            self._copy_end[x] = {device: finish}
+            copy_end[x] = {device: finish}
+        ledger.allocate(closed, start, finish)
+        ledger.allocate(open_ended, start)
+        arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
         for x, begin, end in received:
-            copies = self._copy_end[x]
+            copies = copy_end[x]
             if device not in copies:
-                ledger.allocate(self._value_bytes[x], begin)
+                arriving[begin] = arriving.get(begin, 0) + value_bytes[x]
                 copies[device] = -math.inf
             home = self._home[x]
             copies[home] = max(copies[home], end)  # the producer's copy lives until the transfer ends
+        for begin, nbytes in arriving.items():
+            ledger.allocate(nbytes, begin)
+        released: dict[tuple[int, float], int] = {}  # (device, end) -> bytes freed there
         for x in self._inputs[node]:
-            copies = self._copy_end[x]
+            copies = copy_end[x]
             if device not in copies:
                 raise ValueError(f"node {node}: input value {x} has no copy on device {device} (list it in received)")
             copies[device] = max(copies[device], finish)
@@ -451,7 +488,9 @@ class ScheduleMemory:
             home = self._home[x]
             for holder, end in copies.items():
                 if holder != home or not self._is_output[x]:  # a graph output stays home until the end
-                    self.ledgers[holder].free(self._value_bytes[x], end)
+                    released[holder, end] = released.get((holder, end), 0) + value_bytes[x]
+        for (holder, end), nbytes in released.items():
+            self.ledgers[holder].free(nbytes, end)
 
     def peaks(self) -> list[int]:
         """Peak bytes per device so far (persistent included)."""

@@ -424,6 +424,7 @@ class _Parser(_ValueGrammar):
                     raise self.error(f"control input '@{control_name}' is listed twice", cols.controls[k], line)
                 node.add_control_input(control)
         graph.touch_all()
+        graph._uses_exact_version = graph._version  # every use above was appended with its operand
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

@@ -2,7 +2,8 @@
 
 Checks, in order:
     1. use lists: every operand is a value of this graph with a producer (a node, a graph input or
-       a constant), and every use recorded on a value matches an operand;
+       a constant), and every use recorded on a value matches an operand (skipped on a graph as
+       the `.gir` parser built it, which appends each use with its operand);
     2. acyclicity of the graph (a cycle error names its nodes);
     3. type agreement for ops with a type rule in :mod:`graphir.ops` (elementwise, MatMul, the graphir dialect);
     4. annotations: devices exist in the module's cluster; ``order`` is a permutation
@@ -234,7 +235,8 @@ def _verify(module: Module, since: VerifyState | None) -> None:
     graph = module.graph
     structural = since is None or since.graph is not graph or since.structure != graph._version
     if structural:
-        _check_uses(graph)
+        if graph._uses_exact_version != graph._version:  # not as the parser left it
+            _check_uses(graph)
         graph.index()  # raises on a cycle, naming it
         _check_types(graph)
     annotations = (

@@ -167,23 +167,40 @@ def _shape_bytes(type_: TensorType, shape: Shape | None) -> int:
     return 0 if shape is None else math.prod(shape) * type_.dtype.itemsize
 
 
+_STATIC: dict[int, tuple[TensorType, Shape | None, bool, int]] = {}
+"""id(type) -> (the type, its static shape, whether a symbol was replaced, its bytes): graphs repeat
+a few hundred types over thousands of nodes. Each entry holds its type, so an id is never reused
+while cached; the table is emptied when it grows past :data:`_STATIC_LIMIT`."""
+_STATIC_LIMIT = 1 << 16
+
+
+def _static_facts(type_: TensorType) -> tuple[TensorType, Shape | None, bool, int]:
+    facts = _STATIC.get(id(type_))
+    if facts is None or facts[0] is not type_:
+        shape, symbolic = static_shape(type_)
+        if len(_STATIC) >= _STATIC_LIMIT:
+            _STATIC.clear()
+        facts = _STATIC[id(type_)] = (type_, shape, symbolic, _shape_bytes(type_, shape))
+    return facts
+
+
 def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
     """(flops, bytes, temporary, used_fallback, had_symbolic_dims) of one node."""
     ins: list[Shape | None] = []
     ib: list[int] = []
     symbolic = False
     for value in node.inputs:
-        shape, sym = static_shape(value.type)
+        _, shape, sym, nbytes = _static_facts(value.type)
         symbolic |= sym
         ins.append(shape)
-        ib.append(_shape_bytes(value.type, shape))
+        ib.append(nbytes)
     outs: list[Shape | None] = []
     ob: list[int] = []
     for value in node.outputs:
-        shape, sym = static_shape(value.type)
+        _, shape, sym, nbytes = _static_facts(value.type)
         symbolic |= sym
         outs.append(shape)
-        ob.append(_shape_bytes(value.type, shape))
+        ob.append(nbytes)
     estimator = cost_of(node.op)
     result = estimator(node, ins, outs, ib, ob) if estimator is not None else None
     if result is None:

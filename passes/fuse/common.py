@@ -213,12 +213,7 @@ def compose(start: np.ndarray, coarse_labels: np.ndarray) -> np.ndarray:
 
 def write_groups(index: GraphIndex, labels: np.ndarray) -> int:
     """Set ``group = labels[i]`` on every node ``i``; returns the number of nodes whose group changed."""
-    changed = 0
-    for node, label in zip(index.nodes, labels.tolist(), strict=True):
-        if node.group != label:
-            node.group = label
-            changed += 1
-    return changed
+    return index.graph.annotate("group", index.nodes, labels.tolist())
 
 
 def heights(num_nodes: int, succ_offsets: np.ndarray, succ: np.ndarray) -> np.ndarray:

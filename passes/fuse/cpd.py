@@ -84,6 +84,11 @@ def optimal_breakpoints(
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     parent = np.zeros(n + 1, dtype=np.int64)
+    # The loop below runs once per node: its numpy calls are bound once and scalars kept as
+    # Python numbers (the same doubles), so each step pays for as few calls as possible.
+    minimum = np.minimum.reduce
+    out_list = out.tolist()
+    lo_list = lo_all.tolist()
     for b0 in range(0, n, _BLOCK):
         b1 = min(n, b0 + _BLOCK)
         rows = b1 - b0
@@ -94,18 +99,19 @@ def optimal_breakpoints(
             flat = (s_to[lo_e:hi_e] - b0) * r + s_dist[lo_e:hi_e]
             per_distance = np.bincount(flat, weights=s_comm[lo_e:hi_e], minlength=rows * r).reshape(rows, r)
             inward = np.cumsum(per_distance[:, 1:], axis=1)[:, ::-1]
+            # eq. (5)'s change of cost(i, j) for every i in [m - R + 1, m - 1] when v_m joins.
+            change = out[b0:b1, None] - inward
         for m in range(b0, b1):
             j = m + 1
             if r > 1:
-                # eq. (5) for every i in [m - R + 1, m - 1] at once.
-                cost[m + 1 : m + r] += out[m] - inward[m - b0]
-            cost[m + r] = out[m]  # cost(m, m + 1): the cluster {v_m} alone
-            lo = int(lo_all[j])
+                cost[m + 1 : m + r] += change[m - b0]
+            cost[m + r] = out_list[m]  # cost(m, m + 1): the cluster {v_m} alone
+            lo = lo_list[j]
             # eq. (6): S(j) = min_i S(i) + cost(i, j), the smallest i among ties. The incremental
             # sums of eq. (5) differ from exact ties by rounding, hence the relative tolerance.
             candidates = best[lo:j] + cost[lo + r : j + r]
-            lowest = candidates.min()
-            k = int(np.argmax(candidates <= lowest + _TIE * abs(lowest)))
+            lowest = float(minimum(candidates))
+            k = int((candidates <= lowest + _TIE * abs(lowest)).argmax())
             best[j] = candidates[k]
             parent[j] = lo + k
     starts: list[int] = []

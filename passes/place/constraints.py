@@ -79,18 +79,9 @@ class CoarseScheduleMemory(ScheduleMemory):
         dst_group = group[fine.edge_dst[data]]
         values = fine.edge_value[data]
         cross = dst_group != producer_group[values]
-        pairs = sorted(set(zip(dst_group[cross].tolist(), values[cross].tolist(), strict=True)))
-        self._inputs: list[list[int]] = [[] for _ in range(n)]
-        self._consumers_left = [0] * len(self._value_bytes)
+        self._set_tables(n, dst_group[cross], values[cross], producer_group)
         producer_list = producer_group.tolist()
-        self.incoming: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for v, x in pairs:
-            self._inputs[v].append(x)
-            self._consumers_left[x] += 1
-            self.incoming[v].append((x, producer_list[x]))
-        self._outputs: list[list[int]] = [[] for _ in range(n)]
-        for x, g in enumerate(producer_list):
-            self._outputs[g].append(x)
+        self.incoming: list[list[tuple[int, int]]] = [[(x, producer_list[x]) for x in xs] for xs in self._inputs]
         self._home: dict[int, int] = {}
         self._copy_end: dict[int, dict[int, float]] = {}
 

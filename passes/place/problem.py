@@ -319,9 +319,9 @@ def write_placement(module: Module, problem: PlacementProblem, device: np.ndarra
     index = module.graph.index()
     names = problem.device_names
     fine_device, position = expand_placement(problem, device, start)
-    for node, d, k in zip(index.nodes, fine_device.tolist(), position.tolist(), strict=True):
-        node.device = names[d]
-        node.order = k
+    graph = module.graph
+    graph.annotate("device", index.nodes, [names[d] for d in fine_device.tolist()])
+    graph.annotate("order", index.nodes, position.tolist())
 
 
 def upward_rank(problem: PlacementProblem, comm: np.ndarray | None = None) -> np.ndarray:

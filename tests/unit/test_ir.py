@@ -352,3 +352,22 @@ def test_module_cluster_resolution():
     assert module.cluster.device_names == ("gpu0", "gpu1")
     assert module.cluster.device("gpu1").kind == "A100"
     assert module.cluster.link("gpu0", "gpu1").bandwidth == 50e9
+
+
+def test_annotate_sets_a_column_as_set_annotation_would(chain):
+    graph = chain[0].graph
+    nodes = list(graph.nodes)
+    version = graph._annotation_version
+    assert graph.annotate("group", nodes, [k % 2 for k in range(len(nodes))]) == len(nodes)
+    assert [n.group for n in nodes] == [k % 2 for k in range(len(nodes))]
+    assert graph._annotation_version == version + 1
+    # The same values again change nothing and leave the version alone.
+    assert graph.annotate("group", nodes, [k % 2 for k in range(len(nodes))]) == 0
+    assert graph._annotation_version == version + 1
+    # None removes; values are checked by the declaration; unknown keys are refused.
+    assert graph.annotate("group", nodes[:1], [None]) == 1
+    assert nodes[0].group is None
+    with pytest.raises(ValueError):
+        graph.annotate("device", nodes[:1], [""])
+    with pytest.raises(KeyError):
+        graph.annotate("no-such-key", nodes[:1], [1])
