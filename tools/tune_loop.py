@@ -398,7 +398,7 @@ def tune(
     """
     base = module.cluster
     start = fastt_start(module, options.seed, options.start, replica)
-    log(f"start: {start.reason}")
+    log(f"tune: start: {start.reason}")
     graph = module.graph
     rounds: list[Round] = []
     losses: list[float] = []
