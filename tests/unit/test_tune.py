@@ -175,6 +175,8 @@ def test_loop_activates_a_faster_trial():
         (["--cluster", "2xcpu-workers", "--inject-delay", "x"], "--inject-delay expects ROUND:SECONDS"),
         (["--cluster", "2xcpu-workers", "--rounds", "0"], "--rounds must be at least 1"),
         (["--cluster", "2xcpu-workers", "--placer", "nope"], "--placer 'nope': unknown"),
+        (["--cluster", "2xcpu-workers", "--placer", "os-dpos nope=1"], "--placer 'os-dpos nope=1': unknown option"),
+        (["--cluster", "2xcpu-workers", "--start", "os-dpos"], "--start os-dpos: the first strategy needs no split"),
     ],
 )
 def test_cli_rejects_bad_input_in_one_line(args, message, tmp_path, capsys):
