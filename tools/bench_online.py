@@ -163,7 +163,7 @@ def describe(name: str) -> str:
     if isinstance(spec, str):
         return f"`{spec}`"
     model, batch, config = spec
-    return f"zoo builder `{model}`, batch {batch}, " + ", ".join(f"{k} {v}" for k, v in config)
+    return ", ".join([f"zoo builder `{model}`", f"batch {batch}", *(f"{k} {v}" for k, v in config)])
 
 
 def parse_run(run: str) -> tuple[str, str, str]:
