@@ -6,10 +6,11 @@ step time, decision, cost-table change), then per model: the first and the final
 measured step time, the rounds, and the plot (copied next to the results as ``online_<model>.png``).
 
 Models (small enough to run a step in about a second on one pinned core; the zoo's own builder,
-:func:`graphir.tools.zoo.build_train_graphdef`, traces them at these sizes, cached in ``build/online/``):
+:func:`graphir.tools.zoo.build_train_graphdef`, traces them at these sizes, cached in ``build/online/``,
+each also at the per-replica batch (batch / workers), given to ``graphir-tune --replica-graph`` for
+FastT's data-parallel start):
 
-* ``resnet50``: the zoo's ``resnet50_train`` at batch 1 (``zoo/batches/resnet50_train_b1.pb``, as the
-  fidelity benchmark uses it);
+* ``resnet50``: the zoo's ``resnet50_train`` builder at batch 2 (two replicas of batch 1);
 * ``lstm``: the zoo's LSTM language model (``lstm_train``'s builder) with 2 layers of 256 units,
   vocabulary 2000, 24 steps, batch 8 (the zoo entry, 4 × 2048 units and 32 000 words, holds ~3 GB of
   variables with Adam: more than a worker of this shared machine may take);
@@ -17,8 +18,9 @@ Models (small enough to run a step in about a second on one pinned core; the zoo
   sequence 64, batch 4 (GPT-2 small at batch 1 takes ~3.5 s per step on one core: six rounds of it
   would take most of an hour here).
 
-Usage: ``python -m graphir.tools.bench_online [--models resnet50,lstm,gpt,lstm@m-etf] [--rounds 6] [--reuse]``
+Usage: ``python -m graphir.tools.bench_online [--models resnet50,lstm,gpt,gpt+os-dpos] [--rounds 6] [--reuse]``
 (``NAME@PLACER``: that model started from PLACER's strategy instead of FastT's default rule;
+``NAME+PLACER``: the loop's placer is PLACER, e.g. ``os-dpos``, instead of ``--placer``;
 ``--reuse``: runs already in the scratch folder are tabulated, not rerun).
 """
 
@@ -35,12 +37,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from graphir.cluster import resolve_cluster
+
 __all__ = ["MODELS", "main"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
 MODELS: dict[str, tuple[str, int, tuple[tuple[str, Any], ...]] | str] = {
-    "resnet50": "zoo/batches/resnet50_train_b1.pb",
+    "resnet50": ("resnet50", 2, ()),
     "lstm": ("lstm", 8, (("layers", 2), ("units", 256), ("vocab", 2000), ("seq", 24))),
     "gpt": ("gpt", 4, (("layers", 2), ("d_model", 256), ("heads", 4), ("d_ff", 1024), ("vocab", 2000), ("seq", 64))),
 }
@@ -55,12 +59,13 @@ open(path, "wb").write(graph_def.SerializeToString(deterministic=True))
 """
 
 
-def model_file(name: str, scratch: Path) -> Path:
-    """The GraphDef of benchmark model ``name`` (built once into ``scratch``)."""
+def model_file(name: str, scratch: Path, batch: int = 0) -> Path:
+    """The GraphDef of benchmark model ``name`` at its batch, or at ``batch`` (built once into ``scratch``)."""
     spec = MODELS[name]
     if isinstance(spec, str):
         return ROOT / spec
-    model, batch, config = spec
+    model, own, config = spec
+    batch = batch or own
     path = scratch / f"{name}_train_b{batch}.pb"
     if not path.exists():
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
@@ -158,27 +163,39 @@ def describe(name: str) -> str:
     if isinstance(spec, str):
         return f"`{spec}`"
     model, batch, config = spec
-    return f"zoo builder `{model}`, batch {batch}, " + ", ".join(f"{k} {v}" for k, v in config)
+    return ", ".join([f"zoo builder `{model}`", f"batch {batch}", *(f"{k} {v}" for k, v in config)])
+
+
+def parse_run(run: str) -> tuple[str, str, str]:
+    """``NAME[@START][+PLACER]`` -> (name, start or "", placer or "")."""
+    head, _, placer = run.partition("+")
+    name, _, start = head.partition("@")
+    return name, start, placer
 
 
 def run_model(run: str, args: argparse.Namespace, scratch: Path, log: Any) -> dict[str, Any]:
-    """graphir-tune on one model (``name`` or ``name@START``); its rounds.json plus wall time and load."""
-    name, _, start = run.partition("@")
-    out = scratch / run.replace("@", "-")
+    """graphir-tune on one model (``NAME[@START][+PLACER]``); its rounds.json plus wall time and load."""
+    name, start, placer = parse_run(run)
+    placer = placer or args.placer
+    out = scratch / slug(run)
     if args.reuse and (out / "rounds.json").exists():
         document = json.loads((out / "rounds.json").read_text())
         sidecar = out / "bench.json"
         extra = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         document["wall_s"] = extra.get("wall_s", sum(r["wall_s"] for r in document["rounds"]))
         document["load"] = extra.get("load")
-        document.update(plot=out / "rounds.png", graph=describe(name), start=start or args.start)
+        document.update(plot=out / "rounds.png", graph=describe(name), placer=placer)
         log(f"bench-online: {run}: reusing {out}/rounds.json")
         return document
     graph = model_file(name, scratch)
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "graphir.tools.tune", str(graph), "--cluster", args.cluster]
     command += ["--rounds", str(args.rounds), "--min-rounds", str(args.min_rounds), "-o", str(out)]
-    command += ["--steps", str(args.steps), "--placer", args.placer, "--start", start or args.start]
+    command += ["--steps", str(args.steps), "--placer", placer, "--start", start or args.start]
+    spec = MODELS[name]
+    workers = len(resolve_cluster(args.cluster).devices)
+    if not isinstance(spec, str) and spec[1] % workers == 0 and (start or args.start) in ("auto", "data-parallel"):
+        command += ["--replica-graph", str(model_file(name, scratch, spec[1] // workers))]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     begin, load = time.time(), os.getloadavg()[0]
     log(f"bench-online: {run}: {' '.join(command[3:])}")
@@ -195,8 +212,21 @@ def run_model(run: str, args: argparse.Namespace, scratch: Path, log: Any) -> di
     (out / "bench.json").write_text(json.dumps({"wall_s": document["wall_s"], "load": document["load"]}) + "\n")
     document["plot"] = out / "rounds.png"
     document["graph"] = describe(name)
-    document["start"] = start or args.start
+    document["placer"] = placer
     return document
+
+
+def slug(run: str) -> str:
+    """A file-name form of a run name (``gpt@m-etf+os-dpos`` -> ``gpt-m-etf-os-dpos``)."""
+    return run.replace("@", "-").replace("+", "-")
+
+
+def _start(doc: dict[str, Any]) -> str:
+    start = doc.get("start") or {}
+    if not start:
+        return "—"
+    replicas = start.get("replicas", 1)
+    return start["strategy"] + (f" ×{replicas}" if replicas > 1 else "")
 
 
 def _ms(value: float | None) -> str:
@@ -209,9 +239,12 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         "# Online tuning: FastT's profile → place → run → re-profile loop on the 2-worker rig",
         "",
         f"Command: `python -m graphir.tools.bench_online --rounds {args.rounds} --min-rounds {args.min_rounds}` "
-        "(`make bench-online`). Each model: `graphir-tune MODEL --cluster 2xcpu-workers` "
-        f"(placer `{args.placer}`, {args.steps} timed + 1 warm-up + 2 traced training steps per round), "
-        "starting from an empty cost store. Measured: median wall time of the round's timed steps on the rig "
+        "(`make bench-online`). Each model: `graphir-tune MODEL --cluster 2xcpu-workers --replica-graph "
+        "MODEL_AT_HALF_BATCH` (placer as listed, "
+        f"{args.steps} timed + 1 warm-up + 2 traced training steps per round), starting from an empty cost store "
+        "with FastT's rule (start `data-parallel ×2`: the model fits a worker, so the loop tunes its 2-replica "
+        "data-parallel graph and the first strategy is data parallelism; `m-etf`: started from that placer). "
+        "Measured: median wall time of the round's timed steps on the rig "
         "(TF workers pinned one per core). Estimated: the simulator's makespan of the strategy under the cost model "
         "the round started with (unmeasured costs 0, so estimates of unexplored strategies are optimistic by "
         "design). Final ≤ first compares the medians over every round each strategy ran (one round's median "
@@ -220,9 +253,9 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         "",
         f"Run {when}, commit `{_commit()}`.",
         "",
-        "| run | graph | start | nodes | rounds | first strategy: first round / median (ms) | "
+        "| run | graph | start | placer | nodes | rounds | first strategy: first round / median (ms) | "
         "final strategy: last round / median (ms) | final ≤ first | decisions | wall (s) | load |",
-        "|---|---|---|---:|---:|---:|---:|:-:|---|---:|---:|",
+        "|---|---|---|---|---:|---:|---:|---:|:-:|---|---:|---:|",
     ]
     for name, doc in results.items():
         rounds = doc["rounds"]
@@ -231,13 +264,13 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         decisions = ", ".join(r["decision"] for r in rounds)
         ok = "yes" if final_median is not None and final_median <= first_median else "**no**"
         ok += " (same strategy)" if rounds[0]["strategy"] == doc["active"] else ""
-        nodes = sum(rounds[0]["devices"].values())
-        cells = [name, doc["graph"], doc["start"], str(nodes), str(len(rounds))]
+        nodes = doc.get("nodes") or sum(rounds[0]["devices"].values())
+        cells = [name, doc["graph"], _start(doc), doc["placer"], str(nodes), str(len(rounds))]
         cells += [f"{_ms(first)} / {_ms(first_median)}", f"{_ms(final)} / {_ms(final_median)}", ok, decisions]
         cells += [f"{doc['wall_s']:.0f}", "—" if doc["load"] is None else f"{doc['load']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     for name, doc in results.items():
-        plot = f"online_{name.replace('@', '-')}.png"
+        plot = f"online_{slug(name)}.png"
         lines += ["", f"## {name}", "", f"![{name}]({plot})", ""]
         lines += [
             "| round | ran | strategy | source | nodes per device | estimated (ms) | candidate (estimate ms) | "
@@ -270,8 +303,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench_online", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--models",
-        default=",".join(MODELS),
-        help=f"comma-separated, of {', '.join(MODELS)}; NAME@PLACER starts that run from PLACER's strategy",
+        default="resnet50,lstm,gpt,gpt+os-dpos",
+        help=f"comma-separated, of {', '.join(MODELS)}; NAME@PLACER starts that run from PLACER's strategy, "
+        "NAME+PLACER tunes with PLACER (e.g. os-dpos)",
     )
     parser.add_argument("--cluster", default="2xcpu-workers")
     parser.add_argument("--rounds", type=int, default=6)
@@ -287,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "online.md"))
     args = parser.parse_args(argv)
     names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m.partition("@")[0] not in MODELS]
+    unknown = [m for m in names if parse_run(m)[0] not in MODELS]
     if unknown:
         print(f"bench-online: unknown model(s) {', '.join(unknown)} (known: {', '.join(MODELS)})", file=sys.stderr)
         return 1
@@ -301,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = {name: run_model(name, args, scratch, log) for name in names}
     for name, doc in results.items():
-        shutil.copyfile(doc["plot"], output.parent / f"online_{name.replace('@', '-')}.png")
+        shutil.copyfile(doc["plot"], output.parent / f"online_{slug(name)}.png")
     text = render(results, args, when)
     if args.standard_eval:
         evaluated = {name: standard_eval(name, log) for name in args.standard_eval.split(",") if name}

@@ -2,18 +2,24 @@
 
 ::
 
-    graphir-tune MODEL --cluster 2xcpu-workers --rounds 6 -o DIR [--placer dpos] [--store FILE]
+    graphir-tune MODEL --cluster 2xcpu-workers --rounds 6 -o DIR [--placer dpos|os-dpos|...] [--store FILE]
 
 MODEL is anything ``graphir-opt`` reads (a training step ``.pb``, ``.onnx``, ``.gir``, ``zoo:<entry>``).
 The cluster must name TensorFlow workers (``/job:worker/task:k``, e.g. ``Nxcpu-workers``: local
-``tf.distribute.Server`` processes pinned one per core, :mod:`graphir.backends.tf.rig`). Each round
+``tf.distribute.Server`` processes pinned one per core, :mod:`graphir.backends.tf.rig`). The loop
+starts as FastT does (:func:`graphir.tools.tune_loop.fastt_start`): when the model fits one device
+it tunes FastT's data-parallel input graph (one replica per worker on ``1/n`` of the batch), whose
+first strategy is plain data parallelism; ``--replica-graph FILE`` gives the model at that batch
+when TensorFlow cannot rebuild it (``zoo:<entry>`` models are rebuilt by the zoo's builder). Each round
 prints one line (strategy, estimated and measured step time, decision; the loop is described in
 :mod:`graphir.tools.tune_loop`) and the run writes into DIR:
 
-* ``rounds.json``: ``{"model", "cluster", "options", "rounds": [...], "active", "first_measured_s",
+* ``rounds.json``: ``{"model", "cluster", "options", "start", "nodes", "rounds": [...], "active", "first_measured_s",
   "final_measured_s", "first_median_s", "final_median_s", "strategies", "store"}`` (first/final: the
   first round's strategy and the active one at the end, measured in its last round and as the median
-  over all rounds it ran; ``strategies``: per id, its source, rounds and measurements). Each round
+  over all rounds it ran; ``strategies``: per id, its source, rounds and measurements; ``start``: the
+  starting rule's outcome, ``{"strategy", "replicas", "fits", "reason"}``; ``nodes``: nodes of the
+  graph the loop placed). Each round
   has ``index``, ``strategy`` (id), ``source`` (the placer or the bootstrap rule), ``ran``
   (``bootstrap``/``trial``/``active``/``restore``), ``estimated_s`` (of what ran), ``candidate`` and
   ``candidate_estimated_s`` (what the placer proposed), ``measured_s``, ``decision``
@@ -92,12 +98,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="directory for rounds.json, rounds.png, placement.json")
     parser.add_argument("--store", help="cost store JSON, read when present and rewritten (default DIR/costs.json)")
     parser.add_argument(
-        "--placer", default="dpos", help="place algorithm with options, e.g. dpos, 'm-etf' (default dpos)"
+        "--placer",
+        default="dpos",
+        help="place algorithm with options, e.g. dpos, 'm-etf', or os-dpos (FastT's DPOS + operation splitting)",
     )
     parser.add_argument(
         "--start",
         default="auto",
-        help="bootstrap strategy of an empty store: auto (one device if the model fits, else m-topo) or a placer",
+        help="starting strategy: auto (FastT: data parallelism if the model fits one device, else m-topo), "
+        "data-parallel, or a placer on the graph as given",
+    )
+    parser.add_argument(
+        "--replica-graph",
+        metavar="FILE",
+        help="the model at the per-replica batch (batch / workers), same node names, for the data-parallel start",
     )
     parser.add_argument("--steps", type=int, default=5, help="timed training steps per round (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps first in each round (default 1)")
@@ -135,12 +149,17 @@ def _options(args: argparse.Namespace) -> TuneOptions:
     if args.trace_steps < 1:
         raise GraphIRError("--trace-steps must be at least 1: the cost model is updated from traced steps")
     from graphir.pipeline import parse_pipeline
+    from graphir.tools.tune_loop import placer_pipeline
 
     for flag, placer in (("--placer", args.placer), ("--start", args.start)):
-        if flag == "--start" and placer == "auto":
+        if flag == "--start" and placer in ("auto", "data-parallel"):
             continue
+        if flag == "--start" and placer.split(" ", 1)[0] == "os-dpos":
+            raise GraphIRError("--start os-dpos: the first strategy needs no split search; use --placer os-dpos")
         try:
-            parse_pipeline(f"place{{algo={placer}}}")
+            parse_pipeline(
+                placer_pipeline(placer, args.congestion) if flag == "--placer" else f"place{{algo={placer}}}"
+            )
         except GraphIRError as exc:
             raise GraphIRError(f"{flag} '{placer}': {exc.message}") from None
     return TuneOptions(
@@ -177,6 +196,8 @@ def rounds_document(model: str, cluster: str, options: TuneOptions, result: Tune
         "model": model,
         "cluster": cluster,
         "options": option_values,
+        "start": result.start.as_json() if result.start is not None else None,
+        "nodes": len(result.active.assignment),
         "rounds": [r.as_json() for r in result.rounds],
         "active": result.active.id,
         "first_measured_s": result.rounds[0].measured_s,
@@ -236,6 +257,10 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
     module = load_module(args.model)
     module.set_cluster(cluster)
+    replica = None
+    if args.replica_graph:
+        replica = load_module(args.replica_graph)
+        replica.name = module.name
     out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -247,7 +272,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     start = "warm" if store.updates else "cold"
     log(f"tune: {module.name} ({len(module.graph)} nodes) on {cluster.spec}, {start} cost store {store_path}")
     with rig(cluster) as servers:
-        result = tune(module, store, rig_runner(servers, options), options, log=log, save=lambda s: s.save(store_path))
+        result = tune(
+            module,
+            store,
+            rig_runner(servers, options),
+            options,
+            log=log,
+            save=lambda s: s.save(store_path),
+            replica=replica,
+        )
     document = rounds_document(module.name, cluster.spec, options, result)
     write_atomically(out / "rounds.json", json.dumps(document, indent=1) + "\n", GraphIRError)
     placement = {name: device for name, (device, _) in sorted(result.active.assignment.items())}

@@ -9,12 +9,13 @@ One **round** (FastT §4, "Workflow" and "Cost Models"):
    (:func:`graphir.passes.profile.cost_table.annotate_from_store`). Whatever was never measured
    costs **0** (FastT: "it sets the cost to 0, so that the algorithm prefers to explore the
    placement"), for links too unless ``explore_links`` is off.
-2. **Strategy.** An empty store has no model: the bootstrap strategy is FastT's default one,
-   everything on the first device when the model fits it, else model parallelism (``m-topo`` on
-   analytical costs), or the placer named by ``start``. Otherwise the placer
-   (``place{algo=dpos}`` by default, any registered placer) computes the *candidate*, and the
-   simulator (the one ruler) estimates its step time and the *active* strategy's, both under the
-   current model.
+2. **Strategy.** An empty store has no model: the bootstrap strategy is FastT's starting strategy
+   (:func:`fastt_start`, decided once before the first round): **data parallelism** when the model
+   fits one device, **model parallelism** (``m-topo`` on analytical costs) otherwise, or the placer
+   named by ``start``. Otherwise the placer (``place{algo=dpos}`` by default, any registered
+   placer, or ``os-dpos``: FastT's strategy calculator with operation splitting, which rewrites a
+   copy of the graph) computes the *candidate*, and the simulator (the one ruler) estimates its step
+   time and the *active* strategy's, both under the current model.
 3. **What runs.** The candidate runs (a *trial*) when it is new (not the active strategy, not one
    rolled back before) and its estimate beats the active one's by more than ``margin``; otherwise
    the active strategy runs. The round after a rollback always runs the restored active strategy,
@@ -33,8 +34,22 @@ One **round** (FastT §4, "Workflow" and "Cost Models"):
    pre-training stage: ``stop`` ("when the cost models become stable ... we finish the pre-training
    stage").
 
-A strategy is a placement and execution order (``device`` and ``order`` of every node); its id is
-a short hash of both, so equal strategies have equal ids across rounds and runs.
+A strategy is a placement and execution order (``device`` and ``order`` of every node) of a graph;
+its id is a short hash of both, so equal strategies have equal ids across rounds and runs.
+
+**The graph the loop places** (FastT §4, §5.2). When the model fits one device, FastT's input graph
+is the data-parallel graph ("the model is replicated as many times as the number of devices"):
+:func:`fastt_start` rewrites the module with the project's data-parallel rewrite
+(:func:`graphir.passes.transform.replicate.data_parallel`: one replica per device, each on
+``1/n`` of the model's own batch, gradients averaged into one shared update) and the first strategy
+is its baseline placement ``place{algo=data-parallel}`` (replica ``i`` on device ``i``, variables
+balanced by bytes). Every later strategy (DPOS, OS-DPOS) places that same graph, so the variables
+(shared nodes, original names) carry over every switch and the training step means the same thing
+throughout: the mean gradient over the global batch. When the graph cannot be replicated (a batch
+of 1, a batch not divisible by the devices, a graph TensorFlow cannot rebuild at the replica batch
+and no ``replica`` model given) the loop says why and starts from one device, the data-parallel
+strategy of one replica. A warm store holds the costs of the graph it was measured on: the same
+rule runs before the first round of every run, so a second run replicates the same way.
 """
 
 from __future__ import annotations
@@ -46,9 +61,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from graphir.clone import clone_module
 from graphir.cluster_model import Cluster
 from graphir.errors import GraphIRError
-from graphir.ir import Module
+from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
 from graphir.passes.profile.cost_store import CostStore, tuning_cluster
@@ -56,7 +72,17 @@ from graphir.passes.profile.cost_table import annotate_from_store
 from graphir.pipeline import parse_pipeline
 from graphir.simulator import simulate
 
-__all__ = ["Round", "Strategy", "TuneOptions", "TuneResult", "apply_strategy", "strategy_of", "tune"]
+__all__ = [
+    "Round",
+    "Start",
+    "Strategy",
+    "TuneOptions",
+    "TuneResult",
+    "apply_strategy",
+    "fastt_start",
+    "strategy_of",
+    "tune",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,17 +92,21 @@ class TuneOptions:
     Attributes:
         rounds: rounds at most.
         min_rounds: rounds before a stable cost model may stop the loop.
-        placer: the ``place`` algorithm with its options, e.g. ``dpos`` or ``m-etf``.
+        placer: the ``place`` algorithm with its options, e.g. ``dpos`` or ``m-etf``, or ``os-dpos``
+            (FastT's OS-DPOS pass, options after a space: ``os-dpos mem-model=paper``).
         steps / warmup / trace_steps: training steps per round (timed, untimed first, traced).
         tolerance: cost-table change (relative L1) under which the model counts as stable.
-        margin: a candidate runs only when its estimate is below ``(1 - margin)`` × the active one's.
+        margin: a candidate runs only when its estimate is below ``(1 - margin)`` × the active one's
+            (a negative margin also tries candidates estimated slower: ``-1`` tries every new one).
         explore_links: unmeasured links cost 0 (FastT); off: the cluster's calibrated links.
         congestion: the simulator's congestion rule for the estimates (``task``: a transfer also books
             the sending and receiving worker's core, as on the rig; see :mod:`graphir.links`).
         seed: seeds the batch fed every step and the initial variables.
         delays: round -> seconds added to each timed step of that round (fault injection).
-        start: the bootstrap strategy of a cold store: ``auto`` (FastT's default rule, see
-            :func:`bootstrap_strategy`) or a ``place`` algorithm run on analytical costs.
+        start: the starting strategy: ``auto`` (FastT's rule, see :func:`fastt_start`),
+            ``data-parallel`` (the data-parallel graph and its baseline placement, an error when the
+            graph cannot be replicated) or a ``place`` algorithm run on analytical costs on the
+            graph as given.
     """
 
     rounds: int = 6
@@ -101,6 +131,8 @@ class Strategy:
     id: str
     source: str
     assignment: Mapping[str, tuple[str, int]]
+    graph: Graph | None = dataclasses.field(default=None, compare=False, repr=False)
+    """The graph it places (OS-DPOS rewrites a copy; the others place the loop's graph)."""
 
     def devices(self) -> dict[str, int]:
         """Nodes per device."""
@@ -118,11 +150,13 @@ def strategy_of(module: Module, source: str) -> Strategy:
             raise GraphIRError(f"strategy '{source}' left node '{node.name}' without a device or order")
         assignment[node.name] = (node.device, int(node.order))
     digest = hashlib.sha1(repr(sorted(assignment.items())).encode()).hexdigest()[:8]
-    return Strategy(f"s{digest}", source, assignment)
+    return Strategy(f"s{digest}", source, assignment, module.graph)
 
 
 def apply_strategy(module: Module, strategy: Strategy) -> None:
-    """Set every node's ``device`` and ``order`` from ``strategy``."""
+    """Give ``module`` the strategy's graph (when it has one) and set every node's ``device`` and ``order``."""
+    if strategy.graph is not None and module.graph is not strategy.graph:
+        module.graph = strategy.graph
     for node in module.graph.nodes:
         node.device, node.order = strategy.assignment[node.name]
 
@@ -182,6 +216,9 @@ class TuneResult:
     variables: dict[str, Any]
     store: CostStore
     losses: list[float]
+    start: Start | None = None
+    first: Strategy | None = None
+    """The strategy of the first round (the bootstrap strategy of a cold store)."""
 
 
 Runner = Callable[[Module, Mapping[str, Any] | None, float], Any]
@@ -217,22 +254,115 @@ def _estimate(module: Module, strategy: Strategy, congestion: str) -> float:
     return math.inf if result.oom_devices else float(result.makespan)
 
 
-def bootstrap_strategy(module: Module, seed: int, start: str = "auto") -> Strategy:
-    """FastT's default strategy for an empty cost model: one device when the model fits, else model parallel.
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """FastT's starting point, decided before the first round (see :func:`fastt_start`).
 
-    (FastT starts from data parallelism when the model fits one GPU; graphir tunes the placement of
-    the given graph, whose single-device placement is its no-communication baseline.) ``start``
-    other than ``auto`` names the placer to use instead, on analytical costs.
+    Attributes:
+        strategy: how the bootstrap strategy is placed: ``data-parallel``, ``single``, ``m-topo``
+            or the placer named by ``start``.
+        replicas: replicas of the graph the loop places (1: the graph as given).
+        fits: whether the model fits one device (analytical memory, the simulator's accounting).
+        reason: one line saying why.
     """
-    if start != "auto":
-        _run_pipeline(module, f"profile,place{{algo={start}}}", seed)
-        return strategy_of(module, start)
+
+    strategy: str
+    replicas: int
+    fits: bool
+    reason: str
+
+    def as_json(self) -> dict[str, Any]:
+        """A JSON object."""
+        return dataclasses.asdict(self)
+
+
+def _fits_one_device(module: Module, seed: int) -> bool:
     _run_pipeline(module, "profile,place{algo=single}", seed)
     fits = not simulate(module, order="enforced").oom_devices
-    if fits:
-        return strategy_of(module, "single")
-    _run_pipeline(module, "profile,place{algo=m-topo}", seed)
-    return strategy_of(module, "m-topo")
+    for node in module.graph.nodes:
+        node.device = node.order = None
+    return fits
+
+
+def fastt_start(module: Module, seed: int, start: str = "auto", replica: Module | None = None) -> Start:
+    """FastT's starting strategy (§4): data parallelism when the model fits one device, else model parallelism.
+
+    ``start="auto"``: when the model fits one device (its single-device placement is not out of
+    memory under analytical costs) and the cluster has ``n >= 2`` devices, the module is **rewritten
+    in place** into FastT's data-parallel input graph (:func:`graphir.passes.transform.replicate.data_parallel`,
+    ``n`` replicas of ``batch / n`` samples, ``replica``: the model at that batch, default: TensorFlow
+    rebuilds it) and the first strategy is ``place{algo=data-parallel}``. A graph that cannot be
+    replicated starts from one device (``single``), with the reason. A model that does not fit one
+    device starts from model parallelism (``m-topo``, devices filled in topological order).
+    ``start="data-parallel"`` insists on the data-parallel graph (an error when it cannot be
+    built); any other ``start`` names the placer of the first strategy on the graph as given.
+
+    Raises:
+        GraphIRError: ``start="data-parallel"`` on a graph that cannot be replicated.
+    """
+    from graphir.passes.transform.replicate import data_parallel
+
+    devices = len(module.cluster.devices)
+    if start not in ("auto", "data-parallel"):
+        return Start(start, 1, True, f"--start {start}")
+    fits = _fits_one_device(module, seed)
+    if not fits and start == "auto":
+        return Start("m-topo", 1, False, "the model does not fit one device: model parallelism (m-topo)")
+    if devices < 2:
+        return Start("single", 1, fits, "one device: nothing to replicate")
+    try:
+        result = data_parallel(module, devices, replica=replica)
+    except GraphIRError as exc:
+        if start == "data-parallel":
+            raise GraphIRError(f"--start data-parallel: {exc.message}") from None
+        return Start("single", 1, fits, f"fits one device, but no data-parallel graph ({exc.message}): one device")
+    module.graph = result.module.graph
+    module.metadata = result.module.metadata
+    return Start(
+        "data-parallel",
+        devices,
+        fits,
+        f"fits one device: data parallelism, {devices} replicas of batch {result.replica_batch} "
+        f"(global batch {result.global_batch})",
+    )
+
+
+def bootstrap_strategy(module: Module, seed: int, start: str = "auto") -> Strategy:
+    """The first strategy of a cold store, on analytical costs: ``start`` is a :attr:`Start.strategy`.
+
+    ``auto`` (a module that did not go through :func:`fastt_start`): one device when the model fits,
+    else ``m-topo``.
+    """
+    if start == "auto":
+        start = "single" if _fits_one_device(module, seed) else "m-topo"
+    _run_pipeline(module, f"profile,place{{algo={start}}}", seed)
+    return strategy_of(module, start)
+
+
+def is_os_dpos(placer: str) -> bool:
+    """Whether the loop's ``placer`` names FastT's OS-DPOS pass (``os-dpos [key=value ...]``)."""
+    return placer.split(" ", 1)[0] == "os-dpos"
+
+
+def placer_pipeline(placer: str, congestion: str) -> str:
+    """The pipeline placing with ``placer``: ``place{algo=...}`` or ``os-dpos{...}`` (with ``congestion``)."""
+    if not is_os_dpos(placer):
+        return f"place{{algo={placer}}}"
+    options = placer.split(" ", 1)[1].strip() if " " in placer else ""
+    if "congestion=" not in options:
+        options = f"congestion={congestion} {options}".strip()
+    return f"os-dpos{{{options}}}"
+
+
+def _candidate(module: Module, options: TuneOptions) -> Strategy:
+    """The placer's strategy for the module's graph and costs; OS-DPOS rewrites a copy (the loop's graph stays)."""
+    pipeline = placer_pipeline(options.placer, options.congestion)
+    if not is_os_dpos(options.placer):
+        _run_pipeline(module, pipeline, options.seed)
+        return strategy_of(module, options.placer)
+    copy = clone_module(module)
+    _run_pipeline(copy, pipeline, options.seed)
+    return strategy_of(copy, "os-dpos")
 
 
 def _device_names(cluster: Cluster) -> dict[str, str]:
@@ -256,13 +386,20 @@ def tune(
     options: TuneOptions,
     log: Callable[[str], None] = lambda _: None,
     save: Callable[[CostStore], None] = lambda _: None,
+    replica: Module | None = None,
 ) -> TuneResult:
     """Run the loop on ``module`` (its cluster the real one) with ``runner`` (see the module docstring).
 
-    On return the module holds the active strategy (``device``, ``order``), the final cost model's
-    costs, and the tuning view of its cluster, so ``simulate`` can judge it as the loop did.
+    ``replica``: the model at the per-replica batch for the data-parallel start (see :func:`fastt_start`).
+    On return the module holds the graph the loop placed (the data-parallel graph when it started
+    from data parallelism; the active strategy's graph under OS-DPOS), the active strategy
+    (``device``, ``order``), the final cost model's costs, and the tuning view of its cluster, so
+    ``simulate`` can judge it as the loop did.
     """
     base = module.cluster
+    start = fastt_start(module, options.seed, options.start, replica)
+    log(f"tune: start: {start.reason}")
+    graph = module.graph
     rounds: list[Round] = []
     losses: list[float] = []
     active: Strategy | None = None
@@ -270,20 +407,27 @@ def tune(
     rejected: set[str] = set()
     restore = False
     variables: dict[str, Any] | None = None
+    first: Strategy | None = None
     for index in range(options.rounds):
         begin = time.perf_counter()
         cold = store.updates == 0
         module.set_cluster(base if cold else tuning_cluster(base, store, options.explore_links))
+        module.graph = graph
         if cold:
-            candidate = bootstrap_strategy(module, options.seed, options.start)
+            candidate = bootstrap_strategy(module, options.seed, start.strategy)
         else:
             annotate_from_store(module, store, explore=True)
-            _run_pipeline(module, f"place{{algo={options.placer}}}", options.seed)
-            candidate = strategy_of(module, options.placer)
+            candidate = _candidate(module, options)
         estimate = _estimate(module, candidate, options.congestion)
-        active_estimate = None if active is None else _estimate(module, active, options.congestion)
+        active_estimate = None
+        if active is not None:
+            apply_strategy(module, active)
+            if not cold:
+                annotate_from_store(module, store, explore=True)  # a rewritten graph's own measurements
+            active_estimate = _estimate(module, active, options.congestion)
         if active is None:
             ran, chosen = "bootstrap", candidate
+            first = candidate
         elif restore:
             ran, chosen = "restore", active
         elif (
@@ -349,6 +493,6 @@ def tune(
     assert active is not None, "at least one round runs"
     # Leave the module as the final cost model sees it: the tuning view, its costs, the active strategy.
     module.set_cluster(tuning_cluster(base, store, options.explore_links))
-    annotate_from_store(module, store, explore=True)
     apply_strategy(module, active)
-    return TuneResult(rounds, active, variables or {}, store, losses)
+    annotate_from_store(module, store, explore=True)
+    return TuneResult(rounds, active, variables or {}, store, losses, start, first)

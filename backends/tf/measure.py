@@ -64,7 +64,7 @@ from graphir.sampling import constant_array
 if TYPE_CHECKING:
     from tensorflow.core.framework import graph_pb2
 
-__all__ = ["TfMeasurement", "graphdef_placeholders", "measure_graphdef", "module_graphdef"]
+__all__ = ["TfMeasurement", "graphdef_placeholders", "measure_graphdef", "module_graphdef", "node_stats"]
 
 _INIT_HIGH = 0.05
 
@@ -241,7 +241,7 @@ def _rename_feeds(samples: dict[str, list[Any]], placeholders: set[str]) -> None
             samples[match.group(1)] = samples.pop(name)
 
 
-def _node_stats(run_metadata: Any) -> dict[str, tuple[float, int, int]]:
+def node_stats(run_metadata: Any) -> dict[str, tuple[float, int, int]]:
     """TF node name -> (kernel seconds, output bytes, temporary bytes) of one traced run."""
     out: dict[str, tuple[float, int, int]] = {}
     for device in run_metadata.step_stats.dev_stats:
@@ -311,7 +311,7 @@ def measure_graphdef(
                 if step < warmup:
                     continue
                 walls.append(wall)
-                for name, stats in _node_stats(metadata).items():
+                for name, stats in node_stats(metadata).items():
                     samples.setdefault(name, []).append(stats)
     except Exception as exc:  # tf.errors.OpError and friends
         raise PassError(f"TensorFlow cannot run the graph ({describe_exception(exc)})") from None

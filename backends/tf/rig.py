@@ -68,6 +68,7 @@ __all__ = [
     "TransferStat",
     "calibration_runs",
     "graph_gaps",
+    "harvest",
     "normalise_device",
     "parse_step_stats",
     "process_cpu_seconds",
@@ -233,6 +234,9 @@ class RigRun:
         traced_steps: traced steps the medians come from.
         ops: TF ops the traced steps report (a node may lower to several).
         op_seconds: sum of every reported TF op's median kernel seconds.
+        node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
+            summed over its TF ops (read as ``profile{mode=tf}`` reads them,
+            :func:`graphir.backends.tf.measure.node_stats`).
     """
 
     times_s: list[float]
@@ -244,6 +248,7 @@ class RigRun:
     traced_steps: int
     ops: int = 0
     op_seconds: float = 0.0
+    node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
 
 
 def _median_ops(traces: Sequence[StepTrace]) -> dict[str, tuple[str, float]]:
@@ -315,10 +320,31 @@ def run_on_rig(
             begin = time.perf_counter()
             runner.run(inputs)
             times.append(time.perf_counter() - begin)
-        traces = [parse_step_stats(runner.run_metadata(inputs)) for _ in range(trace_steps)]
+        metadata = [runner.run_metadata(inputs) for _ in range(trace_steps)]
+    return harvest(module, lowered, metadata, times, warmup)
+
+
+def harvest(module: Module, lowered: Any, metadata: Sequence[Any], times: Sequence[float], warmup: int) -> RigRun:
+    """A :class:`RigRun` from a lowered module's traced steps: per-node medians, transfers, memory.
+
+    Args:
+        module: the module ``lowered`` came from (IR value names of the transfers).
+        lowered: its lowering (``node_ops``: IR node -> TF ops).
+        metadata: the ``RunMetadata`` of each traced step (``FULL_TRACE``, partition graphs).
+        times: wall seconds of the timed steps (their median is :attr:`RigRun.median_s`).
+        warmup: untimed steps run before them (recorded).
+    """
+    from graphir.backends.tf.measure import node_stats
+
+    traces = [parse_step_stats(m) for m in metadata]
+    memory: dict[str, list[tuple[int, int]]] = {}
+    for step in metadata:
+        for op, (_, out, temp) in node_stats(step).items():
+            memory.setdefault(op, []).append((out, temp))
     ops = _median_ops(traces)
     node_seconds: dict[str, float] = {}
     node_devices: dict[str, str] = {}
+    node_memory: dict[str, tuple[int, int]] = {}
     op_node: dict[str, str] = {}
     for node_name, op_names in lowered.node_ops.items():
         measured = [ops[op] for op in op_names if op in ops]
@@ -327,6 +353,12 @@ def run_on_rig(
         if measured:
             node_seconds[node_name] = float(sum(seconds for _, seconds in measured))
             node_devices[node_name] = measured[-1][0]
+        rows = [memory[op] for op in op_names if op in memory]
+        if rows:
+            node_memory[node_name] = (
+                sum(int(np.median([r[0] for r in row])) for row in rows),
+                sum(int(np.median([r[1] for r in row])) for row in rows),
+            )
     transfers = []
     for (producer, output, src, dst), (nbytes, seconds) in sorted(_median_transfers(traces).items()):
         value = ""
@@ -336,7 +368,16 @@ def run_on_rig(
         transfers.append((value, src, dst, nbytes, seconds))
     op_seconds = float(sum(seconds for _, seconds in ops.values()))
     return RigRun(
-        times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces), len(ops), op_seconds
+        list(times),
+        float(np.median(times)),
+        warmup,
+        node_seconds,
+        node_devices,
+        transfers,
+        len(traces),
+        len(ops),
+        op_seconds,
+        node_memory,
     )
 
 

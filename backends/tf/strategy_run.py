@@ -10,12 +10,12 @@ every step, so the loss after N steps equals that of N steps under one strategy 
 checks it within 1e-6).
 
 Steps, each one a training step (every step updates the variables): ``warmup`` untimed, then
-``trace_steps`` traced (``FULL_TRACE`` ``RunMetadata``, parsed with
-:func:`graphir.backends.tf.rig.parse_step_stats`), then ``steps`` timed untraced steps, so the last
-step of a round is an ordinary one. ``delay_s`` adds that many seconds of wall time to each timed
+``trace_steps`` traced (``FULL_TRACE`` ``RunMetadata``), then ``steps`` timed untraced steps, so the
+last step of a round is an ordinary one. ``delay_s`` adds that many seconds of wall time to each timed
 step: the fault-injection seam that lets a test (or ``graphir-tune --inject-delay``) make one
-strategy slow, as a congested link would. The per-node and per-transfer medians are those of
-:func:`graphir.backends.tf.rig.run_on_rig` (same harvesting helpers).
+strategy slow, as a congested link would. The per-node and per-transfer medians and per-node memory
+come from the rig's public :func:`graphir.backends.tf.rig.harvest`, as
+:func:`graphir.backends.tf.rig.run_on_rig` reports them.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 
 from graphir.attributes import numpy_dtype
-from graphir.backends.tf.measure import _node_stats
-from graphir.backends.tf.rig import RigRun, _median_ops, _median_transfers, parse_step_stats
+from graphir.backends.tf.rig import RigRun, harvest
 from graphir.errors import BackendError
 from graphir.ir import Module
 
@@ -45,15 +44,17 @@ class StrategyRun:
         variables: every variable after the last step, by VarHandleOp node name.
         losses: the first output of every step, in step order (NaN for traced steps and non-numbers).
         steps_run: training steps run (warm-up + traced + timed).
-        node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
-            (read as ``profile{mode=tf}`` reads them, :func:`graphir.backends.tf.measure._node_stats`).
     """
 
     run: RigRun
     variables: dict[str, np.ndarray]
     losses: list[float]
     steps_run: int
-    node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def node_memory(self) -> dict[str, tuple[int, int]]:
+        """IR node name -> (output bytes, temporary bytes): :attr:`RigRun.node_memory`."""
+        return self.run.node_memory
 
 
 def _handle(value: Any) -> Any:
@@ -131,19 +132,19 @@ def run_strategy(
     lowered = lower(module, enforce_order=bool(placed) and all(n.order is not None for n in placed))
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**initial_variables(module, seed), **given}
-    inputs = random_inputs(module, lowered.input_names, seed)
+    # Drawn in name order, not in the lowering's (which follows the placement): every strategy feeds
+    # the same batch to the same input (a data-parallel graph's replicas keep their slices).
+    by_name = sorted(lowered.input_names)
+    drawn = dict(zip(by_name, random_inputs(module, by_name, seed), strict=True))
+    inputs = [drawn[name] for name in lowered.input_names]
     losses: list[float] = []
     times: list[float] = []
     with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
         for _ in range(warmup):
             losses.append(_first_float(runner.run(inputs)))
-        traces = []
-        memory: dict[str, list[tuple[int, int]]] = {}
+        metadata = []
         for _ in range(trace_steps):
-            metadata = runner.run_metadata(inputs)
-            traces.append(parse_step_stats(metadata))
-            for op, (_, out, temp) in _node_stats(metadata).items():
-                memory.setdefault(op, []).append((out, temp))
+            metadata.append(runner.run_metadata(inputs))
             losses.append(float("nan"))
         for _ in range(steps):
             begin = time.perf_counter()
@@ -152,30 +153,5 @@ def run_strategy(
                 time.sleep(delay_s)
             times.append(time.perf_counter() - begin)
         after = runner.read_variables()
-    ops = _median_ops(traces)
-    node_seconds: dict[str, float] = {}
-    node_devices: dict[str, str] = {}
-    node_memory: dict[str, tuple[int, int]] = {}
-    op_node: dict[str, str] = {}
-    for node_name, op_names in lowered.node_ops.items():
-        measured = [ops[op] for op in op_names if op in ops]
-        op_node.update((op, node_name) for op in op_names)
-        rows = [memory[op] for op in op_names if op in memory]
-        if rows:
-            node_memory[node_name] = (
-                sum(int(np.median([r[0] for r in row])) for row in rows),
-                sum(int(np.median([r[1] for r in row])) for row in rows),
-            )
-        if measured:
-            node_seconds[node_name] = float(sum(seconds for _, seconds in measured))
-            node_devices[node_name] = measured[-1][0]
-    transfers = []
-    for (producer, output, src, dst), (nbytes, seconds) in sorted(_median_transfers(traces).items()):
-        node = module.graph.get_node(op_node[producer]) if producer in op_node else None
-        value = node.outputs[min(output, len(node.outputs) - 1)].name if node is not None and node.outputs else ""
-        transfers.append((value, src, dst, nbytes, seconds))
-    op_seconds = float(sum(seconds for _, seconds in ops.values()))
-    run = RigRun(
-        times, float(np.median(times)), warmup, node_seconds, node_devices, transfers, len(traces), len(ops), op_seconds
-    )
-    return StrategyRun(run, after, losses, warmup + trace_steps + steps, node_memory)
+    run = harvest(module, lowered, metadata, times, warmup)
+    return StrategyRun(run, after, losses, warmup + trace_steps + steps)

@@ -313,8 +313,11 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
     for value in graph.constants:
         if value in rep_constants:
             other = rgraph.value(value.name)
+            data = other.const
+            if data is None and other.producer is not None and other.producer.op == "tf.Const":
+                data = other.producer.params.get("value")  # the importer keeps small constants as Const nodes
             for i in range(replicas):
-                rep_maps[i][value] = new.add_constant(replica_name(value.name, i), other.type, other.const)
+                rep_maps[i][value] = new.add_constant(replica_name(value.name, i), other.type, data)
         else:
             shared_map[value] = new.add_constant(value.name, value.type, value.const)
 

@@ -15,10 +15,14 @@ import sys
 import textwrap
 from types import SimpleNamespace
 
+import attrs
 import pytest
+from test_data_parallel import mlp_training_step
 
 from graphir.backends.tf.rig import RigRun
 from graphir.cluster import resolve_cluster
+from graphir.cluster_model import Cluster
+from graphir.errors import GraphIRError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
@@ -171,6 +175,8 @@ def test_loop_activates_a_faster_trial():
         (["--cluster", "2xcpu-workers", "--inject-delay", "x"], "--inject-delay expects ROUND:SECONDS"),
         (["--cluster", "2xcpu-workers", "--rounds", "0"], "--rounds must be at least 1"),
         (["--cluster", "2xcpu-workers", "--placer", "nope"], "--placer 'nope': unknown"),
+        (["--cluster", "2xcpu-workers", "--placer", "os-dpos nope=1"], "--placer 'os-dpos nope=1': unknown option"),
+        (["--cluster", "2xcpu-workers", "--start", "os-dpos"], "--start os-dpos: the first strategy needs no split"),
     ],
 )
 def test_cli_rejects_bad_input_in_one_line(args, message, tmp_path, capsys):
@@ -271,3 +277,194 @@ def test_a_second_run_starts_warm_from_the_store(tmp_path):
     warm = tune(fork(), CostStore.open(tmp_path / "costs.json", "fork"), runner, TuneOptions(rounds=1)).rounds
     assert warm[0].source == "dpos" and warm[0].coverage == 1.0
     assert math.isfinite(warm[0].estimated_s) and warm[0].estimated_s > 0
+
+
+# --------------------------------------------------------------------------- FastT's starting strategy
+
+
+def mlp(batch: int, cluster: str | Cluster = "2xcpu-workers") -> Module:
+    """The hand-built MLP Adam training step of the data-parallel tests, on the rig's two workers."""
+    module = mlp_training_step(batch)
+    module.set_cluster(resolve_cluster(cluster) if isinstance(cluster, str) else cluster)
+    return module
+
+
+TWO = ("worker0", "worker1")
+
+
+def test_start_rule_data_parallel_when_the_model_fits():
+    """The MLP (a few hundred bytes) fits a worker: the loop tunes its 2-replica graph, from data parallelism.
+
+    Batch 4 on 2 workers: replicas of batch 2 (the same builder is the replica model). The first strategy
+    is the data-parallel baseline: replica i on worker i; the DPOS strategy of round 1 places the very same
+    graph (same node names), so the variables (shared nodes) carry over.
+    """
+    module = mlp(4)
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, TWO: 8 * MS})
+    result = tune(module, CostStore("mlp_train"), runner, TuneOptions(rounds=2), replica=mlp_training_step(2))
+    assert result.start is not None and (result.start.strategy, result.start.replicas) == ("data-parallel", 2)
+    assert result.start.fits and "2 replicas of batch 2" in result.start.reason
+    first, second = result.rounds
+    assert (first.ran, first.source) == ("bootstrap", "data-parallel")
+    placed = runner.calls[0]
+    # 25 nodes: 13 replicated twice, 12 shared (handles, reads, updates...), (AddN, Mul) for 2 gradients + the loss
+    assert len(placed) == 2 * 13 + 12 + 3 * 2
+    assert {placed[f"replica{i}/fwd0/mm"] for i in (0, 1)} == set(TWO)  # one replica per worker
+    assert placed["replica0/fwd0/mm"] == "worker0" and placed["replica1/fwd0/mm"] == "worker1"
+    assert second.source == "dpos" and set(runner.calls[1]) == set(placed)  # DPOS places the same graph
+    assert {"w0/h", "w1/h", "w0/adam", "w1/adam"} <= set(runner.calls[1])  # one shared copy of each variable
+    assert any(n.name.startswith("replica1/") for n in module.graph.nodes)
+
+
+def test_start_rule_model_parallel_when_the_model_does_not_fit():
+    """Workers with 3/4 of the MLP's single-device peak memory: no data parallelism; m-topo spreads the model."""
+    probe = mlp(4)
+    PassManager(parse_pipeline("profile,place{algo=single}")).run(probe, PassContext())
+    from graphir.simulator import simulate
+
+    peak = int(simulate(probe, order="enforced").peak_memory[0])
+    base = resolve_cluster("2xcpu-workers")
+    small = attrs.evolve(base, devices=tuple(attrs.evolve(d, memory=peak * 3 // 4) for d in base.devices))
+    module = mlp(4, small)
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, TWO: 8 * MS})
+    result = tune(module, CostStore("mlp_train"), runner, TuneOptions(rounds=1), replica=mlp_training_step(2))
+    assert result.start is not None and (result.start.strategy, result.start.replicas) == ("m-topo", 1)
+    assert not result.start.fits
+    assert result.rounds[0].source == "m-topo" and set(result.rounds[0].devices) == set(TWO)
+    assert len(runner.calls[0]) == 25 and not any(n.startswith("replica") for n in runner.calls[0])
+
+
+def test_start_rule_falls_back_to_one_device_when_the_graph_cannot_be_replicated():
+    """A batch of 3 cannot be split over 2 workers: the loop says so and starts from one device."""
+    module = mlp(3)  # batch 3 is not a multiple of 2 workers
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, TWO: 8 * MS})
+    result = tune(module, CostStore("mlp_train"), runner, TuneOptions(rounds=1))
+    assert result.start is not None and result.start.strategy == "single" and result.start.fits
+    assert "not a multiple of 2 replicas" in result.start.reason
+    assert result.rounds[0].devices == {"worker0": 25}
+    with pytest.raises(GraphIRError, match="--start data-parallel: the global batch 3 is not a multiple"):
+        tune(mlp(3), CostStore("mlp_train"), runner, TuneOptions(rounds=1, start="data-parallel"))
+
+
+# --------------------------------------------------------------------------- OS-DPOS in the loop
+
+
+def matmul_module() -> Module:
+    """x[64, 512] @ w[512, 512] -> y: one op that is worth splitting over two workers."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (64, 512)))
+    w = graph.add_input("w", TensorType(DType.F32, (512, 512)))
+    mm = graph.add_node("tf.MatMul", [x, w], [TensorType(DType.F32, (64, 512))], name="mm")
+    graph.set_outputs([mm.outputs[0]])
+    module = Module("mm", graph)
+    module.set_cluster(resolve_cluster("2xcpu-workers"))
+    return module
+
+
+def test_os_dpos_in_the_loop_splits_a_copy_and_runs_the_split_graph():
+    """A warm store: mm takes 10 ms on either worker, links were never measured (cost 0).
+
+    DPOS alone puts mm on one worker: 10 ms. OS-DPOS splits the critical-path op in two (each part half of
+    mm's roofline time: 5 ms) on both workers, plus split/concat copies of microseconds: about 5 ms, better,
+    so the split is kept. The loop runs that rewritten graph (parts on both workers); the module's own
+    graph is not rewritten until the split strategy is the active one.
+    """
+
+    def warm() -> CostStore:
+        store = CostStore("mm")
+        store.record({"mm": 10 * MS}, {"mm": "worker0"})
+        store.record({"mm": 10 * MS}, {"mm": "worker1"})
+        return store
+
+    module = matmul_module()
+    original = module.graph
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, TWO: 6 * MS})
+    options = TuneOptions(rounds=1, placer="os-dpos", start="single")
+    result = tune(module, warm(), runner, options)
+    (first,) = result.rounds
+    assert first.source == "os-dpos" and first.estimated_s < 6 * MS
+    placed = runner.calls[0]
+    parts = sorted(name for name in placed if ".part" in name)
+    assert len(parts) == 2 and {placed[p] for p in parts} == set(TWO)
+    assert "mm" in placed  # the concat takes over the op's name
+    assert result.active.graph is not original and module.graph is result.active.graph
+    assert not any(".part" in n.name for n in original.nodes)  # the loop's graph itself was never rewritten
+    dpos_only = tune(matmul_module(), warm(), runner, TuneOptions(rounds=1, start="single"))
+    assert dpos_only.rounds[0].estimated_s == pytest.approx(10 * MS, rel=0.05)
+
+
+_BUILD_TINY = textwrap.dedent(
+    """
+    import sys
+    from graphir.tools.zoo import build_train_graphdef
+    config = [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)]
+    graph_def, _ = build_train_graphdef("lstm", int(sys.argv[1]), config)
+    open(sys.argv[2], "wb").write(graph_def.SerializeToString(deterministic=True))
+    """
+)
+
+_DP_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from tensorflow.core.framework import graph_pb2
+    from graphir.backends.tf.rig import rig
+    from graphir.backends.tf.strategy_run import run_strategy
+    from graphir.cluster import resolve_cluster
+    from graphir.importers.tf import import_graphdef
+    from graphir.passes.profile.cost_store import CostStore
+    from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune
+
+    def load(path, name):
+        graph_def = graph_pb2.GraphDef()
+        graph_def.ParseFromString(open(path, "rb").read())
+        return import_graphdef(graph_def, name=name, source=path)
+
+    module, replica = load(sys.argv[1], "lstm_tiny"), load(sys.argv[2], "lstm_tiny")
+    cluster = resolve_cluster("2xcpu-workers")
+    module.set_cluster(cluster)
+    # margin -1: every new candidate runs (the tiny model's DPOS strategies are estimated a little slower
+    # than data parallelism, so FastT's rule alone would keep data parallelism and never switch)
+    options = TuneOptions(rounds=3, min_rounds=3, steps=2, warmup=1, trace_steps=1, margin=-1.0)
+    with rig(cluster, timeout_s=90) as servers:
+        result = tune(module, CostStore(module.name), rig_runner(servers, options), options, replica=replica)
+        total = sum(r.steps for r in result.rounds)
+        apply_strategy(module, result.first)  # data parallelism alone, for every step
+        reference = run_strategy(module, servers, steps=total, warmup=0, trace_steps=0, seed=0)
+    tuned, ref = result.variables, reference.variables
+    print(json.dumps({
+        "start": result.start.as_json(), "rounds": [r.as_json() for r in result.rounds],
+        "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
+        "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
+        "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
+    }))
+    """
+)
+
+
+def test_data_parallel_start_on_the_rig_then_dpos_strategies_train_the_same_variables(tmp_path):
+    """A tiny LSTM at batch 4 on 2 workers: data parallelism (2 replicas of batch 2) first, then DPOS.
+
+    Training goes on across the DP -> DPOS switch: the loss and every variable after all rounds equal
+    those of the data-parallel strategy alone run for as many steps (within 1e-6).
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+    paths = [tmp_path / "b4.pb", tmp_path / "b2.pb"]  # at batch 1 the builder traces another graph
+    for batch, path in zip((4, 2), paths, strict=True):
+        built = subprocess.run(
+            [sys.executable, "-c", _BUILD_TINY, str(batch), str(path)], env=env, capture_output=True, timeout=300
+        )
+        assert built.returncode == 0, built.stderr[-2000:]
+    result = subprocess.run(
+        [sys.executable, "-c", _DP_SCRIPT, *map(str, paths)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["start"]["strategy"] == "data-parallel" and report["start"]["replicas"] == 2, report["start"]
+    rounds = report["rounds"]
+    assert rounds[0]["source"] == "data-parallel" and set(rounds[0]["devices"]) == {"worker0", "worker1"}
+    switched = [r for r in rounds[1:] if r["source"] == "dpos" and r["strategy"] != rounds[0]["strategy"]]
+    assert switched, rounds  # a DPOS strategy of the same graph ran after the data-parallel one
+    assert report["same_keys"] and report["variables"] >= 20
+    assert abs(report["tuned_loss"] - report["reference_loss"]) <= 1e-6, report
+    assert report["max_var_diff"] <= 1e-6, report
