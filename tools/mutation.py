@@ -1,0 +1,336 @@
+r"""Mutation testing of graphir's algorithmic core with cosmic-ray (``make mutation``).
+
+A mutant is the source with one small change (``<`` for ``<=``, ``+`` for ``-``, a number moved by one,
+``break`` for ``continue``...). A mutant is *killed* when the module's tests fail on it (or run past the
+per-mutant timeout) and *survives* when they pass: a surviving mutant is a wrong answer the tests would
+let through. The score of a module is ``killed / (killed + survived)``; a survivor that computes the same
+answers as the original on every input (an *equivalent* mutant) is listed in ``EQUIVALENT`` below with
+the reason, and only such listed mutants leave the denominator.
+
+How a run goes, per module:
+
+1. The tree (``graphir/ passes/ backends/ tools/ tests/ pyproject.toml``) is copied to ``--work``
+   (``build/mutation/tree``), with ``graphir/passes`` etc. symlinked the way the package-dir mapping of
+   pyproject.toml maps them, so the copy imports itself and the checkout is never mutated (a killed run
+   leaves no mutant behind, and tests run in the checkout meanwhile see the real code).
+2. The module's test selection (``MODULES``: the test files that exercise it, run with ``pytest -x``)
+   runs once unmutated; it must pass, and its time sets the per-mutant timeout (``3 x`` that time plus
+   10 s). A mutant that runs past it (an endless loop) counts as killed.
+3. ``cosmic-ray init`` lists every mutant; with ``--sample N`` a seeded random sample of N is kept (the
+   others are marked skipped, and the results file says so); ``cosmic-ray exec`` runs them one at a time.
+4. The outcome of each module goes into ``benchmarks/results/mutation.json`` (modules run before are
+   kept) and the table is written anew to ``benchmarks/results/mutation.md``.
+
+Usage::
+
+    python -m graphir.tools.mutation --modules memory,heft --sample 60 --seed 1
+    python -m graphir.tools.mutation --report-only      # rewrite mutation.md from mutation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_JSON = ROOT / "benchmarks" / "results" / "mutation.json"
+RESULTS_MD = ROOT / "benchmarks" / "results" / "mutation.md"
+TREE_PARTS = ("graphir", "passes", "backends", "tools", "tests", "pyproject.toml")
+# The package-dir mapping of pyproject.toml, rebuilt in the copy with symlinks.
+MAPPED = {"passes": "passes", "backends": "backends", "tools": "tools"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One module under mutation and the tests that exercise it."""
+
+    path: str
+    tests: tuple[str, ...]
+    what: str
+
+
+MODULES: dict[str, Target] = {
+    "memory": Target(
+        "graphir/memory.py",
+        ("tests/unit/test_memory.py", "tests/unit/test_mut_core.py"),
+        "liveness memory accounting",
+    ),
+    "heft": Target("passes/place/heft.py", ("tests/unit/test_place_heft.py", "tests/unit/test_mut_core.py"), "HEFT"),
+    "sct_lp": Target(
+        "passes/place/sct_lp.py",
+        ("tests/unit/test_place_baechi.py", "tests/unit/test_mut_core.py"),
+        "m-SCT's LP and its rounding",
+    ),
+    "simulator": Target(
+        "graphir/simulator.py",
+        (
+            "tests/unit/test_congestion.py",
+            "tests/unit/test_place_heft.py",
+            "tests/unit/test_execution_order.py",
+            "tests/unit/test_mut_core.py",
+        ),
+        "the simulator",
+    ),
+    "roofline": Target(
+        "passes/profile/roofline.py",
+        ("tests/unit/test_profile.py", "tests/unit/test_mut_core.py"),
+        "the analytical cost model",
+    ),
+    "cpd": Target(
+        "passes/fuse/cpd.py",
+        ("tests/unit/test_orders.py", "tests/unit/test_fuse.py", "tests/unit/test_mut_core.py"),
+        "CPD-TOPO and Optimal_BP",
+    ),
+    "celeritas": Target(
+        "passes/place/celeritas.py",
+        ("tests/unit/test_place_celeritas.py", "tests/unit/test_mut_core.py"),
+        "Adjusting / Order-Place",
+    ),
+    "fastt": Target(
+        "passes/place/fastt.py",
+        ("tests/unit/test_place_fastt.py", "tests/unit/test_os_dpos.py", "tests/unit/test_mut_core.py"),
+        "DPOS",
+    ),
+    "batch": Target(
+        "passes/fuse/batch.py",
+        ("tests/unit/test_fuse_batch.py", "tests/unit/test_fuse.py", "tests/unit/test_mut_core.py"),
+        "Pesto batch merging",
+    ),
+    "ilp_model": Target(
+        "passes/place/ilp_model.py",
+        ("tests/unit/test_place_ilp.py", "tests/unit/test_mut_core.py"),
+        "the ILP model builder",
+    ),
+    "ilp_memory": Target(
+        "passes/place/ilp_memory.py",
+        ("tests/unit/test_place_ilp.py", "tests/unit/test_mut_core.py"),
+        "the ILP's memory constraints",
+    ),
+}
+
+# Equivalent mutants: (module, the original line stripped, the mutated line stripped) -> why the mutant
+# computes the same answers as the original. Only these leave the denominator.
+EQUIVALENT: dict[tuple[str, str, str], str] = {}
+
+
+def _copy_tree(work: Path) -> Path:
+    """A fresh copy of the sources under ``work/tree`` that imports itself (see the module docstring)."""
+    tree = work / "tree"
+    if tree.exists():
+        shutil.rmtree(tree)
+    tree.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "Output")
+    for part in TREE_PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            shutil.copytree(src, tree / part, ignore=ignore, symlinks=True)
+        else:
+            shutil.copy2(src, tree / part)
+    for name, folder in MAPPED.items():
+        (tree / "graphir" / name).symlink_to(Path("..") / folder)
+    zoo = ROOT / "zoo"
+    if zoo.exists():
+        (tree / "zoo").symlink_to(zoo.resolve())
+    return tree
+
+
+def _test_command(target: Target) -> list[str]:
+    # -B: the mutated module is compiled from its source every run (a stale .pyc with the same size
+    # and mtime second would otherwise hide a mutant).
+    return [sys.executable, "-B", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not slow", *target.tests]
+
+
+def _sample(session: Path, size: int | None, seed: int) -> tuple[int, int]:
+    """Keep a seeded sample of ``size`` mutants (the rest marked skipped); returns (all, kept)."""
+    from cosmic_ray.work_db import WorkDB, use_db  # noqa: PLC0415 (installed by make mutation only)
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult  # noqa: PLC0415
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        ids = sorted(item.job_id for item in db.work_items)
+        # job ids are random uuids: sort the items by position so the sample depends on the seed only
+        items = sorted(
+            db.work_items,
+            key=lambda item: (
+                item.mutations[0].start_pos,
+                item.mutations[0].operator_name,
+                item.mutations[0].occurrence,
+            ),
+        )
+        if size is None or size >= len(items):
+            return len(ids), len(ids)
+        keep = {item.job_id for item in random.Random(seed).sample(items, size)}
+        skipped = [job for job in ids if job not in keep]
+        db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled"))
+        return len(ids), size
+
+
+def _diff_lines(diff: str) -> tuple[str, str]:
+    old = [line[1:].strip() for line in diff.splitlines() if line.startswith("-") and not line.startswith("---")]
+    new = [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    return " / ".join(old), " / ".join(new)
+
+
+def _collect(session: Path, name: str) -> dict[str, object]:
+    from cosmic_ray.work_db import WorkDB, use_db  # noqa: PLC0415
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome  # noqa: PLC0415
+
+    killed = timeouts = incompetent = 0
+    survivors: list[dict[str, object]] = []
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        for item, result in db.results:
+            if result.worker_outcome == WorkerOutcome.SKIPPED:
+                continue
+            if result.test_outcome == TestOutcome.KILLED:
+                killed += 1
+                timeouts += result.output == "timeout"
+            elif result.test_outcome == TestOutcome.SURVIVED:
+                spec = item.mutations[0]
+                old, new = _diff_lines(result.diff or "")
+                survivors.append(
+                    {
+                        "line": spec.start_pos[0],
+                        "operator": spec.operator_name.removeprefix("core/"),
+                        "function": spec.definition_name or "",
+                        "old": old,
+                        "new": new,
+                    }
+                )
+            else:
+                incompetent += 1
+    survivors.sort(key=lambda s: (s["line"], s["operator"], s["new"]))  # type: ignore[arg-type, return-value]
+    return {"killed": killed, "timeouts": timeouts, "incompetent": incompetent, "survivors": survivors}
+
+
+def run_module(name: str, work: Path, sample: int | None, seed: int) -> dict[str, object]:
+    """Mutate one module in a fresh copy of the tree; the outcome as a JSON-able dict."""
+    target = MODULES[name]
+    tree = _copy_tree(work / name)
+    command = _test_command(target)
+    began = time.monotonic()
+    baseline = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=False)
+    baseline_s = time.monotonic() - began
+    if baseline.returncode != 0:
+        raise SystemExit(f"error: the tests of {name} fail unmutated:\n{baseline.stdout[-3000:]}")
+    timeout = round(3 * baseline_s + 10)
+    config = tree / "cosmic-ray.toml"
+    config.write_text(
+        "[cosmic-ray]\n"
+        f'module-path = "{target.path}"\n'
+        f"timeout = {timeout}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(' '.join(command))}\n"
+        "\n[cosmic-ray.distributor]\n"
+        'name = "local"\n'
+    )
+    session = tree / "session.sqlite"
+    cosmic = Path(sys.executable).parent / "cosmic-ray"
+    subprocess.run([str(cosmic), "init", str(config), str(session)], cwd=tree, check=True)
+    total, kept = _sample(session, sample, seed)
+    print(f"mutation: {name}: {kept} of {total} mutants, timeout {timeout} s", flush=True)
+    began = time.monotonic()
+    subprocess.run([str(cosmic), "exec", str(config), str(session)], cwd=tree, check=True)
+    elapsed = time.monotonic() - began
+    outcome = _collect(session, name)
+    equivalent = []
+    survivors = []
+    for survivor in outcome.pop("survivors"):  # type: ignore[attr-defined]
+        reason = EQUIVALENT.get((name, survivor["old"], survivor["new"]))
+        (equivalent if reason else survivors).append({**survivor, **({"why": reason} if reason else {})})
+    killed = int(outcome["killed"])  # type: ignore[arg-type]
+    denominator = killed + len(survivors)
+    return {
+        "module": target.path,
+        "what": target.what,
+        "tests": list(target.tests),
+        "mutants": total,
+        "run": kept,
+        "sample_seed": seed if kept < total else None,
+        **outcome,
+        "survived": len(survivors),
+        "equivalent": equivalent,
+        "survivors": survivors,
+        "score": round(100 * killed / denominator, 1) if denominator else None,
+        "baseline_s": round(baseline_s, 1),
+        "timeout_s": timeout,
+        "seconds": round(elapsed),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def write_report(results: dict[str, dict[str, object]]) -> str:
+    """The Markdown page of every module measured so far."""
+    lines = [
+        "# Mutation testing of the algorithmic core",
+        "",
+        "Written by `make mutation` (`python -m graphir.tools.mutation`, cosmic-ray 8, one mutant at a time,",
+        "each module's own test selection with `pytest -x`; see the module docstring of `tools/mutation.py`).",
+        "Score = killed / (killed + survived); a mutant that runs past the timeout counts as killed;",
+        "equivalent mutants (listed below with the reason) leave the denominator; *incompetent* mutants",
+        "(the mutation could not be applied or the tests could not start) are counted apart.",
+        "",
+        "| module | what | mutants | run | killed (timeouts) | survived | equivalent | score | time | tests |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in sorted(results):
+        r = results[name]
+        run = f"{r['run']}" if r["run"] == r["mutants"] else f"{r['run']} (sample, seed {r['sample_seed']})"
+        score = "-" if r["score"] is None else f"{r['score']:.1f} %"
+        tests = ", ".join(Path(str(t)).stem for t in r["tests"])  # type: ignore[attr-defined]
+        lines.append(
+            f"| {name} | {r['what']} | {r['mutants']} | {run} | {r['killed']} ({r['timeouts']}) | {r['survived']} "
+            f"| {len(r['equivalent'])} | {score} | {r['seconds']} s | {tests} |"  # type: ignore[arg-type]
+        )
+    missing = sorted(set(MODULES) - set(results))
+    lines += ["", "Not measured yet: " + (", ".join(missing) if missing else "none") + "."]
+    for name in sorted(results):
+        r = results[name]
+        lines += ["", f"## {name} (`{r['module']}`, measured {r['date']}, per-mutant timeout {r['timeout_s']} s)"]
+        if r["survivors"]:
+            lines += ["", "Surviving mutants:", ""]
+            for s in r["survivors"]:  # type: ignore[attr-defined]
+                lines.append(f"- line {s['line']} ({s['function']}, {s['operator']}): `{s['old']}` -> `{s['new']}`")
+        if r["equivalent"]:
+            lines += ["", "Equivalent mutants:", ""]
+            for s in r["equivalent"]:  # type: ignore[attr-defined]
+                lines.append(f"- line {s['line']}: `{s['old']}` -> `{s['new']}`: {s['why']}")
+        if not r["survivors"] and not r["equivalent"]:
+            lines += ["", "No survivor."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", default=",".join(MODULES), help="comma-separated names from MODULES")
+    parser.add_argument("--sample", type=int, default=None, help="run a seeded sample of this many mutants per module")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
+    parser.add_argument("--report-only", action="store_true", help="rewrite mutation.md from mutation.json")
+    args = parser.parse_args(argv)
+    results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
+    if not args.report_only:
+        names = [name.strip() for name in args.modules.split(",") if name.strip()]
+        unknown = [name for name in names if name not in MODULES]
+        if unknown:
+            print(f"error: unknown module(s) {', '.join(unknown)}; known: {', '.join(MODULES)}", file=sys.stderr)
+            return 1
+        os.environ.setdefault("PYTHONHASHSEED", "0")
+        for name in names:
+            results[name] = run_module(name, args.work, args.sample, args.seed)
+            RESULTS_JSON.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+            RESULTS_MD.write_text(write_report(results))
+            print(f"mutation: {name}: score {results[name]['score']} %", flush=True)
+    RESULTS_MD.write_text(write_report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
