@@ -1,0 +1,266 @@
+"""Hand-worked checks of the algorithmic core, written to kill mutants that survived ``make mutation``.
+
+Each test states a behaviour with an expected value worked out by hand in its comments; none reads
+the answer back from the code under test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphir.cluster import resolve_cluster
+from graphir.errors import PassError
+from graphir.ir import Graph, Module
+from graphir.memory import MemoryLedger
+from graphir.parser import parse_module
+from graphir.passes.place.heft import Heft
+from graphir.passes.profile.roofline import analyze_graph, kind_times, roofline
+from graphir.simulator import SimResult, simulate
+from graphir.types import DType, TensorType
+
+
+def f32(*shape: int) -> TensorType:
+    return TensorType(DType.F32, shape)
+
+
+# --------------------------------------------------------------------------- the roofline cost model
+
+
+def test_roofline_takes_the_slower_of_compute_and_memory_plus_the_launch() -> None:
+    # node 0: 1e9 FLOP / 1e12 FLOP/s = 1 ms beats 1e6 B / 1e11 B/s = 10 us -> 1 ms + 1 us
+    # node 1: 1e6 FLOP -> 1 us; 1e9 B / 1e11 B/s = 10 ms -> 10 ms + 1 us
+    times = roofline(np.array([1e9, 1e6]), np.array([1e6, 1e9]), 1e12, 1e11, 1e-6)
+    assert times.tolist() == pytest.approx([1.001e-3, 10.001e-3], rel=1e-12)
+
+
+def _weights_graph() -> Graph:
+    """x, a weight w shared by two Muls, a variable of 10x20 f32 and a Const of 5 f32."""
+    graph = Graph()
+    x = graph.add_input("x", f32(1000))
+    w = graph.add_constant("w", f32(1000))
+    a = graph.add_node("tf.Mul", [x, w], [f32(1000)], name="a")
+    b = graph.add_node("tf.Mul", [a.outputs[0], w], [f32(1000)], name="b")
+    graph.add_node(
+        "tf.VarHandleOp", [], [TensorType(DType.RESOURCE, ())], name="v", params={"dtype": "f32", "shape": (10, 20)}
+    )
+    c = graph.add_node("tf.Const", [], [f32(5)], name="c")
+    graph.add_node("tf.AddV2", [b.outputs[0], c.outputs[0]], [f32(1000)], name="d")
+    return graph
+
+
+def test_shared_weight_is_attributed_once_and_owned_values_are_persistent() -> None:
+    graph = _weights_graph()
+    nodes = [graph.node(name) for name in ("a", "b", "v", "c", "d")]
+    work = analyze_graph(graph, nodes)
+    # w (1000 x 4 B) belongs to its first user a only; the variable holds 10 x 20 x 4 = 800 B; the
+    # Const its 5 x 4 = 20 B; neither the variable nor the Const has an activation.
+    assert work.persistent.tolist() == [4000, 0, 800, 20, 0]
+    assert work.activation.tolist() == [4000, 4000, 0, 0, 4000]
+    # a pointwise Mul of two inputs: |out| = 1000 FLOP; bytes = 2 x 4000 read + 4000 written
+    assert work.flops[:2].tolist() == [1000.0, 1000.0]
+    assert work.bytes[:2].tolist() == [12000.0, 12000.0]
+
+
+def test_kind_times_are_per_device_kind() -> None:
+    graph = _weights_graph()
+    cluster = resolve_cluster("moirai-intra")  # V100-32GB and P100
+    times, temporaries = kind_times(cluster, [graph.node("a")])
+    assert sorted(times) == ["P100", "V100-32GB"]
+    # bytes dominate: 12000 B / 900 GB/s = 13.33 ns on the V100, / 732 GB/s = 16.39 ns on the P100,
+    # each plus the kind's 5 us launch overhead (the catalogue's figures)
+    v100, p100 = cluster.kind_device("V100-32GB"), cluster.kind_device("P100")
+    assert times["V100-32GB"][0] == pytest.approx(12000 / v100.mem_bandwidth + v100.launch_overhead)
+    assert times["P100"][0] == pytest.approx(12000 / p100.mem_bandwidth + p100.launch_overhead)
+    assert times["P100"][0] > times["V100-32GB"][0]
+    assert temporaries == [0]
+
+
+# --------------------------------------------------------------------------- the liveness memory ledger
+
+
+def _ledger() -> MemoryLedger:
+    """100 B persistent; 10 B on [0, 4); 20 B on [2, 6); 40 B from 4 on, freed at 8.
+
+    Levels (above the persistent 100): [0,2) 10, [2,4) 30, [4,6) 60 (the 10 ended at 4 as the 40
+    began: frees before allocations), [6,8) 40, from 8 on 0.
+    """
+    ledger = MemoryLedger()
+    ledger.hold(100)
+    ledger.allocate(10, 0.0, 4.0)
+    ledger.allocate(20, 2.0, 6.0)
+    ledger.allocate(40, 4.0)
+    ledger.free(40, 8.0)
+    return ledger
+
+
+def test_ledger_usage_is_right_continuous() -> None:
+    ledger = _ledger()
+    expected = {
+        -1.0: 100,
+        0.0: 110,
+        1.9: 110,
+        2.0: 130,
+        3.99: 130,
+        4.0: 160,
+        5.0: 160,
+        6.0: 140,
+        7.5: 140,
+        8.0: 100,
+        50.0: 100,
+    }
+    assert {t: ledger.usage_at(t) for t in expected} == expected
+    assert ledger.peak() == 160
+
+
+def test_ledger_peak_between_is_half_open() -> None:
+    ledger = _ledger()
+    assert ledger.peak_between(0.0, 4.0) == 130  # [4, 6)'s 160 starts at the open end
+    assert ledger.peak_between(4.0, 4.5) == 160
+    assert ledger.peak_between(6.0, 8.0) == 140
+    assert ledger.peak_between(8.0, 9.0) == 100
+    assert ledger.peak_between(-5.0, 0.0) == 100
+    with pytest.raises(ValueError, match="empty interval"):
+        ledger.peak_between(3.0, 3.0)
+
+
+def test_ledger_peak_with_adds_tentatively() -> None:
+    ledger = _ledger()
+    # 25 B on [6, 8) lands on the 40 level: 100 + 40 + 25 = 165 > 160
+    assert ledger.peak_with([(25, 6.0, 8.0)]) == 165
+    # 15 B on [6, 8): 155, below the existing 160, so the peak stays 160
+    assert ledger.peak_with([(15, 6.0, 8.0)]) == 160
+    # 50 B on [8, 9) (after the free at 8) and 5 B on [3, 4): max(100 + 50, 100 + 30 + 5, 160) = 160
+    assert ledger.peak_with([(50, 8.0, 9.0), (5, 3.0, 4.0)]) == 160
+    # two tentative allocations that meet at 7: [5, 7) and [7, 9) of 70 B never overlap:
+    # at 5: 160 + 70 = 230; at 7: 140 + 70 = 210; so 230
+    assert ledger.peak_with([(70, 5.0, 7.0), (70, 7.0, 9.0)]) == 230
+    # overlapping ones add: [6, 8) 30 B and [7, 9) 30 B: at 7: 40 + 60 = 100 over the 100 persistent
+    assert ledger.peak_with([(30, 6.0, 8.0), (30, 7.0, 9.0)]) == 200
+    assert ledger.peak_with([(0, 1.0, 2.0), (9, 3.0, 3.0)]) == 160  # empty: the peak as it is
+    assert ledger.peak() == 160  # unchanged
+    assert ledger.fits(40, 6.0, 8.0, 180) and not ledger.fits(41, 6.0, 8.0, 180)
+
+
+def test_ledger_peak_after_a_release_is_recomputed() -> None:
+    ledger = MemoryLedger()
+    ledger.allocate(50, 0.0)
+    assert ledger.peak() == 50
+    ledger.free(50, 1.0)
+    ledger.allocate(30, 2.0, 3.0)
+    assert ledger.peak() == 50
+    ledger.allocate(-50, 0.0, 1.0)  # undo the first allocation entirely
+    assert ledger.peak() == 30
+    version = ledger.version
+    ledger.allocate(7, 5.0, 5.0)  # empty interval: nothing changes
+    assert ledger.version == version and ledger.usage_at(5.0) == 0
+
+
+# --------------------------------------------------------------------------- the simulator
+
+T = "f32[250000]"  # 1e6 B: 1 ms at 1 GB/s
+MS = 1e-3
+MESH2 = """
+[default_link]
+latency = 0.0
+bandwidth = 1e9
+[[device]]
+name = "cpu0"
+kind = "cpu"
+tf_device = "/device:CPU:0"
+[[device]]
+name = "cpu1"
+kind = "cpu"
+tf_device = "/device:CPU:1"
+"""
+
+
+def _module(tmp_path: Path, lines: list[str], results: str, header: str = "") -> Module:
+    cluster = tmp_path / "c.toml"
+    cluster.write_text(MESH2)
+    body = "\n".join([*lines, f"    return {results}"])
+    return parse_module(f'module @m {{cluster = "{cluster}"{header}}} {{\n  graph @g(%x : {T}) {{\n{body}\n  }}\n}}\n')
+
+
+def _times(module: Module, result: SimResult) -> dict[str, tuple[float, float]]:
+    nodes = module.graph.index().nodes
+    return {node.name: (float(result.start[i]), float(result.finish[i])) for i, node in enumerate(nodes)}
+
+
+def test_dynamic_order_starts_a_freed_device_at_once(tmp_path: Path) -> None:
+    """cpu0 runs a then b (independent, 1 ms each) while cpu1 runs c (5 ms): b runs 1..2, not after c."""
+    module = _module(
+        tmp_path,
+        [
+            f'    %a = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]',
+            f'    %b = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 1]',
+            f'    %c = onnx.Relu(%x) : ({T}) -> {T} [cost = 5ms, device = "cpu1", order = 0]',
+        ],
+        "%a, %b, %c",
+    )
+    result = simulate(module, "pair", "dynamic")
+    times = _times(module, result)
+    assert times["a"] == pytest.approx((0.0, 1 * MS))
+    assert times["b"] == pytest.approx((1 * MS, 2 * MS))
+    assert times["c"] == pytest.approx((0.0, 5 * MS))
+    assert result.makespan == pytest.approx(5 * MS)
+
+
+@pytest.mark.parametrize("order", ["enforced", "dynamic"])
+def test_a_long_chain_runs_to_the_end(tmp_path: Path, order: str) -> None:
+    """300 nodes of 1 ms in a chain on cpu0 (more than Python's cached small ints): 300 ms, no deadlock."""
+    lines = [f'    %n0 = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]']
+    lines += [
+        f'    %n{i} = onnx.Relu(%n{i - 1}) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = {i}]'
+        for i in range(1, 300)
+    ]
+    module = _module(tmp_path, lines, "%n299")
+    result = simulate(module, "pair", order)
+    assert result.makespan == pytest.approx(300 * MS)
+    assert _times(module, result)["n299"] == pytest.approx((299 * MS, 300 * MS))
+
+
+def test_a_transfer_is_counted_once_on_its_pair(tmp_path: Path) -> None:
+    """a (cpu0, 0..1 ms) feeds c and d on cpu1: one 1e6 B transfer at 1 GB/s (1..2 ms), c 2..3, d 3..4."""
+    module = _module(
+        tmp_path,
+        [
+            f'    %a = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]',
+            f'    %c = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, device = "cpu1", order = 0]',
+            f'    %d = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, device = "cpu1", order = 1]',
+        ],
+        "%c, %d",
+    )
+    result = simulate(module, "pair", "enforced")
+    assert result.transfers == 1
+    assert result.link_bytes == {("cpu0", "cpu1"): 1_000_000}
+    assert result.link_busy == pytest.approx({("cpu0", "cpu1"): 1 * MS})
+    times = _times(module, result)
+    assert times["c"] == pytest.approx((2 * MS, 3 * MS)) and times["d"] == pytest.approx((3 * MS, 4 * MS))
+    assert result.busy.tolist() == pytest.approx([1 * MS, 2 * MS])
+
+
+def test_an_unplaced_node_is_named(tmp_path: Path) -> None:
+    placed = f'    %a = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]'
+    unplaced = _module(tmp_path, [placed, f"    %b = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, order = 1]"], "%b")
+    with pytest.raises(PassError, match="node 'b' has no 'device'"):
+        simulate(unplaced, "pair")
+    unordered = _module(
+        tmp_path, [placed, f'    %b = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, device = "cpu0"]'], "%b"
+    )
+    with pytest.raises(PassError, match="node 'b' has no 'order'"):
+        simulate(unordered, "pair")
+
+
+# --------------------------------------------------------------------------- HEFT's options
+
+
+def test_heft_takes_its_options_and_is_frozen() -> None:
+    heft = Heft(mem_model="paper", plan_congestion="port")
+    assert (heft.mem_model, heft.plan_congestion) == ("paper", "port")
+    assert Heft() == Heft(mem_model="liveness", plan_congestion="none")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        heft.mem_model = "liveness"  # type: ignore[misc]
