@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from graphir.cluster import resolve_cluster
+from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.memory import MemoryLedger
@@ -264,3 +265,22 @@ def test_heft_takes_its_options_and_is_frozen() -> None:
     assert Heft() == Heft(mem_model="liveness", plan_congestion="none")
     with pytest.raises(dataclasses.FrozenInstanceError):
         heft.mem_model = "liveness"  # type: ignore[misc]
+
+
+def test_a_device_over_its_memory_is_reported(tmp_path: Path) -> None:
+    """cpu0 holds 1.5 MB: a's 1e6 B result lives 0..2 ms (until b ends), b's from 1 ms to the end: 2e6 B peak."""
+    module = _module(
+        tmp_path,
+        [
+            f'    %a = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]',
+            f'    %b = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 1]',
+            f'    %c = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu1", order = 0]',
+        ],
+        "%b, %c",
+    )
+    small = tmp_path / "small.toml"
+    small.write_text(MESH2.replace('tf_device = "/device:CPU:0"', 'tf_device = "/device:CPU:0"\nmemory = 1500000'))
+    module.set_cluster(load_cluster_toml(small))
+    result = simulate(module, "pair", "enforced")
+    assert result.peak_memory.tolist() == [2_000_000, 1_000_000]
+    assert result.oom_devices == ["cpu0"]
