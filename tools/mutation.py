@@ -151,6 +151,15 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "resource_free[r] >= begin; where they differ both branches set begin to the same "
         "max(resource_free[r], begin), and where they are equal the assignment changes nothing",
     ),
+    (
+        "simulator",
+        "resource_free = [0.0] * links.num_resources  # when each shared resource (channel, port, ...) is free",
+        "resource_free = [ -1.0] * links.num_resources  # when each shared resource (channel, port, ...) is free",
+        "",
+        "every read of resource_free takes the larger of it and a time >= 0 (the simulator's clock starts "
+        "at 0: `if resource_free[r] > begin` here and in LinkModel.book), so an unbooked resource free "
+        "at -1 or at 0 gives the same begin",
+    ),
 )
 
 

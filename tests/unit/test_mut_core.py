@@ -19,6 +19,8 @@ from graphir.ir import Graph, Module
 from graphir.memory import MemoryLedger
 from graphir.parser import parse_module
 from graphir.passes.place.heft import Heft
+from graphir.passes.place.problem import PlacementProblem
+from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
 from graphir.passes.profile.roofline import analyze_graph, kind_times, roofline
 from graphir.simulator import SimResult, simulate
 from graphir.types import DType, TensorType
@@ -284,3 +286,62 @@ def test_a_device_over_its_memory_is_reported(tmp_path: Path) -> None:
     result = simulate(module, "pair", "enforced")
     assert result.peak_memory.tolist() == [2_000_000, 1_000_000]
     assert result.oom_devices == ["cpu0"]
+
+
+# --------------------------------------------------------------------------- m-SCT's LP
+
+
+def test_lp_favourite_constraints_bind_on_a_fork_after_a_chain() -> None:
+    """p -> a, then a forks to b (5 ms) and c, which join at d; every other node 1 ms.
+
+    Worked by hand: the critical path p, a, b, d is 8 ms when none of its edges pays a transfer
+    (x = 0). "At most one favourite child of a" (x_ab + x_ac >= 1) and "of parents of d"
+    (x_bd + x_cd >= 1) then force x_ac = x_cd = 1; c's path (s_c = 2 ms + t, s_d >= 3 ms + 2t for a
+    transfer time t of microseconds) has room under s_d = 7 ms, so w = 8 ms. The fork is not the
+    first node, so the constraint rows must find a's edges in the middle of the edge arrays.
+    """
+    module = _baechi_module({"p": [], "a": ["p"], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, {"b": 5e-3})
+    problem = PlacementProblem.from_module(module)
+    names = {node.name: k for k, node in enumerate(module.graph.index().nodes)}
+    x, w = solve_favourite_lp(problem)
+    assert w == pytest.approx(8e-3)
+    group = {name: int(problem.node_group[names[name]]) for name in "pabcd"}
+    by_edge = {(int(s), int(d)): float(v) for s, d, v in zip(problem.edge_src, problem.edge_dst, x, strict=True)}
+    expected = {"pa": 0.0, "ab": 0.0, "bd": 0.0, "ac": 1.0, "cd": 1.0}
+    assert {e: by_edge[(group[e[0]], group[e[1]])] for e in expected} == pytest.approx(expected, abs=1e-9)
+    favourite = favourite_children(problem, x)
+    assert favourite[group["p"]] == group["a"] and favourite[group["a"]] == group["b"]
+    assert favourite[group["b"]] == group["d"] and favourite[group["c"]] == -1
+
+
+def test_lp_charges_a_fork_of_two_critical_branches() -> None:
+    """p -> a, a forks to b and c (5 ms each, 1 MB tensors), which join at d; p, a, d 1 ms.
+
+    Worked by hand, with t = 10 us + 1e6 B / 12 GB/s (the 2xV100 PCIe link) for one transfer:
+    both branches are critical, a may keep one favourite child and d one favourite parent, so
+    x_ab + x_ac >= 1 and x_bd + x_cd >= 1, and each branch's s_d >= 7 ms + t (x_a. + x_.d). The
+    two branches' x add up to at least 2, so the longer branch pays at least t: w = 8 ms + t
+    (reached with x = 1/2 everywhere). Had a's row been written on other edges, less would bind
+    (x_ac + x_bd >= 1 alone allows w = 8 ms + 2t/3).
+    """
+    t = 10e-6 + 1e6 / 12e9
+    module = _baechi_module(
+        {"p": [], "a": ["p"], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, {"b": 5e-3, "c": 5e-3}, elements=250_000
+    )
+    cluster = module.cluster
+    assert cluster is not None and {(link.latency, link.bandwidth) for link in cluster.links} == {(10e-6, 12e9)}
+    _, w = solve_favourite_lp(PlacementProblem.from_module(module))
+    assert w == pytest.approx(8e-3 + t, rel=1e-9)
+
+
+def _baechi_module(edges: dict[str, list[str]], costs: dict[str, float], elements: int = 4) -> Module:
+    """Nodes in the given (topological) order, 1 ms unless ``costs`` says otherwise, f32 tensors."""
+    graph = Graph()
+    x = graph.add_input("x", f32(elements))
+    nodes = {}
+    for name, inputs in edges.items():
+        node = graph.add_node("tf.AddN", [nodes[i].outputs[0] for i in inputs] or [x], [f32(elements)], name=name)
+        node.cost = costs.get(name, 1e-3)
+        nodes[name] = node
+    graph.set_outputs([nodes[name].outputs[0] for name in edges if not any(name in v for v in edges.values())])
+    return Module("m", graph, "2xV100")
