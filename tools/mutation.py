@@ -35,6 +35,7 @@ import os
 import random
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -272,11 +273,28 @@ def _collect(session: Path, name: str) -> dict[str, object]:
     return {"killed": killed, "timeouts": timeouts, "incompetent": incompetent, "survivors": survivors}
 
 
-def run_module(name: str, work: Path, sample: int | None, seed: int, resume: bool = False) -> dict[str, object]:
+def _reopen_survivors(tree: Path, session: Path) -> None:
+    """Copy the checkout's tests into ``tree`` and forget the survivors' results, so they run again.
+
+    Tests are only ever added between runs, so a mutant that a test killed stays killed; the ones
+    that survived meet the new tests.
+    """
+    shutil.rmtree(tree / "tests")
+    shutil.copytree(ROOT / "tests", tree / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "Output"))
+    connection = sqlite3.connect(session)
+    with connection:  # cosmic-ray stores the outcome by its enum name
+        connection.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+    connection.close()
+
+
+def run_module(
+    name: str, work: Path, sample: int | None, seed: int, resume: bool = False, retest: bool = False
+) -> dict[str, object]:
     """Mutate one module in a fresh copy of the tree; the outcome as a JSON-able dict.
 
     ``resume``: reuse the copy and session of an interrupted run of the same module (only the mutants
-    without a result run).
+    without a result run). ``retest`` (with ``resume``): also run the survivors again against the
+    checkout's current tests.
     """
     target = MODULES[name]
     tree = work / name / "tree"
@@ -286,6 +304,8 @@ def run_module(name: str, work: Path, sample: int | None, seed: int, resume: boo
     cosmic = Path(sys.executable).parent / "cosmic-ray"
     if resume and meta_file.exists():
         meta = json.loads(meta_file.read_text())
+        if retest:
+            _reopen_survivors(tree, session)
     else:
         tree = _copy_tree(work / name)
         command = _test_command(target)
@@ -397,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted run's sessions")
+    parser.add_argument(
+        "--retest-survivors", action="store_true", help="with --resume: run the survivors against the current tests"
+    )
     parser.add_argument("--report-only", action="store_true", help="rewrite mutation.md from mutation.json")
     args = parser.parse_args(argv)
     results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
@@ -408,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         os.environ.setdefault("PYTHONHASHSEED", "0")
         for name in names:
-            outcome = run_module(name, args.work, args.sample, args.seed, args.resume)
+            outcome = run_module(name, args.work, args.sample, args.seed, args.resume, args.retest_survivors)
             # another run may have written other modules meanwhile: merge into the file as it is now
             results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
             results[name] = outcome
