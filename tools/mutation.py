@@ -161,6 +161,45 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "at 0: `if resource_free[r] > begin` here and in LinkModel.book), so an unbooked resource free "
         "at -1 or at 0 gives the same begin",
     ),
+    (
+        "batch",
+        "stats: dict[str, int | float | str] = {",
+        "stats: dict[str, int | float ** str] = {",
+        "",
+        "a local variable's annotation is never evaluated (PEP 526), so a mutated type expression "
+        "changes nothing at run time",
+    ),
+    (
+        "batch",
+        "(out_degree[src] == 1)",
+        "(out_degree[src] < 1)",
+        "",
+        "an edge's tail has at least one successor, and when it has exactly one that successor is its "
+        "unique lowest one, which the last clause of condition (ii) accepts already: the clause "
+        "|succ(u)| = 1 is implied, so dropping it (< 1 is never true) changes no mask",
+    ),
+    (
+        "batch",
+        "(out_degree[src] == 1)",
+        "(out_degree[src] <= 1)",
+        "",
+        "an edge's tail has at least one successor, so <= 1 and == 1 agree",
+    ),
+    (
+        "batch",
+        "dense = dense.reshape(-1)",
+        "dense = dense.reshape(~1)",
+        "",
+        "numpy (2.x, as pinned) takes any negative size in reshape as the one inferred dimension: "
+        "reshape(-2) is reshape(-1)",
+    ),
+    (
+        "celeritas",
+        "if scheduler.allowed[v][current] and d > current:",
+        "if scheduler.allowed[v][current] and d >= current:",
+        "",
+        "d is one of (current + step) % num_devices for step in 1..num_devices-1, never current itself",
+    ),
 )
 
 

@@ -18,6 +18,7 @@ from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.memory import MemoryLedger
 from graphir.parser import parse_module
+from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.heft import Heft
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
@@ -345,3 +346,41 @@ def _baechi_module(edges: dict[str, list[str]], costs: dict[str, float], element
         nodes[name] = node
     graph.set_outputs([nodes[name].outputs[0] for name in edges if not any(name in v for v in edges.values())])
     return Module("m", graph, "2xV100")
+
+
+# --------------------------------------------------------------------------- Celeritas's Adjusting placement
+
+
+def _two_pairs(elements: int) -> Module:
+    """Two independent pairs s_i -> t_i of 1 ms nodes on 2xV100 (PCIe: 10 us + bytes / 12 GB/s)."""
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    outputs = []
+    for i in range(2):
+        s = graph.add_node("tf.Relu", [x], [f32(elements)], name=f"s{i}")
+        t = graph.add_node("tf.Relu", [s.outputs[0]], [f32(4)], name=f"t{i}")
+        s.cost = t.cost = 1e-3
+        outputs.append(t.outputs[0])
+    graph.set_outputs(outputs)
+    return Module("m", graph, "2xV100")
+
+
+@pytest.mark.parametrize(
+    ("elements", "spreads"),
+    [
+        # 24 MB results: sending one back costs 10 us + 2 ms > the 1-2 ms a second source waits on
+        # the first device, so eq. (9) keeps every node where the first went (gpu0).
+        (6_000_000, False),
+        # 4 MB: 10 us + 0.33 ms < the wait, so the second source moves to the idle device.
+        (1_000_000, True),
+    ],
+)
+def test_adjusting_moves_only_when_waiting_costs_more_than_sending_back(elements: int, spreads: bool) -> None:
+    module = _two_pairs(elements)
+    problem = PlacementProblem.from_module(module)
+    placement = PLACERS["adjusting"]().place(problem, PlacementContext())
+    devices = set(placement.device.tolist())
+    if spreads:
+        assert devices == {0, 1} and placement.stats["moved"] >= 1
+    else:
+        assert devices == {0} and placement.stats["moved"] == 0
