@@ -351,16 +351,24 @@ def _baechi_module(edges: dict[str, list[str]], costs: dict[str, float], element
 # --------------------------------------------------------------------------- Celeritas's Adjusting placement
 
 
-def _two_pairs(elements: int) -> Module:
-    """Two independent pairs s_i -> t_i of 1 ms nodes on 2xV100 (PCIe: 10 us + bytes / 12 GB/s)."""
+def _two_pairs(elements: int, sources_first: bool) -> Module:
+    """Two independent pairs s_i -> t_i of 1 ms nodes on 2xV100 (PCIe: 10 us + bytes / 12 GB/s).
+
+    ``sources_first`` creates s0, s1, t0, t1 (else s0, t0, s1, t1), which changes the nodes' numbers.
+    """
     graph = Graph()
     x = graph.add_input("x", f32(4))
+    sources = {}
     outputs = []
-    for i in range(2):
-        s = graph.add_node("tf.Relu", [x], [f32(elements)], name=f"s{i}")
-        t = graph.add_node("tf.Relu", [s.outputs[0]], [f32(4)], name=f"t{i}")
-        s.cost = t.cost = 1e-3
-        outputs.append(t.outputs[0])
+    order = ["s0", "s1", "t0", "t1"] if sources_first else ["s0", "t0", "s1", "t1"]
+    for name in order:
+        if name.startswith("s"):
+            node = graph.add_node("tf.Relu", [x], [f32(elements)], name=name)
+            sources[name[1]] = node
+        else:
+            node = graph.add_node("tf.Relu", [sources[name[1]].outputs[0]], [f32(4)], name=name)
+            outputs.append(node.outputs[0])
+        node.cost = 1e-3
     graph.set_outputs(outputs)
     return Module("m", graph, "2xV100")
 
@@ -375,8 +383,11 @@ def _two_pairs(elements: int) -> Module:
         (1_000_000, True),
     ],
 )
-def test_adjusting_moves_only_when_waiting_costs_more_than_sending_back(elements: int, spreads: bool) -> None:
-    module = _two_pairs(elements)
+@pytest.mark.parametrize("sources_first", [False, True])
+def test_adjusting_moves_only_when_waiting_costs_more_than_sending_back(
+    elements: int, spreads: bool, sources_first: bool
+) -> None:
+    module = _two_pairs(elements, sources_first)
     problem = PlacementProblem.from_module(module)
     placement = PLACERS["adjusting"]().place(problem, PlacementContext())
     devices = set(placement.device.tolist())
