@@ -19,6 +19,7 @@ from graphir.ir import Graph, Module
 from graphir.memory import MemoryLedger
 from graphir.parser import parse_module
 from graphir.passes.place import PLACERS, PlacementContext
+from graphir.passes.place.fastt import critical_path, fastt_rank
 from graphir.passes.place.heft import Heft
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
@@ -395,3 +396,24 @@ def test_adjusting_moves_only_when_waiting_costs_more_than_sending_back(
         assert devices == {0, 1} and placement.stats["moved"] >= 1
     else:
         assert devices == {0} and placement.stats["moved"] == 0
+
+
+# --------------------------------------------------------------------------- FastT's DPOS
+
+
+def test_fastt_rank_and_critical_path_by_hand() -> None:
+    """p -> a -> {b (5 ms), c} -> d, 1 ms elsewhere, 16 B tensors on 2xV100: t = 10 us + 16 B / 12 GB/s.
+
+    rank_u(d) = 1 ms; rank_u(b) = 5 ms + t + 1 ms = 6 ms + t; rank_u(c) = 1 ms + t + 1 ms = 2 ms + t;
+    rank_u(a) = 1 ms + t + rank_u(b) = 7 ms + 2t; rank_u(p) = 1 ms + t + rank_u(a) = 8 ms + 3t. The critical path follows
+    the largest rank from the entry: p, a, b, d.
+    """
+    module = _baechi_module({"p": [], "a": ["p"], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, {"b": 5e-3})
+    problem = PlacementProblem.from_module(module)
+    names = {node.name: k for k, node in enumerate(module.graph.index().nodes)}
+    group = {name: int(problem.node_group[names[name]]) for name in "pabcd"}
+    t = 10e-6 + 16 / 12e9
+    rank = fastt_rank(problem)
+    expected = {"d": 1e-3, "b": 6e-3 + t, "c": 2e-3 + t, "a": 7e-3 + 2 * t, "p": 8e-3 + 3 * t}
+    assert {name: float(rank[group[name]]) for name in expected} == pytest.approx(expected, rel=1e-12)
+    assert critical_path(problem, rank) == [group[name] for name in "pabd"]
