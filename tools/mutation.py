@@ -200,6 +200,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "",
         "d is one of (current + step) % num_devices for step in 1..num_devices-1, never current itself",
     ),
+    (
+        "celeritas",
+        "if kept == first:",
+        "if kept is first:",
+        "",
+        "device numbers are small ints (at most the cluster's device count, far below 256), which "
+        "CPython caches: `is` and `==` agree on them",
+    ),
 )
 
 

@@ -16,8 +16,11 @@ from graphir.cluster import resolve_cluster
 from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
+from graphir.links import LinkModel
 from graphir.memory import MemoryLedger
 from graphir.parser import parse_module
+from graphir.passes.fuse.batch import batch_round
+from graphir.passes.fuse.common import CoarseGraph
 from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.fastt import critical_path, fastt_rank
 from graphir.passes.place.heft import Heft
@@ -405,8 +408,8 @@ def test_fastt_rank_and_critical_path_by_hand() -> None:
     """p -> a -> {b (5 ms), c} -> d, 1 ms elsewhere, 16 B tensors on 2xV100: t = 10 us + 16 B / 12 GB/s.
 
     rank_u(d) = 1 ms; rank_u(b) = 5 ms + t + 1 ms = 6 ms + t; rank_u(c) = 1 ms + t + 1 ms = 2 ms + t;
-    rank_u(a) = 1 ms + t + rank_u(b) = 7 ms + 2t; rank_u(p) = 1 ms + t + rank_u(a) = 8 ms + 3t. The critical path follows
-    the largest rank from the entry: p, a, b, d.
+    rank_u(a) = 1 ms + t + rank_u(b) = 7 ms + 2t; rank_u(p) = 1 ms + t + rank_u(a) = 8 ms + 3t.
+    The critical path follows the largest rank from the entry: p, a, b, d.
     """
     module = _baechi_module({"p": [], "a": ["p"], "b": ["a"], "c": ["a"], "d": ["b", "c"]}, {"b": 5e-3})
     problem = PlacementProblem.from_module(module)
@@ -417,3 +420,89 @@ def test_fastt_rank_and_critical_path_by_hand() -> None:
     expected = {"d": 1e-3, "b": 6e-3 + t, "c": 2e-3 + t, "a": 7e-3 + 2 * t, "p": 8e-3 + 3 * t}
     assert {name: float(rank[group[name]]) for name in expected} == pytest.approx(expected, rel=1e-12)
     assert critical_path(problem, rank) == [group[name] for name in "pabd"]
+
+
+# --------------------------------------------------------------------------- Pesto's batch merging
+
+
+def _coarse_dag(num_nodes: int, edges: list[tuple[int, int, int]]) -> CoarseGraph:
+    """A coarse DAG from ``(src, dst, bytes)`` edges, 1 s per node, transfer times of 2xV100 (bigger: slower)."""
+    from graphir.passes.fuse.common import _pairs  # noqa: PLC0415 (the coarse-graph constructor)
+
+    src, dst, size = (np.asarray(column, dtype=np.int64) for column in zip(*edges, strict=True))
+    comm = LinkModel.from_cluster(resolve_cluster("2xV100"))
+    return _pairs(
+        num_nodes, src, dst, size, np.ones(len(edges), dtype=bool), np.ones(num_nodes), np.zeros(num_nodes), comm
+    )
+
+
+@pytest.mark.parametrize(
+    ("edges", "pairs"),
+    [
+        # A=0, B=1 (height 1), C=2, D=3 (height 2); edges A->C, A->D, B->D. Heaviest first:
+        # (A, C) is taken; (B, D) would pair with it at the same height while A -> D joins the
+        # first pair's u to the second's v: condition (iii) rejects it; (A, D): A is matched.
+        ([(0, 2, 3_000_000), (1, 3, 2_000_000), (0, 3, 1_000_000)], [(0, 2)]),
+        # (B, D) first; then (A, C) would have the edge A -> D from its u to the first pair's v:
+        # rejected too; (A, D): D is matched.
+        ([(1, 3, 3_000_000), (0, 2, 2_000_000), (0, 3, 1_000_000)], [(1, 3)]),
+    ],
+)
+def test_batch_round_rejects_same_height_pairs_joined_by_an_edge(
+    edges: list[tuple[int, int, int]], pairs: list[tuple[int, int]]
+) -> None:
+    us, vs = batch_round(_coarse_dag(4, edges), 10)
+    assert list(zip(us.tolist(), vs.tolist(), strict=True)) == pairs
+
+
+def test_batch_round_compares_heights_by_value_in_deep_graphs() -> None:
+    """The first case above behind a 300-node chain of 1-byte edges: A and B sit at height 301.
+
+    Heights past 256 are distinct int objects in Python, so only a comparison by value still sees
+    that (B, D) would pair with (A, C) at one height across the edge A -> D.
+    """
+    chain = [(k, k + 1, 1) for k in range(299)]
+    a, b, c, d = 300, 301, 302, 303
+    edges = [*chain, (299, a, 1), (299, b, 1), (a, c, 3_000_000), (b, d, 2_000_000), (a, d, 1_000_000)]
+    us, vs = batch_round(_coarse_dag(304, edges), 1000)
+    pairs = set(zip(us.tolist(), vs.tolist(), strict=True))
+    assert (a, c) in pairs and (b, d) not in pairs
+
+
+def test_adjusting_keeps_the_previous_device_on_a_tie() -> None:
+    """Three independent 1 ms sinks on 2xV100: the first goes to gpu0, the second waits 1 ms there and
+    0 on gpu1 (moves, back_cost 0 for a sink), the third has EST 1 ms on both: eq. (9) needs the wait
+    to exceed back_cost = 0 strictly, so it stays on the second's device (gpu1)."""
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    for i in range(3):
+        graph.add_node("tf.Relu", [x], [f32(4)], name=f"n{i}").cost = 1e-3
+    graph.set_outputs([node.outputs[0] for node in graph.nodes])
+    placement = PLACERS["adjusting"]().place(
+        PlacementProblem.from_module(Module("m", graph, "2xV100")), PlacementContext()
+    )
+    assert sorted(placement.device.tolist()) == [0, 1, 1]
+    assert placement.stats["moved"] == 1
+
+
+def test_adjusting_back_cost_is_the_largest_out_edge() -> None:
+    """Two independent triangles s_i -> u_i -> t_i, s_i -> t_i, all 1 ms; s_i sends 48 MB to u_i, 16 B to t_i.
+
+    Visited s0, u0, t0 (all on gpu0), then s1 waits 3 ms on gpu0 and 0 on gpu1, but sending its
+    48 MB back costs 10 us + 4 ms: it stays on gpu0, and so does the rest. Judged by its last
+    out-edge (16 B, 10 us) instead of the largest, it would move.
+    """
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    outputs = []
+    for i in range(2):
+        s = graph.add_node("tf.Split", [x], [f32(12_000_000), f32(4)], name=f"s{i}")
+        u = graph.add_node("tf.Relu", [s.outputs[0]], [f32(4)], name=f"u{i}")
+        t = graph.add_node("tf.Tile", [u.outputs[0], s.outputs[1]], [f32(4)], name=f"t{i}")
+        s.cost = u.cost = t.cost = 1e-3
+        outputs.append(t.outputs[0])
+    graph.set_outputs(outputs)
+    placement = PLACERS["adjusting"]().place(
+        PlacementProblem.from_module(Module("m", graph, "2xV100")), PlacementContext()
+    )
+    assert placement.device.tolist() == [0] * 6 and placement.stats["moved"] == 0
