@@ -208,6 +208,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "device numbers are small ints (at most the cluster's device count, far below 256), which "
         "CPython caches: `is` and `==` agree on them",
     ),
+    (
+        "memory",
+        "while k + 1 < count and times[k + 1] <= point:",
+        "while k + 1 != count and times[k + 1] <= point:",
+        "",
+        "k starts at bisect_right(times, low) - 1 <= count - 1 and grows by one while k + 1 < count, "
+        "so k + 1 never passes count and `<` and `!=` stop at the same step",
+    ),
 )
 
 

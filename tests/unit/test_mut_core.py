@@ -506,3 +506,11 @@ def test_adjusting_back_cost_is_the_largest_out_edge() -> None:
         PlacementProblem.from_module(Module("m", graph, "2xV100")), PlacementContext()
     )
     assert placement.device.tolist() == [0] * 6 and placement.stats["moved"] == 0
+
+
+def test_an_empty_graph_simulates_to_nothing() -> None:
+    """No node, no value: a zero makespan and no memory on either device."""
+    result = simulate(Module("m", Graph(), "2xV100"), "pair", "enforced")
+    assert result.makespan == 0.0
+    assert result.peak_memory.tolist() == [0, 0]
+    assert result.transfers == 0 and result.oom_devices == []
