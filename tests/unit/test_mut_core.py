@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from graphir.annotations import Mem
 from graphir.cluster import resolve_cluster
 from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
@@ -29,6 +30,8 @@ from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
 from graphir.passes.profile.roofline import analyze_graph, kind_times, roofline
 from graphir.simulator import SimResult, simulate
 from graphir.types import DType, TensorType
+
+GiB = 1 << 30
 
 
 def f32(*shape: int) -> TensorType:
@@ -514,3 +517,50 @@ def test_an_empty_graph_simulates_to_nothing() -> None:
     assert result.makespan == 0.0
     assert result.peak_memory.tolist() == [0, 0]
     assert result.transfers == 0 and result.oom_devices == []
+
+
+def test_order_place_keeps_a_colocated_node_with_its_class_after_moving_on() -> None:
+    """Chain a -> b -> c on 2xV100 (16 GiB each): a and b hold 10 GiB each, so b moves the current
+    device on to gpu1; c (16 B) is colocated with a, so it goes to gpu0, not to the current gpu1."""
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    nodes = {}
+    previous = x
+    for name, gib in (("a", 10), ("b", 10), ("c", 0)):
+        node = graph.add_node("tf.Relu", [previous], [f32(4)], name=name)
+        node.cost = 1e-3
+        node.mem = Mem(persistent=gib * GiB)
+        nodes[name] = node
+        previous = node.outputs[0]
+    nodes["a"].colocate = nodes["c"].colocate = "k"
+    graph.set_outputs([previous])
+    module = Module("m", graph, "2xV100")
+    problem = PlacementProblem.from_module(module)
+    placement = PLACERS["order-place"]().place(problem, PlacementContext())
+    names = {node.name: k for k, node in enumerate(module.graph.index().nodes)}
+    devices = {name: int(placement.device[problem.node_group[names[name]]]) for name in "abc"}
+    assert devices == {"a": 0, "b": 1, "c": 0}
+
+
+def test_order_place_wraps_round_to_the_first_device_with_room() -> None:
+    """Chain a, b, c, d on 3xV100 (16 GiB each) holding 12, 8, 13 and 3.5 GiB.
+
+    a: gpu0 (4 GiB left). b: not on gpu0, so gpu1 becomes current (8 left). c: not on gpu1, so
+    gpu2 (3 left). d: not on gpu2; from gpu2 on, wrapping round, gpu0 is the first with room (4 >=
+    3.5), although gpu1 has more free memory.
+    """
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    previous = x
+    for name, gib in (("a", 12), ("b", 8), ("c", 13), ("d", 3.5)):
+        node = graph.add_node("tf.Relu", [previous], [f32(4)], name=name)
+        node.cost = 1e-3
+        node.mem = Mem(persistent=int(gib * GiB))
+        previous = node.outputs[0]
+    graph.set_outputs([previous])
+    module = Module("m", graph, "3xV100")
+    problem = PlacementProblem.from_module(module)
+    placement = PLACERS["order-place"]().place(problem, PlacementContext())
+    names = {node.name: k for k, node in enumerate(module.graph.index().nodes)}
+    devices = {name: int(placement.device[problem.node_group[names[name]]]) for name in "abcd"}
+    assert devices == {"a": 0, "b": 1, "c": 2, "d": 0}
