@@ -249,6 +249,21 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         ANNOTATION,
     ),
     (
+        "memory",
+        "points.update(e for _, _, e in extra if e < high)",
+        "points.update(e for _, _, e in extra if e <= high)",
+        "",
+        "the only point added is `high`, where every tentative allocation has ended (half-open spans): "
+        "the level there is the ledger's own, already counted in best = max(0, the ledger's max level)",
+    ),
+    (
+        "memory",
+        "spans = spans.reshape(-1, 2)",
+        "spans = spans.reshape(~1, 2)",
+        "",
+        "numpy (2.x, as pinned) takes any negative size in reshape as the inferred dimension",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",

@@ -18,7 +18,7 @@ from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.links import LinkModel
-from graphir.memory import MemoryLedger
+from graphir.memory import Allocations, MemoryLedger
 from graphir.parser import parse_module
 from graphir.passes.fuse.batch import batch_round
 from graphir.passes.fuse.common import CoarseGraph
@@ -564,3 +564,17 @@ def test_order_place_wraps_round_to_the_first_device_with_room() -> None:
     names = {node.name: k for k, node in enumerate(module.graph.index().nodes)}
     devices = {name: int(placement.device[problem.node_group[names[name]]]) for name in "abcd"}
     assert devices == {"a": 0, "b": 1, "c": 2, "d": 0}
+
+
+def test_ledger_one_byte_release_lowers_the_peak() -> None:
+    ledger = MemoryLedger()
+    ledger.allocate(1, 0.0, 2.0)
+    assert ledger.peak() == 1
+    ledger.allocate(-1, 0.0, 2.0)  # a one-byte release over the same span: nothing left
+    assert ledger.peak() == 0
+
+
+def test_allocations_are_frozen_values() -> None:
+    allocations = Allocations(np.zeros(1, dtype=np.int64), np.zeros(1), np.ones(1), np.ones(1, dtype=np.int64))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        allocations.nbytes = np.zeros(1, dtype=np.int64)  # type: ignore[misc]
