@@ -494,6 +494,12 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
         "equivalent mutants (listed below with the reason) leave the denominator; *incompetent* mutants",
         "(the mutation could not be applied or the tests could not start) are counted apart.",
         "",
+        "Sampling: a module with more mutants than `--sample N` runs N of them, drawn with",
+        "`random.Random(seed).sample` from the mutants sorted by (position, operator, occurrence), so the",
+        "same seed on the same source draws the same mutants. A module's survivors may be run again",
+        "after new tests (`--resume --retest-survivors`: tests are only added, so a killed mutant stays",
+        "killed); the commands column lists every run that produced the row, and the time is their sum.",
+        "",
         "| module | what | mutants | run | killed (timeouts) | survived | equivalent | score | time | tests |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
