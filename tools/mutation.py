@@ -264,6 +264,18 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "numpy (2.x, as pinned) takes any negative size in reshape as the inferred dimension",
     ),
     (
+        "fastt",
+        "indegree = np.bincount(problem.edge_dst, minlength=n) if len(problem.edge_dst) "
+        "else np.zeros(n, dtype=np.int64)",
+        "indegree = np.bincount(problem.edge_dst, minlength=n) if not len(problem.edge_dst) "
+        "else np.zeros(n, dtype=np.int64)",
+        "",
+        "with every node taken as an entry the path still starts at an entry: rank_u(p) >= rank_u(s) "
+        "for every edge p -> s (times and transfers are >= 0), so the lowest-numbered node of largest "
+        "rank, which argmax returns, has no predecessor (one would be numbered lower with a rank as "
+        "large); without edges both branches give zeros",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",
