@@ -276,6 +276,20 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "large); without edges both branches give zeros",
     ),
     (
+        "fastt",
+        "d = -1",
+        "d = ~1",
+        "",
+        "d is only read by the `if d < 0` after it, which -2 passes as -1 does",
+    ),
+    (
+        "fastt",
+        "if n == 0:",
+        "if n <= 0:",
+        "",
+        "n is a node count, never negative",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",

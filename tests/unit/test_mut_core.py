@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphir.annotations import Mem
+from graphir.annotations import Cost, Mem
 from graphir.cluster import resolve_cluster
 from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
@@ -578,3 +578,31 @@ def test_allocations_are_frozen_values() -> None:
     allocations = Allocations(np.zeros(1, dtype=np.int64), np.zeros(1), np.ones(1), np.ones(1, dtype=np.int64))
     with pytest.raises(dataclasses.FrozenInstanceError):
         allocations.nbytes = np.zeros(1, dtype=np.int64)  # type: ignore[misc]
+
+
+def test_dpos_puts_the_whole_critical_path_on_its_device() -> None:
+    """A chain c0 -> c1 -> c2 on moirai-intra (gpu0-1 V100-32GB, gpu2-3 P100).
+
+    c0 takes 2 ms on a V100 and 1 ms on a P100, c1 and c2 1 ms on a V100 and 5 ms on a P100. The
+    chain is the critical path; its mean time per node is 4/3 ms on a V100 and 11/3 ms on a P100, so
+    its device is gpu0 (Algorithm 1 line 5), and c0 runs there although a P100 would finish it first.
+    """
+    graph = Graph()
+    previous = graph.add_input("x", f32(4))
+    for name, v100, p100 in (("c0", 2e-3, 1e-3), ("c1", 1e-3, 5e-3), ("c2", 1e-3, 5e-3)):
+        node = graph.add_node("tf.Relu", [previous], [f32(4)], name=name)
+        node.cost = Cost({"V100-32GB": v100, "P100": p100})
+        previous = node.outputs[0]
+    graph.set_outputs([previous])
+    problem = PlacementProblem.from_module(Module("m", graph, "moirai-intra"))
+    placement = PLACERS["dpos"]().place(problem, PlacementContext())
+    assert placement.device.tolist() == [0, 0, 0]
+    assert placement.stats["critical-path-nodes"] == 3
+
+
+def test_dpos_on_one_node_and_on_none() -> None:
+    one = PlacementProblem.from_module(_baechi_module({"a": []}, {}))
+    placement = PLACERS["dpos"]().place(one, PlacementContext())
+    assert placement.device.tolist() == [0] and placement.stats["critical-path-nodes"] == 1
+    empty = PlacementProblem.from_module(Module("m", Graph(), "2xV100"))
+    assert critical_path(empty, fastt_rank(empty)) == []
