@@ -290,6 +290,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "n is a node count, never negative",
     ),
     (
+        "cpd",
+        "_BLOCK = 2048",
+        "_BLOCK = 2047",
+        "",
+        "the block is only how many positions the programme prepares at a time: each block's inward "
+        "sums are built from every edge into it, so any block size gives the same S and P",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",

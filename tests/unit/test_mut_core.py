@@ -22,6 +22,7 @@ from graphir.memory import Allocations, MemoryLedger
 from graphir.parser import parse_module
 from graphir.passes.fuse.batch import batch_round
 from graphir.passes.fuse.common import CoarseGraph
+from graphir.passes.fuse.cpd import fuse_cpd_topo, optimal_breakpoints
 from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.fastt import critical_path, fastt_rank
 from graphir.passes.place.heft import Heft
@@ -606,3 +607,56 @@ def test_dpos_on_one_node_and_on_none() -> None:
     assert placement.device.tolist() == [0] and placement.stats["critical-path-nodes"] == 1
     empty = PlacementProblem.from_module(Module("m", Graph(), "2xV100"))
     assert critical_path(empty, fastt_rank(empty)) == []
+
+
+# --------------------------------------------------------------------------- CPD-TOPO and Optimal_BP
+
+
+def _direct_dp(n: int, edges: list[tuple[int, int, float]], mem: np.ndarray, window: int, cap: float) -> float:
+    """Eq. (6) with eq. (4)'s cost summed edge by edge (no incremental eq. (5)): O(n R E)-free enough for R = 3."""
+    out_edges: list[list[tuple[int, float]]] = [[] for _ in range(n)]
+    for u, v, c in edges:
+        out_edges[u].append((v, c))
+    best = [0.0] + [np.inf] * n
+    for j in range(1, n + 1):
+        for i in range(max(0, j - window), j):
+            if j - i > 1 and mem[i:j].sum() > cap:
+                continue
+            cost = sum(c for k in range(i, j) for v, c in out_edges[k] if v >= j)
+            best[j] = min(best[j], best[i] + cost)
+    return best[n]
+
+
+def test_optimal_bp_past_one_block_of_positions() -> None:
+    """2,500 positions (more than the 2,048 the programme handles at a time), random short edges."""
+    rng = np.random.default_rng(7)
+    n = 2500
+    edges = [
+        (u, u + int(d), float(rng.integers(1, 10))) for u in range(n) for d in rng.integers(1, 5, size=2) if u + d < n
+    ]
+    mem = rng.integers(0, 4, size=n).astype(float)
+    starts, cut = optimal_breakpoints(
+        n,
+        np.asarray([e[0] for e in edges]),
+        np.asarray([e[1] for e in edges]),
+        np.asarray([e[2] for e in edges]),
+        mem,
+        3,
+        5.0,
+    )
+    assert cut == pytest.approx(_direct_dp(n, edges, mem, 3, 5.0))
+    assert starts[0] == 0 and np.all(np.diff(np.append(starts, n)) <= 3)
+
+
+def test_optimal_bp_of_nothing() -> None:
+    starts, cut = optimal_breakpoints(0, np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0), 4, 1.0)
+    assert starts.tolist() == [] and cut == 0.0
+
+
+def test_cpd_topo_labels_clusters_from_zero() -> None:
+    """A chain 0 -> 1 -> 2 -> 3 of equal edges, clusters of at most 2: [0, 1] and [2, 3] cut one edge
+    (any other split cuts two), labelled 0 and 1 in order."""
+    graph = _coarse_dag(4, [(0, 1, 1000), (1, 2, 1000), (2, 3, 1000)])
+    labels, stats = fuse_cpd_topo(graph, 2, np.inf)
+    assert labels.tolist() == [0, 0, 1, 1]
+    assert stats["clusters"] == 2
