@@ -280,6 +280,15 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "end are clipped: n + r entries suffice, the last one of n + r + 1 is never used",
     ),
     (
+        "ilp_memory",
+        "model.Add(size == last - ilp.start[g])",
+        "model.Add(size >= last - ilp.start[g])",
+        "",
+        "size is the length of the optional intervals (start, size, last) on the producer's allowed "
+        "devices; CP-SAT enforces start + size == end on the one that is present (the node is placed "
+        "somewhere), so size == last - start holds either way",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",

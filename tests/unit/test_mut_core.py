@@ -26,6 +26,7 @@ from graphir.passes.fuse.cpd import fuse_cpd_topo, optimal_breakpoints
 from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.fastt import critical_path, fastt_rank
 from graphir.passes.place.heft import Heft
+from graphir.passes.place.ilp_model import IlpModel, Transfers
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.sct_lp import favourite_children, solve_favourite_lp
 from graphir.passes.profile.roofline import analyze_graph, kind_times, roofline
@@ -660,3 +661,29 @@ def test_cpd_topo_labels_clusters_from_zero() -> None:
     labels, stats = fuse_cpd_topo(graph, 2, np.inf)
     assert labels.tolist() == [0, 0, 1, 1]
     assert stats["clusters"] == 2
+
+
+# --------------------------------------------------------------------------- the ILP's liveness memory rule
+
+
+def test_ilp_liveness_peaks_of_a_replayed_split() -> None:
+    """a (1,000 B persistent, a 4e6 B result) on gpu0 feeds b on gpu1 (a 16 B graph output).
+
+    gpu0 holds the persistent bytes and a's result until its transfer ends: 4,001,000 B. gpu1 holds
+    the received copy until b ends, and b's output (to the end of the step) from b's start on:
+    4,000,016 B at once while b runs.
+    """
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    a = graph.add_node("tf.Relu", [x], [f32(1_000_000)], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [f32(4)], name="b")
+    a.cost = b.cost = 1e-3
+    a.mem = Mem(persistent=1000, activation=4_000_000)
+    b.mem = Mem(activation=16)
+    graph.set_outputs([b.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    ilp = IlpModel(problem, Transfers(problem), None, liveness=True)
+    schedule = ilp.replay([0, 1], [0, 1])
+    assert ilp.memory_model.peaks(schedule) == [4_001_000, 4_000_016]
+    together = ilp.replay([0, 0], [0, 1])  # no transfer: a's result lives until b ends, beside b's output
+    assert ilp.memory_model.peaks(together) == [4_001_016, 0]
