@@ -30,10 +30,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import random
-import re
 import shlex
 import shutil
 import sqlite3
@@ -307,16 +307,30 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 def _annotation_only(old: str, new: str) -> bool:
-    """True when the two lines differ only in a return annotation or a local variable's annotation.
+    """True when the two lines differ only in annotations (a signature's or a local variable's).
 
     Every module under mutation starts with ``from __future__ import annotations`` (checked by
-    :func:`main`), so such a change is never evaluated.
+    :func:`main`), so such a change is never evaluated. The lines are compared as syntax trees with
+    their annotations removed.
     """
-    if old.startswith("def ") and "->" in old and "->" in new:
-        return old.split("->", 1)[0] == new.split("->", 1)[0]
-    local = re.match(r"(\w+): .* = (.*)$", old)
-    mutated = re.match(r"(\w+): .* = (.*)$", new)
-    return bool(local and mutated and local.groups() == mutated.groups())
+
+    def bare(line: str) -> str | None:
+        source = line + "\n    pass" if line.startswith("def ") else line + ("}" if line.endswith("{") else "")
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            return None
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                node.returns = None
+                for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]:
+                    arg.annotation = None
+            elif isinstance(node, ast.AnnAssign):
+                node.annotation = ast.Constant(None)
+        return ast.dump(tree)
+
+    before = bare(old)
+    return before is not None and before == bare(new)
 
 
 def _equivalent(name: str, old: str, new: str, diff: str) -> str | None:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from graphir.annotations import Cost, Mem
+from graphir.attributes import DenseTensor
 from graphir.cluster import resolve_cluster
 from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
@@ -90,6 +91,21 @@ def test_kind_times_are_per_device_kind() -> None:
     assert times["P100"][0] == pytest.approx(12000 / p100.mem_bandwidth + p100.launch_overhead)
     assert times["P100"][0] > times["V100-32GB"][0]
     assert temporaries == [0]
+
+
+def test_a_constant_of_unsized_type_counts_its_data() -> None:
+    """A Const whose result type has a symbolic dimension: its persistent bytes are its value's 3 x 4 B."""
+    graph = Graph()
+    c = graph.add_node(
+        "tf.Const",
+        [],
+        [TensorType(DType.F32, ("n",))],
+        name="c",
+        params={"value": DenseTensor.from_numpy(np.arange(3, dtype=np.float32))},
+    )
+    work = analyze_graph(graph, [c])
+    assert work.persistent.tolist() == [12]
+    assert work.activation.tolist() == [0]
 
 
 # --------------------------------------------------------------------------- the liveness memory ledger
