@@ -459,13 +459,20 @@ def _reopen_survivors(tree: Path, session: Path) -> None:
 
 
 def run_module(
-    name: str, work: Path, sample: int | None, seed: int, resume: bool = False, retest: bool = False
+    name: str,
+    work: Path,
+    sample: int | None,
+    seed: int,
+    resume: bool = False,
+    retest: bool = False,
+    collect_only: bool = False,
 ) -> dict[str, object]:
     """Mutate one module in a fresh copy of the tree; the outcome as a JSON-able dict.
 
     ``resume``: reuse the copy and session of an interrupted run of the same module (only the mutants
     without a result run). ``retest`` (with ``resume``): also run the survivors again against the
-    checkout's current tests.
+    checkout's current tests. ``collect_only`` (with ``resume``): read the session as it is (the
+    equivalent-mutant list may have grown since), running nothing.
     """
     target = MODULES[name]
     tree = work / name / "tree"
@@ -504,10 +511,11 @@ def run_module(
         meta_file.write_text(json.dumps(meta))
     total, kept, timeout, baseline_s = meta["total"], meta["kept"], meta["timeout"], meta["baseline_s"]
     print(f"mutation: {name}: {kept} of {total} mutants, timeout {timeout} s", flush=True)
-    began = time.monotonic()
-    subprocess.run([str(cosmic), "exec", str(config), str(session)], cwd=tree, check=True)
-    meta["seconds"] += time.monotonic() - began
-    meta_file.write_text(json.dumps(meta))
+    if not collect_only:
+        began = time.monotonic()
+        subprocess.run([str(cosmic), "exec", str(config), str(session)], cwd=tree, check=True)
+        meta["seconds"] += time.monotonic() - began
+        meta_file.write_text(json.dumps(meta))
     elapsed = meta["seconds"]
     outcome = _collect(session, name)
     equivalent = []
@@ -517,13 +525,15 @@ def run_module(
         (equivalent if reason else survivors).append({**survivor, **({"why": reason} if reason else {})})
     killed = int(outcome["killed"])  # type: ignore[arg-type]
     denominator = killed + len(survivors)
+    ran = denominator + len(equivalent) + int(outcome["incompetent"])  # type: ignore[arg-type]
     return {
         "module": target.path,
         "what": target.what,
         "tests": list(target.tests),
         "skipped_tests": list(target.skip),
         "mutants": total,
-        "run": kept,
+        "run": ran,
+        "drawn": kept,
         "sample_seed": meta["seed"] if kept < total else None,
         **outcome,
         "survived": len(survivors),
@@ -559,7 +569,10 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
     ]
     for name in sorted(results):
         r = results[name]
-        run = f"{r['run']}" if r["run"] == r["mutants"] else f"{r['run']} (sample, seed {r['sample_seed']})"
+        drawn = r.get("drawn", r["run"])
+        run = f"{r['run']}" if drawn == r["mutants"] else f"{r['run']} (sample, seed {r['sample_seed']})"
+        if r["run"] < drawn:  # type: ignore[operator]
+            run += f", {drawn - r['run']} of the {drawn} drawn not run: stopped at the deadline"  # type: ignore[operator]
         score = "-" if r["score"] is None else f"{r['score']:.1f} %"
         tests = ", ".join(Path(str(t)).stem for t in r["tests"])  # type: ignore[attr-defined]
         if r.get("skipped_tests"):
@@ -599,6 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "mutation")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted run's sessions")
+    parser.add_argument("--collect-only", action="store_true", help="with --resume: rewrite the results, run nothing")
     parser.add_argument(
         "--retest-survivors", action="store_true", help="with --resume: run the survivors against the current tests"
     )
@@ -618,7 +632,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {', '.join(lazy)} evaluate annotations; ANNOTATION does not hold there", file=sys.stderr)
             return 1
         for name in names:
-            outcome = run_module(name, args.work, args.sample, args.seed, args.resume, args.retest_survivors)
+            outcome = run_module(
+                name, args.work, args.sample, args.seed, args.resume, args.retest_survivors, args.collect_only
+            )
             # another run may have written other modules meanwhile: merge into the file as it is now
             results = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
             before = results.get(name, {}).get("commands", []) if args.resume else []
