@@ -562,10 +562,11 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
         "`random.Random(seed).sample` from the mutants sorted by (position, operator, occurrence), so the",
         "same seed on the same source draws the same mutants. A module's survivors may be run again",
         "after new tests (`--resume --retest-survivors`: tests are only added, so a killed mutant stays",
-        "killed); the commands column lists every run that produced the row, and the time is their sum.",
+        "killed); each module's section lists every run that produced its row, and the time is their sum.",
         "",
-        "| module | what | mutants | run | killed (timeouts) | survived | equivalent | score | time | tests |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| module | what | mutants | run | killed (timeouts) | survived | equivalent | incompetent | score | time "
+        "| tests |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in sorted(results):
         r = results[name]
@@ -579,7 +580,7 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
             tests += " (less " + ", ".join(r["skipped_tests"]) + ")"  # type: ignore[arg-type]
         lines.append(
             f"| {name} | {r['what']} | {r['mutants']} | {run} | {r['killed']} ({r['timeouts']}) | {r['survived']} "
-            f"| {len(r['equivalent'])} | {score} | {r['seconds']} s | {tests} |"  # type: ignore[arg-type]
+            f"| {len(r['equivalent'])} | {r['incompetent']} | {score} | {r['seconds']} s | {tests} |"  # type: ignore[arg-type]
         )
     missing = sorted(set(MODULES) - set(results))
     low = sorted(name for name, r in results.items() if r["score"] is None or r["score"] < 80)
