@@ -238,6 +238,26 @@ def test_dynamic_order_starts_a_freed_device_at_once(tmp_path: Path) -> None:
     assert result.makespan == pytest.approx(5 * MS)
 
 
+def test_dynamic_order_picks_after_every_event_of_the_instant(tmp_path: Path) -> None:
+    """a (cpu0) and c (cpu1) both finish at 1 ms; a readies q and c readies r (an empty tensor: no
+    transfer time), both on cpu0. Both are ready at 1 ms, so cpu0 picks by ``order``: r (1) before
+    q (2): r 1..2, q 2..3 -- not q first because a's finish was handled before c's."""
+    e = "f32[0]"
+    module = _module(
+        tmp_path,
+        [
+            f'    %a = onnx.Relu(%x) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 0]',
+            f'    %c = onnx.Relu(%x) : ({T}) -> {e} [cost = 1ms, device = "cpu1", order = 0]',
+            f'    %q = onnx.Relu(%a) : ({T}) -> {T} [cost = 1ms, device = "cpu0", order = 2]',
+            f'    %r = onnx.Relu(%c) : ({e}) -> {e} [cost = 1ms, device = "cpu0", order = 1]',
+        ],
+        "%q, %r",
+    )
+    times = _times(module, simulate(module, "pair", "dynamic"))
+    assert times["r"] == pytest.approx((1 * MS, 2 * MS))
+    assert times["q"] == pytest.approx((2 * MS, 3 * MS))
+
+
 @pytest.mark.parametrize("order", ["enforced", "dynamic"])
 def test_a_long_chain_runs_to_the_end(tmp_path: Path, order: str) -> None:
     """300 nodes of 1 ms in a chain on cpu0 (more than Python's cached small ints): 300 ms, no deadlock."""
