@@ -289,6 +289,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "somewhere), so size == last - start holds either way",
     ),
     (
+        "roofline",
+        "if TYPE_CHECKING:",
+        "if not TYPE_CHECKING:",
+        "",
+        "the guarded names (Cluster, Device, Graph, Node) appear only in annotations, which the module "
+        "defers; importing them at run time as well changes no value (graphir.ir is imported already)",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",

@@ -108,6 +108,22 @@ def test_a_constant_of_unsized_type_counts_its_data() -> None:
     assert work.activation.tolist() == [0]
 
 
+def test_kind_times_of_a_compute_bound_node_and_a_fallback_one() -> None:
+    """A 512 x 512 x 512 MatMul: 2 x 512^3 = 268,435,456 FLOP / 15.7 TFLOP/s = 17.1 us on the V100,
+    more than its 3 x 1 MiB / 900 GB/s = 3.5 us of bytes; plus the 5 us launch. An op without a cost
+    rule (the bytes fallback) has no scratch bytes, like the MatMul."""
+    graph = Graph()
+    a = graph.add_input("a", f32(512, 512))
+    b = graph.add_input("b", f32(512, 512))
+    matmul = graph.add_node("tf.MatMul", [a, b], [f32(512, 512)], name="mm")
+    unknown = graph.add_node("tf.NoSuchOp", [a], [f32(512, 512)], name="u")
+    cluster = resolve_cluster("moirai-intra")
+    times, temporaries = kind_times(cluster, [matmul, unknown])
+    v100 = cluster.kind_device("V100-32GB")
+    assert times["V100-32GB"][0] == pytest.approx(2 * 512**3 / v100.peak_flops + v100.launch_overhead)
+    assert temporaries == [0, 0]
+
+
 # --------------------------------------------------------------------------- the liveness memory ledger
 
 
