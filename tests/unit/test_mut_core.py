@@ -739,3 +739,28 @@ def test_ilp_liveness_peaks_of_a_replayed_split() -> None:
     assert ilp.memory_model.peaks(schedule) == [4_001_000, 4_000_016]
     together = ilp.replay([0, 0], [0, 1])  # no transfer: a's result lives until b ends, beside b's output
     assert ilp.memory_model.peaks(together) == [4_001_016, 0]
+
+
+def test_ilp_liveness_peaks_of_a_replayed_chain() -> None:
+    """a -> b -> c, 1 ms each. a: 1,000 B persistent, results a0 (4e6 B, read by b) and a1 (400 B,
+    read by nobody); b: result b0 (2e6 B, read by c); c: 100 B of scratch, result c0 (8e6 B, a
+    graph output, held to the end of the step).
+
+    Split a | b, c: gpu0 holds 1,000 + a0 + a1 while a runs = 4,001,400; gpu1 holds b0 + c's
+    scratch + c0 while c runs (a0's copy is gone when b ends) = 10,000,100.
+    All on gpu0: a0 lives until b ends, b0 until c ends; while c runs 1,000 + b0 + 100 + c0 =
+    10,001,100, the peak (while b runs: 1,000 + a0 + b0 = 6,001,000).
+    """
+    graph = Graph()
+    x = graph.add_input("x", f32(4))
+    a = graph.add_node("tf.Split", [x], [f32(1_000_000), f32(100)], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [f32(500_000)], name="b")
+    c = graph.add_node("tf.Relu", [b.outputs[0]], [f32(2_000_000)], name="c")
+    a.cost = b.cost = c.cost = 1e-3
+    a.mem = Mem(persistent=1000)
+    c.mem = Mem(temporary=100)
+    graph.set_outputs([c.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    ilp = IlpModel(problem, Transfers(problem), None, liveness=True)
+    assert ilp.memory_model.peaks(ilp.replay([0, 1, 1], [0, 1, 2])) == [4_001_400, 10_000_100]
+    assert ilp.memory_model.peaks(ilp.replay([0, 0, 0], [0, 1, 2])) == [10_001_100, 0]
