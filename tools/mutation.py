@@ -297,6 +297,15 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "defers; importing them at run time as well changes no value (graphir.ir is imported already)",
     ),
     (
+        "ilp_memory",
+        "if nbytes and finish > begin:",
+        "if nbytes or finish > begin:",
+        "",
+        "every call holds bytes over [begin, finish) with finish >= begin (end >= start, L >= E, R >= "
+        "Te >= Ts, the horizon last); the extra events it lets through are zero bytes, or a free and an "
+        "allocation of the same bytes at one instant, which the sort puts free first: no level changes",
+    ),
+    (
         "batch",
         "| (in_degree[dst] == 1)",
         "| (in_degree[dst] <= 1)",
