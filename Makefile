@@ -24,7 +24,8 @@
 #   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
 #   make mutation  mutation testing (cosmic-ray) of the algorithmic core, module by module with each one's own
 #                 tests; scores and survivors in benchmarks/results/mutation.md (slow: not part of `make test`;
-#                 MUTATION_ARGS='--modules memory,heft --sample 80' narrows it; tools/mutation.py)
+#                 default: a seeded sample of 40 mutants a module; MUTATION_ARGS='--modules memory,heft
+#                 --sample 80' narrows or widens it; tools/mutation.py)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -115,6 +116,7 @@ zoo: $(STAMP)
 
 # cosmic-ray is installed here, not by `make venv` (the `mutation` extra). Each mutant runs its module's
 # test selection in a copy of the tree under build/mutation/ (the checkout itself is never mutated).
+MUTATION_ARGS ?= --sample 40 --seed 1
 mutation: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[mutation]'
 	nice -n 19 $(BIN)/python -m graphir.tools.mutation $(MUTATION_ARGS)
