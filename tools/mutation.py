@@ -427,6 +427,13 @@ def _ran_no_test(output: str) -> bool:
     return tail[0].startswith("no tests ran") or any(text in output for text in usage)
 
 
+def _all_passed(output: str) -> bool:
+    """True when pytest's summary line reports passes only (no failure, error or timeout)."""
+    lines = output.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    return " passed" in summary and not any(word in summary for word in ("failed", "error", "interrupted"))
+
+
 def _collect(session: Path, name: str) -> dict[str, object]:
     from cosmic_ray.work_db import WorkDB, use_db  # noqa: PLC0415
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome  # noqa: PLC0415
@@ -439,10 +446,12 @@ def _collect(session: Path, name: str) -> dict[str, object]:
                 continue
             if result.test_outcome == TestOutcome.KILLED and _ran_no_test(result.output or ""):
                 incompetent += 1  # the test command itself failed to start: no evidence either way
-            elif result.test_outcome == TestOutcome.KILLED:
+            elif result.test_outcome == TestOutcome.KILLED and not _all_passed(result.output or ""):
                 killed += 1
                 timeouts += result.output == "timeout"
-            elif result.test_outcome == TestOutcome.SURVIVED:
+            elif result.test_outcome in (TestOutcome.SURVIVED, TestOutcome.KILLED):
+                # SURVIVED, or a non-zero exit although every test passed (seen under heavy load,
+                # after the summary line): no test failed on the mutant, so it counts as a survivor
                 spec = item.mutations[0]
                 old, new = _diff_lines(result.diff or "")
                 survivors.append(
