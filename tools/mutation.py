@@ -446,12 +446,20 @@ def _collect(session: Path, name: str) -> dict[str, object]:
                 continue
             if result.test_outcome == TestOutcome.KILLED and _ran_no_test(result.output or ""):
                 incompetent += 1  # the test command itself failed to start: no evidence either way
-            elif result.test_outcome == TestOutcome.KILLED and not _all_passed(result.output or ""):
+            elif (
+                result.test_outcome == TestOutcome.KILLED
+                and not _all_passed(result.output or "")
+                and not (
+                    # a listed equivalent mutant that ran past the timeout was slowed by the machine's load
+                    result.output == "timeout" and _equivalent(name, *_diff_lines(result.diff or ""), result.diff or "")
+                )
+            ):
                 killed += 1
                 timeouts += result.output == "timeout"
             elif result.test_outcome in (TestOutcome.SURVIVED, TestOutcome.KILLED):
                 # SURVIVED, or a non-zero exit although every test passed (seen under heavy load,
-                # after the summary line): no test failed on the mutant, so it counts as a survivor
+                # after the summary line), or a listed equivalent's timeout: no test failed on the
+                # mutant, so it counts as a survivor unless EQUIVALENT lists it
                 spec = item.mutations[0]
                 old, new = _diff_lines(result.diff or "")
                 survivors.append(
@@ -596,7 +604,10 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
         "",
         "Written by `make mutation` (`python -m graphir.tools.mutation`, cosmic-ray 8, one mutant at a time,",
         "each module's own test selection with `pytest -x`; see the module docstring of `tools/mutation.py`).",
-        "Score = killed / (killed + survived); a mutant that runs past the timeout counts as killed;",
+        "Score = killed / (killed + survived); a mutant that runs past the timeout counts as killed (on a",
+        "loaded machine a timeout can also be a slow run: a listed equivalent mutant that timed out is",
+        "reported as equivalent, and the timeouts are counted in the table); a non-zero exit with every",
+        "test passed counts as a survivor;",
         "equivalent mutants (listed below with the reason) leave the denominator; *incompetent* mutants",
         "(the mutation could not be applied or the tests could not start) are counted apart.",
         "",
