@@ -597,6 +597,26 @@ SCOPE = (
 )
 
 
+# Why a survivor survives, and whether it matters: (module, line number) -> note, shown in the report.
+SURVIVOR_NOTES: dict[tuple[str, int], str] = {
+    ("simulator", 303): "ties among the first nodes' finishes at one instant go by node number instead of device; "
+    "matters only when such finishes then queue transfers on one shared resource",
+    ("simulator", 370): "devices offered at one instant in event order instead of sorted; changes only the "
+    "sequence numbers of simultaneous starts, hence later tie order",
+    ("memory", 319): "differs only for a tentative negative allocation (a release), which no caller passes",
+    ("fastt", 101): "the tie-break between critical-path devices of equal mean time (or, for `is not`, path "
+    "positions past 256 where no device takes a node): not tested, low impact",
+    ("fastt", 104): "skips the node after one that no device can take: the memory-full path is not tested",
+    ("fastt", 143): "non-critical nodes take the critical branch: differs only for pinned (colocated) ones",
+    ("fastt", 149): "a critical node left without a device defaults to device 1: the memory-full path is not tested",
+    ("fastt", 157): "a full critical-path device other than device 0 is not reselected: a real gap, the "
+    "reselection path is tested only with the critical path on device 0",
+    ("ilp_memory", 80): "CP-SAT model constraint: killing it needs a solve where memory binds on these bytes",
+    ("ilp_memory", 93): "CP-SAT model bound: killing it needs a solve where a zero-length lifetime matters",
+    ("ilp_memory", 112): "CP-SAT model constraint: killing it needs a solve where a copy's last unit of life matters",
+}
+
+
 def write_report(results: dict[str, dict[str, object]]) -> str:
     """The Markdown page of every module measured so far."""
     lines = [
@@ -649,7 +669,11 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
         if r["survivors"]:
             lines += ["", "Surviving mutants:", ""]
             for s in r["survivors"]:  # type: ignore[attr-defined]
-                lines.append(f"- line {s['line']} ({s['function']}, {s['operator']}): `{s['old']}` -> `{s['new']}`")
+                note = SURVIVOR_NOTES.get((name, int(s["line"])))
+                lines.append(
+                    f"- line {s['line']} ({s['function']}, {s['operator']}): `{s['old']}` -> `{s['new']}`"
+                    + (f": {note}" if note else "")
+                )
         if r["equivalent"]:
             lines += ["", "Equivalent mutants:", ""]
             for s in r["equivalent"]:  # type: ignore[attr-defined]
