@@ -22,6 +22,10 @@
 #   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
 #                 benchmarks/results/fuzz.md, new crashes saved under tests/data/crashes/ (tools/fuzz.py)
 #   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
+#   make mutation  mutation testing (cosmic-ray) of the algorithmic core, module by module with each one's own
+#                 tests; scores and survivors in benchmarks/results/mutation.md (slow: not part of `make test`;
+#                 default: a seeded sample of 40 mutants a module; MUTATION_ARGS='--modules memory,heft
+#                 --sample 80' narrows or widens it; tools/mutation.py)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -34,7 +38,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz clean distclean
+.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -109,6 +113,13 @@ test-all: test
 # records its time there. `rm -rf zoo && make zoo` rebuilds from scratch (about 10 minutes, 2 cores).
 zoo: $(STAMP)
 	$(BIN)/python tools/zoo.py --table benchmarks/results/zoo.md
+
+# cosmic-ray is installed here, not by `make venv` (the `mutation` extra). Each mutant runs its module's
+# test selection in a copy of the tree under build/mutation/ (the checkout itself is never mutated).
+MUTATION_ARGS ?= --sample 40 --seed 1
+mutation: $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[mutation]'
+	nice -n 19 $(BIN)/python -m graphir.tools.mutation $(MUTATION_ARGS)
 
 bench: bench-core bench-place bench-scale bench-simulate
 	$(BIN)/python -m graphir.tools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
