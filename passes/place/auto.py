@@ -13,10 +13,9 @@ improves it.
    member). A member with a ``mem-model`` option gets ``auto``'s. A member whose modelled cost
    (:class:`WorkModel`) would take the portfolio past 60 % of the budget is skipped and reported
    as ``skipped`` (a later, cheaper member may still run); the first member always runs. A member that
-   fails (METIS without ``pymetis``) is reported as ``failed``. The list schedulers run with their
-   memory guard (:mod:`graphir.passes.place.memory_guard`), as ``place`` runs them, so the portfolio
-   holds the placements the placers themselves answer; each re-plan of a guard is charged as one more
-   run of the member (the guard's check of the first plan, one simulation, is not charged).
+   fails (METIS without ``pymetis``) is reported as ``failed``. Members plan once, without the list
+   schedulers' memory guard (:mod:`graphir.passes.place.memory_guard`): auto simulates every answer
+   itself, and the refinement repairs memory.
 2. **Choice**: the candidate that fits memory (no OOM device) with the smallest simulated makespan;
    when none fits, the least overflow (bytes above capacity, summed over devices), then makespan.
 3. **Refinement** (:mod:`graphir.passes.place.refine`): a local search moving blocks of coarse
@@ -230,6 +229,9 @@ class Auto(Placer):
                 durations[id(out)] = np.asarray(result.finish) - np.asarray(result.start)
             return out
 
+        # Members plan once, without their memory guard (passes/place/memory_guard.py): auto simulates
+        # every answer itself and keeps one that fits, and its refinement repairs memory.
+        member_ctx = dataclasses.replace(ctx, simulate=None)
         model = WorkModel.of(problem)
         spent = 0.0  # modelled seconds, not the clock: the same work on every machine and load
         candidates: list[Candidate] = []
@@ -242,7 +244,7 @@ class Auto(Placer):
             spent += cost
             member_began = time.perf_counter()
             try:
-                answer = PLACERS[name](**self._options(name, problem)).place(problem, ctx)
+                answer = PLACERS[name](**self._options(name, problem)).place(problem, member_ctx)
             except (GraphIRError, ImportError) as exc:
                 stats[f"auto.{name}-ms"] = "failed"
                 ctx.log(f"auto: {name} failed: {exc}")
@@ -255,9 +257,6 @@ class Auto(Placer):
                 member = plain if plain.better_than(member) else member
                 bound = critical_path_bound(problem, durations[id(member)])
                 stats["auto.bound-ms"] = round(bound * 1e3, 3)
-            plans = answer.stats.get("memory-guard-plans", 1)  # a guarded member's re-plans cost a run each
-            if isinstance(plans, int) and plans > 1:
-                spent += (plans - 1) * cost
             wall = time.perf_counter() - member_began
             stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
             stats[f"auto.{name}-wall-s"] = round(wall, 3)
