@@ -42,7 +42,7 @@ from graphir.ops import is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.pass_manager import PassManager
 from graphir.passes.profile import check_measurement, register_profile_mode
-from graphir.passes.profile.tf import Regression, relative_deviation, run_regression
+from graphir.passes.profile.tf import Regression, deviation_stats, relative_deviation, run_regression
 from graphir.passes.transform.batching import module_batch
 from graphir.pipeline import parse_pipeline
 
@@ -96,18 +96,6 @@ class StandardEval(Regression):
         return PassResult(True, stats)
 
 
-def _dev_stats(prefix: str, deviation: np.ndarray) -> dict[str, Stat]:
-    if deviation.size == 0:
-        return {f"{prefix}-compared-ops": 0}
-    return {
-        f"{prefix}-deviation-mean": float(deviation.mean()),
-        f"{prefix}-deviation-median": float(np.median(deviation)),
-        f"{prefix}-deviation-p90": float(np.quantile(deviation, 0.9)),
-        f"{prefix}-within-20pct": float((deviation <= 0.2).mean()),
-        f"{prefix}-compared-ops": int(deviation.size),
-    }
-
-
 def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str, Stat]:
     from graphir.backends.tf.rig import rig
     from graphir.backends.tf.strategy_run import run_strategy
@@ -140,10 +128,10 @@ def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str,
     # memory compared on activations and scratch: variables and constants hold persistent bytes (as in step 1)
     has_m = (memory >= 0) & ~np.array([is_variable(node.op) or owns_value(node.op) for node in nodes], dtype=bool)
     stats: dict[str, Stat] = {"se2-devices": used, "se2-run-s": run.median_s, "se2-threshold": options.threshold}
-    stats |= _dev_stats("se2-time", relative_deviation(predicted_t[has_t], seconds[has_t]))
-    stats |= _dev_stats("se2-mem", relative_deviation(predicted_m[has_m], memory[has_m]))
+    stats |= deviation_stats("se2-time", relative_deviation(predicted_t[has_t], seconds[has_t]))
+    stats |= deviation_stats("se2-mem", relative_deviation(predicted_m[has_m], memory[has_m]))
     slow = has_t & (np.nan_to_num(seconds) >= SLOW_NODE_S)
-    stats |= _dev_stats("se2-time-10us", relative_deviation(predicted_t[slow], seconds[slow]))
+    stats |= deviation_stats("se2-time-10us", relative_deviation(predicted_t[slow], seconds[slow]))
     total_m, total_t = memory[has_m].sum(), seconds[has_t].sum()
     stats["se2-mem-total-deviation"] = float(abs(predicted_m[has_m].sum() - total_m) / total_m) if total_m else 0.0
     stats["se2-time-total-deviation"] = float(abs(predicted_t[has_t].sum() - total_t) / total_t) if total_t else 0.0

@@ -283,7 +283,8 @@ def relative_deviation(estimate: np.ndarray, measured: np.ndarray) -> np.ndarray
     return np.abs(estimate[keep] - measured[keep]) / measured[keep]
 
 
-def _deviation_stats(prefix: str, deviation: np.ndarray) -> dict[str, Stat]:
+def deviation_stats(prefix: str, deviation: np.ndarray) -> dict[str, Stat]:
+    """Mean, median, p90, share within 20 % and count of relative deviations, keyed ``PREFIX-...``."""
     if deviation.size == 0:
         return {f"{prefix}-compared-ops": 0}
     return {
@@ -371,11 +372,11 @@ def run_regression(options: Regression, module: Module, ctx: PassContext) -> Pas
         p_seconds, p_output, p_temp = (array[both].astype(float) for array in predicted)
         m_output = measured.output[both].astype(float)
         m_seconds = measured.seconds[both]
-        stats |= _deviation_stats(
+        stats |= deviation_stats(
             "mem", relative_deviation(p_output + p_temp, m_output + measured.temporary[both].astype(float))
         )
-        stats |= _deviation_stats("output-mem", relative_deviation(p_output, m_output))
-        stats |= _deviation_stats("time", relative_deviation(p_seconds, m_seconds))
+        stats |= deviation_stats("output-mem", relative_deviation(p_output, m_output))
+        stats |= deviation_stats("time", relative_deviation(p_seconds, m_seconds))
         slow = m_seconds >= _SLOW_NODE_S
         dev = relative_deviation(p_seconds[slow], m_seconds[slow])
         stats["time-deviation-mean-10us"] = float(dev.mean()) if dev.size else 0.0
