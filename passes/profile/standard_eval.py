@@ -2,6 +2,15 @@
 
 Step 1 is ``profile{mode=regression}`` (:mod:`graphir.passes.profile.tf`): the model measured at small
 batch sizes, one least-squares line per node for time and memory, evaluated at the target batch.
+Celeritas measures step 1 on one device of the kind step 2 runs on; here (``step1=rig``, the
+default) each small batch runs on the cluster's first TensorFlow worker (the whole model placed
+there, ``place{algo=single}``, ``warmup`` then ``iterations`` traced steps), so both steps time the
+same kernels in the same runtime. ``step1=local`` measures in a local single-threaded session
+instead (``mode=regression``'s own way). The two runtimes run different kernels for the same op:
+the local session's graph optimisation rewrites ``MatMul`` into oneDNN's ``_MklMatMul``, while the
+rig's distributed workers run TensorFlow's Eigen ``MatMul``; on the small LSTM training graph of
+``benchmarks/results/online.md`` the backward ``MatMul``s of every LSTM cell took ~70 µs locally and
+~800 µs on a worker, so step 1 measured locally missed a quarter of the nodes by 10x.
 
 Step 2 ("we acquire accurate operation information by running the large-batch model for a few
 iterations using a sequential placement strategy based on memory constraints"): the module itself,
@@ -17,7 +26,8 @@ compares them with the step-1 predictions:
 * the **deviation** ``|predicted − measured| / measured`` per node (nodes whose measured value is
   positive), reported as ``se2-time-deviation-*`` and ``se2-mem-deviation-*`` (mean, median, p90,
   share within 20 %, count; memory = output + temporary bytes of every node but variables and
-  constants, whose bytes are persistent; ``se2-time-10us-*`` over nodes measured at ≥ 10 µs), plus the
+  constants, whose bytes are persistent, temporary bytes read without the allocator's padding of the
+  outputs, :func:`unpadded_temporary`; ``se2-time-10us-*`` over nodes measured at ≥ 10 µs), plus the
   deviation of the totals
   (``se2-mem-total-deviation``, ``se2-time-total-deviation``);
 * where a node's deviation exceeds ``threshold``, its **measured** value replaces the prediction
@@ -31,22 +41,43 @@ step's median wall time under it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
 
 from graphir.annotations import Cost, Mem
+from graphir.cluster_model import Cluster
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.ops import is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.pass_manager import PassManager
 from graphir.passes.profile import check_measurement, register_profile_mode
-from graphir.passes.profile.tf import Regression, deviation_stats, relative_deviation, run_regression
+from graphir.passes.profile.tf import (
+    NodeMeasure,
+    Regression,
+    deviation_stats,
+    relative_deviation,
+    run_regression,
+)
 from graphir.passes.transform.batching import module_batch
 from graphir.pipeline import parse_pipeline
 
-__all__ = ["SLOW_NODE_S", "StandardEval"]
+__all__ = ["BFC_ALLOCATION_BYTES", "SLOW_NODE_S", "StandardEval", "unpadded_temporary"]
+
+BFC_ALLOCATION_BYTES = 256
+"""TF's BFC allocator (the rig workers' allocator) rounds every allocation up to a multiple of 256 bytes
+(``kMinAllocationSize``): a node's allocated bytes exceed its output's requested bytes by that
+padding, which is not temporary memory (a 4-byte scalar reads as 4 output + 252 "temporary" bytes)."""
+
+
+def unpadded_temporary(output: int, temporary: int) -> int:
+    """A rig node's temporary bytes without the BFC padding of its output (see :data:`BFC_ALLOCATION_BYTES`)."""
+    if output < 0:
+        return temporary
+    return max(0, temporary - (-output) % BFC_ALLOCATION_BYTES)
+
 
 SLOW_NODE_S = 10e-6
 """Nodes measured at or above this time get their own time-deviation statistics (``se2-time-10us-*``): below
@@ -68,12 +99,15 @@ class StandardEval(Regression):
         threshold: relative deviation above which step 2's measured value replaces the prediction.
         placer: the sequential placement of step 2 (a ``place`` algorithm, default ``m-topo``).
         steps: untraced timed steps of step 2 (its ``se2-run-s``).
+        step1: where step 1 measures: ``rig`` (one TensorFlow worker of the cluster) or ``local``
+            (a local session with ``threads`` threads).
     """
 
     name: ClassVar[str] = "standard-eval"
     threshold: float = 0.2
     placer: str = "m-topo"
     steps: int = 2
+    step1: str = "rig"
 
     def profile(self, module: Module, ctx: PassContext) -> PassResult:
         """Both steps (see the module docstring)."""
@@ -90,10 +124,36 @@ class StandardEval(Regression):
             raise PassError(
                 f"step 2 runs the module itself: 'target' must be its batch ({own}) or 0, got {self.target}"
             )
-        step1 = run_regression(self, module, ctx)
+        if self.step1 not in ("rig", "local"):
+            raise PassError(f"'step1' must be 'rig' or 'local', got '{self.step1}'")
+        measure = _rig_measure(module.cluster) if self.step1 == "rig" else None
+        step1 = run_regression(self, module, ctx, measure)
         stats = dict(step1.stats)
         stats |= _step2(self, module, ctx)
         return PassResult(True, stats)
+
+
+def _rig_measure(cluster: Cluster) -> Callable[[Module, Regression, int, list[str]], NodeMeasure]:
+    """Step 1's measurement of one batch size on the cluster's first rig worker (see the module docstring)."""
+
+    def measure(at_batch: Module, options: Regression, seed: int, names: list[str]) -> NodeMeasure:
+        from graphir.backends.tf.rig import rig
+        from graphir.backends.tf.strategy_run import run_strategy
+
+        at_batch.set_cluster(cluster)
+        PassManager(parse_pipeline("place{algo=single}")).run(at_batch, PassContext(seed=seed))
+        with rig(cluster) as servers:
+            measured = run_strategy(
+                at_batch, servers, steps=1, warmup=options.warmup, trace_steps=options.iterations, seed=seed
+            )
+        run = measured.run
+        seconds = np.array([run.node_seconds.get(name, np.nan) for name in names])
+        memory = [measured.node_memory.get(name, (-1, -1)) for name in names]
+        output = np.array([out for out, _ in memory], dtype=np.int64)
+        temporary = np.array([unpadded_temporary(out, temp) for out, temp in memory], dtype=np.int64)
+        return NodeMeasure(seconds, output, temporary, run.median_s, min(run.times_s), options.iterations)
+
+    return measure
 
 
 def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str, Stat]:
@@ -123,7 +183,8 @@ def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str,
             node.device, node.order = device, order
     run = measured.run
     seconds = np.array([run.node_seconds.get(node.name, np.nan) for node in nodes])
-    memory = np.array([sum(measured.node_memory.get(node.name, (-1, 0))) for node in nodes], dtype=float)
+    bytes_of = [measured.node_memory.get(node.name, (-1, 0)) for node in nodes]
+    memory = np.array([out + unpadded_temporary(out, temp) if out >= 0 else -1 for out, temp in bytes_of], dtype=float)
     has_t = ~np.isnan(seconds)
     # memory compared on activations and scratch: variables and constants hold persistent bytes (as in step 1)
     has_m = (memory >= 0) & ~np.array([is_variable(node.op) or owns_value(node.op) for node in nodes], dtype=bool)
@@ -142,6 +203,7 @@ def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str,
             replaced_t += 1
         if has_m[i] and memory[i] > 0 and abs(predicted_m[i] - memory[i]) > options.threshold * memory[i]:
             out, temp = measured.node_memory[node.name]
+            temp = unpadded_temporary(out, temp)
             persistent = node.mem.persistent if node.mem is not None else 0
             node.mem = Mem(persistent, int(out), int(temp))
             replaced_m += 1

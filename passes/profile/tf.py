@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 import attrs
@@ -311,11 +312,21 @@ def _module_at(module: Module, base: object, batch: int) -> tuple[Module, str]:
         raise PassError(f"cannot rebuild '{module.name}' at batch {batch}: {message}{hint}") from None
 
 
-def run_regression(options: Regression, module: Module, ctx: PassContext) -> PassResult:
-    """``profile{mode=regression}``: Celeritas's Standard Evaluation (see the module docstring)."""
+def run_regression(
+    options: Regression,
+    module: Module,
+    ctx: PassContext,
+    measure: Callable[[Module, Regression, int, list[str]], NodeMeasure] | None = None,
+) -> PassResult:
+    """``profile{mode=regression}``: Celeritas's Standard Evaluation (see the module docstring).
+
+    ``measure(module at a batch, options, seed, names)`` measures one batch size (default
+    :func:`measure_module`, a local session); ``profile{mode=standard-eval}`` measures on a rig worker.
+    """
     from graphir.backends.tf.measure import module_graphdef
     from graphir.passes.transform.batching import module_batch
 
+    measure = measure or measure_module
     batches = sorted(set(options.batches))
     if len(batches) < 2 or batches[0] < 1:
         raise PassError(f"'batches' needs at least two distinct sizes >= 1, got {','.join(map(str, options.batches))}")
@@ -332,7 +343,7 @@ def run_regression(options: Regression, module: Module, ctx: PassContext) -> Pas
     for batch in batches:
         at_batch, how = _module_at(module, base, batch)
         ctx.log(f"profile: measuring '{module.name}' at batch {batch} ({len(at_batch.graph)} nodes, via {how})")
-        measured = measure_module(at_batch, options, ctx.seed, names)
+        measured = measure(at_batch, options, ctx.seed, names)
         rows_t.append(measured.seconds)
         rows_o.append(measured.output)
         rows_m.append(measured.temporary)
@@ -367,7 +378,7 @@ def run_regression(options: Regression, module: Module, ctx: PassContext) -> Pas
     stats["compute-s"] = float(seconds.sum())
     if options.validate:
         at_target = module if target == own_batch else _module_at(module, base, target)[0]
-        measured = measure_module(at_target, options, ctx.seed, names)
+        measured = measure(at_target, options, ctx.seed, names)
         both = fitted & ~np.isnan(measured.seconds) & (measured.output >= 0)
         p_seconds, p_output, p_temp = (array[both].astype(float) for array in predicted)
         m_output = measured.output[both].astype(float)

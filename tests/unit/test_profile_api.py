@@ -56,7 +56,7 @@ def test_every_builtin_mode_is_registered_with_its_own_options() -> None:
     assert fields["regression"] == ["iterations", "warmup", "threads", "batches", "target", "validate"]
     assert fields["tf-run"] == ["iterations", "warmup"]
     assert fields["cost-table"] == ["path", "unmeasured", "model", "per_device"]
-    assert fields["standard-eval"] == [*fields["regression"], "threshold", "placer", "steps"]
+    assert fields["standard-eval"] == [*fields["regression"], "threshold", "placer", "steps", "step1"]
     assert [f.name for f in dataclasses.fields(Profile)] == ["mode", "profiler"]
 
 
