@@ -247,26 +247,38 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         "Measured: median wall time of the round's timed steps on the rig "
         "(TF workers pinned one per core). Estimated: the simulator's makespan of the strategy under the cost model "
         "the round started with (unmeasured costs 0, so estimates of unexplored strategies are optimistic by "
-        "design). Final ≤ first compares the medians over every round each strategy ran (one round's median "
-        "moves with the machine's load). Change: relative L1 change of the per-(op, device) cost table over the "
-        "entries it had.",
+        "design). A trial round runs the candidate, then the active strategy again (its baseline, same load): "
+        "activate when the candidate is faster, else roll back. When the loop ends on a strategy other than its "
+        "first, a verify round runs that strategy and then the first one back to back and keeps the faster "
+        "(`rollback`: back to the first). Final ≤ first is read from that paired verify round (or holds "
+        "trivially when the loop ends on its first strategy); the medians over all runs of a strategy are listed "
+        "for reference (one round's median moves with the machine's load). Change: relative L1 change of the "
+        "per-(op, device) cost table over the entries it had.",
         "",
         f"Run {when}, commit `{_commit()}`.",
         "",
         "| run | graph | start | placer | nodes | rounds | first strategy: first round / median (ms) | "
-        "final strategy: last round / median (ms) | final ≤ first | decisions | wall (s) | load |",
-        "|---|---|---|---|---:|---:|---:|---:|:-:|---|---:|---:|",
+        "final strategy: last run / median (ms) | verify: candidate / first, back to back (ms) | final ≤ first | "
+        "decisions | wall (s) | load |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|:-:|---|---:|---:|",
     ]
     for name, doc in results.items():
         rounds = doc["rounds"]
         first, final = doc["first_measured_s"], doc["final_measured_s"]
         first_median, final_median = doc["first_median_s"], doc["final_median_s"]
         decisions = ", ".join(r["decision"] for r in rounds)
-        ok = "yes" if final_median is not None and final_median <= first_median else "**no**"
-        ok += " (same strategy)" if rounds[0]["strategy"] == doc["active"] else ""
+        paired = doc.get("paired")
+        verify = "—" if paired is None else f"{_ms(paired['candidate_s'])} / {_ms(paired['first_s'])}"
+        if rounds[0]["strategy"] == doc["active"]:
+            ok = "yes (rolled back to the first)" if paired is not None else "yes (same strategy)"
+        elif paired is not None:
+            ok = "yes (paired)" if paired["candidate_s"] <= paired["first_s"] else "**no** (paired)"
+        else:
+            ok = "yes (medians)" if final_median <= first_median else "**no** (medians)"
         nodes = doc.get("nodes") or sum(rounds[0]["devices"].values())
         cells = [name, doc["graph"], _start(doc), doc["placer"], str(nodes), str(len(rounds))]
-        cells += [f"{_ms(first)} / {_ms(first_median)}", f"{_ms(final)} / {_ms(final_median)}", ok, decisions]
+        cells += [f"{_ms(first)} / {_ms(first_median)}", f"{_ms(final)} / {_ms(final_median)}", verify, ok]
+        cells += [decisions]
         cells += [f"{doc['wall_s']:.0f}", "—" if doc["load"] is None else f"{doc['load']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     for name, doc in results.items():
@@ -274,8 +286,9 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
         lines += ["", f"## {name}", "", f"![{name}]({plot})", ""]
         lines += [
             "| round | ran | strategy | source | nodes per device | estimated (ms) | candidate (estimate ms) | "
-            "measured (ms) | decision | active after | table change | new entries | coverage | transfers | loss |",
-            "|---:|---|---|---|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|",
+            "measured (ms) | then ran: strategy (ms) | decision | active after | table change | new entries | "
+            "coverage | transfers | loss |",
+            "|---:|---|---|---|---|---:|---|---:|---|---|---|---:|---:|---:|---:|---:|",
         ]
         for r in doc["rounds"]:
             devices = ", ".join(f"{d} {c}" for d, c in r["devices"].items())
@@ -284,9 +297,10 @@ def render(results: dict[str, dict[str, Any]], args: argparse.Namespace, when: s
             )
             change = "—" if r["change"] is None else f"{r['change']:.1%}"
             loss = "—" if r["loss"] is None else f"{r['loss']:.4f}"
+            baseline = f"{r['baseline']} ({_ms(r.get('baseline_s'))})" if r.get("baseline") else ""
             cells = [
                 str(r["index"]), r["ran"], r["strategy"], r["source"], devices, _ms(r["estimated_s"]), candidate,
-                _ms(r["measured_s"]), r["decision"], r["active"], change, str(r["new_entries"]),
+                _ms(r["measured_s"]), baseline, r["decision"], r["active"], change, str(r["new_entries"]),
                 f"{r['coverage']:.0%}", str(r["transfers"]), loss,
             ]  # fmt: skip
             lines.append("| " + " | ".join(cells) + " |")

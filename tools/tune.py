@@ -14,18 +14,24 @@ when TensorFlow cannot rebuild it (``zoo:<entry>`` models are rebuilt by the zoo
 prints one line (strategy, estimated and measured step time, decision; the loop is described in
 :mod:`graphir.tools.tune_loop`) and the run writes into DIR:
 
-* ``rounds.json``: ``{"model", "cluster", "options", "start", "nodes", "rounds": [...], "active", "first_measured_s",
-  "final_measured_s", "first_median_s", "final_median_s", "strategies", "store"}`` (first/final: the
-  first round's strategy and the active one at the end, measured in its last round and as the median
-  over all rounds it ran; ``strategies``: per id, its source, rounds and measurements; ``start``: the
-  starting rule's outcome, ``{"strategy", "replicas", "fits", "reason"}``; ``nodes``: nodes of the
-  graph the loop placed). Each round
+* ``rounds.json``: ``{"model", "cluster", "options", "start", "nodes", "rounds": [...], "active", "first",
+  "first_measured_s", "final_measured_s", "first_median_s", "final_median_s", "paired", "strategies",
+  "store"}`` (first/final: the first round's strategy and the active one at the end, measured in
+  its first and last run and as the median over every run of it, trial baselines included;
+  ``paired``: the verify round, ``{"candidate", "candidate_s", "first_s", "decision"}``: the
+  strategy active before it and the first one, measured back to back, and whether the loop kept
+  the candidate (``keep``) or went back to the first (``rollback``); ``null`` when no verify round
+  ran (the loop was on its first strategy, or ``--no-verify``); ``strategies``: per id,
+  its source, rounds and measurements; ``start``: the starting rule's outcome, ``{"strategy",
+  "replicas", "fits", "reason"}``; ``nodes``: nodes of the graph the loop placed). Each round
   has ``index``, ``strategy`` (id), ``source`` (the placer or the bootstrap rule), ``ran``
-  (``bootstrap``/``trial``/``active``/``restore``), ``estimated_s`` (of what ran), ``candidate`` and
-  ``candidate_estimated_s`` (what the placer proposed), ``measured_s``, ``decision``
-  (``activate``/``rollback``/``keep``/``stop``), ``active`` (the id in force after the round),
-  ``change`` (relative change of the cost table), ``new_entries``, ``coverage``, ``devices`` (nodes
-  per device), ``transfers``, ``loss`` (the last step's), ``steps``, ``wall_s``;
+  (``bootstrap``/``trial``/``active``/``verify``), ``estimated_s`` (of what ran), ``candidate`` and
+  ``candidate_estimated_s`` (what the placer proposed), ``measured_s``, ``baseline`` and
+  ``baseline_s`` (the strategy also run in the round and its measurement: a trial's active strategy,
+  the verify round's first strategy), ``decision`` (``activate``/``rollback``/``keep``/``stop``),
+  ``active`` (the id in force after the round), ``change`` (relative change of the cost table),
+  ``new_entries``, ``coverage``, ``devices`` (nodes per device), ``transfers``, ``loss`` (the last
+  step's), ``steps``, ``wall_s``;
 * ``rounds.png``: measured (and estimated) step time per round, decisions marked;
 * ``placement.json``: the active strategy at the end, ``{node: device}``;
 * the cost store (``--store``, default ``DIR/costs.json``): a second run with the same store starts
@@ -82,9 +88,11 @@ def _parser() -> argparse.ArgumentParser:
             "harvests RunMetadata into the cost store, and activates the strategy or rolls it back."
         ),
         epilog=(
-            "each round prints: what ran (bootstrap | trial = the placer's new strategy | active | restore after a "
-            "rollback), estimated and measured step time, and the decision: activate (measured faster), rollback "
-            "(measured slower: the previous strategy runs next round), keep, or stop (cost table stable).\n\n"
+            "each round prints: what ran (bootstrap | trial = the placer's new strategy, then the active one again "
+            "| active | verify = the final strategy, then the first one), estimated and measured step time, and the "
+            "decision: activate (the trial measured faster than the active strategy right after it), rollback "
+            "(slower: the previous strategy stays; verify: the first strategy was faster), keep, or stop (cost "
+            "table stable).\n\n"
             "example: graphir-tune zoo/batches/resnet50_train_b1.pb --cluster 2xcpu-workers --rounds 6 "
             "-o build/tune/resnet50\n"
             "then:    graphir-opt MODEL --cluster 2xcpu-workers "
@@ -135,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="ROUND:SECONDS",
         help="add SECONDS to every timed step of ROUND, as a slow link would (testing the rollback)",
     )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the verify round (the final strategy measured back to back with the first one)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-round lines")
     return parser
 
@@ -176,20 +189,30 @@ def _options(args: argparse.Namespace) -> TuneOptions:
         seed=args.seed,
         delays=_delays(args.inject_delay),
         start=args.start,
+        verify=not args.no_verify,
     )
 
 
 def rounds_document(model: str, cluster: str, options: TuneOptions, result: TuneResult) -> dict[str, Any]:
     """The content of ``rounds.json`` (see the module docstring)."""
-    active_rows = [r for r in result.rounds if r.strategy == result.active.id]
     strategies: dict[str, dict[str, Any]] = {}
+    sources = {r.strategy: r.source for r in result.rounds}
     for r in result.rounds:
-        entry = strategies.setdefault(r.strategy, {"source": r.source, "rounds": [], "measured_s": []})
-        entry["rounds"].append(r.index)
-        entry["measured_s"].append(r.measured_s)
+        for strategy, seconds in ((r.strategy, r.measured_s), (r.baseline, r.baseline_s)):
+            if strategy:
+                entry = strategies.setdefault(strategy, {"source": sources[strategy], "rounds": [], "measured_s": []})
+                entry["rounds"].append(r.index)
+                entry["measured_s"].append(seconds)
     for entry in strategies.values():
         entry["median_s"] = statistics.median(entry["measured_s"])
     first = result.rounds[0].strategy
+    final = strategies[result.active.id]
+    verify = [r for r in result.rounds if r.ran == "verify"]
+    paired = None
+    if verify:
+        row = verify[-1]
+        paired = {"candidate": row.strategy, "candidate_s": row.measured_s, "first_s": row.baseline_s}
+        paired["decision"] = row.decision
     option_values = {k: v for k, v in vars(options).items() if k != "delays"}
     option_values["delays"] = {str(k): v for k, v in options.delays.items()}
     return {
@@ -200,10 +223,12 @@ def rounds_document(model: str, cluster: str, options: TuneOptions, result: Tune
         "nodes": len(result.active.assignment),
         "rounds": [r.as_json() for r in result.rounds],
         "active": result.active.id,
+        "first": first,
         "first_measured_s": result.rounds[0].measured_s,
-        "final_measured_s": active_rows[-1].measured_s if active_rows else None,
+        "final_measured_s": final["measured_s"][-1],
         "first_median_s": strategies[first]["median_s"],
-        "final_median_s": strategies[result.active.id]["median_s"] if active_rows else None,
+        "final_median_s": final["median_s"],
+        "paired": paired,
         "strategies": strategies,
         "store": result.store.summary(),
     }

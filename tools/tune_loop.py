@@ -17,22 +17,30 @@ One **round** (FastT §4, "Workflow" and "Cost Models"):
    copy of the graph) computes the *candidate*, and the simulator (the one ruler) estimates its step
    time and the *active* strategy's, both under the current model.
 3. **What runs.** The candidate runs (a *trial*) when it is new (not the active strategy, not one
-   rolled back before) and its estimate beats the active one's by more than ``margin``; otherwise
-   the active strategy runs. The round after a rollback always runs the restored active strategy,
-   so the next comparison is against a fresh measurement of it (the load of a shared machine drifts).
+   rolled back before) and its estimate beats the active one's by more than ``margin``; right after
+   it, in the same round, the active strategy runs again (its *baseline*), so the trial is compared
+   with a measurement taken under the same load (the load of a shared machine drifts by more than
+   the differences the loop decides on). Otherwise the active strategy runs.
 4. **Run.** :func:`graphir.backends.tf.strategy_run.run_strategy` lowers the strategy and trains
    ``warmup + trace_steps + steps`` steps on the rig, starting from the variables the previous
    round ended with (a strategy switch never restarts training); the measured step time is the
    median of the timed steps.
 5. **Re-profile.** The traced steps' per-node times (on the device each node ran on) and transfer
    samples go into the store (:meth:`CostStore.record`); the store is saved.
-6. **Decide.** ``bootstrap``: activate. Trial: **activate** when its measured step time is below the
-   active strategy's last measurement, else **roll back** (FastT: "if it finds that the per-iteration
-   execution time with the new strategy is even longer than the previous one, it rolls back").
-   Otherwise ``keep`` (the active strategy's measurement is refreshed); a keep round whose cost-table
-   change is below ``tolerance`` with no new entries, once ``min_rounds`` have run, ends the
-   pre-training stage: ``stop`` ("when the cost models become stable ... we finish the pre-training
-   stage").
+6. **Decide.** ``bootstrap``: activate. Trial: **activate** when its measured step time is below its
+   baseline's (the active strategy measured right after it), else **roll back** (FastT: "if it finds
+   that the per-iteration execution time with the new strategy is even longer than the previous
+   one, it rolls back"). Otherwise ``keep`` (the active strategy's measurement is refreshed); a keep
+   round whose cost-table change is below ``tolerance`` with no new entries, once ``min_rounds``
+   have run, ends the pre-training stage: ``stop`` ("when the cost models become stable ... we
+   finish the pre-training stage").
+
+**Verify** (``verify``, on by default). Every activation won a paired comparison with the strategy
+it replaced, but a chain of them is only compared pairwise. When the loop ends (stopped or out of
+rounds) with an active strategy other than the first round's, one more round runs the active
+strategy and then the first one back to back: if the first is faster, the loop **rolls back** to it,
+else it keeps the active one. So the strategy the loop ends on was measured against the strategy it
+started from under the same load, and is never the slower of the two.
 
 A strategy is a placement and execution order (``device`` and ``order`` of every node) of a graph;
 its id is a short hash of both, so equal strategies have equal ids across rounds and runs.
@@ -102,11 +110,13 @@ class TuneOptions:
         congestion: the simulator's congestion rule for the estimates (``task``: a transfer also books
             the sending and receiving worker's core, as on the rig; see :mod:`graphir.links`).
         seed: seeds the batch fed every step and the initial variables.
-        delays: round -> seconds added to each timed step of that round (fault injection).
+        delays: round -> seconds added to each timed step of that round's (first) run (fault injection;
+            not to a trial's baseline nor to the first strategy's run of the verify round).
         start: the starting strategy: ``auto`` (FastT's rule, see :func:`fastt_start`),
             ``data-parallel`` (the data-parallel graph and its baseline placement, an error when the
             graph cannot be replicated) or a ``place`` algorithm run on analytical costs on the
             graph as given.
+        verify: end with the verify round (see the module docstring) when the active strategy is not the first.
     """
 
     rounds: int = 6
@@ -122,6 +132,7 @@ class TuneOptions:
     seed: int = 0
     delays: Mapping[int, float] = dataclasses.field(default_factory=dict)
     start: str = "auto"
+    verify: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +194,10 @@ class Round:
     loss: float
     steps: int
     wall_s: float
+    baseline: str = ""
+    """The strategy also run in this round, after ``strategy``: a trial's active strategy, the verify round's first."""
+    baseline_s: float = math.nan
+    """Its measured step time (NaN when nothing else ran)."""
 
     def as_json(self) -> dict[str, Any]:
         """A JSON object (NaN and infinity become ``null``)."""
@@ -200,9 +215,12 @@ class Round:
         candidate = ""
         if self.candidate != self.strategy and math.isfinite(self.candidate_estimated_s):
             candidate = f" (candidate {self.candidate} {self.candidate_estimated_s * 1e3:.2f} ms)"
+        measured = f"{self.measured_s * 1e3:.2f} ms"
+        if self.baseline:
+            measured += f" vs {self.baseline} {self.baseline_s * 1e3:.2f} ms"
         return (
             f"round {self.index}: {self.ran} {self.strategy} ({self.source}; {used}) "
-            f"estimated {estimate} ms{candidate}, measured {self.measured_s * 1e3:.2f} ms -> {self.decision}; "
+            f"estimated {estimate} ms{candidate}, measured {measured} -> {self.decision}; "
             f"cost table change {change}, +{self.new_entries} entries, coverage {self.coverage:.0%}"
         )
 
@@ -403,19 +421,36 @@ def tune(
     rounds: list[Round] = []
     losses: list[float] = []
     active: Strategy | None = None
-    active_measured = math.inf
     rejected: set[str] = set()
-    restore = False
     variables: dict[str, Any] | None = None
     first: Strategy | None = None
+
+    def run(strategy: Strategy, delay_s: float) -> tuple[Any, Any]:
+        """Train ``strategy`` for one run from the current variables; record its measurements."""
+        nonlocal variables
+        apply_strategy(module, strategy)
+        module.set_cluster(base)
+        outcome = runner(module, variables, delay_s)
+        variables = outcome.variables
+        losses.extend(outcome.losses)
+        change = record_run(store, base, outcome.run)
+        save(store)
+        return outcome, change
+
+    def model_view() -> None:
+        """The module as the current cost model sees it: the tuning view of the cluster, the store's costs."""
+        module.set_cluster(tuning_cluster(base, store, options.explore_links))
+        module.graph = graph
+
     for index in range(options.rounds):
         begin = time.perf_counter()
         cold = store.updates == 0
-        module.set_cluster(base if cold else tuning_cluster(base, store, options.explore_links))
-        module.graph = graph
         if cold:
+            module.set_cluster(base)
+            module.graph = graph
             candidate = bootstrap_strategy(module, options.seed, start.strategy)
         else:
+            model_view()
             annotate_from_store(module, store, explore=True)
             candidate = _candidate(module, options)
         estimate = _estimate(module, candidate, options.congestion)
@@ -428,8 +463,6 @@ def tune(
         if active is None:
             ran, chosen = "bootstrap", candidate
             first = candidate
-        elif restore:
-            ran, chosen = "restore", active
         elif (
             candidate.id != active.id
             and candidate.id not in rejected
@@ -442,30 +475,30 @@ def tune(
         candidate_estimate = estimate
         if chosen is not candidate:
             estimate = active_estimate if active_estimate is not None else math.nan
-        apply_strategy(module, chosen)
-        module.set_cluster(base)
         coverage = store.coverage(chosen.assignment, base.device_names)
-        outcome = runner(module, variables, float(options.delays.get(index, 0.0)))
-        variables = outcome.variables
-        losses.extend(outcome.losses)
-        change = record_run(store, base, outcome.run)
-        save(store)
+        outcome, change = run(chosen, float(options.delays.get(index, 0.0)))
+        steps = outcome.steps_run
         measured = float(outcome.run.median_s)
-        restore = False
+        baseline, baseline_s = "", math.nan
+        if ran == "trial":
+            assert active is not None
+            again, _ = run(active, 0.0)  # the baseline: the active strategy under the trial's load
+            steps += again.steps_run
+            baseline, baseline_s = active.id, float(again.run.median_s)
         if ran == "bootstrap":
-            decision, active, active_measured = "activate", chosen, measured
-        elif ran == "trial" and measured < active_measured:
-            decision, active, active_measured = "activate", chosen, measured
+            decision, active = "activate", chosen
+        elif ran == "trial" and measured < baseline_s:
+            decision, active = "activate", chosen
         elif ran == "trial":
-            decision, restore = "rollback", True
+            decision = "rollback"
             rejected.add(chosen.id)
         else:
-            decision, active_measured = "keep", measured
+            decision = "keep"
             stable = change.relative < options.tolerance and change.new == 0
             if stable and index + 1 >= options.min_rounds:
                 decision = "stop"
         assert active is not None
-        finite_losses = [x for x in outcome.losses if math.isfinite(x)]
+        finite_losses = [x for x in losses if math.isfinite(x)]
         row = Round(
             index,
             chosen.id,
@@ -483,14 +516,54 @@ def tune(
             chosen.devices(),
             len(outcome.run.transfers),
             finite_losses[-1] if finite_losses else math.nan,
-            outcome.steps_run,
+            steps,
             time.perf_counter() - begin,
+            baseline,
+            baseline_s,
         )
         rounds.append(row)
         log(row.line())
         if decision == "stop":
             break
-    assert active is not None, "at least one round runs"
+    assert active is not None and first is not None, "at least one round runs"
+    if options.verify and active.id != first.id:
+        begin = time.perf_counter()
+        index = len(rounds)
+        model_view()
+        apply_strategy(module, active)
+        annotate_from_store(module, store, explore=True)
+        estimate = _estimate(module, active, options.congestion)
+        coverage = store.coverage(active.assignment, base.device_names)
+        final, change = run(active, float(options.delays.get(index, 0.0)))
+        start_run, _ = run(first, 0.0)
+        measured, baseline_s = float(final.run.median_s), float(start_run.run.median_s)
+        decision = "rollback" if baseline_s < measured else "keep"
+        row = Round(
+            index,
+            active.id,
+            active.source,
+            "verify",
+            float(estimate),
+            active.id,
+            float(estimate),
+            measured,
+            decision,
+            first.id if decision == "rollback" else active.id,
+            change.relative,
+            change.new,
+            coverage,
+            active.devices(),
+            len(final.run.transfers),
+            next((x for x in reversed(losses) if math.isfinite(x)), math.nan),
+            final.steps_run + start_run.steps_run,
+            time.perf_counter() - begin,
+            first.id,
+            baseline_s,
+        )
+        rounds.append(row)
+        log(row.line())
+        if decision == "rollback":
+            active = first
     # Leave the module as the final cost model sees it: the tuning view, its costs, the active strategy.
     module.set_cluster(tuning_cluster(base, store, options.explore_links))
     apply_strategy(module, active)

@@ -140,32 +140,76 @@ class FakeRunner:
         return SimpleNamespace(run=run, variables={"step": step}, losses=[float(step)], steps_run=1)
 
 
-def test_loop_explores_rolls_back_a_slow_trial_restores_and_stops():
+def test_loop_explores_rolls_back_a_slow_trial_against_its_baseline_and_stops():
     module = fork()
     runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 10 * MS, ("worker0", "worker1"): 12 * MS})
     options = TuneOptions(rounds=6, min_rounds=3, delays={1: 50 * MS})
     result = tune(module, CostStore("fork"), runner, options)
     rows = result.rounds
-    assert [r.ran for r in rows[:3]] == ["bootstrap", "trial", "restore"]
+    assert [r.ran for r in rows[:2]] == ["bootstrap", "trial"]
     assert rows[0].devices == {"worker0": 3}
     # round 1: worker1 was never measured, every cost there is 0: DPOS moves everything there
     assert rows[1].devices == {"worker1": 3} and rows[1].estimated_s == 0.0
+    # the trial (10 ms + the injected 50 ms) runs, then its baseline: the active strategy, without the delay
     assert rows[1].measured_s == pytest.approx(60 * MS) and rows[1].decision == "rollback"
-    assert rows[2].strategy == rows[0].strategy and rows[2].measured_s == pytest.approx(10 * MS)
+    assert rows[1].baseline == rows[0].strategy and rows[1].baseline_s == pytest.approx(10 * MS)
+    assert [set(call.values()) for call in runner.calls[:3]] == [{"worker0"}, {"worker1"}, {"worker0"}]
+    # round 2: the rolled-back strategy is never proposed again; DPOS's next one (a split, 12 ms) loses
+    # against its baseline too; then the first strategy runs until the cost table is stable
+    assert (rows[2].ran, rows[2].devices, rows[2].decision) == ("trial", {"worker0": 2, "worker1": 1}, "rollback")
+    assert rows[3].strategy == rows[0].strategy and rows[3].measured_s == pytest.approx(10 * MS)
     assert all(r.active == rows[0].strategy for r in rows)
     assert rows[-1].decision == "stop" and len(rows) <= options.rounds
-    assert result.variables == {"step": len(rows)}  # one variable state threaded through every round
-    assert result.losses == [float(k + 1) for k in range(len(rows))]
+    assert all(r.ran != "verify" for r in rows)  # the loop ends on its first strategy: nothing to verify
+    runs = sum(r.steps for r in rows)  # one step per fake run; a trial round runs two
+    assert runs == len(rows) + sum(r.ran == "trial" for r in rows) == len(runner.calls)
+    assert result.variables == {"step": runs}  # one variable state threaded through every run
+    assert result.losses == [float(k + 1) for k in range(runs)]
     assert {n.device for n in module.graph.nodes} == {"worker0"}  # the module ends with the active strategy
     assert module.cluster.devices[1].kind == "cpu@worker1"
 
 
-def test_loop_activates_a_faster_trial():
+def test_a_trial_faster_than_the_last_round_but_slower_than_its_baseline_is_rolled_back():
+    """Load drift: the bootstrap round measured 20 ms (delay 10 ms), the trial 12 ms, the baseline right after it 10 ms.
+
+    Compared with the bootstrap round's stale 20 ms the trial would win; against its same-load baseline it loses.
+    """
+    module = fork()
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 12 * MS, ("worker0", "worker1"): 15 * MS})
+    rows = tune(module, CostStore("fork"), runner, TuneOptions(rounds=2, delays={0: 10 * MS})).rounds
+    assert rows[0].measured_s == pytest.approx(20 * MS)
+    assert (rows[1].ran, rows[1].measured_s, rows[1].baseline_s) == (
+        "trial",
+        pytest.approx(12 * MS),
+        pytest.approx(10 * MS),
+    )
+    assert rows[1].decision == "rollback" and rows[1].active == rows[0].strategy
+
+
+def test_loop_activates_a_faster_trial_and_verifies_it_against_the_first():
     module = fork()
     runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 8 * MS, ("worker0", "worker1"): 12 * MS})
-    rows = tune(module, CostStore("fork"), runner, TuneOptions(rounds=2)).rounds
-    assert [(r.ran, r.decision) for r in rows] == [("bootstrap", "activate"), ("trial", "activate")]
+    result = tune(module, CostStore("fork"), runner, TuneOptions(rounds=2))
+    rows = result.rounds
+    assert [(r.ran, r.decision) for r in rows] == [("bootstrap", "activate"), ("trial", "activate"), ("verify", "keep")]
     assert rows[1].active == rows[1].strategy != rows[0].strategy
+    # verify: the final strategy (8 ms), then the first one (10 ms), back to back
+    assert (rows[2].strategy, rows[2].baseline) == (rows[1].strategy, rows[0].strategy)
+    assert (rows[2].measured_s, rows[2].baseline_s) == (pytest.approx(8 * MS), pytest.approx(10 * MS))
+    assert result.active.id == rows[1].strategy and result.first is not None and result.first.id == rows[0].strategy
+    assert tune(fork(), CostStore("fork"), runner, TuneOptions(rounds=2, verify=False)).rounds[-1].ran == "trial"
+
+
+def test_verify_rolls_back_to_the_first_strategy_when_the_final_one_is_slower():
+    """The activated strategy turns slow in the verify round (index 2, delay 5 ms): the loop ends on the first one."""
+    module = fork()
+    runner = FakeRunner({("worker0",): 10 * MS, ("worker1",): 8 * MS, ("worker0", "worker1"): 12 * MS})
+    result = tune(module, CostStore("fork"), runner, TuneOptions(rounds=2, delays={2: 5 * MS}))
+    verify = result.rounds[-1]
+    assert (verify.ran, verify.decision) == ("verify", "rollback")
+    assert (verify.measured_s, verify.baseline_s) == (pytest.approx(13 * MS), pytest.approx(10 * MS))
+    assert result.active.id == result.rounds[0].strategy == verify.active
+    assert {n.device for n in module.graph.nodes} == {"worker0"}
 
 
 @pytest.mark.parametrize(
@@ -231,15 +275,16 @@ def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
     r0, r1, r2 = report["rounds"]
-    assert (r0["ran"], r1["ran"], r2["ran"]) == ("bootstrap", "trial", "restore"), report["rounds"]
+    assert (r0["ran"], r1["ran"], r2["ran"]) == ("bootstrap", "trial", "active"), report["rounds"]
     assert r1["decision"] == "rollback" and r1["measured_s"] >= 0.25
+    assert r1["baseline"] == r0["strategy"] and r1["baseline_s"] < 0.1  # re-measured right after the trial
     assert r2["strategy"] == r0["strategy"] == r2["active"]  # the previous strategy is back...
     assert r2["measured_s"] < 0.1 and r0["measured_s"] < 0.1  # ...and so is its step time
     # training went on through the switches: the same loss and variables as one strategy for as many steps
     assert report["same_keys"] and report["variables"] >= 20
     assert report["changed"] >= report["variables"] - 1  # the steps really trained
     finite = [x for x in report["losses"] if math.isfinite(x)]  # traced steps report no loss (NaN)
-    assert len(finite) == report["total"] - 3 and finite[-1] < finite[0], report["losses"]
+    assert len(finite) == report["total"] - 4 and finite[-1] < finite[0], report["losses"]
     assert math.isclose(report["tuned_loss"], report["reference_loss"], rel_tol=0, abs_tol=1e-6), report
     assert report["max_var_diff"] <= 1e-6, report
 
