@@ -76,6 +76,33 @@ MODULES: dict[str, Target] = {
         "liveness memory accounting",
     ),
     "heft": Target("passes/place/heft.py", ("tests/unit/test_place_heft.py", "tests/unit/test_mut_core.py"), "HEFT"),
+    "common": Target(
+        "passes/place/common.py",
+        (
+            "tests/unit/test_place_heft.py",
+            "tests/unit/test_place_constraints.py",
+            "tests/unit/test_place_fastt.py",
+            "tests/unit/test_place_celeritas.py",
+            "tests/unit/test_place_liveness.py",
+            "tests/unit/test_place_plan_congestion.py",
+            "tests/unit/test_mut_core.py",
+        ),
+        "the list scheduler (insertion slots, EST/EFT) of HEFT, DPOS, Celeritas",
+    ),
+    "links": Target(
+        "graphir/links.py",
+        ("tests/unit/test_congestion.py", "tests/unit/test_cluster.py", "tests/unit/test_mut_core.py"),
+        "the link model (transfer cost, routes)",
+    ),
+    "baechi": Target(
+        "passes/place/baechi.py",
+        (
+            "tests/unit/test_place_baechi.py",
+            "tests/unit/test_place_baechi_liveness.py",
+            "tests/unit/test_mut_core.py",
+        ),
+        "Baechi's m-TOPO, m-ETF and the m-SCT placer",
+    ),
     "sct_lp": Target(
         "passes/place/sct_lp.py",
         ("tests/unit/test_place_baechi.py", "tests/unit/test_mut_core.py"),
@@ -120,7 +147,8 @@ MODULES: dict[str, Target] = {
     ),
     "ilp_model": Target(
         "passes/place/ilp_model.py",
-        ("tests/unit/test_place_ilp.py", "tests/unit/test_mut_core.py"),
+        # the hand-worked model cases (seconds), then the brute-force optimality checks
+        ("tests/unit/test_ilp_model.py", "tests/unit/test_place_ilp.py"),
         "the ILP model builder",
         ILP_SLOW,
     ),
