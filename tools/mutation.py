@@ -160,6 +160,11 @@ MODULES: dict[str, Target] = {
     ),
 }
 
+SMALL_INT_IS = (
+    "device numbers are Python ints below the cluster's device count (far below 256), which CPython "
+    "caches: `is` and `==` agree on them"
+)
+
 ANNOTATION = (
     "a type annotation: the module has `from __future__ import annotations`, so a signature's "
     "annotations stay unevaluated strings, and a local variable's is never evaluated (PEP 526)"
@@ -169,6 +174,39 @@ ANNOTATION = (
 # apart equal lines, why the mutant computes the same answers as the original). Only these leave the
 # denominator; each reason is checked against the code it names.
 EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
+    (
+        "ilp_model",
+        "if s != d and allowed[g][s] and allowed[h][d]:",
+        "if s is not d and allowed[g][s] and allowed[h][d]:",
+        "",
+        "s and d both come from self.devices = list(range(num_devices)): " + SMALL_INT_IS,
+    ),
+    (
+        "ilp_model",
+        "model.AddHint(var, int(device[g] == d))",
+        "model.AddHint(var, int(device[g] is d))",
+        "",
+        "d comes from self.devices and device[g] from the caller's list (ilp.py passes ndarray.tolist(), "
+        "Python ints): " + SMALL_INT_IS,
+    ),
+    (
+        "fastt",
+        "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
+        "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
+        "",
+        "k starts as the very object j (`k = j`) and only changes by `k += 1`, which makes it larger: "
+        "`k is not j` holds exactly when k was advanced, i.e. when k > j",
+    ),
+    (
+        "fastt",
+        "i = position.get(v, -1)",
+        "i = position.get(v, +1)",
+        "",
+        "a node off the critical path then takes the critical branch: pinned, it is booked on its pin at "
+        "its earliest start there, which is what book_min_eft does for a pinned node (its only finite "
+        "EST); unpinned, cp_device has no entry for it (d = -1), so it goes to book_min_eft as before; "
+        "i is read only by the reselection, which needs a CP device (d >= 0)",
+    ),
     (
         "sct_lp",
         "if favourite[u] < 0 and not has_parent[v]:",

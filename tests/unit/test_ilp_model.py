@@ -250,15 +250,15 @@ def test_replay_of_a_split_fork(tmp_path: Path) -> None:
 
 def test_replay_queues_two_transfers_on_one_channel_and_a_control_latency(tmp_path: Path) -> None:
     """a (gpu0, 1 ms) sends a0 and a1 (1e6 B each) to b and c on gpu1 (1 ms each); d (gpu1, 1 ms)
-    waits for a by a control edge. Sequence a, d, b, c.
+    waits for a by a control edge; e (gpu0, 1 ms) is independent. Sequence a, e, d, b, c.
 
-    pair: a0 on the channel 1..2.1, a1 queued behind it 2.1..3.2; d starts at 1 + 0.1 latency = 1.1,
-    ends 2.1; b 2.1..3.1; c 3.2..4.2.
+    pair: a0 on the channel 1..2.1, a1 queued behind it 2.1..3.2; e 1..2; d starts at 1 + 0.1
+    latency = 1.1, ends 2.1; b 2.1..3.1; c 3.2..4.2.
     task: a transfer also holds both devices' compute, and the replay books a's transfers when a
-    finishes (before d, next in the sequence): a0 1..2.1, a1 2.1..3.2, so gpu1's compute is free at
-    3.2: d 3.2..4.2, b 4.2..5.2, c 5.2..6.2.
-    topology: only 1 ms of bytes holds the route: a0 1..2 (lands 2.1), a1 2..3 (lands 3.1); b
-    2.1..3.1, c 3.1..4.1.
+    finishes (before e and d, next in the sequence): a0 1..2.1, a1 2.1..3.2, so both devices' compute
+    is free at 3.2: e 3.2..4.2 on gpu0, d 3.2..4.2, b 4.2..5.2, c 5.2..6.2 on gpu1.
+    topology: only 1 ms of bytes holds the route: a0 1..2 (lands 2.1), a1 2..3 (lands 3.1); e 1..2;
+    b 2.1..3.1, c 3.1..4.1.
     """
     build = Builder(tmp_path)
     a = build.node("a", [], [MB, MB], 1, pin="V100")
@@ -266,16 +266,17 @@ def test_replay_queues_two_transfers_on_one_channel_and_a_control_latency(tmp_pa
     c = build.node("c", [a.outputs[1]], [4], 1, pin="P100")
     d = build.node("d", [], [4], 1, pin="P100")
     d.add_control_input(a)
-    problem = build.problem([b.outputs[0], c.outputs[0], d.outputs[0]])
-    na, nb, nc, nd = (coarse(problem, name) for name in "abcd")
-    device = [1] * 4
-    device[na] = 0
-    sequence = [na, nd, nb, nc]
+    e = build.node("e", [], [4], 1, pin="V100")
+    problem = build.problem([b.outputs[0], c.outputs[0], d.outputs[0], e.outputs[0]])
+    na, nb, nc, nd, ne = (coarse(problem, name) for name in "abcde")
+    device = [1] * 5
+    device[na] = device[ne] = 0
+    sequence = [na, ne, nd, nb, nc]
     us = 1000
     expected = {
-        "pair": ({na: 0, nd: 1100, nb: 2100, nc: 3200}, [(1000, 2100), (2100, 3200)]),
-        "task": ({na: 0, nd: 3200, nb: 4200, nc: 5200}, [(1000, 2100), (2100, 3200)]),
-        "topology": ({na: 0, nd: 1100, nb: 2100, nc: 3100}, [(1000, 2100), (2000, 3100)]),
+        "pair": ({na: 0, ne: 1000, nd: 1100, nb: 2100, nc: 3200}, [(1000, 2100), (2100, 3200)]),
+        "task": ({na: 0, ne: 3200, nd: 3200, nb: 4200, nc: 5200}, [(1000, 2100), (2100, 3200)]),
+        "topology": ({na: 0, ne: 1000, nd: 1100, nb: 2100, nc: 3100}, [(1000, 2100), (2000, 3100)]),
     }
     for rule, (starts, arrivals) in expected.items():
         ilp = IlpModel(problem, Transfers(problem), None, congestion=rule)
@@ -374,25 +375,26 @@ def test_the_channel_serves_transfers_in_the_order_of_their_producers(tmp_path: 
     assert free["fifo"] is False and free["makespan"] == pytest.approx(14.1 * MS, rel=1e-9)
 
 
-def test_independent_producers_keep_the_channel_in_their_device_order(tmp_path: Path) -> None:
-    """p and q on gpu0 (1 ms each, independent); r on gpu0 reads p's empty second result and takes
-    0.5 ms; p sends P (5e6 B) to cp (1 ms, gpu1), q sends Q (1e6 B) to cq (3 ms, gpu1).
+@pytest.mark.parametrize("q_first", [False, True])
+def test_independent_producers_keep_the_channel_in_their_device_order(tmp_path: Path, q_first: bool) -> None:
+    """p (2 ms) and q (1 ms) on gpu0, independent; p sends P (5e6 B, 5.1 ms) to cp (1 ms), q sends Q
+    (1e6 B, 1.1 ms) to cq (7 ms), cp and cq on gpu1. Built in both orders, so that q is once the
+    lower- and once the higher-numbered producer of the pair's order literal.
 
-    By hand, FIFO: q first: q 0..1, p 1..2, r 2..2.5; Q 1..2.1, P 2.1..7.2; cq 2.1..5.1, cp
-    7.2..8.2: 8.2 ms. p first: P 1..6.1 then Q 6.1..7.2, cq to 10.2: worse. Without FIFO the same
-    8.2 ms (q first already sends first). The order literal is free here: the optimum must pick it.
+    By hand: q first: q 0..1, p 1..3; Q 1..2.1, P 3..8.1 (Q's transfer ends well before P's starts);
+    cq 2.1..9.1, cp 9.1..10.1: 10.1 ms. p first: P 2..7.1, then Q 7.1..8.2 (FIFO), cq to 15.2: worse.
     """
     build = Builder(tmp_path)
-    p = build.node("p", [], [5 * MB, 0], 1, pin="V100")
-    q = build.node("q", [], [MB], 1, pin="V100")
-    r = build.node("r", [p.outputs[1]], [4], 0.5, pin="V100")
-    cp = build.node("cp", [p.outputs[0]], [4], 1, pin="P100")
-    cq = build.node("cq", [q.outputs[0]], [4], 3, pin="P100")
-    problem = build.problem([cp.outputs[0], cq.outputs[0], r.outputs[0]])
+    nodes = {}
+    for name in ("q", "p") if q_first else ("p", "q"):
+        nodes[name] = build.node(name, [], [MB if name == "q" else 5 * MB], 1 if name == "q" else 2, pin="V100")
+    cp = build.node("cp", [nodes["p"].outputs[0]], [4], 1, pin="P100")
+    cq = build.node("cq", [nodes["q"].outputs[0]], [4], 7, pin="P100")
+    problem = build.problem([cp.outputs[0], cq.outputs[0]])
     result = solve(problem)
-    assert result["fifo"] is True and result["makespan"] == pytest.approx(8.2 * MS, rel=1e-9)
+    assert result["fifo"] is True and result["makespan"] == pytest.approx(10.1 * MS, rel=1e-9)
     start = result["start"]
-    assert start[coarse(problem, "q")] < start[coarse(problem, "p")]
+    assert start[coarse(problem, "q")] == 0 and start[coarse(problem, "p")] == pytest.approx(1 * MS, rel=1e-9)
 
 
 def test_a_control_edge_across_devices_waits_the_latency(tmp_path: Path) -> None:
