@@ -190,6 +190,17 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "Python ints): " + SMALL_INT_IS,
     ),
     (
+        "ilp_model",
+        "self.problem.pred[self.problem.pred_offsets[h] : self.problem.pred_offsets[h + 1]].tolist()",
+        "self.problem.pred[self.problem.pred_offsets[h] : self.problem.pred_offsets[h >> 1]].tolist()",
+        "",
+        "replay's predecessor term max(end[g]) is implied by the others: a predecessor on h's device ran "
+        "earlier on it (device_free[d] >= end[g]); one on another device reaches h by a crossing value "
+        "(every external data edge carries one, Transfers) whose arrival is at least end[g] plus one "
+        "unit, or by a control pair, which control_in charges with its latency; so dropping preds "
+        "(the slice off[h]:off[h >> 1] is empty: h >> 1 <= h) changes no start",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",

@@ -167,6 +167,31 @@ def test_timeline_merges_next_block() -> None:
     assert line.earliest_start(0.5, 1.0) == 2.0
 
 
+def test_timeline_merges_past_its_first_blocks() -> None:
+    """Blocks [0, 1), [2, 3), [4, 5), [6, 7). Booking [5, 6) joins the third and fourth blocks (not the
+    first: the merge writes the block before the slot, here index 2); [7, 7.5) extends the last one;
+    [3.5, 4) the third from the front; [8, 9) goes after them all."""
+    line = DeviceTimeline()
+    for begin in (0.0, 2.0, 4.0, 6.0):
+        line.reserve(begin, begin + 1.0)
+    line.reserve(5.0, 6.0)
+    assert (line.starts, line.ends) == ([0.0, 2.0, 4.0], [1.0, 3.0, 7.0])
+    line.reserve(7.0, 7.5)
+    line.reserve(3.5, 4.0)
+    line.reserve(8.0, 9.0)
+    assert (line.starts, line.ends) == ([0.0, 2.0, 3.5, 8.0], [1.0, 3.0, 7.5, 9.0])
+    assert line.earliest_start(0.5, 1.0) == 1.0 and line.earliest_start(0.5, 1.5) == 9.0  # [7.5, 8) is too short
+
+
+def test_a_partial_schedule_is_no_placement() -> None:
+    """ListScheduler.placement() refuses a schedule that left a node unplaced (device -1)."""
+    problem = PlacementProblem.from_module(heterogeneous_fork())
+    scheduler = ListScheduler(problem)
+    scheduler.book(0, 0)
+    with pytest.raises(AssertionError, match="every node is placed"):
+        scheduler.placement()
+
+
 def test_argmin_and_ready_order() -> None:
     assert argmin([3.0, 1.0, 1.0]) == 1
     assert argmin([float("inf")] * 2) == -1
