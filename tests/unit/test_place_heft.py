@@ -277,6 +277,9 @@ def test_heft_is_deterministic_and_empty_graph() -> None:
     empty = Module("empty", Graph(), "2xV100")
     for algo in ALL_PLACERS:
         Place(algo=algo).run(empty, PassContext())
+    # a list scheduler's estimate of nothing is 0 s (before, a default of 1 s for max() passed)
+    nothing = PlacementProblem.from_module(empty)
+    assert PLACERS["heft"]().place(nothing, PlacementContext()).stats["estimated-makespan-s"] == 0.0
 
 
 def test_impossible_affinity_is_a_pass_error() -> None:
