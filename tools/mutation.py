@@ -201,6 +201,15 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "(the slice off[h]:off[h >> 1] is empty: h >> 1 <= h) changes no start",
     ),
     (
+        "ilp_model",
+        "model.Add(self.start[h] >= self.end[g])",
+        "model.Add(self.start[h] is not self.end[g])",
+        "for g, h in transfers.control:\n-",  # the line right after the control loop header
+        "the control pairs' own precedence (the mutant adds a constant True) repeats one the model has "
+        "already: a control pair is a coarse edge (the quotient keeps control edges, 0 bytes), and the "
+        "loop over every coarse edge just above adds S[h] >= E[g] for it",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",

@@ -56,9 +56,9 @@ def f32(n: int) -> TensorType:
 class Builder:
     """A graph on ``MESH`` whose nodes take the same time on both kinds unless told otherwise."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, cluster: str = MESH) -> None:
         self.cluster = tmp_path / "mesh.toml"
-        self.cluster.write_text(MESH)
+        self.cluster.write_text(cluster)
         self.graph = Graph()
         self.x = self.graph.add_input("x", f32(4))
 
@@ -210,6 +210,19 @@ def test_time_scale_durations_transfers_and_horizon(tmp_path: Path) -> None:
     topology = IlpModel(problem, Transfers(problem), None, congestion="topology")
     assert topology.comm == ilp.comm
     assert topology.occupancy == [[[0, 1_000_000], [1_000_000, 0]]]  # bytes / bandwidth only
+
+
+def test_the_horizon_charges_every_other_device_per_transfer(tmp_path: Path) -> None:
+    """On three devices a value may be sent to both others: the horizon counts (3 - 1) transfers of
+    it. a (1 ms) feeds b (2 ms) 1e6 B (1.1 ms): 3 ms + 2 x 1.1 ms = 5.2e-3 s, unit 1e-9 s,
+    horizon 5.2e6 units."""
+    build = Builder(tmp_path, MESH + '[[device]]\nname = "gpu2"\nkind = "P100"\nmemory = 1000\n')
+    a = build.node("a", [], [MB], 1)
+    b = build.node("b", [a.outputs[0]], [4], 2)
+    problem = build.problem([b.outputs[0]])
+    ilp = IlpModel(problem, Transfers(problem), None)
+    assert ilp.unit == pytest.approx(1e-9, rel=1e-12)
+    assert ilp.horizon == 5_200_000
 
 
 def test_a_zero_cost_node_gets_one_unit(tmp_path: Path) -> None:
@@ -408,6 +421,21 @@ def test_a_control_edge_across_devices_waits_the_latency(tmp_path: Path) -> None
         problem = build.problem([a.outputs[0], b.outputs[0]])
         result = solve(problem)
         assert result["makespan"] == pytest.approx(best * MS, rel=1e-9)
+
+
+def test_a_control_edge_orders_two_nodes_on_one_device(tmp_path: Path) -> None:
+    """a (2 ms) and b (1 ms) both on gpu0, b after a by a control edge only; b feeds d (gpu1, 1 ms)
+    an empty value (0.1 ms of latency). a 0..2, b 2..3, d 3.1..4.1: 4.1 ms. Without the control
+    precedence b could run first (b 0..1, a 1..3, d 1.1..2.1: 3 ms)."""
+    build = Builder(tmp_path)
+    a = build.node("a", [], [4], 2, pin="V100")
+    b = build.node("b", [], [0], 1, pin="V100")
+    d = build.node("d", [b.outputs[0]], [4], 1, pin="P100")
+    b.add_control_input(a)
+    problem = build.problem([a.outputs[0], d.outputs[0]])
+    result = solve(problem)
+    assert result["makespan"] == pytest.approx(4.1 * MS, rel=1e-9)
+    assert result["start"][coarse(problem, "b")] == pytest.approx(2 * MS, rel=1e-9)
 
 
 def test_the_paper_memory_rule_forces_a_chain_apart(tmp_path: Path) -> None:

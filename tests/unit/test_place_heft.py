@@ -183,6 +183,27 @@ def test_timeline_merges_past_its_first_blocks() -> None:
     assert line.earliest_start(0.5, 1.0) == 1.0 and line.earliest_start(0.5, 1.5) == 9.0  # [7.5, 8) is too short
 
 
+def test_heft_start_times_wait_for_the_data() -> None:
+    """a (1 ms) -> {b, c} (1 ms each) on 2xV100, a's result 4 MB. HEFT: a on gpu0 [0, 1]; b: EFT 2 ms
+    on gpu0, 1 + t + 1 on gpu1 (t the link's time for 4 MB, about 0.34 ms): gpu0 [1, 2]; c: 3 ms on
+    gpu0, 2 + t on gpu1: gpu1, starting when the data has arrived, 1 ms + t."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    a = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (1_000_000,))], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="b")
+    c = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="c")
+    a.cost = b.cost = c.cost = 1e-3
+    graph.set_outputs([b.outputs[0], c.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    t = problem.links.transfer_time(4e6, 0, 1)
+    assert 0 < t < 1e-3
+    placement = PLACERS["heft"](mem_model="paper").place(problem, PlacementContext())
+    assert placement.device.tolist() == [0, 0, 1]
+    assert placement.start is not None
+    assert placement.start.tolist() == pytest.approx([0.0, 1e-3, 1e-3 + t], abs=1e-15)
+    assert placement.stats["estimated-makespan-s"] == pytest.approx(2e-3 + t, abs=1e-15)
+
+
 def test_a_partial_schedule_is_no_placement() -> None:
     """ListScheduler.placement() refuses a schedule that left a node unplaced (device -1)."""
     problem = PlacementProblem.from_module(heterogeneous_fork())
