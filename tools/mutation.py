@@ -210,6 +210,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "loop over every coarse edge just above adds S[h] >= E[g] for it",
     ),
     (
+        "ilp_model",
+        'ts[d] = model.NewIntVar(0, horizon, f"Ts{k}_{d}")',
+        'ts[d] = model.NewIntVar( 1, horizon, f"Ts{k}_{d}")',
+        "",
+        "a lower bound the model implies: Ts >= E[g] = S[g] + the producer's duration, every duration "
+        "is at least one unit (max(1, ...)) and S[g] >= 0, so Ts >= 1 already",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
