@@ -218,6 +218,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "is at least one unit (max(1, ...)) and S[g] >= 0, so Ts >= 1 already",
     ),
     (
+        "common",
+        "if end <= start:",
+        "if end == start:",
+        "",
+        "reserve's one caller (commit) books [start, start + times[v][d]), and times are >= 0 (a Cost "
+        "must be a finite non-negative time, graphir.annotations): end < start never happens",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",

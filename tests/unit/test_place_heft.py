@@ -208,9 +208,29 @@ def test_a_partial_schedule_is_no_placement() -> None:
     """ListScheduler.placement() refuses a schedule that left a node unplaced (device -1)."""
     problem = PlacementProblem.from_module(heterogeneous_fork())
     scheduler = ListScheduler(problem)
+    assert scheduler.device == [-1, -1, -1]  # -1 while unplaced
     scheduler.book(0, 0)
+    assert scheduler.device == [0, -1, -1]
     with pytest.raises(AssertionError, match="every node is placed"):
         scheduler.placement()
+
+
+def test_a_received_copy_lives_from_the_send_to_the_arrival() -> None:
+    """mem-model=liveness: a (1 ms, gpu0) -> b, a's result 4 MB. b on gpu1 would receive it from a's
+    finish (1 ms) until it arrives, 1 ms + the link's time for the edge's 4 MB; on gpu0 nothing."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    a = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (1_000_000,))], name="a")
+    b = graph.add_node("tf.Relu", [x, a.outputs[0]], [TensorType(DType.F32, (4,))], name="b")
+    a.cost = b.cost = 1e-3
+    graph.set_outputs([b.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    scheduler = ListScheduler(problem, "liveness")
+    scheduler.book(0, 0)
+    t = problem.links.transfer_time(4e6, 0, 1)
+    received = scheduler.received(1, 1)
+    assert len(received) == 1 and received[0][1:] == pytest.approx((1e-3, 1e-3 + t))
+    assert scheduler.received(1, 0) == []
 
 
 def test_argmin_and_ready_order() -> None:
