@@ -204,6 +204,16 @@ def test_heft_start_times_wait_for_the_data() -> None:
     assert placement.stats["estimated-makespan-s"] == pytest.approx(2e-3 + t, abs=1e-15)
 
 
+def test_timeline_of_many_blocks_with_no_gap_long_enough() -> None:
+    """300 blocks [2k, 2k + 1) leave gaps of 1: a node of 1.5 goes after the last block, at 599 (the
+    scan runs to the end of a list longer than CPython's cached small ints)."""
+    line = DeviceTimeline()
+    for k in range(300):
+        line.reserve(2.0 * k, 2.0 * k + 1)
+    assert len(line.starts) == 300
+    assert line.earliest_start(0.0, 1.5) == 599.0 and line.earliest_start(0.0, 1.0) == 1.0
+
+
 def test_a_partial_schedule_is_no_placement() -> None:
     """ListScheduler.placement() refuses a schedule that left a node unplaced (device -1)."""
     problem = PlacementProblem.from_module(heterogeneous_fork())
