@@ -226,6 +226,22 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "must be a finite non-negative time, graphir.annotations): end < start never happens",
     ),
     (
+        "links",
+        "if a != b:",
+        "if a is not b:",
+        "",
+        "a and b both come from range(count), count the cluster's devices: " + SMALL_INT_IS,
+    ),
+    (
+        "baechi",
+        "self.where[v] = -1",
+        "self.where[v] = ~1",
+        "",
+        "where[v] is the removed node's 'absent' marker and is never read again: the only reads of "
+        "where for a node f (the favourite-child checks) are guarded by is_ready[f], which run() clears "
+        "as it removes the node, and a node enters the ready set once (when its last predecessor ran)",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
