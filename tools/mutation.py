@@ -242,6 +242,21 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "as it removes the node, and a node enters the ready set once (when its last predecessor ran)",
     ),
     (
+        "links",
+        "delivered = begin + (held if held > sending else sending) + latency",
+        "delivered = begin + (held if held >= sending else sending) + latency",
+        "",
+        "the larger of held and sending: when they are equal either branch gives the same number",
+    ),
+    (
+        "baechi",
+        "if f >= 0 and is_ready[f] and pin[f] < 0:",
+        "if f > 0 and is_ready[f] and pin[f] < 0:",
+        "",
+        "coarse nodes are numbered topologically (PlacementProblem), so node 0 has no parent and is "
+        "nobody's favourite child: f is -1 or at least 1, where `>= 0` and `> 0` agree",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",

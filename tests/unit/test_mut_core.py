@@ -803,3 +803,18 @@ def test_booking_with_a_per_transfer_cpu_cost() -> None:
     assert links.book(free, 0.0, 1e6, 0, 1) == pytest.approx((2e-3, 4.1e-3, 1e-3), abs=1e-15)
     slow = _two_devices("topology", TransferCpu(send=2e-3, recv=3e-3))
     assert slow.book([0.0] * slow.num_resources, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.1e-3, abs=1e-15)
+    # b's compute busy until 0.05 ms: the value is there only at 0.1 ms, so unpacking still starts then
+    busy = [0.0] * slow.num_resources
+    busy[slow.compute_resource[1]] = 5e-5
+    assert slow.book(busy, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.1e-3, abs=1e-15)
+    # b busy until 0.3 ms: unpacking waits for it, 0.3 + 3 = 3.3 ms
+    busy = [0.0] * slow.num_resources
+    busy[slow.compute_resource[1]] = 3e-4
+    assert slow.book(busy, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.3e-3, abs=1e-15)
+
+
+def test_occupancy_is_the_bytes_alone_under_topology() -> None:
+    """1e6 B hold a route 1 ms under topology (the latency is in flight), 1.1 ms under pair; 0 in place."""
+    assert _two_devices("topology").occupancy_time(1e6, 0, 1) == pytest.approx(1e-3, abs=1e-15)
+    assert _two_devices("pair").occupancy_time(1e6, 0, 1) == pytest.approx(1.1e-3, abs=1e-15)
+    assert _two_devices("topology").occupancy_time(1e6, 1, 1) == 0.0

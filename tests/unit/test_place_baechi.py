@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -197,3 +199,12 @@ def test_m_topo_memory_share_by_hand() -> None:
     assert placement.stats["memory-share-B"] == 6 * GiB
     empty = PlacementProblem.from_module(Module("e", Graph(), "2xV100"))
     assert PLACERS["m-topo"]().place(empty, PlacementContext()).stats["memory-share-B"] == 0
+
+
+def test_m_sct_reports_its_lp_wall_time() -> None:
+    """lp-wall-s is the LP's own time: between 0 and the whole placer's wall time."""
+    problem = PlacementProblem.from_module(chain_with_weights([1, 1, 1]))
+    began = time.perf_counter()
+    placement = PLACERS["m-sct"]().place(problem, PlacementContext())
+    elapsed = time.perf_counter() - began
+    assert 0.0 <= placement.stats["lp-wall-s"] <= elapsed
