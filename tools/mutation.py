@@ -257,6 +257,30 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "nobody's favourite child: f is -1 or at least 1, where `>= 0` and `> 0` agree",
     ),
     (
+        "links",
+        'if congestion == "port":',
+        'if congestion <= "port":',
+        "",
+        "the rules that reach this test are port, task and topology (pair returned above; the "
+        "constructor rejects any name outside CONGESTION_RULES), and of these only 'port' is <= 'port'",
+    ),
+    (
+        "baechi",
+        "device = np.full(n, -1, dtype=np.int64)",
+        "device = np.full(n, ~1, dtype=np.int64)",
+        "",
+        "m-TOPO's initial device is never read: the loop assigns device[v] for every v of the M-TOPO "
+        "order, a permutation of all n nodes (Kahn's algorithm on an acyclic graph)",
+    ),
+    (
+        "baechi",
+        "device = np.full(n, -1, dtype=np.int64)",
+        "device = np.full(n, +1, dtype=np.int64)",
+        "",
+        "m-TOPO's initial device is never read: the loop assigns device[v] for every v of the M-TOPO "
+        "order, a permutation of all n nodes (Kahn's algorithm on an acyclic graph)",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",

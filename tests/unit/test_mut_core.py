@@ -813,6 +813,14 @@ def test_booking_with_a_per_transfer_cpu_cost() -> None:
     assert slow.book(busy, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.3e-3, abs=1e-15)
 
 
+def test_vectorised_arrivals_match_the_scalar_rule() -> None:
+    """arrivals(): 1e6 B ready at 1 ms, a -> b: 2.1 ms; b -> b: 1 ms; 0 B a -> b at 0: the latency."""
+    links = _two_devices("pair")
+    ready, nbytes = np.array([1e-3, 1e-3, 0.0]), np.array([1e6, 1e6, 0.0])
+    got = links.arrivals(ready, nbytes, np.array([0, 1, 0]), np.array([1, 1, 1]))
+    assert got.tolist() == pytest.approx([2.1e-3, 1e-3, 1e-4], abs=1e-15)
+
+
 def test_occupancy_is_the_bytes_alone_under_topology() -> None:
     """1e6 B hold a route 1 ms under topology (the latency is in flight), 1.1 ms under pair; 0 in place."""
     assert _two_devices("topology").occupancy_time(1e6, 0, 1) == pytest.approx(1e-3, abs=1e-15)
