@@ -281,6 +281,17 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "order, a permutation of all n nodes (Kahn's algorithm on an acyclic graph)",
     ),
     (
+        "links",
+        'if congestion == "task" or self.transfer_cpu is not None:',
+        'if congestion <= "task" or self.transfer_cpu is not None:',
+        "",
+        "the mutant also gives pair and port a compute resource per device, which only that device's "
+        "nodes ever hold: their transfers hold their channel or ports (routes), and book() charges "
+        "compute only with a transfer CPU (topology); a device already runs one node at a time, so "
+        "max(resource_free, begin) never moves a start (simulator, ilp_model's no-overlap and replay); "
+        "link statistics are per device pair",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
@@ -504,6 +515,13 @@ def _annotation_only(old: str, new: str) -> bool:
         return ast.dump(tree)
 
     before = bare(old)
+    if before is None and not old.startswith("def "):
+        # a parameter line of a signature split over lines: parse it as a one-line signature
+        def signature(line: str) -> str:
+            return "def _(" + line.rstrip(",") + "):"
+
+        before, after = bare(signature(old)), bare(signature(new))
+        return before is not None and before == after
     return before is not None and before == bare(new)
 
 
@@ -760,6 +778,9 @@ SURVIVOR_NOTES: dict[tuple[str, int], str] = {
     ("simulator", 370): "devices offered at one instant in event order instead of sorted; changes only the "
     "sequence numbers of simultaneous starts, hence later tie order",
     ("memory", 319): "differs only for a tentative negative allocation (a release), which no caller passes",
+    ("baechi", 481): "m-ETF's lazy chooser (mem-model=liveness) would start a node whose data arrives after "
+    "`now` instead of waiting for the next event: differs only when a device freed before that arrival "
+    "offers an earlier start; no hand-worked case of it yet",
     ("ilp_memory", 80): "CP-SAT model constraint: killing it needs a solve where memory binds on these bytes",
     ("ilp_memory", 93): "CP-SAT model bound: killing it needs a solve where a zero-length lifetime matters",
     ("ilp_memory", 112): "CP-SAT model constraint: killing it needs a solve where a copy's last unit of life matters",

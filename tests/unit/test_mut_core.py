@@ -826,3 +826,4 @@ def test_occupancy_is_the_bytes_alone_under_topology() -> None:
     assert _two_devices("topology").occupancy_time(1e6, 0, 1) == pytest.approx(1e-3, abs=1e-15)
     assert _two_devices("pair").occupancy_time(1e6, 0, 1) == pytest.approx(1.1e-3, abs=1e-15)
     assert _two_devices("topology").occupancy_time(1e6, 1, 1) == 0.0
+    assert _two_devices("pair").transfer_time(1e6, 1, 1) == 0.0  # nothing moves on one device
