@@ -778,6 +778,10 @@ SURVIVOR_NOTES: dict[tuple[str, int], str] = {
     ("simulator", 370): "devices offered at one instant in event order instead of sorted; changes only the "
     "sequence numbers of simultaneous starts, hence later tie order",
     ("memory", 319): "differs only for a tentative negative allocation (a release), which no caller passes",
+    ("baechi", 115): "killed by test_m_topo_memory_share_by_hand (added after this mutant ran; checked by applying "
+    "it by hand)",
+    ("baechi", 555): "killed by test_m_sct_reports_its_lp_wall_time (added after this mutant ran; checked by "
+    "applying it by hand)",
     ("baechi", 481): "m-ETF's lazy chooser (mem-model=liveness) would start a node whose data arrives after "
     "`now` instead of waiting for the next event: differs only when a device freed before that arrival "
     "offers an earlier start; no hand-worked case of it yet",
