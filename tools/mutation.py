@@ -516,9 +516,10 @@ def _annotation_only(old: str, new: str) -> bool:
 
     before = bare(old)
     if before is None and not old.startswith("def "):
-        # a parameter line of a signature split over lines: parse it as a one-line signature
+        # a line of a signature split over lines (parameters, or the closing `) -> ...:`): parse it
+        # as a one-line signature
         def signature(line: str) -> str:
-            return "def _(" + line.rstrip(",") + "):"
+            return "def _(" + (line if line.startswith(")") else line.rstrip(",") + "):")
 
         before, after = bare(signature(old)), bare(signature(new))
         return before is not None and before == after
@@ -782,6 +783,9 @@ SURVIVOR_NOTES: dict[tuple[str, int], str] = {
     "it by hand)",
     ("baechi", 555): "killed by test_m_sct_reports_its_lp_wall_time (added after this mutant ran; checked by "
     "applying it by hand)",
+    ("baechi", 376): "m-ETF would jump to the next candidate's start past an earlier event (a device freeing): "
+    "the node is still started at its own earliest time, so it differs only when that event would have let "
+    "another node in first; no hand-worked case of it yet",
     ("baechi", 481): "m-ETF's lazy chooser (mem-model=liveness) would start a node whose data arrives after "
     "`now` instead of waiting for the next event: differs only when a device freed before that arrival "
     "offers an earlier start; no hand-worked case of it yet",
