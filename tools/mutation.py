@@ -292,6 +292,14 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "link statistics are per device pair",
     ),
     (
+        "baechi",
+        '"favourite-children": int((favourite >= 0).sum()),',
+        '"favourite-children": int((favourite > 0).sum()),',
+        "",
+        "coarse nodes are numbered topologically (PlacementProblem), so node 0 has no parent and is "
+        "nobody's favourite child: favourite[u] is -1 or at least 1, where `>= 0` and `> 0` agree",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
