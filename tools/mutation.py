@@ -300,6 +300,21 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "nobody's favourite child: favourite[u] is -1 or at least 1, where `>= 0` and `> 0` agree",
     ),
     (
+        "baechi",
+        "self.where = [-1] * n",
+        "self.where = [not 1] * n",
+        "",
+        "the initial marker of a node not yet in the ready set is never read: where[f] is read only "
+        "when is_ready[f], which is set with add(), and add() writes where[f] first",
+    ),
+    (
+        "baechi",
+        "awake_row = -1",
+        "awake_row = ~1",
+        "",
+        "awake_row is only tested with `awake_row >= 0`, which -2 fails as -1 does",
+    ),
+    (
         "fastt",
         "if k > j and (best is None or (total / (k - j), j - k, d) < best):",
         "if k is not j and (best is None or (total / (k - j), j - k, d) < best):",
@@ -794,6 +809,8 @@ SURVIVOR_NOTES: dict[tuple[str, int], str] = {
     ("baechi", 376): "m-ETF would jump to the next candidate's start past an earlier event (a device freeing): "
     "the node is still started at its own earliest time, so it differs only when that event would have let "
     "another node in first; no hand-worked case of it yet",
+    ("baechi", 302): "m-SCT's 'awake' test with `is` for `==`: when two devices tie for the favourite child's "
+    "earliest start only the first (the object min returns) counts as awake; no hand-worked tie case yet",
     ("baechi", 481): "m-ETF's lazy chooser (mem-model=liveness) would start a node whose data arrives after "
     "`now` instead of waiting for the next event: differs only when a device freed before that arrival "
     "offers an earlier start; no hand-worked case of it yet",
