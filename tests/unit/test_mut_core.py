@@ -15,6 +15,7 @@ import pytest
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor
 from graphir.cluster import resolve_cluster
+from graphir.cluster_model import TransferCpu
 from graphir.cluster_toml import load_cluster_toml
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
@@ -764,3 +765,65 @@ def test_ilp_liveness_peaks_of_a_replayed_chain() -> None:
     ilp = IlpModel(problem, Transfers(problem), None, liveness=True)
     assert ilp.memory_model.peaks(ilp.replay([0, 1, 1], [0, 1, 2])) == [4_001_400, 10_000_100]
     assert ilp.memory_model.peaks(ilp.replay([0, 0, 0], [0, 1, 2])) == [10_001_100, 0]
+
+
+# --------------------------------------------------------------------------- the link model
+
+
+def _two_devices(congestion: str, cpu: TransferCpu | None = None) -> LinkModel:
+    """a <-> b: 0.1 ms of latency, 1 GB/s (1e6 B: 1 ms of bytes)."""
+    latency = np.array([[0.0, 1e-4], [1e-4, 0.0]])
+    bandwidth = np.array([[np.inf, 1e9], [1e9, np.inf]])
+    return LinkModel(("a", "b"), latency, bandwidth, congestion=congestion, transfer_cpu=cpu)
+
+
+def test_arrivals_from_add_latency_and_bytes() -> None:
+    """1e6 B ready on a at 1 ms: on a at once, on b 0.1 ms + 1 ms later."""
+    links = _two_devices("pair")
+    assert links.arrivals_from(1e-3, 1e6, 0) == pytest.approx([1e-3, 2.1e-3], abs=1e-15)
+    assert links.arrivals_from(0.0, 0.0, 1) == pytest.approx([1e-4, 0.0], abs=1e-15)
+
+
+def test_booking_with_a_per_transfer_cpu_cost() -> None:
+    """topology with a calibrated transfer CPU: sending takes 2 ms of a's compute, unpacking 0.5 ms of
+    b's, 1e6 B hold the route 1 ms and land 0.1 ms later.
+
+    First transfer, requested at 0: begin 0; delivered 0 + max(1, 2) + 0.1 = 2.1 ms; b unpacks from
+    0.1 (the latency) to 0.6 ms; arrival max(2.1, 0.6) = 2.1 ms; route held until 1 ms, a's compute
+    until 2 ms. Second one, also requested at 0, waits for a's compute: begin 2 ms, delivered 4.1 ms,
+    unpacked 2.1..2.6 ms: arrival 4.1 ms. With 3 ms of unpacking instead, the receiver decides: the
+    first arrives at 0.1 + 3 = 3.1 ms.
+    """
+    links = _two_devices("topology", TransferCpu(send=2e-3, recv=5e-4))
+    free = [0.0] * links.num_resources
+    assert links.book(free, 0.0, 1e6, 0, 1) == pytest.approx((0.0, 2.1e-3, 1e-3), abs=1e-15)
+    assert free[links.compute_resource[0]] == pytest.approx(2e-3) and free[links.compute_resource[1]] == pytest.approx(
+        6e-4
+    )
+    assert links.book(free, 0.0, 1e6, 0, 1) == pytest.approx((2e-3, 4.1e-3, 1e-3), abs=1e-15)
+    slow = _two_devices("topology", TransferCpu(send=2e-3, recv=3e-3))
+    assert slow.book([0.0] * slow.num_resources, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.1e-3, abs=1e-15)
+    # b's compute busy until 0.05 ms: the value is there only at 0.1 ms, so unpacking still starts then
+    busy = [0.0] * slow.num_resources
+    busy[slow.compute_resource[1]] = 5e-5
+    assert slow.book(busy, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.1e-3, abs=1e-15)
+    # b busy until 0.3 ms: unpacking waits for it, 0.3 + 3 = 3.3 ms
+    busy = [0.0] * slow.num_resources
+    busy[slow.compute_resource[1]] = 3e-4
+    assert slow.book(busy, 0.0, 1e6, 0, 1)[1] == pytest.approx(3.3e-3, abs=1e-15)
+
+
+def test_vectorised_arrivals_match_the_scalar_rule() -> None:
+    """arrivals(): 1e6 B ready at 1 ms, a -> b: 2.1 ms; b -> b: 1 ms; 0 B a -> b at 0: the latency."""
+    links = _two_devices("pair")
+    ready, nbytes = np.array([1e-3, 1e-3, 0.0]), np.array([1e6, 1e6, 0.0])
+    got = links.arrivals(ready, nbytes, np.array([0, 1, 0]), np.array([1, 1, 1]))
+    assert got.tolist() == pytest.approx([2.1e-3, 1e-3, 1e-4], abs=1e-15)
+
+
+def test_occupancy_is_the_bytes_alone_under_topology() -> None:
+    """1e6 B hold a route 1 ms under topology (the latency is in flight), 1.1 ms under pair; 0 in place."""
+    assert _two_devices("topology").occupancy_time(1e6, 0, 1) == pytest.approx(1e-3, abs=1e-15)
+    assert _two_devices("pair").occupancy_time(1e6, 0, 1) == pytest.approx(1.1e-3, abs=1e-15)
+    assert _two_devices("topology").occupancy_time(1e6, 1, 1) == 0.0
+    assert _two_devices("pair").transfer_time(1e6, 1, 1) == 0.0  # nothing moves on one device

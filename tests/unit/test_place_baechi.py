@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -11,7 +13,7 @@ from test_place_heft import GiB, check_placer, random_case
 from graphir.annotations import Mem
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
-from graphir.passes.place import Place
+from graphir.passes.place import PLACERS, Place, PlacementContext
 from graphir.passes.place.baechi import favourite_children, solve_favourite_lp
 from graphir.passes.place.problem import PlacementProblem
 from graphir.simulator import simulate
@@ -180,3 +182,29 @@ def test_deterministic(algo: str) -> None:
 def test_baechi_property(case: tuple[Module, str], algo: str) -> None:
     module, _ = case
     check_placer(module, algo)
+
+
+def test_m_topo_memory_share_by_hand() -> None:
+    """m-TOPO's per-device share is total / devices + the largest node: three independent nodes of
+    1, 2 and 3 GiB on 2xV100 give 6 / 2 + 3 = 6 GiB; an empty graph has a share of 0."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    for k, gib in enumerate((1, 2, 3)):
+        node = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (4,))], name=f"n{k}")
+        node.cost = 1e-3
+        node.mem = Mem(persistent=gib * GiB)
+    graph.set_outputs([node.outputs[0] for node in graph.nodes])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    placement = PLACERS["m-topo"]().place(problem, PlacementContext())
+    assert placement.stats["memory-share-B"] == 6 * GiB
+    empty = PlacementProblem.from_module(Module("e", Graph(), "2xV100"))
+    assert PLACERS["m-topo"]().place(empty, PlacementContext()).stats["memory-share-B"] == 0
+
+
+def test_m_sct_reports_its_lp_wall_time() -> None:
+    """lp-wall-s is the LP's own time: between 0 and the whole placer's wall time."""
+    problem = PlacementProblem.from_module(chain_with_weights([1, 1, 1]))
+    began = time.perf_counter()
+    placement = PLACERS["m-sct"]().place(problem, PlacementContext())
+    elapsed = time.perf_counter() - began
+    assert 0.0 <= placement.stats["lp-wall-s"] <= elapsed

@@ -167,6 +167,82 @@ def test_timeline_merges_next_block() -> None:
     assert line.earliest_start(0.5, 1.0) == 2.0
 
 
+def test_timeline_merges_past_its_first_blocks() -> None:
+    """Blocks [0, 1), [2, 3), [4, 5), [6, 7). Booking [5, 6) joins the third and fourth blocks (not the
+    first: the merge writes the block before the slot, here index 2); [7, 7.5) extends the last one;
+    [3.5, 4) the third from the front; [8, 9) goes after them all."""
+    line = DeviceTimeline()
+    for begin in (0.0, 2.0, 4.0, 6.0):
+        line.reserve(begin, begin + 1.0)
+    line.reserve(5.0, 6.0)
+    assert (line.starts, line.ends) == ([0.0, 2.0, 4.0], [1.0, 3.0, 7.0])
+    line.reserve(7.0, 7.5)
+    line.reserve(3.5, 4.0)
+    line.reserve(8.0, 9.0)
+    assert (line.starts, line.ends) == ([0.0, 2.0, 3.5, 8.0], [1.0, 3.0, 7.5, 9.0])
+    assert line.earliest_start(0.5, 1.0) == 1.0 and line.earliest_start(0.5, 1.5) == 9.0  # [7.5, 8) is too short
+
+
+def test_heft_start_times_wait_for_the_data() -> None:
+    """a (1 ms) -> {b, c} (1 ms each) on 2xV100, a's result 4 MB. HEFT: a on gpu0 [0, 1]; b: EFT 2 ms
+    on gpu0, 1 + t + 1 on gpu1 (t the link's time for 4 MB, about 0.34 ms): gpu0 [1, 2]; c: 3 ms on
+    gpu0, 2 + t on gpu1: gpu1, starting when the data has arrived, 1 ms + t."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    a = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (1_000_000,))], name="a")
+    b = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="b")
+    c = graph.add_node("tf.Relu", [a.outputs[0]], [TensorType(DType.F32, (4,))], name="c")
+    a.cost = b.cost = c.cost = 1e-3
+    graph.set_outputs([b.outputs[0], c.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    t = problem.links.transfer_time(4e6, 0, 1)
+    assert 0 < t < 1e-3
+    placement = PLACERS["heft"](mem_model="paper").place(problem, PlacementContext())
+    assert placement.device.tolist() == [0, 0, 1]
+    assert placement.start is not None
+    assert placement.start.tolist() == pytest.approx([0.0, 1e-3, 1e-3 + t], abs=1e-15)
+    assert placement.stats["estimated-makespan-s"] == pytest.approx(2e-3 + t, abs=1e-15)
+
+
+def test_timeline_of_many_blocks_with_no_gap_long_enough() -> None:
+    """300 blocks [2k, 2k + 1) leave gaps of 1: a node of 1.5 goes after the last block, at 599 (the
+    scan runs to the end of a list longer than CPython's cached small ints)."""
+    line = DeviceTimeline()
+    for k in range(300):
+        line.reserve(2.0 * k, 2.0 * k + 1)
+    assert len(line.starts) == 300
+    assert line.earliest_start(0.0, 1.5) == 599.0 and line.earliest_start(0.0, 1.0) == 1.0
+
+
+def test_a_partial_schedule_is_no_placement() -> None:
+    """ListScheduler.placement() refuses a schedule that left a node unplaced (device -1)."""
+    problem = PlacementProblem.from_module(heterogeneous_fork())
+    scheduler = ListScheduler(problem)
+    assert scheduler.device == [-1, -1, -1]  # -1 while unplaced
+    scheduler.book(0, 0)
+    assert scheduler.device == [0, -1, -1]
+    with pytest.raises(AssertionError, match="every node is placed"):
+        scheduler.placement()
+
+
+def test_a_received_copy_lives_from_the_send_to_the_arrival() -> None:
+    """mem-model=liveness: a (1 ms, gpu0) -> b, a's result 4 MB. b on gpu1 would receive it from a's
+    finish (1 ms) until it arrives, 1 ms + the link's time for the edge's 4 MB; on gpu0 nothing."""
+    graph = Graph()
+    x = graph.add_input("x", TensorType(DType.F32, (4,)))
+    a = graph.add_node("tf.Relu", [x], [TensorType(DType.F32, (1_000_000,))], name="a")
+    b = graph.add_node("tf.Relu", [x, a.outputs[0]], [TensorType(DType.F32, (4,))], name="b")
+    a.cost = b.cost = 1e-3
+    graph.set_outputs([b.outputs[0]])
+    problem = PlacementProblem.from_module(Module("m", graph, "2xV100"))
+    scheduler = ListScheduler(problem, "liveness")
+    scheduler.book(0, 0)
+    t = problem.links.transfer_time(4e6, 0, 1)
+    received = scheduler.received(1, 1)
+    assert len(received) == 1 and received[0][1:] == pytest.approx((1e-3, 1e-3 + t))
+    assert scheduler.received(1, 0) == []
+
+
 def test_argmin_and_ready_order() -> None:
     assert argmin([3.0, 1.0, 1.0]) == 1
     assert argmin([float("inf")] * 2) == -1
@@ -252,6 +328,9 @@ def test_heft_is_deterministic_and_empty_graph() -> None:
     empty = Module("empty", Graph(), "2xV100")
     for algo in ALL_PLACERS:
         Place(algo=algo).run(empty, PassContext())
+    # a list scheduler's estimate of nothing is 0 s (before, a default of 1 s for max() passed)
+    nothing = PlacementProblem.from_module(empty)
+    assert PLACERS["heft"]().place(nothing, PlacementContext()).stats["estimated-makespan-s"] == 0.0
 
 
 def test_impossible_affinity_is_a_pass_error() -> None:

@@ -25,7 +25,7 @@ from typing import ClassVar
 
 import pytest
 
-from graphir.cluster import load_cluster_toml
+from graphir.cluster import load_cluster_toml, resolve_cluster
 from graphir.pass_infra import Pass
 from graphir.tools import passdoc
 
@@ -116,6 +116,50 @@ def test_quick_tour_runs_as_written(tmp_path):
             assert line in output, f"README shows {line!r} for\n{step.script}\nbut the output is:\n{output}"
         for name in step.named_files():
             assert (tmp_path / name).exists(), f"README says {name} is written by\n{step.script}"
+    check_report_claims(json.loads((tmp_path / "out" / "report.json").read_text()))
+
+
+def check_report_claims(report: dict) -> None:
+    """Step 3's prose, checked on its ``report.json`` against the celeritas preset's own numbers.
+
+    The README's output block only shows what a run printed (``makespan: 499.854 us``); these are
+    the relations that make such a number right, derived from the cluster file, not the simulator:
+    each link is busy for its bytes over the PCIe path's 12 GB/s; under ``congestion=topology`` a
+    device's one ingress port carries one transfer at a time, held for bytes / bandwidth only, and
+    each value lands its path's latency (10 us within a PCIe switch, 21 us across the host bridge)
+    after its bytes; a device runs one node at a
+    time and is busy for the sum of its nodes' durations; the makespan is the last finish, so it
+    is at least gpu0's compute and at least the time its port is held.
+    """
+    preset = resolve_cluster("celeritas")
+    assert preset.topology is not None
+    latency = {(path.src, path.dst): path.latency for path in preset.topology.paths}
+    bandwidth = 12e9
+    assert {path.bandwidth for path in preset.topology.paths} == {bandwidth}
+    for link in report["links"]:
+        assert link["busy"] == pytest.approx(link["bytes"] / bandwidth, rel=1e-9), link
+    by_port: dict[str, list[dict]] = {}
+    for transfer in report["transfers"]:
+        held = transfer["bytes"] / bandwidth
+        flight = latency[(transfer["src"], transfer["dst"])]  # 10 us through one PCIe switch, 21 us via the host
+        assert transfer["finish"] - transfer["start"] == pytest.approx(flight + held, rel=1e-9), transfer
+        by_port.setdefault(transfer["dst"], []).append(transfer)
+    for transfers in by_port.values():
+        transfers.sort(key=lambda t: t["start"])
+        for first, second in zip(transfers, transfers[1:], strict=False):
+            assert second["start"] >= first["start"] + first["bytes"] / bandwidth - 1e-12, (first, second)
+    nodes: dict[str, list[tuple[float, float]]] = {}
+    for node in report["nodes"]:
+        nodes.setdefault(node["device"], []).append((node["start"], node["finish"]))
+    for device in report["devices"]:
+        spans = sorted(nodes.get(device["name"], []))
+        assert device["busy"] == pytest.approx(sum(end - begin for begin, end in spans), rel=1e-9)
+        assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:], strict=False)), device["name"]
+    makespan = report["makespan"]
+    assert makespan == max(node["finish"] for node in report["nodes"])
+    gpu0 = next(device for device in report["devices"] if device["name"] == "gpu0")
+    port = sum(t["bytes"] for t in by_port.get("gpu0", [])) / bandwidth
+    assert makespan >= gpu0["busy"] and makespan >= port
 
 
 def test_tour_step_parsing():
