@@ -10,7 +10,18 @@ import pytest
 
 from graphir.errors import VerifyError
 from graphir.ir import Graph, Module
-from graphir.ops import OPS, cost_of, define, estimate_node, fallback_count, is_variable, lowering_of, op_def, owns_value, split_of
+from graphir.ops import (
+    OPS,
+    cost_of,
+    define,
+    estimate_node,
+    fallback_count,
+    is_variable,
+    lowering_of,
+    op_def,
+    owns_value,
+    split_of,
+)
 from graphir.ops.registry import OpDef
 from graphir.tools import opdoc
 from graphir.types import DType, TensorType
