@@ -18,7 +18,7 @@ from graphir.budget import human_bytes, largest_device_memory, oversized_values
 from graphir.emit import register_emitter
 from graphir.importers.tf import persistent_bytes as variable_bytes
 from graphir.ir import Module
-from graphir.ops import estimate_node
+from graphir.ops import fallback_count
 from graphir.paths import longest_path
 
 
@@ -78,7 +78,7 @@ def summarize(module: Module) -> str:
         if len(kinds) > 1:
             per_kind = (f"{k} {_human_duration(float(np.nansum(index.times(k))))}" for k in kinds)
             lines.append("  compute per kind: " + ", ".join(per_kind))
-        fallback = sum(estimate_node(node)[3] for node in index.nodes)
+        fallback = fallback_count(index.nodes)
         lines.append(f"  fallback-costed:  {fallback} ops (no analytical estimator: bytes-only estimate)")
     persistent = int(index.persistent_bytes().sum())
     if persistent:

@@ -77,5 +77,13 @@ def oversized_values(module: Module) -> list[Value]:
     if not module.cluster.devices:
         return []
     _, capacity = largest_device_memory(module)
-    found = [value for value in module.graph.values if value.nbytes > capacity]
+    sizes: dict[int, int] = {}  # id(type) -> its bytes (Value.nbytes): graphs share a few type objects
+    found = []
+    for value in module.graph.values:
+        tensor_type = value.type  # alive while the graph holds it: ids are not reused meanwhile
+        size = sizes.get(id(tensor_type))
+        if size is None:
+            size = sizes[id(tensor_type)] = tensor_type.nbytes_or(0)
+        if size > capacity:
+            found.append(value)
     return sorted(found, key=lambda value: (-value.nbytes, value.name))

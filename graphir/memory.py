@@ -242,18 +242,24 @@ class MemoryLedger:
     ``n`` bytes for the whole step (persistent bytes). Usage is right-continuous: at a time where
     one allocation ends and another begins, only the second counts (frees before allocations).
 
-    The function is kept as sorted breakpoints with the level after each; an update costs
-    O(log k + m) and a query O(log k + m), ``k`` breakpoints in all and ``m`` inside the range
-    touched (list schedulers work near the frontier, so ``m`` stays small).
+    The function is kept as sorted breakpoints with the level after each, cut into blocks of at
+    most :data:`_BLOCK` consecutive breakpoints. A block holds its levels less a pending amount it
+    adds to all of them, and their largest value: a range update or a range query costs O(log k +
+    B + k/B) for ``k`` breakpoints and blocks of ``B`` (whole blocks inside the range are touched
+    once each, the two end blocks entry by entry), where a flat list would cost the range's length
+    (list schedulers free and allocate to the end of time, the whole tail of the list). Levels
+    are ints: the pending amounts add exactly, so every answer is the one a flat list gives.
     """
 
-    __slots__ = ("_levels", "_max", "_times", "persistent", "version")
+    __slots__ = ("_blocks", "_firsts", "_max", "persistent", "version")
 
     def __init__(self) -> None:
         """An empty ledger: no bytes at any time."""
         self.persistent = 0
-        self._times: list[float] = [-math.inf]
-        self._levels: list[int] = [0]
+        # Each block: [times, levels less the pending amount, pending amount, max of the stored
+        # levels or None when stale]; _firsts[b] is block b's first time.
+        self._blocks: list[list] = [[[-math.inf], [0], 0, 0]]
+        self._firsts: list[float] = [-math.inf]
         self._max: int | None = 0  # the largest level, None when a release made it stale
         self.version = 0  # bumped by every change (callers cache answers per version)
 
@@ -266,17 +272,57 @@ class MemoryLedger:
         """Hold ``nbytes`` on ``[begin, end)``; an empty interval holds nothing."""
         if nbytes == 0 or not end > begin:
             return
-        i = self._split(begin)
-        j = self._split(end)
         nbytes = int(nbytes)
-        levels = self._levels
-        raised = [level + nbytes for level in levels[i:j]]
-        levels[i:j] = raised
+        self._split(begin)
+        self._split(end)
+        b0, i0 = self._floor(begin)
+        b1, i1 = self._ceil(end)
+        blocks = self._blocks
         self.version += 1
+        raise_max = nbytes > 0 and self._max is not None
+        top = None
+        if b0 == b1:
+            top = self._raise(blocks[b0], i0, i1, nbytes)
+        else:
+            top = self._raise(blocks[b0], i0, len(blocks[b0][0]), nbytes)
+            for b in range(b0 + 1, b1):
+                block = blocks[b]
+                block[2] += nbytes
+                if raise_max:
+                    level = self._block_top(block) + block[2]
+                    if level > top:
+                        top = level
+            if b1 < len(blocks) and i1 > 0:
+                level = self._raise(blocks[b1], 0, i1, nbytes)
+                if level is not None and (top is None or level > top):
+                    top = level
         if nbytes < 0:
             self._max = None
-        elif self._max is not None and raised:
-            self._max = max(self._max, max(raised))
+        elif raise_max and top is not None:
+            self._max = max(self._max, top)  # type: ignore[type-var]
+
+    @staticmethod
+    def _raise(block: list, i: int, j: int, nbytes: int) -> int | None:
+        """Add ``nbytes`` to ``block``'s levels ``i..j-1``; the largest new level (None if none)."""
+        levels = block[1]
+        raised = [level + nbytes for level in levels[i:j]]
+        if not raised:
+            return None
+        levels[i:j] = raised
+        high = max(raised)
+        if nbytes < 0:
+            block[3] = None
+        elif block[3] is not None and high > block[3]:
+            block[3] = high
+        return high + block[2]
+
+    @staticmethod
+    def _block_top(block: list) -> int:
+        """The largest stored level of ``block`` (pending amount not added)."""
+        top = block[3]
+        if top is None:
+            top = block[3] = max(block[1])
+        return top
 
     def free(self, nbytes: int, end: float) -> None:
         """Release ``nbytes`` from ``end`` on (the end of an allocation made with ``end = inf``)."""
@@ -284,7 +330,9 @@ class MemoryLedger:
 
     def usage_at(self, time: float) -> int:
         """Bytes in use at ``time`` (after the frees and allocations at that instant)."""
-        return self.persistent + self._levels[bisect.bisect_right(self._times, time) - 1]
+        b, i = self._floor(time)
+        block = self._blocks[b]
+        return self.persistent + block[1][i] + block[2]
 
     def peak(self) -> int:
         """The largest usage over all time (at least the persistent bytes)."""
@@ -293,28 +341,25 @@ class MemoryLedger:
     def _max_level(self) -> int:
         """The largest level (cached between releases: a list scheduler asks it once per candidate)."""
         if self._max is None:
-            self._max = max(self._levels)
+            self._max = max(self._block_top(block) + block[2] for block in self._blocks)
         return self._max
 
     def peak_between(self, begin: float, end: float) -> int:
         """The largest usage on ``[begin, end)``; ``end`` must exceed ``begin``."""
         if not end > begin:
             raise ValueError(f"peak_between: empty interval [{begin}, {end})")
-        i = bisect.bisect_right(self._times, begin) - 1
-        j = bisect.bisect_left(self._times, end)
-        return self.persistent + max(self._levels[i:j])
+        return self.persistent + self._range_max(*self._floor(begin), *self._ceil(end))
 
     def peak_with(self, allocations: Iterable[tuple[int, float, float]]) -> int:
         """The peak if ``allocations`` (``(nbytes, begin, end)`` each) were added; the ledger is unchanged."""
         extra = [(int(n), b, e) for n, b, e in allocations if n and e > b]
         if not extra:
             return self.peak()
-        times, levels = self._times, self._levels
         best = max(0, self._max_level())  # the usage where the extra bytes are 0 is unchanged
         # The extra bytes at a time: every delta at or before it (an allocation starting there
         # counts, one ending there does not). Between two consecutive delta times they are constant,
-        # so the largest usage there is the ledger's largest level over that span (a slice: the
-        # breakpoint at or before the span's start and every breakpoint inside it) plus them.
+        # so the largest usage there is the ledger's largest level over that span (from the
+        # breakpoint at or before the span's start to the last breakpoint inside it) plus them.
         deltas = sorted([(b, n) for n, b, _ in extra] + [(e, -n) for n, _, e in extra])
         count = len(deltas)
         q = 0
@@ -326,9 +371,9 @@ class MemoryLedger:
                 q += 1
             if added <= 0:
                 continue
-            i = bisect.bisect_right(times, time) - 1
-            j = bisect.bisect_left(times, deltas[q][0]) if q < count else len(times)
-            level = (max(levels[i:j]) if j > i + 1 else levels[i]) + added
+            b0, i0 = self._floor(time)
+            b1, i1 = self._ceil(deltas[q][0]) if q < count else (len(self._blocks), 0)
+            level = self._range_max(b0, i0, b1, i1) + added
             if level > best:
                 best = level
         return self.persistent + best
@@ -337,17 +382,67 @@ class MemoryLedger:
         """Whether holding ``nbytes`` more on ``[begin, end)`` keeps the usage within ``capacity``."""
         return self.peak_with([(nbytes, begin, end)]) <= capacity
 
-    def _split(self, time: float) -> int:
-        """Index of the breakpoint at ``time``, inserted if missing (``len`` for ``inf``)."""
-        times = self._times
+    # ------------------------------------------------------------------ positions
+    # A position is (block number, entry in the block); (number of blocks, 0) is the end.
+
+    def _floor(self, time: float) -> tuple[int, int]:
+        """The position of the last breakpoint at or before ``time`` (there is one: the first is -inf)."""
+        b = bisect.bisect_right(self._firsts, time) - 1
+        return b, bisect.bisect_right(self._blocks[b][0], time) - 1
+
+    def _ceil(self, time: float) -> tuple[int, int]:
+        """The position of the first breakpoint at or after ``time`` (the end when there is none)."""
+        b = bisect.bisect_left(self._firsts, time)
+        if b == 0:
+            return 0, 0
+        times = self._blocks[b - 1][0]
+        i = bisect.bisect_left(times, time)
+        return (b, 0) if i == len(times) else (b - 1, i)
+
+    def _range_max(self, b0: int, i0: int, b1: int, i1: int) -> int:
+        """The largest level from position ``(b0, i0)`` to before ``(b1, i1)`` (a non-empty range)."""
+        blocks = self._blocks
+        block = blocks[b0]
+        if b0 == b1:
+            return max(block[1][i0:i1]) + block[2]
+        best = max(block[1][i0:]) + block[2]
+        for b in range(b0 + 1, b1):
+            block = blocks[b]
+            level = self._block_top(block) + block[2]
+            if level > best:
+                best = level
+        if b1 < len(blocks) and i1 > 0:
+            block = blocks[b1]
+            level = max(block[1][:i1]) + block[2]
+            if level > best:
+                best = level
+        return best
+
+    def _split(self, time: float) -> None:
+        """Insert a breakpoint at ``time`` if missing (none for ``inf``), with the level just before it."""
         if time == math.inf:
-            return len(times)
+            return
+        b = bisect.bisect_right(self._firsts, time) - 1
+        block = self._blocks[b]
+        times = block[0]
         i = bisect.bisect_left(times, time)
         if i < len(times) and times[i] == time:
-            return i
+            return
+        # i >= 1: the block's first time is at or before ``time`` and differs from it.
         times.insert(i, time)
-        self._levels.insert(i, self._levels[i - 1])
-        return i
+        block[1].insert(i, block[1][i - 1])  # same block, same pending amount: the same level
+        if len(times) > _BLOCK:
+            half = len(times) // 2
+            upper = [times[half:], block[1][half:], block[2], None]
+            del times[half:]
+            del block[1][half:]
+            block[3] = None
+            self._blocks.insert(b + 1, upper)
+            self._firsts.insert(b + 1, upper[0][0])
+
+
+_BLOCK = 512
+"""Most breakpoints a :class:`MemoryLedger` block holds before it is cut in two."""
 
 
 # --------------------------------------------------------------------------- a whole schedule, incrementally
@@ -433,9 +528,22 @@ class ScheduleMemory:
         capacity = self.capacity[device]
         if bound <= capacity:
             return True
-        extra = [(self._temporary[node], start, finish)]
-        extra += [(value_bytes[x], start, self._output_end(x, finish)) for x in self._outputs[node]]
-        extra += [(value_bytes[x], begin, math.inf) for x, begin in fresh]
+        # Allocations over the same interval are added up first (as in place): the peak is a
+        # sweep over sums of ints, so one allocation of the total gives exactly the same answer.
+        closed = self._temporary[node]  # bytes held on [start, finish)
+        open_ended = 0  # results still to be read (or graph outputs): held from start on
+        consumers_left = self._consumers_left
+        is_output = self._is_output
+        for x in self._outputs[node]:
+            if consumers_left[x] or is_output[x]:
+                open_ended += value_bytes[x]
+            else:
+                closed += value_bytes[x]
+        arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
+        for x, begin in fresh:
+            arriving[begin] = arriving.get(begin, 0) + value_bytes[x]
+        extra = [(closed, start, finish), (open_ended, start, math.inf)]
+        extra += [(nbytes, begin, math.inf) for begin, nbytes in arriving.items()]
         return ledger.peak_with(extra) + self._persistent[node] <= capacity
 
     def place(
@@ -495,9 +603,3 @@ class ScheduleMemory:
     def peaks(self) -> list[int]:
         """Peak bytes per device so far (persistent included)."""
         return [ledger.peak() for ledger in self.ledgers]
-
-    def _output_end(self, value: int, finish: float) -> float:
-        """Provisional end of a new result: open while it has consumers or is a graph output."""
-        if self._consumers_left[value] or self._is_output[value]:
-            return math.inf
-        return finish

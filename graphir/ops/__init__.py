@@ -55,7 +55,7 @@ from graphir.ops.registry import (
     type_rule,
     type_rule_of,
 )
-from graphir.ops.work import estimate_node, is_variable, owns_value, static_shape, variable_bytes
+from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_value, static_shape, variable_bytes
 
 # isort: split
 from graphir.ops import (  # noqa: F401 - imported for their registrations
@@ -86,6 +86,7 @@ __all__ = [
     "cost_of",
     "define",
     "estimate_node",
+    "fallback_count",
     "is_variable",
     "lowered_ops",
     "lowering",

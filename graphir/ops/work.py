@@ -28,6 +28,7 @@ them are in :mod:`graphir.passes.profile.roofline`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from graphir.ops.registry import Estimate, Estimator, Shape, bare_op, cost_of
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "estimate_node",
+    "fallback_count",
     "is_variable",
     "owns_value",
     "static_shape",
@@ -208,6 +210,38 @@ def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
         return float(sum(_elems(s) for s in outs)), float(sum(ib) + sum(ob)), 0, True, symbolic
     flops, nbytes, temporary = result
     return float(flops), float(nbytes), int(temporary), False, symbolic
+
+
+def fallback_count(nodes: Iterable[Node]) -> int:
+    """How many of ``nodes`` :func:`estimate_node` costs by its bytes-only fallback.
+
+    The same answer as ``sum(estimate_node(n)[3] for n in nodes)``, without estimating every
+    node: an op kind with no estimator always falls back, and an estimator reads only the op, the
+    params and the operand and result types, so nodes without params that share the op and the
+    type objects (a parsed graph shares one object per distinct type) share the answer.
+    """
+    count = 0
+    estimators: dict[str, Estimator | None] = {}
+    known: dict[tuple[object, ...], bool] = {}
+    for node in nodes:
+        op = node.op
+        if op in estimators:
+            estimator = estimators[op]
+        else:
+            estimator = estimators[op] = cost_of(op)
+        if estimator is None:
+            count += 1
+            continue
+        if node.params:
+            count += estimate_node(node)[3]
+            continue
+        # Type objects stay alive (the nodes hold them) while ``known`` exists: ids are not reused.
+        key = (op, *[id(v.type) for v in node.inputs], None, *[id(v.type) for v in node.outputs])
+        fell_back = known.get(key)
+        if fell_back is None:
+            fell_back = known[key] = estimate_node(node)[3]
+        count += fell_back
+    return count
 
 
 # --------------------------------------------------------------------------- memory facts

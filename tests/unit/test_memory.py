@@ -169,6 +169,48 @@ def test_ledger_frees_before_allocations_at_equal_times() -> None:
         ledger.peak_between(1.0, 1.0)
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from([2, 3, 5]),
+    st.lists(
+        st.tuples(st.integers(-300, 1000), st.integers(0, 40), st.sampled_from([None, 0, 3, 7, 15, 40])),
+        min_size=1,
+        max_size=40,
+    ),
+    st.lists(st.tuples(st.integers(1, 1000), st.integers(0, 45), st.integers(0, 45)), max_size=5),
+)
+def test_ledger_blocks_agree_with_a_brute_force_sweep(
+    block: int,
+    steps: list[tuple[int, int, int | None]],
+    extra: list[tuple[int, int, int]],
+) -> None:
+    # Blocks of 2 to 5 breakpoints (the real size is 512) so that every update and query spans
+    # several blocks and cuts some; steps include negative amounts (frees) and open ends (None:
+    # to infinity, as allocate(n, b) and free(n, t) make them).
+    ledger = MemoryLedger()
+    items: list[tuple[int, float, float]] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("graphir.memory._BLOCK", block)
+        for nbytes, begin, length in steps:
+            end = math.inf if length is None else float(begin + length)
+            ledger.allocate(nbytes, float(begin), end)
+            if nbytes and end > begin:
+                items.append((nbytes, float(begin), end))
+    breakpoints = 1 + len({t for _, b, e in items for t in (b, e) if t < math.inf})  # -inf and the rest
+    assert (len(ledger._blocks) > 1) == (breakpoints > block)  # cut into blocks when they overflow one
+
+    def usage(t: float, spans: list[tuple[int, float, float]]) -> int:
+        return sum(n for n, b, e in spans if b <= t < e)
+
+    grid = [t / 2 for t in range(-2, 180)]  # every breakpoint (at most 80) and the spans between
+    assert ledger.peak() == max(0, max(usage(t, items) for t in grid))
+    assert all(ledger.usage_at(t) == usage(t, items) for t in grid)
+    tentative = [(n, float(b), float(e)) for n, b, e in extra]
+    assert ledger.peak_with(tentative) == max(0, max(usage(t, items + tentative) for t in grid))
+    assert ledger.peak_between(3.0, 17.5) == max(usage(t, items) for t in grid if 3.0 <= t < 17.5)
+    assert ledger.peak_between(-math.inf, math.inf) == max(usage(t, items) for t in grid)
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(

@@ -10,7 +10,18 @@ import pytest
 
 from graphir.errors import VerifyError
 from graphir.ir import Graph, Module
-from graphir.ops import OPS, cost_of, define, estimate_node, is_variable, lowering_of, op_def, owns_value, split_of
+from graphir.ops import (
+    OPS,
+    cost_of,
+    define,
+    estimate_node,
+    fallback_count,
+    is_variable,
+    lowering_of,
+    op_def,
+    owns_value,
+    split_of,
+)
 from graphir.ops.registry import OpDef
 from graphir.tools import opdoc
 from graphir.types import DType, TensorType
@@ -66,6 +77,24 @@ def test_estimate_node_uses_the_cost_facet_and_its_fallback():
     assert (flops, nbytes, temporary, fallback, symbolic) == (2.0 * 8 * 3, 4.0 * (6 + 12 + 8), 0, False, False)
     unknown = graph.add_node("onnx.NoSuchOp", [a], [f32(2, 3)])
     assert estimate_node(unknown) == (6.0, 48.0, 0, True, False)
+
+
+def test_fallback_count_agrees_with_estimate_node_per_node():
+    # By hand: softmax on a known shape has an estimator (no fallback, twice: the memo's second
+    # hit must answer the same); softmax on an unknown-rank input falls back (its estimator needs
+    # the input shape), twice; an op without an estimator falls back once; a node with params is
+    # estimated directly (MatMul: no fallback). Fallbacks: 2 + 1 = 3.
+    graph = Graph("g")
+    known = graph.add_input("a", f32(2, 3))
+    unknown = graph.add_input("u", TensorType(DType.F32, None))
+    for _ in range(2):
+        graph.add_node("onnx.Softmax", [known], [f32(2, 3)])
+        graph.add_node("onnx.Softmax", [unknown], [f32(2, 3)])
+    graph.add_node("onnx.NoSuchOp", [known], [f32(2, 3)])
+    b = graph.add_input("b", f32(3, 4))
+    graph.add_node("onnx.MatMul", [known, b], [f32(2, 4)], params={"note": 1})
+    nodes = graph.index().nodes
+    assert fallback_count(nodes) == 3 == sum(estimate_node(node)[3] for node in nodes)
 
 
 def test_memory_facts():
