@@ -14,6 +14,9 @@ With ``--regress OLD.json NEW.json`` it also compares every (model, cluster, pip
 present in both files (``benchmarks/results/placement.json`` against the ``mem-model=paper``
 table): the makespans and peak memories must be identical (relative 1e-9).
 
+A ``note`` string in the JSON (how a table was assembled, when not by one run) is printed under the
+header.
+
 Command line (``make bench-place`` runs it)::
 
     python -m graphir.tools.placement_check benchmarks/results/placement-liveness.json \
@@ -171,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "longest path with the one-device simulation's durations and free transfers: no placement on that device "
         "kind is faster); `spread` says whether the fastest fitting cell uses more "
         "than one device; `sims` the refinement's trial simulations.",
+        *(["", data["note"]] if data.get("note") else []),
         "",
         "| model | cluster | single | best placer | auto | chosen | portfolio | refined | gain % | bound | spread "
         "| sims | check |",

@@ -9,13 +9,19 @@ improves it.
 1. **Portfolio** (:data:`PORTFOLIO`), each answer simulated: ``single`` (every node on the device
    with the least total compute time, then the most memory; simulated in the rank_u list-schedule
    order and in topological order, the better kept), ``metis``, ``heft``, ``m-topo``, ``expert``,
-   ``m-etf``, ``dpos`` (FastT), ``adjusting`` (Celeritas), ``m-sct`` (its LP is the slowest
-   member). A member with a ``mem-model`` option gets ``auto``'s. A member whose modelled cost
+   ``m-etf``, ``dpos`` (FastT), ``order-place`` and ``adjusting`` (Celeritas), ``m-sct`` (its LP
+   is the slowest member). A member with a ``mem-model`` option gets ``auto``'s. A member whose modelled cost
    (:class:`WorkModel`) would take the portfolio past 60 % of the budget is skipped and reported
    as ``skipped`` (a later, cheaper member may still run); the first member always runs. A member that
    fails (METIS without ``pymetis``) is reported as ``failed``. Members plan once, without the list
    schedulers' memory guard (:mod:`graphir.passes.place.memory_guard`): auto simulates every answer
-   itself, and the refinement repairs memory.
+   itself, and the refinement repairs memory. Then the guard's re-plans, where they can pay
+   (:meth:`Auto._replan`): a member with a ``mem-model`` whose answer overflows while being faster
+   than every fitting candidate plans again on capacities lowered by the overflow the simulator
+   measured, exactly as ``place{algo=<member>}`` would (candidates ``<member>+guard``), least
+   overflow first, while the portfolio's 60 % and a further 20 % of the budget last (the guard on
+   every member starved the refinement on the largest graphs; this way the refinement keeps at
+   least 20 %, and a re-plan runs only where a faster plan overflowed).
 2. **Choice**: the candidate that fits memory (no OOM device) with the smallest simulated makespan;
    when none fits, the least overflow (bytes above capacity, summed over devices), then makespan.
 3. **Refinement** (:mod:`graphir.passes.place.refine`): a local search moving blocks of coarse
@@ -45,6 +51,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -64,10 +71,11 @@ from graphir.passes.place import (  # noqa: F401  (the members register)
     metis,
     register_placer,
 )
+from graphir.passes.place.memory_guard import GUARD_PLANS, lowered_capacity
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.passes.place.refine import Candidate, candidate, critical_path_bound, refine
 
-PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "adjusting", "m-sct")
+PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "order-place", "adjusting", "m-sct")
 """The members of the portfolio, in the order they run: those that win most often in the placement
 tables first (METIS, HEFT, m-TOPO; benchmarks/results/placement-notes.md), then the cheap ones,
 then the rest; a member that does not fit the remaining budget is skipped, a later cheaper one may
@@ -75,6 +83,11 @@ still run."""
 
 PORTFOLIO_SHARE = 0.6
 """The portfolio may spend this share of the budget; the refinement gets the rest (and what is left)."""
+
+
+REPLAN_SHARE = 0.2
+"""The memory guard's re-plans (:meth:`Auto._replan`) may also spend this share of the budget, taken
+from the refinement's (which keeps at least the remaining 20 %)."""
 
 
 def _graph_size(problem: PlacementProblem) -> int:
@@ -110,7 +123,8 @@ class WorkModel:
     def member(self, name: str, liveness: bool) -> float:
         """Modelled seconds of one portfolio member: its placer and one simulation of its answer."""
         list_scheduler = 2e-5 * self.coarse * self.devices
-        per_fine = {"heft": 4.8e-6, "adjusting": 3.8e-6, "dpos": 1.6e-6}.get(name, 0.0) if liveness else 0.0
+        rates = {"heft": 4.8e-6, "adjusting": 3.8e-6, "dpos": 1.6e-6, "order-place": 1.6e-6}
+        per_fine = rates.get(name, 0.0) if liveness else 0.0
         placer = {
             "single": 0.0,
             "expert": 1e-5 * self.coarse,
@@ -211,6 +225,64 @@ class Auto(Placer):
         fields = {field.name for field in dataclasses.fields(PLACERS[name])}
         return {"mem_model": self.mem_model} if "mem_model" in fields else {}
 
+    def _replan(
+        self,
+        problem: PlacementProblem,
+        ctx: PlacementContext,
+        judge: Callable[[str, np.ndarray, np.ndarray], Candidate],
+        candidates: list[Candidate],
+        stats: dict[str, Stat],
+        left: float,
+    ) -> float:
+        """The memory guard's re-plans for the members whose answer overflowed, within ``left`` modelled s.
+
+        A member that plans with ``mem-model`` (a list scheduler with a memory guard when ``place``
+        runs it) and whose answer overflows in the simulator while being faster than every fitting
+        candidate plans again, on capacities lowered by the overflow measured per device
+        (:func:`graphir.passes.place.memory_guard.lowered_capacity`, cumulative), up to the guard's
+        :data:`~graphir.passes.place.memory_guard.GUARD_PLANS` plans in all, the least overflow first
+        (the likeliest to fit after one re-plan),
+        while the portfolio's share of the budget lasts: what ``place{algo=<member>}`` answers is
+        then a candidate too. Every re-plan is a candidate named ``<member>+guard``; statistics
+        ``auto.<member>+guard-ms`` (the last re-plan) and ``auto.<member>+guard-plans``. Returns the
+        modelled seconds spent.
+        """
+        model = WorkModel.of(problem)
+        liveness = self.mem_model == "liveness"
+        spent = 0.0
+        fitting = min((c.makespan for c in candidates if c.fits), default=np.inf)
+        guarded = [c for c in candidates if not c.fits and c.name in PORTFOLIO and self._has_mem_model(c.name)]
+        for first in sorted(guarded, key=lambda c: (c.overflow, c.makespan, c.name)):
+            if first.makespan >= fitting:
+                continue  # a re-plan on less memory is rarely faster than its first plan
+            name, current, capacity, plans = first.name, first, problem.capacity, 1
+            while plans < GUARD_PLANS and not current.fits:
+                cost = model.member(name, liveness)
+                if spent + cost > left:
+                    return spent
+                spent += cost
+                plans += 1
+                capacity = lowered_capacity(capacity, np.maximum(-current.headroom, 0.0))
+                smaller = dataclasses.replace(problem, capacity=capacity.copy())
+                answer = PLACERS[name](**self._options(name, problem)).place(smaller, ctx)
+                device = np.asarray(answer.device, dtype=np.int64)
+                start = answer.start if answer.start is not None else list_schedule(problem, device)[0]
+                current = judge(f"{name}+guard", device, np.asarray(start, dtype=np.float64))
+                candidates.append(current)
+                stats[f"auto.{name}+guard-ms"] = round(current.makespan * 1e3, 3)
+                stats[f"auto.{name}+guard-plans"] = plans
+                stats.pop(f"auto.{name}+guard-overflow-B", None)
+                if current.fits:
+                    fitting = min(fitting, current.makespan)
+                else:
+                    stats[f"auto.{name}+guard-overflow-B"] = current.overflow
+        return spent
+
+    @staticmethod
+    def _has_mem_model(name: str) -> bool:
+        """Whether member ``name`` plans with a ``mem-model`` (and so reads the devices' capacities)."""
+        return any(field.name == "mem_model" for field in dataclasses.fields(PLACERS[name]))
+
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Run the portfolio, keep the best simulated candidate, refine it within the budget."""
         began = time.perf_counter()
@@ -264,6 +336,8 @@ class Auto(Placer):
                 stats[f"auto.{name}-overflow-B"] = member.overflow
             ctx.log(f"auto: {name} {member.makespan * 1e3:.3f} ms, overflow {member.overflow} B, {wall:.2f} s")
             candidates.append(member)
+        left = (PORTFOLIO_SHARE + REPLAN_SHARE) * budget - spent
+        spent += self._replan(problem, member_ctx, judge, candidates, stats, left)
         best = min(candidates, key=Candidate.key)
         stats["auto.chosen"] = best.name
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)

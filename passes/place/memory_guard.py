@@ -40,6 +40,11 @@ GUARD_PLANS = 4
 """Plans at most: the placer's own, then up to three with the overflowing devices' capacities lowered."""
 
 
+def lowered_capacity(capacity: np.ndarray, overflow: np.ndarray) -> np.ndarray:
+    """``capacity`` less the simulator's measured ``overflow`` per device (never below 0): the next plan's margin."""
+    return np.maximum(np.asarray(capacity, dtype=np.float64) - np.asarray(overflow, dtype=np.float64), 0.0)
+
+
 def simulated_overflow(problem: PlacementProblem, ctx: PlacementContext, placement: Placement) -> np.ndarray:
     """Bytes above capacity per device when the simulator runs ``placement`` (its default rules)."""
     simulate = ctx.simulator()
@@ -74,7 +79,7 @@ def memory_guarded(
             best, best_overflow = placement, total
         if total == 0.0:
             break
-        capacity = np.maximum(capacity - overflow, 0.0)  # a margin of what the simulator measured
+        capacity = lowered_capacity(capacity, overflow)  # a margin of what the simulator measured
     assert best is not None
     stats = dict(best.stats)
     stats["memory-guard-plans"] = made

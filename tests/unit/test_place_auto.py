@@ -127,3 +127,47 @@ def test_deterministic(tmp_path: Path) -> None:
 def test_budget_rejects_negative() -> None:
     with pytest.raises(ValueError, match="budget"):
         Place.of("auto", budget=-1.0)
+
+
+def _linked_cluster(tmp_path: Path, devices: int, capacity: int) -> str:
+    """Devices of ``capacity`` bytes over links of 10 us and 1 GB/s: plans and simulator disagree on memory."""
+    lines = ["[default_link]", "latency = 1e-5", "bandwidth = 1e9"]
+    for k in range(devices):
+        lines += ["[[device]]", f'name = "d{k}"', f"memory = {capacity}"]
+    path = tmp_path / f"linked{devices}_{capacity}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("seed", [1, 23, 37])
+def test_replans_are_the_memory_guards(tmp_path: Path, seed: int) -> None:
+    """A member whose plan overflows in the simulator is re-planned as its memory guard would.
+
+    Random DAGs (test_place_liveness.py) with the capacity at 60 % of the one-device peak, on links
+    that cost time (so a list scheduler's plan can fit where the simulator overflows): these seeds
+    are ones where some member's first plan overflows while being faster than every fitting
+    candidate (seed 1: m-etf; 23: m-sct, which auto then chooses; 37: adjusting and m-sct, four
+    plans each). Every re-plan auto reports (``auto.<member>+guard-ms``, ``-plans``) must be what
+    ``place{algo=<member> mem-model=liveness}`` answers through its guard: the same makespan after
+    the same number of plans; and auto is never slower than such an answer that fits.
+    """
+    rng = np.random.default_rng(seed)
+    devices = int(rng.integers(2, 5))
+    probe = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
+    Place.of("single").run(probe, PassContext())
+    capacity = int(simulate(probe).peak_memory.max() * 0.6)
+    module = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+    stats = Place.of("auto", mem_model="liveness", budget=50.0).run(module, PassContext(seed=seed)).stats
+    auto = simulate(module)
+    replanned = [key[len("auto.") : -len("+guard-ms")] for key in stats if key.endswith("+guard-ms")]
+    assert replanned
+    for name in replanned:
+        alone = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+        guard = Place.of(name, mem_model="liveness").run(alone, PassContext(seed=seed)).stats
+        result = simulate(alone)
+        assert stats[f"auto.{name}+guard-ms"] == pytest.approx(result.makespan * 1e3, abs=1e-3)
+        assert stats[f"auto.{name}+guard-plans"] == guard["memory-guard-plans"]
+        assert (f"auto.{name}+guard-overflow-B" in stats) == bool(result.oom_devices)
+        if not result.oom_devices:
+            assert not auto.oom_devices
+            assert auto.makespan <= result.makespan * (1 + 1e-9)
