@@ -221,6 +221,11 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
             for order in args.orders:
                 _place(module, placement, order, args.congestion, scratch, args.seed)
                 result = simulate(module, congestion=args.congestion)  # the recorded order
+                if args.save_modules is not None:  # the placed, profiled module, to re-simulate offline
+                    from graphir.printer import print_module
+
+                    args.save_modules.mkdir(parents=True, exist_ok=True)
+                    (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(module))
                 load = _loadavg()
                 run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
                 load = max(load, _loadavg())
@@ -409,6 +414,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "fidelity.md")
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
     parser.add_argument("--notes-file", type=Path, help="a Markdown file whose text is added above the table")
+    parser.add_argument(
+        "--save-modules",
+        type=Path,
+        help="also write every placed, profiled module as DIR/MODEL-PLACEMENT-ORDER.gir (to re-simulate offline)",
+    )
     parser.add_argument(
         "--render", action="store_true", help="measure nothing: rewrite the page and plot from the run's JSON (--out)"
     )
