@@ -397,6 +397,52 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
+def resimulate(args: argparse.Namespace) -> int:
+    """``--resimulate DIR``: the run's measured rows against the ruler now (another cluster file, rule or code).
+
+    Every row's module is ``DIR/MODEL-PLACEMENT-ORDER.gir`` (``--save-modules``: placed, ordered and
+    profiled as measured); it is simulated on ``--cluster`` under ``--congestion`` and the order it
+    recorded. The measured times stay; the page, the JSON and the plot are rewritten (``--out``).
+    """
+    from graphir.cluster import ClusterError, resolve_cluster
+    from graphir.parser import parse_module
+    from graphir.simulator import simulate
+
+    source = args.out.with_suffix(".json")
+    if not source.is_file():
+        print(f"bench-fidelity: no results '{source}' to re-simulate", file=sys.stderr)
+        return 1
+    rows, command, _, _ = read_json(source)
+    try:
+        cluster = resolve_cluster(args.cluster)
+    except ClusterError as err:
+        print(f"bench-fidelity: {err}", file=sys.stderr)
+        return 1
+    cluster_path = Path(args.cluster)
+    cluster_text = cluster_path.read_text() if cluster_path.is_file() else args.cluster
+    for row in rows:
+        path = args.resimulate / f"{row.model}-{row.placement}-{row.order}.gir"
+        if not path.is_file():
+            print(f"bench-fidelity: no module '{path}' (write it with --save-modules)", file=sys.stderr)
+            return 1
+        module = parse_module(path.read_text(), str(path))
+        module.set_cluster(cluster)
+        row.simulated_by_rule = {rule: float(simulate(module, congestion=rule).makespan) for rule in RULES}
+        row.simulated_s = row.simulated_by_rule[args.congestion]
+    command = f"{command}; re-simulated: python -m graphir.tools.bench_fidelity --resimulate {args.resimulate} " + (
+        f"--cluster {args.cluster} --congestion {args.congestion} --out {args.out}"
+    )
+    write_markdown(rows, args.out, command, cluster_text, args.note, args.congestion)
+    write_json(rows, source, command, cluster_text, args.congestion)
+    write_plot(rows, args.out.with_suffix(".png"))
+    median, worst = _summary(rows)
+    print(
+        f"bench-fidelity: {len(rows)} pairs re-simulated: median |error| {median:.1%}, worst {worst:.1%}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="bench_fidelity", description=__doc__.splitlines()[0])
@@ -420,6 +466,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also write every placed, profiled module as DIR/MODEL-PLACEMENT-ORDER.gir (to re-simulate offline)",
     )
     parser.add_argument(
+        "--resimulate",
+        type=Path,
+        metavar="DIR",
+        help="measure nothing: re-simulate the run's JSON (--out) rows from the modules a --save-modules DIR run "
+        "wrote, with --cluster and --congestion, and write the page with the new simulated times",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="measure nothing: rewrite the page and plot from the run's JSON (--out)"
     )
     args = parser.parse_args(argv)
@@ -428,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench-fidelity: no notes file '{args.notes_file}'", file=sys.stderr)
             return 1
         args.note.append(args.notes_file.read_text().rstrip())
+    if args.resimulate is not None:
+        return resimulate(args)
     if args.render:
         source = args.out.with_suffix(".json")
         if not source.is_file():

@@ -190,3 +190,27 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     path.write_text(dataclasses.replace(fitted, service=WORKER_SERVICE).toml(cpu_workers_cluster(2)))
     assert "[runtime]\nserve_when_idle = true\nrecv_cpu_preempts = true\n" in path.read_text()
     assert load_cluster_toml(path).service == WORKER_SERVICE
+
+
+def test_fidelity_resimulate_rejudges_measured_rows_with_another_cluster_file(tmp_path, capsys):
+    # One measured row (5 ms) whose saved module is _chain_after_send in enforced order: 3.5 ms on
+    # SLOW_MESH2 (-30 %), 5.5 ms with serve_when_idle (+10 %), as derived above.
+    from graphir.printer import print_module
+    from graphir.tools.bench_fidelity import Row, main, read_json, write_json
+
+    saved = tmp_path / "mods"
+    saved.mkdir()
+    (saved / "m-fine-enforced.gir").write_text(print_module(_chain_after_send(tmp_path, SLOW_MESH2)))
+    out = tmp_path / "fidelity.md"
+    write_json([Row("m", "fine", "enforced", 3, 2, 1, 1 << 20, 5 * MS, 1.0, [5 * MS], 1.0)], out.with_suffix(".json"))
+    cluster = tmp_path / "idle.toml"
+    for text, simulated, error in ((SLOW_MESH2, 3.5, "30.0%"), (WHEN_IDLE, 5.5, "10.0%")):
+        cluster.write_text(text)
+        argv = ["--resimulate", str(saved), "--cluster", str(cluster), "--out", str(out)]
+        assert main(argv) == 0
+        (row,), command, cluster_text, _ = read_json(out.with_suffix(".json"))
+        assert row.simulated_s == pytest.approx(simulated * MS) and row.measured_s == pytest.approx(5 * MS)
+        assert "--resimulate" in command and cluster_text == text
+        assert f"median |error| {error}" in capsys.readouterr().err
+    assert main(["--resimulate", str(tmp_path / "none"), "--cluster", str(cluster), "--out", str(out)]) == 1
+    assert "write it with --save-modules" in capsys.readouterr().err
