@@ -149,10 +149,15 @@ class TransferService:
             time-shares with the kernel: the node running then takes that much longer; a receive
             in an idle gap costs nothing) instead of being queued on the device's compute, where a
             receive due later would hold the core from the moment it is booked.
+        control_sends: a control dependency between devices is a transfer of an empty tensor,
+            one per (control source, receiving device) (TF's graph partitioner gives each a
+            ``_Send``/``_Recv`` pair of a dummy tensor), which pays a transfer's latency, fixed
+            overhead, route and CPU like any other; off: a signal that takes the latency only.
     """
 
     serve_when_idle: bool = False
     recv_cpu_preempts: bool = False
+    control_sends: bool = False
 
 
 @attrs.frozen

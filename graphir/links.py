@@ -139,6 +139,8 @@ class LinkModel:
         serve_when_idle: ``topology`` on a cluster whose runtime answers a peer's tensor request
             only when the sender's compute thread has no ready work
             (:class:`~graphir.cluster_model.TransferService`; the simulator applies it).
+        control_sends: ``topology`` on a cluster whose runtime sends a control dependency between
+            devices as an empty tensor (the simulator books it like a transfer of 0 bytes).
         recv_cpu_preempts: ``topology`` with a ``transfer_cpu`` on a cluster whose receive CPU is
             taken from what runs on the receiver's core: :meth:`book` does not queue it on the
             receiver's compute, the simulator stretches the node running there.
@@ -162,6 +164,7 @@ class LinkModel:
         "routes",
         "seconds_per_byte",
         "serve_when_idle",
+        "control_sends",
     )
 
     def __init__(
@@ -205,6 +208,7 @@ class LinkModel:
             self.transfer_cpu = None
         occupancy_rule = congestion in OCCUPANCY_RULES
         self.serve_when_idle = bool(occupancy_rule and service is not None and service.serve_when_idle)
+        self.control_sends = bool(occupancy_rule and service is not None and service.control_sends)
         self.recv_cpu_preempts = bool(
             self.transfer_cpu is not None and service is not None and service.recv_cpu_preempts
         )

@@ -52,7 +52,10 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
     longer (its finish event is pushed back when it comes up), a receive that overlaps a node's
     start by part of its time adds that part, and one in an idle gap costs nothing.
 * A control edge (a dependency without data) delays its consumer until the producer finished,
-  plus the link latency when the two are on different devices; it occupies no channel.
+  plus the link latency when the two are on different devices; it occupies no channel. Under
+  ``topology`` on a cluster whose runtime says ``control_sends`` (TF: a ``_Send``/``_Recv`` of a
+  dummy tensor), it is instead a transfer of 0 bytes, once per (source, receiving device), booked
+  like any other (route, fixed overhead, transfer CPU, ``serve_when_idle``).
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
   live activations: a result occupies its producer's device from the producer's start until its
   last local consumer finished and every transfer of it completed (graph outputs stay to the end);
@@ -298,13 +301,15 @@ def simulate_placement(
     service = links.serve_when_idle
     pairs = num_devices * num_devices
     served = [not service or p % (num_devices + 1) == 0 for p in range(pairs)]
-    deferred: list[list[int]] = [[] for _ in range(pairs)] if service else []
+    deferred: list[list[tuple[int, int]]] = [[] for _ in range(pairs)] if service else []
     heard = [False] * pairs
     asked = [not service] * num_devices
     alert = [service] * num_devices
     request_event = n  # an event u >= n: (u - n) = d * D + p, device d's requests reach device p
     # ``recv_cpu_preempts``: per device, the receive CPU due on its core, as (bytes arrive, seconds).
     charges: list[list[tuple[float, float]]] = [[] for _ in range(num_devices)]
+    control_sends = links.control_sends  # a control edge between devices is an empty tensor's transfer
+    signalled: dict[tuple[int, int], float] = {}  # (control source, device) -> when the empty tensor arrived
 
     def send(x: int, du: int, dv: int, now: float) -> tuple[float, float]:
         """Queue value ``x``'s transfer ``du -> dv`` requested at ``now``; return its ``(start, end)``."""
@@ -317,15 +322,28 @@ def simulate_placement(
             heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(value_bytes[x])))
         return sent
 
+    def signal(u: int, du: int, dv: int, now: float) -> float:
+        """When device ``dv`` learns that ``u`` (on ``du``) finished at ``now`` (a control edge)."""
+        if not control_sends:  # a signal: the latency only
+            return now + latency_between(du, dv)
+        when = signalled.get((u, dv))
+        if when is None:  # one empty tensor per (source, device), booked like a transfer of 0 bytes
+            begin, when, held = book(resource_free, now, 0, du, dv)
+            held_s[du * num_devices + dv] += held
+            if recv_seconds is not None:
+                heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(0)))
+            signalled[(u, dv)] = when
+        return when
+
     def serve(p: int, d: int, now: float) -> list[int]:
         """Device ``p`` answers device ``d``'s requests at ``now``: send what was made; return the startable nodes."""
         served[p * num_devices + d] = True
         startable = []
-        for k in deferred[p * num_devices + d]:
+        for k, u in deferred[p * num_devices + d]:
             v = succ_dst[k]
             x = succ_value[k]
             if x < 0:  # control edge
-                when = now + latency_between(p, d)
+                when = signal(u, p, d, now)
             else:
                 sent = arrival.get((x, d))
                 when = (sent if sent is not None else send(x, p, d, now))[1]
@@ -456,12 +474,12 @@ def simulate_placement(
                 if dv == du:
                     when = now
                 elif not served[du * num_devices + dv]:  # dv's request waits for du's next idle moment
-                    deferred[du * num_devices + dv].append(k)
+                    deferred[du * num_devices + dv].append((k, u))
                     continue
                 else:
                     x = succ_value[k]
-                    if x < 0:  # control edge: a zero-byte signal, no channel
-                        when = now + latency_between(du, dv)
+                    if x < 0:  # control edge: a zero-byte signal, no channel (or an empty tensor's transfer)
+                        when = signal(u, du, dv, now) if control_sends else now + latency_between(du, dv)
                     else:
                         sent = arrival.get((x, dv))
                         if sent is None:

@@ -154,12 +154,43 @@ def test_receive_in_an_idle_gap_is_free_and_overlap_stretches_the_next_kernel(tm
     assert times(result, m)["h"] == (0.0, 2.0) and times(result, m)["c"] == (2.2, 3.2)
 
 
+def test_a_control_dependency_between_devices_is_an_empty_tensors_transfer(tmp_path):
+    # g0: a (1 ms). g1: c then d (1 ms each, inputs %x), both after a by a control edge.
+    body = "\n".join(
+        [
+            node("a", "%x", "g0", 0),
+            node("c", "%x", "g1", 0).replace("(%x) :", "(%x) ctrl(@a) :"),
+            node("d", "%x", "g1", 1).replace("(%x) :", "(%x) ctrl(@a) :"),
+            "    return %c, %d",
+        ]
+    )
+    # CPU_CHARGED (latency 0.2 = the [overheads] transfer): a signal, the latency only: c 1.2..2.2,
+    # d 2.2..3.2.
+    plain = module(tmp_path, CPU_CHARGED, body)
+    assert times(simulate(plain, "topology"), plain)["c"] == (1.2, 2.2)
+    # control_sends: one empty tensor for (a, g1), booked at 1 like a transfer of 0 bytes: the
+    # sender's core 1..1.2 (send_cpu), delivered 1 + max(0, 0.2) + 0.2 = 1.4; g1's core unpacks
+    # 1.2..1.3 (recv_cpu); arrival 1.4 for both c and d. c 1.4..2.4, d 2.4..3.4. Makespan 3.4.
+    m = module(tmp_path, "[runtime]\ncontrol_sends = true\n" + CPU_CHARGED, body)
+    assert LinkModel.from_cluster(m.cluster, "topology").control_sends
+    assert not LinkModel.from_cluster(m.cluster, "pair").control_sends
+    result = simulate(m, "topology")
+    assert times(result, m)["c"] == (1.4, 2.4) and times(result, m)["d"] == (2.4, 3.4)
+    assert result.makespan == pytest.approx(3.4 * MS)
+    assert simulate(m, "pair").makespan == pytest.approx(simulate(plain, "pair").makespan)
+
+
 def test_runtime_table_round_trips_and_rejects_bad_values(tmp_path):
     path = tmp_path / "c.toml"
     path.write_text("[runtime]\nserve_when_idle = true\nrecv_cpu_preempts = true\n" + SLOW_MESH2)
     cluster = load_cluster_toml(path)
-    assert cluster.service == TransferService(True, True)
-    assert service_toml(cluster.service) == ["[runtime]", "serve_when_idle = true", "recv_cpu_preempts = true"]
+    assert cluster.service == TransferService(True, True, False)
+    assert service_toml(cluster.service) == [
+        "[runtime]",
+        "serve_when_idle = true",
+        "recv_cpu_preempts = true",
+        "control_sends = false",
+    ]
     assert service_toml(TransferService()) == []
     path.write_text(SLOW_MESH2)
     assert load_cluster_toml(path).service == TransferService()
@@ -182,13 +213,13 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     from graphir.cluster import cpu_workers_cluster
     from graphir.passes.profile.calibrate_comm import fit_rig
 
-    assert WORKER_SERVICE == TransferService(serve_when_idle=True, recv_cpu_preempts=True)
+    assert WORKER_SERVICE == TransferService(serve_when_idle=True, recv_cpu_preempts=True, control_sends=True)
     fitted = fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
     path = tmp_path / "rig.toml"
     path.write_text(fitted.toml(cpu_workers_cluster(2)))
     assert load_cluster_toml(path).service == TransferService()
     path.write_text(dataclasses.replace(fitted, service=WORKER_SERVICE).toml(cpu_workers_cluster(2)))
-    assert "[runtime]\nserve_when_idle = true\nrecv_cpu_preempts = true\n" in path.read_text()
+    assert "[runtime]\nserve_when_idle = true\nrecv_cpu_preempts = true\ncontrol_sends = true\n" in path.read_text()
     assert load_cluster_toml(path).service == WORKER_SERVICE
 
 
