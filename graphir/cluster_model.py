@@ -127,13 +127,13 @@ class TransferCpu:
 
 @attrs.frozen
 class TransferService:
-    """How the devices' runtime serves transfers (``[runtime]`` of a cluster file; both off by default).
+    """How the devices' runtime serves transfers (``[runtime]`` of a cluster file; all off by default).
 
     The defaults are a runtime with its own copy engine (a GPU's copy stream, Pesto's and FastT's
-    model): a tensor leaves when its producer finishes, and a transfer's CPU, if any is charged, is
-    queued on the device's compute like a node. A TensorFlow worker whose compute runs on one thread
-    (the rig: inter- and intra-op pools of one thread, one pinned core) differs in two ways, both
-    used by ``congestion=topology`` only:
+    model): a tensor leaves when its producer finishes, a transfer's CPU, if any is charged, is
+    queued on the device's compute like a node, and a control dependency is a signal. A TensorFlow
+    worker whose compute runs on one thread (the rig: inter- and intra-op pools of one thread, one
+    pinned core) differs in three ways, all used by ``congestion=topology`` only:
 
     Attributes:
         serve_when_idle: a peer's request for a tensor is answered on the sender's compute thread,

@@ -37,7 +37,8 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   are made when the transfer or node is queued, possibly for a later time (a node that becomes
   startable meanwhile waits behind them).
 * How the runtime serves transfers (:class:`graphir.cluster_model.TransferService`, ``topology``
-  only; both off by default and on every paper preset, on for the rig):
+  only; off by default and on every paper preset, on for the rig; ``control_sends`` is under the
+  control edges below):
 
   - ``serve_when_idle``: a device answers a peer's requests only at an *idle moment* (it has no
     node it could start: ``enforced``, its next node waits for an input or it has none left;
