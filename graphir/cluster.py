@@ -46,6 +46,11 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     recv_cpu = 50e-6            # and its receiver
     recv_cpu_per_byte = 2e-10
 
+    [runtime]                   # how transfers are served (TransferService; congestion=topology; default false)
+    serve_when_idle = true      # a device's tensors leave once its compute thread first runs out of ready work
+    recv_cpu_preempts = true    # the receive CPU stretches what runs on the receiver's core, is not queued on it
+    control_sends = true        # a control dependency between devices is an empty tensor's transfer
+
 Every ordered device pair is one FIFO channel whose transfer time is the papers' linear model
 ``latency + bytes / bandwidth`` (Celeritas §4.2.1 ``t = k·d + b``; Pesto §3.1
 ``T = β0 + β1·data``). A pair given by ``[[link]]`` uses it. Otherwise, when the file has
@@ -82,6 +87,7 @@ from graphir.cluster_model import (
     GiB,
     Link,
     TransferCpu,
+    TransferService,
     catalogue_device,
     full_mesh,
     widest_routes,
@@ -108,6 +114,7 @@ __all__ = [
     "GiB",
     "Link",
     "TransferCpu",
+    "TransferService",
     "cpu_cluster",
     "cpu_workers_cluster",
     "rig_cache_path",

@@ -126,6 +126,41 @@ class TransferCpu:
 
 
 @attrs.frozen
+class TransferService:
+    """How the devices' runtime serves transfers (``[runtime]`` of a cluster file; all off by default).
+
+    The defaults are a runtime with its own copy engine (a GPU's copy stream, Pesto's and FastT's
+    model): a tensor leaves when its producer finishes, a transfer's CPU, if any is charged, is
+    queued on the device's compute like a node, and a control dependency is a signal. A TensorFlow
+    worker whose compute runs on one thread (the rig: inter- and intra-op pools of one thread, one
+    pinned core) differs in three ways, all used by ``congestion=topology`` only:
+
+    Attributes:
+        serve_when_idle: a peer's request for a tensor is answered on the sender's compute thread,
+            which takes the requests only when it has no ready work of its own (TF's
+            ``grpc_worker_service.cc`` schedules ``RecvTensor`` on the worker's compute pool; the
+            executor's own ready successors go to the front of that pool's queue, closures from
+            the gRPC threads to its back). The requests of a step are all made at its start (a
+            ``_Recv`` has no inputs), so a device's tensors wait until it first runs out of ready
+            work in the step and from then on leave when produced (the request is registered with
+            the rendezvous, and the send answers it inline).
+        recv_cpu_preempts: the CPU a transfer costs its receiver (:class:`TransferCpu`) is taken,
+            when the bytes arrive, from whatever runs on the receiver's core (a gRPC thread the OS
+            time-shares with the kernel: the node running then takes that much longer; a receive
+            in an idle gap costs nothing) instead of being queued on the device's compute, where a
+            receive due later would hold the core from the moment it is booked.
+        control_sends: a control dependency between devices is a transfer of an empty tensor,
+            one per (control source, receiving device) (TF's graph partitioner gives each a
+            ``_Send``/``_Recv`` pair of a dummy tensor), which pays a transfer's latency, fixed
+            overhead, route and CPU like any other; off: a signal that takes the latency only.
+    """
+
+    serve_when_idle: bool = False
+    recv_cpu_preempts: bool = False
+    control_sends: bool = False
+
+
+@attrs.frozen
 class Cluster:
     """Devices and the links between every ordered pair.
 
@@ -141,6 +176,8 @@ class Cluster:
         transfer_cpu: the compute time a transfer costs the sending and the receiving device (the
             runtime serialising and copying the tensor on the device's own cores), as measured by
             ``calibrate-comm{rig=true}``; charged by ``congestion=topology`` only. None: no charge.
+        service: how the devices' runtime serves transfers (:class:`TransferService`; the rig's
+            single-threaded TF workers set both rules), used by ``congestion=topology`` only.
     """
 
     spec: str
@@ -149,6 +186,7 @@ class Cluster:
     topology: Topology | None = None
     transfer_overhead: float = 0.0
     transfer_cpu: TransferCpu | None = None
+    service: TransferService = TransferService()
 
     def device(self, name: str) -> Device:
         """The device called ``name``; raises ``KeyError``."""

@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import attrs
 import numpy as np
 
 from graphir.cluster_model import (
@@ -21,6 +22,7 @@ from graphir.cluster_model import (
     Link,
     Switch,
     TransferCpu,
+    TransferService,
     Wire,
     build_topology,
     check_kinds,
@@ -29,6 +31,29 @@ from graphir.cluster_model import (
 
 TRANSFER_CPU_KEYS = ("send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte")
 """The ``[overheads]`` keys of :class:`graphir.cluster_model.TransferCpu`, in its field order."""
+SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends")
+"""The ``[runtime]`` keys of :class:`graphir.cluster_model.TransferService`, in its field order."""
+
+
+def service_toml(service: TransferService) -> list[str]:
+    """The ``[runtime]`` table of ``service`` as cluster-file lines (none when both rules are off)."""
+    values = attrs.astuple(service)
+    if not any(values):
+        return []
+    return ["[runtime]", *(f"{key} = {str(value).lower()}" for key, value in zip(SERVICE_KEYS, values, strict=True))]
+
+
+def _service(data: dict[str, Any], path: Path) -> TransferService:
+    raw = data.get("runtime", {})
+    if not isinstance(raw, dict):
+        raise ClusterError(f"{path}: 'runtime' must be a table")
+    unknown = sorted(set(raw) - set(SERVICE_KEYS))
+    if unknown:
+        raise ClusterError(f"{path}: runtime: unknown key '{unknown[0]}' (expected {', '.join(SERVICE_KEYS)})")
+    for key, value in raw.items():
+        if not isinstance(value, bool):
+            raise ClusterError(f"{path}: runtime: '{key}' must be true or false, got {value!r}")
+    return TransferService(*(raw.get(key, False) for key in SERVICE_KEYS))
 
 
 def device_toml(device: Device, memory: int | None = None) -> list[str]:
@@ -191,6 +216,7 @@ def load_cluster_toml(path: Path) -> Cluster:
     cpu = TransferCpu(
         *(_number(overheads, key, 0.0, f"{path}: overheads", positive=False) for key in TRANSFER_CPU_KEYS)
     )
+    service = _service(data, path)
     relays = None if relay else frozenset(s.name for s in switches)
     links: list[Link] = []
     for a in names:
@@ -212,4 +238,6 @@ def load_cluster_toml(path: Path) -> Cluster:
             Wire(a, b, latency, bandwidth, wire_kinds[(a, b)]) for (a, b), (latency, bandwidth) in wires.items()
         ]
         topology = build_topology(names, switches, directed, relay=relay, where=str(path))
-    return Cluster(str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None)
+    return Cluster(
+        str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None, service
+    )

@@ -55,8 +55,16 @@ are pipelined (gRPC streams the tensor in chunks), so they overlap::
     receiver busy [r, r + recv_cpu(B)]  with  r = max(begin + latency, receiver's compute free)
     arrival  = max(begin + max(occupancy, send_cpu(B)) + latency, r + recv_cpu(B))
 
-so a tensor whose receiver is running a long kernel waits for it (what the rig's measured
-transfers show in balanced placements). Alone on its route a transfer takes
+so a tensor whose receiver is running a long kernel waits for it. A cluster whose
+:class:`~graphir.cluster_model.TransferService` says ``recv_cpu_preempts`` (the rig) instead
+takes the receive CPU from whatever runs on the receiver's core when the bytes arrive::
+
+    receiver not booked; r = begin + latency; arrival = max(delivered, r + recv_cpu(B))
+
+and the simulator stretches the node running on the receiver at ``r`` by ``recv_cpu(B)``
+(:attr:`LinkModel.recv_cpu_preempts`). Its ``serve_when_idle`` is the simulator's too
+(:attr:`LinkModel.serve_when_idle`: when a device's tensors are requested, not how long they take).
+Alone on its route a transfer takes
 ``latency + max(bytes / bandwidth, send_cpu, recv_cpu)`` (:meth:`LinkModel.transfer_time`), which
 is ``latency + bytes / bandwidth`` without CPU charges.
 
@@ -78,7 +86,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from graphir.cluster import Cluster
-    from graphir.cluster_model import TransferCpu
+    from graphir.cluster_model import TransferCpu, TransferService
 
 
 CONGESTION_RULES = ("pair", "port", "task", "topology")
@@ -128,6 +136,14 @@ class LinkModel:
             occupancy ``bytes / bandwidth`` does (``topology``).
         transfer_cpu: the compute time a transfer charges its ends (``topology`` on a cluster that
             measured it), else None.
+        serve_when_idle: ``topology`` on a cluster whose runtime answers a peer's tensor request
+            only when the sender's compute thread has no ready work
+            (:class:`~graphir.cluster_model.TransferService`; the simulator applies it).
+        control_sends: ``topology`` on a cluster whose runtime sends a control dependency between
+            devices as an empty tensor (the simulator books it like a transfer of 0 bytes).
+        recv_cpu_preempts: ``topology`` with a ``transfer_cpu`` on a cluster whose receive CPU is
+            taken from what runs on the receiver's core: :meth:`book` does not queue it on the
+            receiver's compute, the simulator stretches the node running there.
         mean_latency, mean_seconds_per_byte: the representative pair (see the module docstring).
     """
 
@@ -144,8 +160,11 @@ class LinkModel:
         "mean_latency",
         "mean_seconds_per_byte",
         "resource_names",
+        "recv_cpu_preempts",
         "routes",
         "seconds_per_byte",
+        "serve_when_idle",
+        "control_sends",
     )
 
     def __init__(
@@ -157,6 +176,7 @@ class LinkModel:
         congestion: str = "pair",
         physical_routes: list[list[tuple[str, ...]]] | None = None,
         transfer_cpu: TransferCpu | None = None,
+        service: TransferService | None = None,
     ) -> None:
         if congestion not in CONGESTION_RULES:
             raise ValueError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
@@ -186,6 +206,12 @@ class LinkModel:
         self.transfer_cpu = transfer_cpu if congestion in OCCUPANCY_RULES and transfer_cpu is not None else None
         if self.transfer_cpu is not None and not self.transfer_cpu.charged:
             self.transfer_cpu = None
+        occupancy_rule = congestion in OCCUPANCY_RULES
+        self.serve_when_idle = bool(occupancy_rule and service is not None and service.serve_when_idle)
+        self.control_sends = bool(occupancy_rule and service is not None and service.control_sends)
+        self.recv_cpu_preempts = bool(
+            self.transfer_cpu is not None and service is not None and service.recv_cpu_preempts
+        )
         self.compute_resource: list[int] = [-1] * count
         if congestion == "task" or self.transfer_cpu is not None:
             self.compute_resource = [ids.setdefault(f"{name}.compute", len(ids)) for name in device_names]
@@ -230,6 +256,7 @@ class LinkModel:
             congestion=congestion,
             physical_routes=physical_routes,
             transfer_cpu=cluster.transfer_cpu,
+            service=cluster.service,
         )
 
     @property
@@ -295,10 +322,13 @@ class LinkModel:
             resource_free[sender] = begin + sending
             latency = self._latency_rows[src][dst]
             delivered = begin + (held if held > sending else sending) + latency
-            receiver = self.compute_resource[dst]
-            unpack = resource_free[receiver] if resource_free[receiver] > begin + latency else begin + latency
-            unpacked = unpack + cpu.recv_seconds(nbytes)
-            resource_free[receiver] = unpacked
+            if self.recv_cpu_preempts:  # taken from what runs on the receiver's core (the simulator's charge)
+                unpacked = begin + latency + cpu.recv_seconds(nbytes)
+            else:
+                receiver = self.compute_resource[dst]
+                unpack = resource_free[receiver] if resource_free[receiver] > begin + latency else begin + latency
+                unpacked = unpack + cpu.recv_seconds(nbytes)
+                resource_free[receiver] = unpacked
             arrival = delivered if delivered > unpacked else unpacked
         for r in route:
             resource_free[r] = begin + held

@@ -36,8 +36,27 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   device's compute resource is free, and books it until it finishes, in the same FIFO. Bookings
   are made when the transfer or node is queued, possibly for a later time (a node that becomes
   startable meanwhile waits behind them).
+* How the runtime serves transfers (:class:`graphir.cluster_model.TransferService`, ``topology``
+  only; off by default and on every paper preset, on for the rig; ``control_sends`` is under the
+  control edges below):
+
+  - ``serve_when_idle``: a device answers a peer's requests only at an *idle moment* (it has no
+    node it could start: ``enforced``, its next node waits for an input or it has none left;
+    ``dynamic``, nothing is ready), as a TF worker's one compute thread does. A device makes its
+    requests for all its inputs at its first idle moment of the step (TF runs the ``_Recv`` ops,
+    roots queued behind the executor's own ready work, then); they reach each peer one latency
+    later, and the peer answers them at that instant if it is idle then (or running nothing yet
+    before a node booked later), else at its next idle moment: every tensor for that device made
+    so far leaves then, in the order made, and later ones leave when made.
+  - ``recv_cpu_preempts``: the receive CPU of a transfer is not booked on the receiver's compute;
+    the node running on the receiver when the bytes arrive (``start + latency``) takes that much
+    longer (its finish event is pushed back when it comes up), a receive that overlaps a node's
+    start by part of its time adds that part, and one in an idle gap costs nothing.
 * A control edge (a dependency without data) delays its consumer until the producer finished,
-  plus the link latency when the two are on different devices; it occupies no channel.
+  plus the link latency when the two are on different devices; it occupies no channel. Under
+  ``topology`` on a cluster whose runtime says ``control_sends`` (TF: a ``_Send``/``_Recv`` of a
+  dummy tensor), it is instead a transfer of 0 bytes, once per (source, receiving device), booked
+  like any other (route, fixed overhead, transfer CPU, ``serve_when_idle``).
 * Memory per device = persistent bytes of its nodes (``mem.persistent``) for the whole run, plus
   live activations: a result occupies its producer's device from the producer's start until its
   last local consumer finished and every transfer of it completed (graph outputs stay to the end);
@@ -249,6 +268,8 @@ def simulate_placement(
     blocking = compute_resource[0] >= 0 if num_devices else False  # transfers and nodes share each device's compute
     book = links.book
     latency_between = links.latency_between
+    preempts = links.recv_cpu_preempts  # the receive CPU stretches what runs on the receiver's core
+    recv_seconds = links.transfer_cpu.recv_seconds if preempts and links.transfer_cpu is not None else None
 
     succ_offsets = index.succ_offsets.tolist()
     succ_dst = index.edge_dst[index.succ_edge].tolist()  # per successor entry: its node and value
@@ -274,6 +295,120 @@ def simulate_placement(
     done = 0
     # ``dynamic``: per device, the nodes whose inputs have all arrived, keyed (ready time, order, node).
     queues: list[list[tuple[float, int, int]]] = [[] for _ in range(num_devices)]
+    # ``serve_when_idle`` (pairs p -> d at p * D + d): whether p sends d's tensors when made (it
+    # answered d's requests), the successor entries whose transfer waits for that, whether d's
+    # requests have reached p; per device, whether it has made its requests, and whether its next
+    # idle moment has anything to do (make its requests or answer requests it heard).
+    service = links.serve_when_idle
+    pairs = num_devices * num_devices
+    served = [not service or p % (num_devices + 1) == 0 for p in range(pairs)]
+    deferred: list[list[tuple[int, int]]] = [[] for _ in range(pairs)] if service else []
+    heard = [False] * pairs
+    asked = [not service] * num_devices
+    alert = [service] * num_devices
+    request_event = n  # an event u >= n: (u - n) = d * D + p, device d's requests reach device p
+    # ``recv_cpu_preempts``: per device, the receive CPU due on its core, as (bytes arrive, seconds).
+    charges: list[list[tuple[float, float]]] = [[] for _ in range(num_devices)]
+    control_sends = links.control_sends  # a control edge between devices is an empty tensor's transfer
+    signalled: dict[tuple[int, int], float] = {}  # (control source, device) -> when the empty tensor arrived
+
+    def send(x: int, du: int, dv: int, now: float) -> tuple[float, float]:
+        """Queue value ``x``'s transfer ``du -> dv`` requested at ``now``; return its ``(start, end)``."""
+        begin, end, held = book(resource_free, now, value_bytes[x], du, dv)  # FIFO on every resource (links.book)
+        sent = (begin, end)
+        arrival[(x, dv)] = sent
+        moved[du * num_devices + dv] += value_bytes[x]
+        held_s[du * num_devices + dv] += held
+        if recv_seconds is not None:
+            heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(value_bytes[x])))
+        return sent
+
+    def signal(u: int, du: int, dv: int, now: float) -> float:
+        """When device ``dv`` learns that ``u`` (on ``du``) finished at ``now`` (a control edge)."""
+        if not control_sends:  # a signal: the latency only
+            return now + latency_between(du, dv)
+        when = signalled.get((u, dv))
+        if when is None:  # one empty tensor per (source, device), booked like a transfer of 0 bytes
+            begin, when, held = book(resource_free, now, 0, du, dv)
+            held_s[du * num_devices + dv] += held
+            if recv_seconds is not None:
+                heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(0)))
+            signalled[(u, dv)] = when
+        return when
+
+    def serve(p: int, d: int, now: float) -> list[int]:
+        """Device ``p`` answers device ``d``'s requests at ``now``: send what was made; return the startable nodes."""
+        served[p * num_devices + d] = True
+        startable = []
+        for k, u in deferred[p * num_devices + d]:
+            v = succ_dst[k]
+            x = succ_value[k]
+            if x < 0:  # control edge
+                when = signal(u, p, d, now)
+            else:
+                sent = arrival.get((x, d))
+                when = (sent if sent is not None else send(x, p, d, now))[1]
+            if when > ready[v]:
+                ready[v] = when
+            pending[v] -= 1
+            if pending[v] == 0:
+                startable.append(v)
+        deferred[p * num_devices + d] = []
+        return startable
+
+    def on_idle(d: int, now: float) -> list[int]:
+        """Device ``d`` has no ready work at ``now``: it makes its requests (once) and answers those it heard."""
+        nonlocal seq
+        alert[d] = False
+        if not asked[d]:
+            asked[d] = True
+            for p in range(num_devices):
+                if p != d:
+                    heappush(events, (now + latency_between(d, p), seq, request_event + d * num_devices + p))
+                    seq += 1
+        startable = []
+        for q in range(num_devices):
+            if heard[d * num_devices + q] and not served[d * num_devices + q]:
+                startable += serve(d, q, now)
+        return startable
+
+    def offer(d: int, now: float) -> None:
+        """``enforced``: start device ``d``'s next node if it is free and the node can start."""
+        nonlocal seq
+        v = runs[d][head[d]]
+        if busy_flag[d] or v < 0 or pending[v]:
+            return
+        begin = ready[v] if ready[v] > now else now
+        if blocking:
+            r = compute_resource[d]
+            if resource_free[r] > begin:
+                begin = resource_free[r]
+            resource_free[r] = begin + dur[v]
+        start[v] = begin
+        busy_flag[d] = True
+        heappush(events, (begin + dur[v], seq, v))
+        seq += 1
+
+    def stretched(u: int, now: float) -> bool:
+        """Stretch ``u`` (finishing at ``now``) by the receive CPU due on its core while it ran; whether it was."""
+        nonlocal seq
+        d = dev[u]
+        due = charges[d]
+        began = start[u]
+        extra = 0.0
+        while due and due[0][0] < now:
+            at, seconds = heappop(due)
+            if at >= began:
+                extra += seconds
+            elif at + seconds > began:  # begun in the idle gap before u, overlapping u's start
+                extra += at + seconds - began
+        if extra <= 0.0:
+            return False
+        heappush(events, (now + extra, seq, u))
+        seq += 1
+        if blocking and resource_free[compute_resource[d]] < now + extra:
+            resource_free[compute_resource[d]] = now + extra
+        return True
 
     # Starting a node (inlined below, the hot path): ``enforced`` starts device d's next node in
     # ``order`` once its inputs are in, at max(now, ready); ``dynamic`` pops d's first-ready node at
@@ -301,6 +436,10 @@ def simulate_placement(
         busy_flag[d] = True
         heappush(events, (begin + dur[v], seq, v))
         seq += 1
+    if service:  # a device with nothing to run at 0 makes its requests then
+        for d in range(num_devices):
+            if not busy_flag[d]:
+                on_idle(d, 0.0)
     dirty: list[int] = []  # dynamic: devices to offer a node once every event of this instant is in
     while events:
         now, _, u = heappop(events)
@@ -308,6 +447,21 @@ def simulate_placement(
             v = ~u
             heappush(queues[dev[v]], (ready[v], pos[v], v))
             dirty.append(dev[v])
+        elif u >= request_event:  # device d's requests reach device p: answered now if p is idle
+            d, p = divmod(u - request_event, num_devices)
+            heard[p * num_devices + d] = True
+            waiting = runs[p][head[p]] if not dynamic else -1
+            if busy_flag[p] and not (waiting >= 0 and start[waiting] > now):  # p busy: at its next idle moment
+                alert[p] = True
+            else:
+                for w in serve(p, d, now):
+                    if dynamic:
+                        heappush(events, (ready[w], seq, ~w))
+                        seq += 1
+                    else:
+                        offer(dev[w], now)
+        elif preempts and charges[dev[u]] and charges[dev[u]][0][0] < now and stretched(u, now):
+            pass  # u runs on: its finish is an event again
         else:
             finish[u] = now
             done += 1
@@ -320,20 +474,17 @@ def simulate_placement(
                 dv = dev[v]
                 if dv == du:
                     when = now
+                elif not served[du * num_devices + dv]:  # dv's request waits for du's next idle moment
+                    deferred[du * num_devices + dv].append((k, u))
+                    continue
                 else:
                     x = succ_value[k]
-                    if x < 0:  # control edge: a zero-byte signal, no channel
-                        when = now + latency_between(du, dv)
+                    if x < 0:  # control edge: a zero-byte signal, no channel (or an empty tensor's transfer)
+                        when = signal(u, du, dv, now) if control_sends else now + latency_between(du, dv)
                     else:
-                        key = (x, dv)
-                        sent = arrival.get(key)
+                        sent = arrival.get((x, dv))
                         if sent is None:
-                            # FIFO on every resource of the route (graphir.links.LinkModel.book)
-                            begin, end, held = book(resource_free, now, value_bytes[x], du, dv)
-                            sent = (begin, end)
-                            arrival[key] = sent
-                            moved[du * num_devices + dv] += value_bytes[x]
-                            held_s[du * num_devices + dv] += held
+                            sent = send(x, du, dv, now)
                         when = sent[1]
                 if when > ready[v]:
                     ready[v] = when
@@ -341,10 +492,13 @@ def simulate_placement(
                 if pending[v] == 0:
                     touched.append(v)
             if not dynamic:
-                for d in (du, *[dev[v] for v in touched]) if touched else (du,):
+                candidates = [du, *[dev[v] for v in touched]] if touched else [du]
+                for d in candidates:  # (grows while iterated when a device serves its peers)
                     if busy_flag[d]:
                         continue
                     v = runs[d][head[d]]
+                    if alert[d] and (v < 0 or pending[v] or ready[v] > now):  # idle from now
+                        candidates.extend(dev[w] for w in on_idle(d, now))
                     if v < 0 or pending[v]:
                         continue
                     begin = ready[v] if ready[v] > now else now
@@ -368,7 +522,13 @@ def simulate_placement(
                     dirty.append(dev[v])
         if dirty and (not events or events[0][0] > now):
             for d in sorted(set(dirty)) if len(dirty) > 1 else dirty:
-                if busy_flag[d] or not queues[d]:
+                if busy_flag[d]:
+                    continue
+                if not queues[d]:
+                    if alert[d]:  # idle from now: requests made and answered
+                        for w in on_idle(d, now):
+                            heappush(events, (ready[w], seq, ~w))
+                            seq += 1
                     continue
                 v = heappop(queues[d])[2]
                 begin = now

@@ -221,6 +221,11 @@ def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace
             for order in args.orders:
                 _place(module, placement, order, args.congestion, scratch, args.seed)
                 result = simulate(module, congestion=args.congestion)  # the recorded order
+                if args.save_modules is not None:  # the placed, profiled module, to re-simulate offline
+                    from graphir.printer import print_module
+
+                    args.save_modules.mkdir(parents=True, exist_ok=True)
+                    (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(module))
                 load = _loadavg()
                 run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
                 load = max(load, _loadavg())
@@ -392,6 +397,52 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     plt.close(figure)
 
 
+def resimulate(args: argparse.Namespace) -> int:
+    """``--resimulate DIR``: the run's measured rows against the ruler now (another cluster file, rule or code).
+
+    Every row's module is ``DIR/MODEL-PLACEMENT-ORDER.gir`` (``--save-modules``: placed, ordered and
+    profiled as measured); it is simulated on ``--cluster`` under ``--congestion`` and the order it
+    recorded. The measured times stay; the page, the JSON and the plot are rewritten (``--out``).
+    """
+    from graphir.cluster import ClusterError, resolve_cluster
+    from graphir.parser import parse_module
+    from graphir.simulator import simulate
+
+    source = args.out.with_suffix(".json")
+    if not source.is_file():
+        print(f"bench-fidelity: no results '{source}' to re-simulate", file=sys.stderr)
+        return 1
+    rows, command, _, _ = read_json(source)
+    try:
+        cluster = resolve_cluster(args.cluster)
+    except ClusterError as err:
+        print(f"bench-fidelity: {err}", file=sys.stderr)
+        return 1
+    cluster_path = Path(args.cluster)
+    cluster_text = cluster_path.read_text() if cluster_path.is_file() else args.cluster
+    for row in rows:
+        path = args.resimulate / f"{row.model}-{row.placement}-{row.order}.gir"
+        if not path.is_file():
+            print(f"bench-fidelity: no module '{path}' (write it with --save-modules)", file=sys.stderr)
+            return 1
+        module = parse_module(path.read_text(), str(path))
+        module.set_cluster(cluster)
+        row.simulated_by_rule = {rule: float(simulate(module, congestion=rule).makespan) for rule in RULES}
+        row.simulated_s = row.simulated_by_rule[args.congestion]
+    command = f"{command}; re-simulated: python -m graphir.tools.bench_fidelity --resimulate {args.resimulate} " + (
+        f"--cluster {args.cluster} --congestion {args.congestion} --out {args.out}"
+    )
+    write_markdown(rows, args.out, command, cluster_text, args.note, args.congestion)
+    write_json(rows, source, command, cluster_text, args.congestion)
+    write_plot(rows, args.out.with_suffix(".png"))
+    median, worst = _summary(rows)
+    print(
+        f"bench-fidelity: {len(rows)} pairs re-simulated: median |error| {median:.1%}, worst {worst:.1%}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="bench_fidelity", description=__doc__.splitlines()[0])
@@ -410,6 +461,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
     parser.add_argument("--notes-file", type=Path, help="a Markdown file whose text is added above the table")
     parser.add_argument(
+        "--save-modules",
+        type=Path,
+        help="also write every placed, profiled module as DIR/MODEL-PLACEMENT-ORDER.gir (to re-simulate offline)",
+    )
+    parser.add_argument(
+        "--resimulate",
+        type=Path,
+        metavar="DIR",
+        help="measure nothing: re-simulate the run's JSON (--out) rows from the modules a --save-modules DIR run "
+        "wrote, with --cluster and --congestion, and write the page with the new simulated times",
+    )
+    parser.add_argument(
         "--render", action="store_true", help="measure nothing: rewrite the page and plot from the run's JSON (--out)"
     )
     args = parser.parse_args(argv)
@@ -418,6 +481,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"bench-fidelity: no notes file '{args.notes_file}'", file=sys.stderr)
             return 1
         args.note.append(args.notes_file.read_text().rstrip())
+    if args.resimulate is not None:
+        return resimulate(args)
     if args.render:
         source = args.out.with_suffix(".json")
         if not source.is_file():

@@ -83,13 +83,14 @@ from graphir.cluster import (
     ClusterError,
     Device,
     TransferCpu,
+    TransferService,
     device_toml,
     link_toml,
     load_cluster_toml,
     resolve_cluster,
     rig_cache_path,
 )
-from graphir.cluster_toml import TRANSFER_CPU_KEYS
+from graphir.cluster_toml import TRANSFER_CPU_KEYS, service_toml
 from graphir.errors import GraphIRError, PassError
 from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
@@ -307,6 +308,8 @@ class RigFit:
         step_overhead: device -> fixed seconds per step (intercept of the chain fit).
         peak_flops / mem_bandwidth: device -> one core's roofline.
         transfer_cpu: the CPU a transfer costs its two workers, None when not measured.
+        service: how the rig's workers serve transfers (:data:`graphir.backends.tf.rig.WORKER_SERVICE`:
+            how the rig starts them, not fitted; written as ``[runtime]``).
     """
 
     links: tuple[LinkFit, ...]
@@ -316,6 +319,7 @@ class RigFit:
     peak_flops: dict[str, float]
     mem_bandwidth: dict[str, float]
     transfer_cpu: TransferCpu | None = None
+    service: TransferService = TransferService()
 
     def stats(self) -> dict[str, Stat]:
         """Pass statistics of the overheads and speeds."""
@@ -362,6 +366,8 @@ class RigFit:
             for key, value in zip(TRANSFER_CPU_KEYS, attrs.astuple(self.transfer_cpu), strict=True):
                 lines.append(f"{key} = {float(f'{value:.4g}')!r}")
         lines.append("")
+        if service_toml(self.service):
+            lines += [*service_toml(self.service), ""]
         for fit in self.links:
             bandwidth = fit.bandwidth if np.isfinite(fit.bandwidth) else 1e15
             latency = float(f"{max(fit.latency - self.transfer_overhead, 0.0):.4g}")
@@ -441,7 +447,7 @@ def calibrate_rig(
     ``modules`` default to :func:`calibration_modules` (an empty list: the scalar-chain estimate of
     the per-op overhead only).
     """
-    from graphir.backends.tf.rig import calibration_runs, graph_gaps, rig, transfer_cpu_runs
+    from graphir.backends.tf.rig import WORKER_SERVICE, calibration_runs, graph_gaps, rig, transfer_cpu_runs
 
     if modules is None:
         modules = calibration_modules()
@@ -452,7 +458,7 @@ def calibrate_rig(
             for module in modules:
                 module.set_cluster(cluster)
             measured.graphs = graph_gaps(modules, servers, cluster.devices[0].name, steps=repeats)
-    return fit_rig(measured)
+    return dataclasses.replace(fit_rig(measured), service=WORKER_SERVICE)
 
 
 def calibration_sizes(min_bytes: int, max_bytes: int) -> tuple[int, ...]:
