@@ -22,28 +22,32 @@ Here, for each zoo training graph and each device count ``n``:
    ``order=dynamic`` for the data-parallel ones, whose TF-slim graph has no control dependencies, so
    TensorFlow's executor runs whatever is ready; ``order=enforced`` for FastT's, §6.1):
    **DP**, TF-slim's default data parallelism, FastT's baseline (``place{algo=data-parallel
-   variables=cpu sums=first-replica}``: clone ``i`` on GPU ``i``; every variable, its optimizer
-   slots and its update on the host CPU; each clone reads the weights from the host over PCIe; the
-   clones' gradient sums on GPU 0, where TensorFlow's placer puts the unplaced ``add_n`` of
-   TF-slim's ``train_image_classifier.py``, and the sum sent to the host; see
+   variables=cpu sums=first-replica inputs=cpu}`` on a copy of the graph with TF-slim's issue order,
+   :func:`graphir.passes.transform.data_parallel.issue_inputs_after_reads`: clone ``i`` on GPU
+   ``i``; every variable, its optimizer slots and its update on the host CPU; each clone reads the
+   weights from the host over PCIe; the clones' gradient sums on GPU 0, where TensorFlow's placer
+   puts the unplaced ``add_n`` of TF-slim's ``train_image_classifier.py``, and the sum sent to the
+   host; each clone's batch on the host, copied to its GPU after its weights; see
    :mod:`graphir.passes.transform.data_parallel`); **DP-GPU** (the variables spread over the GPUs,
-   ``variables=balanced``, this table's DP before issue 14); **DPOS** (``place{algo=dpos}``, FastT
-   Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass, Algorithm 2: DPOS, then operation splitting
-   along the simulated critical path while the makespan improves). DPOS and OS-DPOS place over the
-   GPUs only.
+   ``variables=balanced``, the batch on each GPU, no issue order: this table's DP before issue 14);
+   **DPOS** (``place{algo=dpos}``, FastT Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass,
+   Algorithm 2: DPOS, then operation splitting along the simulated critical path while the
+   makespan improves). DPOS and OS-DPOS place over the GPUs only.
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
-One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.633``, 101.1 samples/s)::
+One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.599``, 106.9 samples/s)::
 
-    graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64},\
-        profile,place{algo=data-parallel variables=cpu sums=first-replica},simulate{congestion=topology order=dynamic}'
+    graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64 \
+        inputs=after-reads},profile,place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu},\
+        simulate{congestion=topology order=dynamic}'
 
 (for n < 8 GPUs the table uses :func:`graphir.cluster_presets.fastt_gpus`, which the command line does
 not name; ``--emit=report`` simulates under the pipeline's last ``simulate`` options, as ``--stats``).
 
 Cluster: one description for every cell, the ``fastt`` preset (a DGX-1: 8x V100 16 GB in the
-NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0), restricted
+NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0, transfers
+queued on TensorFlow's copy streams), restricted
 to GPUs ``0..n-1`` and the host at ``n`` GPUs (:func:`graphir.cluster_presets.fastt_gpus`: the same
 wires and routes). The first table checks the DP columns against FastT Table 1 (issue 14, item 7:
 every cell within 20%, VGG-19 slower on 8 GPUs than on 4).
@@ -83,6 +87,7 @@ from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.place.os_dpos import OsDpos
 from graphir.passes.profile import Profile
+from graphir.passes.transform.data_parallel import issue_inputs_after_reads
 from graphir.passes.transform.replicate import DataParallelGraph, data_parallel
 from graphir.simulator import simulate
 from graphir.tools.replicate.common import Runner, generated_line, run_main, table, write_text
@@ -124,7 +129,7 @@ CONGESTION = "topology"
 ORDERS = {"data-parallel": "dynamic", "dp-gpu": "dynamic", "dpos": "enforced", "os-dpos": "enforced"}
 """Execution order each strategy runs under: TF-slim adds no control dependencies, so its data
 parallelism runs on TensorFlow's dynamic executor; FastT enforces its computed order (§6.1)."""
-TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica"}
+TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica", "inputs": "cpu"}
 """TF-slim's default data parallelism as ``place{algo=data-parallel}`` options (see the module docstring)."""
 GPU_DP = {"variables": "balanced"}
 """Data parallelism with the variables spread over the GPUs (the table's DP before issue 14)."""
@@ -220,6 +225,8 @@ def _place(module: Module, strategy: str, check: bool) -> Cell:
     are judged on the same cluster.
     """
     copy = clone_module(module)
+    if strategy == "data-parallel":  # TF-slim's batch, on the host, is copied after the weights
+        issue_inputs_after_reads(copy)
     if strategy in ("dpos", "os-dpos"):
         gpus = sum(1 for d in module.cluster.devices if d.name.startswith("gpu"))
         copy.set_cluster(fastt_gpus(gpus, host=False))
@@ -419,15 +426,20 @@ def render(
         "Platinum 8163) and scored by `simulate{congestion=topology}`, DP and DP-GPU with `order=dynamic` (TF-slim "
         "adds no control dependencies: TensorFlow's executor runs whatever is ready), DPOS and OS-DPOS with "
         "`order=enforced` (FastT enforces its computed order, §6.1). **DP** = TF-slim's default data parallelism, "
-        "FastT's baseline: `place{algo=data-parallel variables=cpu sums=first-replica}`, clone i on GPU i, every "
+        "FastT's baseline: `place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu}` on the graph "
+        "with TF-slim's issue order (`data-parallel{... inputs=after-reads}`), clone i on GPU i, every "
         "variable, its optimizer slots and its update on the host CPU (`/device:CPU:0`), each clone reading the "
-        "weights from the host and its gradients summed on GPU 0, the sum sent to the host (TF-slim's "
+        "weights from the host and its gradients summed on GPU 0, the sum sent to the host, and each clone's "
+        "batch dequeued on the host and copied to its GPU after the weights (TF-slim's "
         "`train_image_classifier.py`; see `graphir.passes.transform.data_parallel`); **DP-GPU** = the same graph "
-        "with the variables spread over the GPUs by bytes (`variables=balanced`, the table's DP before issue 14); "
+        "without the issue order, the batch on each clone's GPU and the variables spread over the GPUs by bytes "
+        "(`variables=balanced`, the table's DP before issue 14); "
         "**DPOS** = `place{algo=dpos}` (Algorithm 1); **OS-DPOS** = the `os-dpos` pass (Algorithm 2). **FastT** = "
         "the better of DP and OS-DPOS: FastT keeps a new strategy only if it is faster than the current one and "
         "starts from data parallelism (§4). One cluster for every cell: the `fastt` preset (a DGX-1: 8x V100 16 GB "
-        "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0), with "
+        "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0; each "
+        "transfer queued on the TensorFlow copy stream it is issued on: a GPU's one host-to-device stream, the "
+        "sender's device-to-host or device-to-device stream), with "
         "GPUs 0..n-1 and the host at n GPUs (`graphir.cluster_presets.fastt_gpus`). Samples/s = global batch / "
         "simulated step time. No fusion (FastT places the fine graph).",
         "",
