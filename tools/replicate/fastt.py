@@ -32,7 +32,8 @@ Here, for each zoo training graph and each device count ``n``:
    ``variables=balanced``, the batch on each GPU, no issue order: this table's DP before issue 14);
    **DPOS** (``place{algo=dpos}``, FastT Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass,
    Algorithm 2: DPOS, then operation splitting along the simulated critical path while the
-   makespan improves). DPOS and OS-DPOS place over the GPUs only.
+   makespan improves). DPOS and OS-DPOS place over the GPUs only, with the paper's whole-step
+   memory rule (``mem-model=paper``, :data:`MEM_MODEL`).
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
@@ -131,6 +132,10 @@ ORDERS = {"data-parallel": "dynamic", "dp-gpu": "dynamic", "dpos": "enforced", "
 parallelism runs on TensorFlow's dynamic executor; FastT enforces its computed order (§6.1)."""
 TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica", "inputs": "cpu"}
 """TF-slim's default data parallelism as ``place{algo=data-parallel}`` options (see the module docstring)."""
+MEM_MODEL = "paper"
+"""DPOS's and OS-DPOS's memory rule: the paper's whole-step one, as the other replications pin it (each
+baseline runs as its paper published it; OS-DPOS on VGG-19 x 8 took 84 s with it, 297.6 s under
+``liveness``)."""
 GPU_DP = {"variables": "balanced"}
 """Data parallelism with the variables spread over the GPUs (the table's DP before issue 14)."""
 
@@ -209,12 +214,12 @@ class Row:
 
 def _placer(strategy: str) -> OsDpos | Place:
     if strategy == "os-dpos":
-        return OsDpos()
+        return OsDpos(mem_model=MEM_MODEL)
     if strategy == "data-parallel":
         return Place.of("data-parallel", **TF_SLIM_DP)
     if strategy == "dp-gpu":
         return Place.of("data-parallel", **GPU_DP)
-    return Place(algo=strategy)
+    return Place.of(strategy, mem_model=MEM_MODEL)
 
 
 def _place(module: Module, strategy: str, check: bool) -> Cell:
@@ -434,7 +439,8 @@ def render(
         "`train_image_classifier.py`; see `graphir.passes.transform.data_parallel`); **DP-GPU** = the same graph "
         "without the issue order, the batch on each clone's GPU and the variables spread over the GPUs by bytes "
         "(`variables=balanced`, the table's DP before issue 14); "
-        "**DPOS** = `place{algo=dpos}` (Algorithm 1); **OS-DPOS** = the `os-dpos` pass (Algorithm 2). **FastT** = "
+        "**DPOS** = `place{algo=dpos mem-model=paper}` (Algorithm 1); **OS-DPOS** = the `os-dpos{mem-model=paper}` "
+        "pass (Algorithm 2). **FastT** = "
         "the better of DP and OS-DPOS: FastT keeps a new strategy only if it is faster than the current one and "
         "starts from data parallelism (§4). One cluster for every cell: the `fastt` preset (a DGX-1: 8x V100 16 GB "
         "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0; each "
@@ -571,13 +577,14 @@ def render(
 NOTES = [
     "- **What this run is.** `--strategies=data-parallel,dp-gpu`: the DP columns (FastT Table 1's, the "
     "issue-14 check), DP-GPU and the order check were rerun; DPOS and OS-DPOS were not (their cells say *not "
-    "run*). Under the current defaults each OS-DPOS trial places with `mem-model=liveness` and judges with "
-    "`congestion=topology`: on VGG-19 at 8 GPUs OS-DPOS took 297.6 s (11.7 s in the last full table) and "
-    "ResNet-200's 8-replica graph has 157,950 nodes, so the full run does not fit a session on this machine. "
-    "The VGG-19 row of an interrupted full run before the two mechanisms below (device ports, the batch on "
-    "each GPU): DPOS 217.3 / 258.2 / 66.5 and OS-DPOS 225.4 / 258.2 / 79.0 samples/s on 2 / 4 / 8 GPUs. The "
-    "last full table (ResNet-50 in the ResNet row, the ruler before issue 14's last merges) is "
-    "`replicate_fastt.md` at commit 4bfce82.",
+    "run*): ResNet-200's 8-replica graph has 157,950 nodes and Inception-v3's 64,664, so the full run does "
+    "not fit a session on this machine. DPOS and OS-DPOS now place with the paper's memory rule "
+    "(`mem-model=paper`, as the other replications): the VGG-19 row alone with this code (`measure()`, all "
+    "four strategies, 194 s niced at load ~16; not a table cell) gives DPOS 217.3 / 329.1 / 94.9 and OS-DPOS "
+    "225.4 / 329.1 / 109.2 samples/s on 2 / 4 / 8 GPUs, against FastT's 199.4 / 294.9 / 132.5 (+13 / +12 / "
+    "-18 %), OS-DPOS +28 / +73 / +2 % over DP (FastT: +33 / +59 / +4 %); OS-DPOS took 84.0 s at 8 GPUs (297.6 "
+    "s under `mem-model=liveness`). The last full table (ResNet-50 in the ResNet row, the ruler before issue "
+    "14's last merges) is `replicate_fastt.md` at commit 4bfce82.",
     "- **What changed since the previous table (6 of 12 cells within 20 % there, 11 here).** Two mechanisms "
     "of the testbed's software, the same for every cell and fitted to none. (1) *TensorFlow's copy streams* "
     "(`Topology.copy_streams`, set on the `fastt` preset): a transfer queues on the CUDA stream TensorFlow "
@@ -626,9 +633,9 @@ NOTES = [
     "times and one critical-path device; it places over the GPUs only. It plans with the preset's channel "
     "numbers (`links`: 50 GB/s between every GPU pair) while the ruler routes the 12 of 28 GPU pairs without "
     "NVLink over PCIe through both sockets, so at 8 GPUs its interleaving of the replicas' ops pays routes it "
-    "did not plan for (VGG-19 in the interrupted run above: 66.5 against DP's then 101.1 samples/s). FastT "
-    "only activates a strategy that beats the running one and starts from data parallelism, so its column is "
-    "the better of DP and OS-DPOS.",
+    "did not plan for (VGG-19 in the row above: DPOS 94.9 against DP's 106.9 samples/s; OS-DPOS's split "
+    "brings it to 109.2). FastT only activates a strategy that beats the running one and starts from data "
+    "parallelism, so its column is the better of DP and OS-DPOS.",
     "- **Models and batches.** VGG-19 and Inception-v3 are Keras's, ResNet-200 is built from Keras's "
     "ResNet-v2 stack function with TF-slim's unit counts (FastT used TF-slim's nets). No NMT model "
     "(re-tracing the zoo's unrolled LSTM at three batch sizes does not fit the time budget). Global batches "
