@@ -39,6 +39,11 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     bandwidth = 25e9
     bidirectional = true        # default true; false: only a -> b
 
+    [topology]                  # optional, with [[wire]] and [[switch]] tables
+    relay = false               # may a route pass through a device (default true)
+    copy_streams = true         # TensorFlow's GPU copy streams instead of device ports (default
+                                # false; graphir.cluster_model.Topology.copy_streams)
+
     [overheads]                 # all optional, default 0 (calibrate-comm{rig=true} writes them)
     transfer = 140e-6           # seconds added to every transfer's latency (send/recv rendezvous)
     send_cpu = 50e-6            # compute seconds a transfer costs its sender (congestion=topology) ...

@@ -351,11 +351,22 @@ class Topology:
         paths: one :class:`Link` per ordered pair of distinct devices: the numbers of the physical
             route (narrowest wire; summed latencies, unless a preset gives measured numbers) and its
             ``route`` (node names from source to destination, always filled, even for one hop).
+        copy_streams: which end's queue a transfer waits in besides the wires. False: the sender's
+            egress and the receiver's ingress port (a device sends one transfer and receives one
+            at a time). True: TensorFlow's GPU copy streams, as TensorFlow 1.x issues copies (each
+            GPU's ``GPUDeviceContext`` has one host-to-device, one device-to-host and one
+            device-to-device stream; ``GPUUtil::CopyCPUTensorToGPU`` enqueues a host-to-GPU copy on
+            the *receiving* GPU's host-to-device stream, ``CopyGPUTensorToCPU`` a GPU-to-host copy on
+            the sending GPU's device-to-host stream, ``DeviceToDeviceCopy`` a GPU-to-GPU copy on the
+            *sending* GPU's device-to-device stream): a GPU receives from several peers at once
+            (over distinct wires), and the host has no port of its own (its copies share its wires,
+            such as its memory). :mod:`graphir.links` names the resources.
     """
 
     switches: tuple[Switch, ...]
     wires: tuple[Wire, ...]
     paths: tuple[Link, ...]
+    copy_streams: bool = False
 
     def path(self, src: str, dst: str) -> Link:
         """The physical route from device ``src`` to device ``dst``; raises ``KeyError``."""
@@ -378,6 +389,7 @@ def build_topology(
     relay: bool,
     measured: dict[tuple[str, str], tuple[float, float]] | None = None,
     where: str = "cluster",
+    copy_streams: bool = False,
 ) -> Topology:
     """Derive every device pair's physical route from the wires (:func:`widest_routes`).
 
@@ -391,6 +403,7 @@ def build_topology(
         measured: ``(src, dst) -> (latency, bandwidth)`` that replace a derived route's numbers
             (Moirai Table III measures pairs end to end); the route's resources stay.
         where: prefix of error messages.
+        copy_streams: the queues a transfer waits in (:attr:`Topology.copy_streams`).
 
     Raises:
         ClusterError: a wire names an unknown node, or a device pair has no route.
@@ -424,4 +437,4 @@ def build_topology(
             if measured is not None and (a, b) in measured:
                 latency, bandwidth = measured[(a, b)]
             paths.append(Link(a, b, latency, bandwidth, route))
-    return Topology(tuple(switches), tuple(kept.values()), tuple(paths))
+    return Topology(tuple(switches), tuple(kept.values()), tuple(paths), copy_streams)

@@ -137,15 +137,21 @@ def _preset_fastt(spec: str) -> Cluster:
     # host CPU ``cpu0`` (TensorFlow's ``/device:CPU:0``, where TF-slim keeps the variables) on
     # socket 0's host bridge, joined to it by its memory (:data:`HOST_MEMORY_WIRE`). A host
     # transfer's route is host - bridge - switch uplink - GPU (10 us, 12 GB/s, as :data:`PCIE`), so
-    # host traffic to several GPUs contends on the host's port and on the switch uplinks the GPU
-    # pairs share, and GPUs 4-7 also on QPI.
+    # host traffic to several GPUs contends on the host's memory wire and on the switch uplinks the
+    # GPU pairs share, and GPUs 4-7 also on QPI. FastT runs TensorFlow 1.x, so a transfer queues on
+    # the copy stream TensorFlow issues it on, not on device ports (``copy_streams``, see
+    # :attr:`graphir.cluster_model.Topology.copy_streams`): a GPU takes its peers' tensors over
+    # its NVLink bricks and PCIe at once (e.g. TF-slim's gradients into GPU 0), copies from the
+    # host to one GPU go one after the other on its host-to-device stream, and the host's copies
+    # to all GPUs share its memory wire, which each holds for bytes / 12 GB/s (the route's
+    # narrowest wire), i.e. they serialise at PCIe speed.
     gpus = tuple(catalogue_device(f"gpu{i}", f"/device:GPU:{i}", "V100") for i in range(8))
     host = Device("cpu0", "/device:CPU:0", "cpu", HOST_MEMORY, *_XEON_PLATINUM_8163_X2, CPU_LAUNCH_OVERHEAD)
     devices = (*gpus, host)
     names = [d.name for d in devices]
     switches, wires = _dgx1_wires(names[:8], "", _DGX1_NVLINKS)
     wires += duplex("cpu0", "hb0", *HOST_MEMORY_WIRE, "memory")
-    topology = build_topology(names, switches, wires, relay=False, where=spec)
+    topology = build_topology(names, switches, wires, relay=False, where=spec, copy_streams=True)
     links = [*full_mesh(gpus, *NVLINK)]
     for gpu in gpus:
         links += [Link(gpu.name, "cpu0", *PCIE), Link("cpu0", gpu.name, *PCIE)]
@@ -177,7 +183,7 @@ def fastt_gpus(count: int, *, host: bool = True) -> Cluster:
         f"fastt/gpus={count}" + ("" if host else "/no-host"),
         tuple(d for d in full.devices if d.name in keep),
         tuple(link for link in full.links if link.src in keep and link.dst in keep),
-        Topology(topology.switches, topology.wires, paths),
+        Topology(topology.switches, topology.wires, paths, topology.copy_streams),
         full.transfer_overhead,
     )
 

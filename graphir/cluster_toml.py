@@ -191,6 +191,9 @@ def load_cluster_toml(path: Path) -> Cluster:
     if not isinstance(topology_table, dict) or not isinstance(topology_table.get("relay", True), bool):
         raise ClusterError(f"{path}: 'topology' must be a table with a boolean 'relay'")
     relay = topology_table.get("relay", True)
+    copy_streams = topology_table.get("copy_streams", False)
+    if not isinstance(copy_streams, bool):
+        raise ClusterError(f"{path}: topology 'copy_streams' must be a boolean")
     wires: dict[tuple[str, str], tuple[float, float]] = {}
     wire_kinds: dict[tuple[str, str], str] = {}
     for k, raw in enumerate(_table_list(data, "wire", path)):
@@ -237,7 +240,7 @@ def load_cluster_toml(path: Path) -> Cluster:
         directed = [
             Wire(a, b, latency, bandwidth, wire_kinds[(a, b)]) for (a, b), (latency, bandwidth) in wires.items()
         ]
-        topology = build_topology(names, switches, directed, relay=relay, where=str(path))
+        topology = build_topology(names, switches, directed, relay=relay, where=str(path), copy_streams=copy_streams)
     return Cluster(
         str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None, service
     )

@@ -35,7 +35,12 @@ congestion rule (:data:`CONGESTION_RULES`), so that each paper's model can be ru
   egress port, every directed wire of the physical route (NVLink, PCIe links to switches and host
   bridges, the socket interconnect, NIC and network links) and the receiver's ingress port; its time
   is the route's own numbers (narrowest wire, summed latencies), not the pair's channel. A cluster
-  without topology data gets ``("a.out", "a->b", "b.in")`` with the channel's numbers.
+  without topology data gets ``("a.out", "a->b", "b.in")`` with the channel's numbers. A topology
+  with ``copy_streams`` (:attr:`graphir.cluster_model.Topology.copy_streams`, TensorFlow's GPU copy
+  streams) replaces the two ports by the one stream TensorFlow issues the copy on: host to GPU
+  ``("b.h2d", wires...)`` (the receiver's host-to-device stream), GPU to host ``("a.d2h", wires...)``
+  (the sender's device-to-host stream), GPU to GPU ``("a.d2d", wires...)`` (the sender's
+  device-to-device stream); the hosts are the cluster's ``cpu`` devices (two hosts: their ports).
 
 **Latency and occupancy** (:meth:`LinkModel.book`). Under the papers' rules a transfer holds its
 route for its whole time ``latency + bytes / bandwidth``, as each paper's model does (a
@@ -100,9 +105,18 @@ OCCUPANCY_RULES = frozenset({"topology"})
 
 
 def _route_names(
-    congestion: str, names: tuple[str, ...], a: int, b: int, physical_routes: list[list[tuple[str, ...]]] | None
+    congestion: str,
+    names: tuple[str, ...],
+    a: int,
+    b: int,
+    physical_routes: list[list[tuple[str, ...]]] | None,
+    stream_hosts: frozenset[str] | None = None,
 ) -> tuple[str, ...]:
-    """The resource names a transfer from device ``a`` to ``b`` occupies under ``congestion``."""
+    """The resource names a transfer from device ``a`` to ``b`` occupies under ``congestion``.
+
+    ``stream_hosts``: under ``topology`` with TensorFlow's copy streams, the host devices (see the
+    module docstring); None: device ports.
+    """
     src, dst = names[a], names[b]
     if congestion == "pair":
         return (f"{src}->{dst}",)
@@ -114,6 +128,14 @@ def _route_names(
         return (f"{src}.out", f"{src}->{dst}", f"{dst}.in")
     hops = physical_routes[a][b]
     wires = tuple(f"{x}->{y}" for x, y in zip(hops, hops[1:], strict=False))
+    if stream_hosts is not None:
+        from_host, to_host = src in stream_hosts, dst in stream_hosts
+        if from_host and not to_host:
+            return (f"{dst}.h2d", *wires)
+        if to_host and not from_host:
+            return (f"{src}.d2h", *wires)
+        if not from_host:
+            return (f"{src}.d2d", *wires)
     return (f"{src}.out", *wires, f"{dst}.in")
 
 
@@ -177,6 +199,7 @@ class LinkModel:
         physical_routes: list[list[tuple[str, ...]]] | None = None,
         transfer_cpu: TransferCpu | None = None,
         service: TransferService | None = None,
+        stream_hosts: frozenset[str] | None = None,
     ) -> None:
         if congestion not in CONGESTION_RULES:
             raise ValueError(f"unknown congestion rule '{congestion}': expected one of {', '.join(CONGESTION_RULES)}")
@@ -200,7 +223,7 @@ class LinkModel:
         for a in range(count):
             for b in range(count):
                 if a != b:
-                    names = _route_names(congestion, device_names, a, b, physical_routes)
+                    names = _route_names(congestion, device_names, a, b, physical_routes, stream_hosts)
                     routes[a][b] = tuple(ids.setdefault(name, len(ids)) for name in names)
         self.holds_latency = congestion not in OCCUPANCY_RULES
         self.transfer_cpu = transfer_cpu if congestion in OCCUPANCY_RULES and transfer_cpu is not None else None
@@ -231,8 +254,10 @@ class LinkModel:
         """The link model of ``cluster`` under a congestion rule (unlisted pairs: latency 0, infinite bandwidth).
 
         Under ``topology`` with a cluster topology, each pair's numbers and route are its physical
-        path's; otherwise the pair's link. ``transfer_overhead`` is added to every pair's latency;
-        the cluster's ``transfer_cpu`` is charged under ``topology``.
+        path's; otherwise the pair's link, and a topology with ``copy_streams`` queues each
+        transfer on TensorFlow's copy stream instead of the device ports (the module docstring).
+        ``transfer_overhead`` is added to every pair's latency; the cluster's ``transfer_cpu`` is
+        charged under ``topology``.
         """
         count = len(cluster.devices)
         position = {name: k for k, name in enumerate(cluster.device_names)}
@@ -249,6 +274,9 @@ class LinkModel:
             bandwidth[a, b] = link.bandwidth
             if physical_routes is not None:
                 physical_routes[a][b] = link.route
+        stream_hosts = None
+        if physical and cluster.topology is not None and cluster.topology.copy_streams:
+            stream_hosts = frozenset(d.name for d in cluster.devices if d.kind == "cpu")
         return cls(
             cluster.device_names,
             latency,
@@ -257,6 +285,7 @@ class LinkModel:
             physical_routes=physical_routes,
             transfer_cpu=cluster.transfer_cpu,
             service=cluster.service,
+            stream_hosts=stream_hosts,
         )
 
     @property

@@ -40,8 +40,24 @@ sends each gradient back to the host, where the sum and the update run: ``replic
 parameter bytes over PCIe per step, the traffic that makes FastT's 8-GPU VGG-19 slower than 4 (Table
 1). ``sums`` says where the gradient sums run (``update``: with the update, as ``deploy()`` builds
 them; ``first-replica``: on replica 0's accelerator, where TensorFlow's placer puts the unplaced
-``add_n`` of TF-slim's ``train_image_classifier.py``). Other shared nodes go with their first user
-(else their first producer, else the first accelerator).
+``add_n`` of TF-slim's ``train_image_classifier.py``). ``inputs`` says where each replica's batch
+(its ``tf.Placeholder`` nodes: images, labels) comes from: ``replica`` (its own accelerator) or
+``cpu`` (the host: TF-slim's ``DeploymentConfig.inputs_device()`` is ``/device:CPU:0``, where
+``train_image_classifier.py`` builds the input queue each clone dequeues its batch from, so the
+batch is a host-to-GPU copy). Other shared nodes go with their first user (else their first
+producer, else the first accelerator).
+
+**Issue order of the host's copies** (``data-parallel{... inputs=after-reads}``,
+:func:`issue_inputs_after_reads`): TensorFlow copies host tensors to a GPU one after the other on
+the GPU's one host-to-device stream, in the order they are issued (``GPUUtil::CopyCPUTensorToGPU``),
+and TF-slim's variables are read at the step's start (a variable's value is sent to the clones as
+soon as the step begins) while each clone's batch comes from an asynchronous dequeue. With the
+variables and the batch on the host, each clone's batch is modelled as issued after the weights it
+reads: a control dependency from every shared variable read a replica consumes to that replica's
+graph inputs, so the batch queues behind the weights (FIFO on the host's wires and on the GPU's
+stream, :mod:`graphir.links`) and a clone's first layer waits for all of its weights. This is a
+model of the measured behaviour (FastT Table 1's DP steps are as long as the weights' copy plus a
+clone's compute; ``benchmarks/results/replicate_fastt.md``), not read from TensorFlow's source.
 """
 
 from __future__ import annotations
@@ -72,6 +88,10 @@ VARIABLE_PLACEMENTS = ("balanced", "first", "cpu")
 """Where :func:`data_parallel_devices` keeps the variables (see its docstring)."""
 SUM_PLACEMENTS = ("update", "first-replica")
 """Where :func:`data_parallel_devices` runs the gradient sums (see its docstring)."""
+INPUT_PLACEMENTS = ("replica", "cpu")
+"""Where :func:`data_parallel_devices` puts each replica's graph inputs (see its docstring)."""
+INPUT_ORDERS = ("free", "after-reads")
+"""The ``inputs`` option of ``data-parallel`` (see :func:`issue_inputs_after_reads`)."""
 
 
 @register_pass
@@ -82,11 +102,15 @@ class DataParallel(Pass):
     Options:
         replicas: number of replicas (>= 1).
         batch: global batch over all replicas (0: the module's own batch).
+        inputs: ``free`` (the replicas' graph inputs depend on nothing) or ``after-reads`` (each
+            replica's inputs wait for the variable reads it consumes: the issue order of TF-slim's
+            host copies, :func:`issue_inputs_after_reads`).
     """
 
     name: ClassVar[str] = "data-parallel"
     replicas: int = 2
     batch: int = 0
+    inputs: Literal["free", "after-reads"] = "free"
 
     def __post_init__(self) -> None:
         """Reject impossible options when the pipeline is parsed."""
@@ -94,12 +118,15 @@ class DataParallel(Pass):
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
         if self.batch < 0:
             raise ValueError(f"batch must be >= 0 (0: the module's own), got {self.batch}")
+        if self.inputs not in INPUT_ORDERS:
+            raise ValueError(f"inputs must be one of {'|'.join(INPUT_ORDERS)}, got '{self.inputs}'")
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the data-parallel graph and move it into ``module``."""
         result = data_parallel(module, self.replicas, batch=self.batch)
         module.graph = result.module.graph
         module.metadata = result.module.metadata
+        ordered = issue_inputs_after_reads(module) if self.inputs == "after-reads" else 0
         ctx.log(
             f"data-parallel: {result.replicas} replicas x {len(result.replicated)} nodes at batch "
             f"{result.replica_batch}, {len(result.shared)} shared, {len(result.aggregated)} values averaged"
@@ -115,6 +142,7 @@ class DataParallel(Pass):
                 "aggregated-values": len(result.aggregated),
                 "aggregation-nodes": len(result.aggregation_nodes),
                 "nodes": len(module.graph),
+                "input-order-edges": ordered,
             },
         )
 
@@ -131,22 +159,27 @@ class DataParallelPlacer(Placer):
         sums: where the gradient sums run: ``update`` (with the variable's update, as
             ``model_deploy.deploy()`` builds them) or ``first-replica`` (on replica 0's accelerator,
             where TensorFlow's placer puts the unplaced sums of TF-slim's ``train_image_classifier.py``).
+        inputs: where each replica's graph inputs (its batch) live: ``replica`` (its accelerator)
+            or ``cpu`` (the host, TF-slim's ``inputs_device()``).
     """
 
     name: ClassVar[str] = "data-parallel"
     variables: Literal["balanced", "first", "cpu"] = "balanced"
     sums: Literal["update", "first-replica"] = "update"
+    inputs: Literal["replica", "cpu"] = "replica"
 
     def __post_init__(self) -> None:
-        """Reject an unknown ``variables`` rule when the pipeline is parsed."""
+        """Reject an unknown ``variables``, ``sums`` or ``inputs`` rule when the pipeline is parsed."""
         if self.variables not in VARIABLE_PLACEMENTS:
             raise ValueError(f"variables must be one of {'|'.join(VARIABLE_PLACEMENTS)}, got '{self.variables}'")
         if self.sums not in SUM_PLACEMENTS:
             raise ValueError(f"sums must be one of {'|'.join(SUM_PLACEMENTS)}, got '{self.sums}'")
+        if self.inputs not in INPUT_PLACEMENTS:
+            raise ValueError(f"inputs must be one of {'|'.join(INPUT_PLACEMENTS)}, got '{self.inputs}'")
 
     def device_hints(self, module: Module) -> Mapping[str, str]:
         """Replica ``i`` on the ``i``-th accelerator, variables by the ``variables`` rule (every node gets one)."""
-        return data_parallel_devices(module, variables=self.variables, sums=self.sums)
+        return data_parallel_devices(module, variables=self.variables, sums=self.sums, inputs=self.inputs)
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """The hinted device of every coarse node."""
@@ -180,7 +213,9 @@ def _is_host(tf_device: str) -> bool:
     return "/device:CPU:" in tf_device or "/cpu:" in tf_device.lower()
 
 
-def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: str = "update") -> dict[str, str]:
+def data_parallel_devices(
+    module: Module, *, variables: str = "balanced", sums: str = "update", inputs: str = "replica"
+) -> dict[str, str]:
     """The "data parallel" baseline placement of a data-parallel graph: ``{node name: device name}``.
 
     See the module docstring: replica ``i`` on the ``i``-th accelerator (``i mod`` their number; the
@@ -190,12 +225,15 @@ def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: 
     nodes) go with their update (``sums="update"``: ``model_deploy.deploy()`` builds them under the
     optimizer device) or on the first replica's accelerator (``sums="first-replica"``: TF-slim's
     ``train_image_classifier.py`` calls ``optimize_clones`` outside any device scope, so TensorFlow's
-    placer puts each unplaced ``add_n`` on its highest-priority device, ``/device:GPU:0``). Other
-    shared nodes go with their first user, else their first producer, else the first accelerator.
+    placer puts each unplaced ``add_n`` on its highest-priority device, ``/device:GPU:0``). Each
+    replica's ``tf.Placeholder`` nodes (its batch) go with the replica (``inputs="replica"``) or on
+    the host CPU (``inputs="cpu"``, TF-slim's ``inputs_device()``). Other shared nodes go with their
+    first user, else their first producer, else the first accelerator.
 
     Raises:
-        PassError: the module is not a data-parallel graph, ``variables`` or ``sums`` is unknown, or
-            ``variables="cpu"`` on a cluster without a host CPU device.
+        PassError: the module is not a data-parallel graph, ``variables``, ``sums`` or ``inputs``
+            is unknown, or ``variables="cpu"`` or ``inputs="cpu"`` on a cluster without a host CPU
+            device.
     """
     if variables not in VARIABLE_PLACEMENTS:
         raise PassError(f"variables must be one of {', '.join(VARIABLE_PLACEMENTS)}, got '{variables}'")
@@ -208,8 +246,11 @@ def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: 
     names = [d.name for d in cluster.devices]
     targets = replica_devices(cluster)
     host = host_device(cluster)
-    if variables == "cpu" and host < 0:
-        raise PassError(f"variables=cpu: cluster '{cluster.spec}' has no host CPU device (/device:CPU:0)")
+    if inputs not in INPUT_PLACEMENTS:
+        raise PassError(f"inputs must be one of {', '.join(INPUT_PLACEMENTS)}, got '{inputs}'")
+    for option, value in (("variables", variables), ("inputs", inputs)):
+        if value == "cpu" and host < 0:
+            raise PassError(f"{option}=cpu: cluster '{cluster.spec}' has no host CPU device (/device:CPU:0)")
     nodes = module.graph.index().nodes
     position = {node: k for k, node in enumerate(nodes)}
     device: dict[Node, int] = {}
@@ -217,7 +258,7 @@ def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: 
     for node in nodes:
         rep = replica_of(node.name)
         if rep >= 0:
-            device[node] = targets[rep % len(targets)]
+            device[node] = host if inputs == "cpu" and node.op == INPUT_OP else targets[rep % len(targets)]
         else:
             shared.append(node)
     # Variable classes: shared nodes joined by resource handles (and by colocate annotations).
@@ -272,3 +313,50 @@ def data_parallel_devices(module: Module, *, variables: str = "balanced", sums: 
 def _users(node: Node) -> Iterable[Node]:
     yield from node.successors
     yield from node.control_users
+
+
+INPUT_OP = "tf.Placeholder"
+"""The op of a replica's graph inputs (the batch: images, labels), re-batched by :func:`data_parallel`."""
+
+
+def issue_inputs_after_reads(module: Module) -> int:
+    """Make each replica's graph inputs wait for the shared variable reads it consumes; the edges added.
+
+    The issue order of TF-slim's host copies (module docstring): for every replica ``i``, a control
+    dependency from each shared node that touches a variable and feeds a node of replica ``i``
+    directly (a ``ReadVariableOp``) to each of replica ``i``'s ``tf.Placeholder`` nodes. A read
+    that depends on a replica node (through data or control edges) is left out, so no cycle forms.
+
+    Raises:
+        PassError: the module is not a data-parallel graph.
+    """
+    replicas = module.metadata.get(REPLICAS_METADATA)
+    if not isinstance(replicas, int) or replicas < 1:
+        raise PassError(f"module '{module.name}' is not a data-parallel graph (run data-parallel first)")
+    nodes = module.graph.index().nodes
+    after_replica: set[Node] = set()  # shared nodes downstream of a replica node
+    for node in nodes:  # topological
+        if replica_of(node.name) < 0 and any(
+            replica_of(p.name) >= 0 or p in after_replica for p in (*node.predecessors, *node.control_inputs)
+        ):
+            after_replica.add(node)
+    reads: dict[int, list[Node]] = {}
+    inputs: dict[int, list[Node]] = {}
+    for node in nodes:
+        rep = replica_of(node.name)
+        if rep >= 0:
+            if node.op == INPUT_OP:
+                inputs.setdefault(rep, []).append(node)
+            continue
+        if node in after_replica or not touches_resource(node):
+            continue
+        for rep in sorted({r for r in (replica_of(u.name) for u in node.successors) if r >= 0}):
+            reads.setdefault(rep, []).append(node)
+    added = 0
+    for rep, placeholders in inputs.items():
+        for placeholder in placeholders:
+            before = len(placeholder.control_inputs)
+            for read in reads.get(rep, []):
+                placeholder.add_control_input(read)  # ignores duplicates
+            added += len(placeholder.control_inputs) - before
+    return added

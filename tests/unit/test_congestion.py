@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from graphir.cluster import load_cluster_toml
+from graphir.cluster_model import ClusterError
 from graphir.driver import run
 from graphir.errors import PassError
 from graphir.links import CONGESTION_RULES, LinkModel
@@ -387,3 +388,107 @@ def test_topology_charges_a_transfers_cpu_to_both_workers(tmp_path):
     pair = simulate(m, "pair")
     assert transfers(pair) == [(1.0, 2.2)]
     assert times(pair, m)["b"] == (1.0, 2.0) and times(pair, m)["c"] == (3.0, 4.0)
+
+
+# ---- topology with TensorFlow's copy streams (Topology.copy_streams): a transfer queues on the
+# stream TensorFlow issues it on (host -> GPU: the receiver's h2d; GPU -> host: the sender's d2h;
+# GPU -> GPU: the sender's d2d), not on device ports. One direct 1 GB/s wire per pair, latency 0:
+# a 1 MB tensor holds its wire 1 ms.
+
+STREAMS = """
+[topology]
+relay = false
+copy_streams = true
+[[device]]
+name = "h"
+kind = "cpu"
+tf_device = "/device:CPU:0"
+[[device]]
+name = "g0"
+[[device]]
+name = "g1"
+[[device]]
+name = "g2"
+""" + "".join(
+    f'[[wire]]\na = "{a}"\nb = "{b}"\nlatency = 0.0\nbandwidth = 1e9\n'
+    for a, b in [("h", "g0"), ("h", "g1"), ("h", "g2"), ("g0", "g1"), ("g0", "g2"), ("g1", "g2")]
+)
+PORTS = STREAMS.replace("copy_streams = true", "copy_streams = false")
+
+
+def test_copy_streams_name_the_stream_tensorflow_issues_the_copy_on(tmp_path):
+    m = module(tmp_path, STREAMS, "\n".join([node("a", "%x", "g0", 0), "    return %a"]))
+    links = LinkModel.from_cluster(m.cluster, "topology")
+
+    def route(a: int, b: int) -> list[str]:
+        return [links.resource_names[r] for r in links.routes[a][b]]
+
+    assert route(0, 1) == ["g0.h2d", "h->g0"]  # host -> GPU: the receiving GPU's h2d stream
+    assert route(1, 0) == ["g0.d2h", "g0->h"]  # GPU -> host: the sending GPU's d2h stream
+    assert route(1, 2) == ["g0.d2d", "g0->g1"]  # GPU -> GPU: the sending GPU's d2d stream
+    # The other rules and a topology without copy streams keep their resources.
+    port = LinkModel.from_cluster(m.cluster, "port")
+    assert [port.resource_names[r] for r in port.routes[1][2]] == ["g0.out", "g1.in"]
+    ports = module(tmp_path, PORTS, "\n".join([node("a", "%x", "g0", 0), "    return %a"]))
+    plain = LinkModel.from_cluster(ports.cluster, "topology")
+    assert [plain.resource_names[r] for r in plain.routes[1][2]] == ["g0.out", "g0->g1", "g1.in"]
+
+
+def test_copy_streams_let_a_gpu_receive_from_two_peers_at_once(tmp_path):
+    # a on g0 and b on g1 (0..1) both feed c on g2 over the wires g0->g2 and g1->g2.
+    body = "\n".join([node("a", "%x", "g0", 0), node("b", "%x", "g1", 0), node("c", "%a, %b", "g2", 0)])
+    body += "\n    return %c"
+    # Device ports: g2.in takes one at a time: 1..2 then 2..3; c 3..4, makespan 4.
+    ports = simulate(module(tmp_path, PORTS, body), "topology")
+    assert transfers(ports) == [(1.0, 2.0), (2.0, 3.0)]
+    assert ports.makespan == pytest.approx(4 * MS)
+    # Copy streams: g0.d2d + g0->g2 and g1.d2d + g1->g2 share nothing: both 1..2; c 2..3, makespan 3.
+    streams = simulate(module(tmp_path, STREAMS, body), "topology")
+    assert transfers(streams) == [(1.0, 2.0), (1.0, 2.0)]
+    assert streams.makespan == pytest.approx(3 * MS)
+
+
+def test_copy_streams_give_the_host_no_port_and_each_gpu_one_h2d_stream(tmp_path):
+    # a on the host (0..1) feeds b on g0 and c on g1; d on the host (1..2) feeds e on g0.
+    body = "\n".join(
+        [
+            node("a", "%x", "h", 0),
+            node("d", "%x", "h", 1),
+            node("b", "%a", "g0", 0),
+            node("c", "%a", "g1", 0),
+            node("e", "%d", "g0", 1),
+            "    return %b, %c, %e",
+        ]
+    )
+    # Device ports: a's two copies share h.out: 1..2 and 2..3; d's copy (requested at 2) waits for
+    # h.out until 3: 3..4. b 2..3, c 3..4, e 4..5: makespan 5.
+    ports = simulate(module(tmp_path, PORTS, body), "topology")
+    assert transfers(ports) == [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)]
+    assert ports.makespan == pytest.approx(5 * MS)
+    # Copy streams: h->g0 (g0.h2d) and h->g1 (g1.h2d) share nothing: both 1..2. d's copy to g0,
+    # requested at 2, finds g0.h2d and h->g0 free: 2..3. b 2..3, c 2..3, e 3..4: makespan 4.
+    streams = simulate(module(tmp_path, STREAMS, body), "topology")
+    assert transfers(streams) == [(1.0, 2.0), (1.0, 2.0), (2.0, 3.0)]
+    assert streams.makespan == pytest.approx(4 * MS)
+    # A host copy and a peer copy into g0 at once (a on h, f on g1, both 0..1, feed b on g0): the
+    # host's goes on g0.h2d + h->g0, the peer's on g1.d2d + g1->g0: both 1..2, b 2..3. Under device
+    # ports g0.in serialises them: 1..2 and 2..3, b 3..4.
+    body2 = "\n".join(
+        [
+            node("a", "%x", "h", 0),
+            node("f", "%x", "g1", 0),
+            node("b", "%a, %f", "g0", 0),
+            "    return %b",
+        ]
+    )
+    mixed = simulate(module(tmp_path, STREAMS, body2), "topology")
+    assert transfers(mixed) == [(1.0, 2.0), (1.0, 2.0)]
+    assert mixed.makespan == pytest.approx(3 * MS)
+    assert transfers(simulate(module(tmp_path, PORTS, body2), "topology")) == [(1.0, 2.0), (2.0, 3.0)]
+
+
+def test_copy_streams_must_be_a_boolean(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(STREAMS.replace("copy_streams = true", 'copy_streams = "yes"'))
+    with pytest.raises(ClusterError, match="copy_streams"):
+        load_cluster_toml(path)

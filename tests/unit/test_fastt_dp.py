@@ -11,11 +11,13 @@ import pytest
 from test_data_parallel import mlp_training_step
 
 from graphir.cluster import resolve_cluster
+from graphir.cluster_presets import fastt_gpus
 from graphir.errors import PassError
+from graphir.links import LinkModel
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
-from graphir.passes.transform.data_parallel import data_parallel_devices
+from graphir.passes.transform.data_parallel import data_parallel_devices, issue_inputs_after_reads
 from graphir.passes.transform.replicate import data_parallel
 from graphir.simulator import simulate
 
@@ -121,3 +123,81 @@ def test_variables_cpu_needs_a_host():
 def test_balanced_variables_skip_the_host():
     placed = _placed(2, "balanced")
     assert "cpu0" not in {n.device for n in placed.graph.nodes}
+
+
+def test_fastt_preset_queues_copies_on_tensorflows_streams():
+    # FastT runs TensorFlow 1.x: host -> GPU on the GPU's h2d stream, GPU -> GPU on the sender's d2d
+    # stream; the host's copies share its memory wire (cpu0 -> hb0), not a port.
+    for cluster in (resolve_cluster("fastt"), fastt_gpus(2)):
+        assert cluster.topology is not None and cluster.topology.copy_streams
+        links = LinkModel.from_cluster(cluster, "topology")
+        names = cluster.device_names
+
+        def route(a: str, b: str, links=links, names=names) -> list[str]:
+            return [links.resource_names[r] for r in links.routes[names.index(a)][names.index(b)]]
+
+        assert route("cpu0", "gpu0") == ["gpu0.h2d", "cpu0->hb0", "hb0->plx0", "plx0->gpu0"]
+        assert route("gpu1", "gpu0") == ["gpu1.d2d", "gpu1->gpu0"]  # NVLink (NV1)
+        assert route("gpu0", "cpu0") == ["gpu0.d2h", "gpu0->plx0", "plx0->hb0", "hb0->cpu0"]
+
+
+def _tf_slim(replicas: int):
+    module = mlp_training_step(8)
+    module.cluster_spec = "fastt"
+    Profile().run(module, PassContext())
+    placed = data_parallel(module, replicas, replica=mlp_training_step(8 // replicas)).module
+    added = issue_inputs_after_reads(placed)
+    Place.of("data-parallel", variables="cpu", sums="first-replica", inputs="cpu").run(placed, PassContext())
+    return placed, added
+
+
+def test_inputs_cpu_puts_each_replicas_batch_on_the_host():
+    placed, _ = _tf_slim(2)
+    device = {n.name: n.device for n in placed.graph.nodes}
+    # TF-slim's inputs_device() is /device:CPU:0: each clone's batch (the placeholder x) is on the host ...
+    assert device["replica0/x"] == device["replica1/x"] == "cpu0"
+    # ... and the rest of each clone on its GPU.
+    assert {device[n] for n in device if n.startswith("replica1/") and n != "replica1/x"} == {"gpu1"}
+    with pytest.raises(ValueError, match="inputs must be one of"):
+        Place.of("data-parallel", inputs="gpu0")
+
+
+def test_issue_inputs_after_reads_queues_each_batch_behind_its_weights():
+    # The MLP's replica-facing reads are w0/read and w1/read; each replica has one placeholder (x):
+    # 2 reads x 1 placeholder x R replicas control edges, none onto a shared node.
+    for replicas in (1, 2, 4):
+        placed, added = _tf_slim(replicas)
+        assert added == 2 * replicas
+        for k in range(replicas):
+            x = placed.graph.node(f"replica{k}/x")
+            assert sorted(n.name for n in x.control_inputs) == ["w0/read", "w1/read"]
+    # Simulated: the batch reaches each GPU after both of its weights (the reads ran before it on
+    # the host, so their copies were queued first on the host's memory wire and the GPU's h2d stream).
+    placed, _ = _tf_slim(2)
+    result = simulate(placed, congestion="topology", order="dynamic")
+    index = placed.graph.index()
+    value = {v.name: k for k, v in enumerate(index.values)}
+    position = {name: k for k, name in enumerate(result.device_names)}
+    for k in range(2):
+        gpu = position[f"gpu{k}"]
+        batch = result.arrival[(value[f"replica{k}/x"], gpu)]
+        weights = [result.arrival[(value[f"w{j}/read"], gpu)] for j in range(2)]
+        # (begin, end): the batch starts once both weights' bytes left, and lands after them.
+        assert batch[0] > max(begin for begin, _ in weights) and batch[1] > max(end for _, end in weights)
+    # Without the issue order the batch is the first thing the host sends (its placeholder is a root).
+    module = mlp_training_step(8)
+    module.cluster_spec = "fastt"
+    Profile().run(module, PassContext())
+    free = data_parallel(module, 2, replica=mlp_training_step(4)).module
+    Place.of("data-parallel", variables="cpu", sums="first-replica", inputs="cpu").run(free, PassContext())
+    unordered = simulate(free, congestion="topology", order="dynamic")
+    index = free.graph.index()
+    value = {v.name: k for k, v in enumerate(index.values)}
+    gpu0 = unordered.device_names.index("gpu0")
+    batch = unordered.arrival[(value["replica0/x"], gpu0)]
+    assert batch[0] < min(unordered.arrival[(value[f"w{j}/read"], gpu0)][0] for j in range(2))
+
+
+def test_issue_inputs_after_reads_needs_a_data_parallel_graph():
+    with pytest.raises(PassError, match="not a data-parallel graph"):
+        issue_inputs_after_reads(mlp_training_step(8))

@@ -22,28 +22,33 @@ Here, for each zoo training graph and each device count ``n``:
    ``order=dynamic`` for the data-parallel ones, whose TF-slim graph has no control dependencies, so
    TensorFlow's executor runs whatever is ready; ``order=enforced`` for FastT's, §6.1):
    **DP**, TF-slim's default data parallelism, FastT's baseline (``place{algo=data-parallel
-   variables=cpu sums=first-replica}``: clone ``i`` on GPU ``i``; every variable, its optimizer
-   slots and its update on the host CPU; each clone reads the weights from the host over PCIe; the
-   clones' gradient sums on GPU 0, where TensorFlow's placer puts the unplaced ``add_n`` of
-   TF-slim's ``train_image_classifier.py``, and the sum sent to the host; see
+   variables=cpu sums=first-replica inputs=cpu}`` on a copy of the graph with TF-slim's issue order,
+   :func:`graphir.passes.transform.data_parallel.issue_inputs_after_reads`: clone ``i`` on GPU
+   ``i``; every variable, its optimizer slots and its update on the host CPU; each clone reads the
+   weights from the host over PCIe; the clones' gradient sums on GPU 0, where TensorFlow's placer
+   puts the unplaced ``add_n`` of TF-slim's ``train_image_classifier.py``, and the sum sent to the
+   host; each clone's batch on the host, copied to its GPU after its weights; see
    :mod:`graphir.passes.transform.data_parallel`); **DP-GPU** (the variables spread over the GPUs,
-   ``variables=balanced``, this table's DP before issue 14); **DPOS** (``place{algo=dpos}``, FastT
-   Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass, Algorithm 2: DPOS, then operation splitting
-   along the simulated critical path while the makespan improves). DPOS and OS-DPOS place over the
-   GPUs only.
+   ``variables=balanced``, the batch on each GPU, no issue order: this table's DP before issue 14);
+   **DPOS** (``place{algo=dpos}``, FastT Algorithm 1); **OS-DPOS** (the ``os-dpos`` pass,
+   Algorithm 2: DPOS, then operation splitting along the simulated critical path while the
+   makespan improves). DPOS and OS-DPOS place over the GPUs only, with the paper's whole-step
+   memory rule (``mem-model=paper``, :data:`MEM_MODEL`).
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
-One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.633``, 101.1 samples/s)::
+One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.599``, 106.9 samples/s)::
 
-    graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64},\
-        profile,place{algo=data-parallel variables=cpu sums=first-replica},simulate{congestion=topology order=dynamic}'
+    graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64 \
+        inputs=after-reads},profile,place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu},\
+        simulate{congestion=topology order=dynamic}'
 
 (for n < 8 GPUs the table uses :func:`graphir.cluster_presets.fastt_gpus`, which the command line does
 not name; ``--emit=report`` simulates under the pipeline's last ``simulate`` options, as ``--stats``).
 
 Cluster: one description for every cell, the ``fastt`` preset (a DGX-1: 8x V100 16 GB in the
-NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0), restricted
+NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0, transfers
+queued on TensorFlow's copy streams), restricted
 to GPUs ``0..n-1`` and the host at ``n`` GPUs (:func:`graphir.cluster_presets.fastt_gpus`: the same
 wires and routes). The first table checks the DP columns against FastT Table 1 (issue 14, item 7:
 every cell within 20%, VGG-19 slower on 8 GPUs than on 4).
@@ -83,6 +88,7 @@ from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
 from graphir.passes.place.os_dpos import OsDpos
 from graphir.passes.profile import Profile
+from graphir.passes.transform.data_parallel import issue_inputs_after_reads
 from graphir.passes.transform.replicate import DataParallelGraph, data_parallel
 from graphir.simulator import simulate
 from graphir.tools.replicate.common import Runner, generated_line, run_main, table, write_text
@@ -124,8 +130,12 @@ CONGESTION = "topology"
 ORDERS = {"data-parallel": "dynamic", "dp-gpu": "dynamic", "dpos": "enforced", "os-dpos": "enforced"}
 """Execution order each strategy runs under: TF-slim adds no control dependencies, so its data
 parallelism runs on TensorFlow's dynamic executor; FastT enforces its computed order (§6.1)."""
-TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica"}
+TF_SLIM_DP = {"variables": "cpu", "sums": "first-replica", "inputs": "cpu"}
 """TF-slim's default data parallelism as ``place{algo=data-parallel}`` options (see the module docstring)."""
+MEM_MODEL = "paper"
+"""DPOS's and OS-DPOS's memory rule: the paper's whole-step one, as the other replications pin it (each
+baseline runs as its paper published it; OS-DPOS on VGG-19 x 8 took 84 s with it, 297.6 s under
+``liveness``)."""
 GPU_DP = {"variables": "balanced"}
 """Data parallelism with the variables spread over the GPUs (the table's DP before issue 14)."""
 
@@ -204,12 +214,12 @@ class Row:
 
 def _placer(strategy: str) -> OsDpos | Place:
     if strategy == "os-dpos":
-        return OsDpos()
+        return OsDpos(mem_model=MEM_MODEL)
     if strategy == "data-parallel":
         return Place.of("data-parallel", **TF_SLIM_DP)
     if strategy == "dp-gpu":
         return Place.of("data-parallel", **GPU_DP)
-    return Place(algo=strategy)
+    return Place.of(strategy, mem_model=MEM_MODEL)
 
 
 def _place(module: Module, strategy: str, check: bool) -> Cell:
@@ -220,6 +230,8 @@ def _place(module: Module, strategy: str, check: bool) -> Cell:
     are judged on the same cluster.
     """
     copy = clone_module(module)
+    if strategy == "data-parallel":  # TF-slim's batch, on the host, is copied after the weights
+        issue_inputs_after_reads(copy)
     if strategy in ("dpos", "os-dpos"):
         gpus = sum(1 for d in module.cluster.devices if d.name.startswith("gpu"))
         copy.set_cluster(fastt_gpus(gpus, host=False))
@@ -419,15 +431,21 @@ def render(
         "Platinum 8163) and scored by `simulate{congestion=topology}`, DP and DP-GPU with `order=dynamic` (TF-slim "
         "adds no control dependencies: TensorFlow's executor runs whatever is ready), DPOS and OS-DPOS with "
         "`order=enforced` (FastT enforces its computed order, §6.1). **DP** = TF-slim's default data parallelism, "
-        "FastT's baseline: `place{algo=data-parallel variables=cpu sums=first-replica}`, clone i on GPU i, every "
+        "FastT's baseline: `place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu}` on the graph "
+        "with TF-slim's issue order (`data-parallel{... inputs=after-reads}`), clone i on GPU i, every "
         "variable, its optimizer slots and its update on the host CPU (`/device:CPU:0`), each clone reading the "
-        "weights from the host and its gradients summed on GPU 0, the sum sent to the host (TF-slim's "
+        "weights from the host and its gradients summed on GPU 0, the sum sent to the host, and each clone's "
+        "batch dequeued on the host and copied to its GPU after the weights (TF-slim's "
         "`train_image_classifier.py`; see `graphir.passes.transform.data_parallel`); **DP-GPU** = the same graph "
-        "with the variables spread over the GPUs by bytes (`variables=balanced`, the table's DP before issue 14); "
-        "**DPOS** = `place{algo=dpos}` (Algorithm 1); **OS-DPOS** = the `os-dpos` pass (Algorithm 2). **FastT** = "
+        "without the issue order, the batch on each clone's GPU and the variables spread over the GPUs by bytes "
+        "(`variables=balanced`, the table's DP before issue 14); "
+        "**DPOS** = `place{algo=dpos mem-model=paper}` (Algorithm 1); **OS-DPOS** = the `os-dpos{mem-model=paper}` "
+        "pass (Algorithm 2). **FastT** = "
         "the better of DP and OS-DPOS: FastT keeps a new strategy only if it is faster than the current one and "
         "starts from data parallelism (§4). One cluster for every cell: the `fastt` preset (a DGX-1: 8x V100 16 GB "
-        "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0), with "
+        "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0; each "
+        "transfer queued on the TensorFlow copy stream it is issued on: a GPU's one host-to-device stream, the "
+        "sender's device-to-host or device-to-device stream), with "
         "GPUs 0..n-1 and the host at n GPUs (`graphir.cluster_presets.fastt_gpus`). Samples/s = global batch / "
         "simulated step time. No fusion (FastT places the fine graph).",
         "",
@@ -559,66 +577,72 @@ def render(
 NOTES = [
     "- **What this run is.** `--strategies=data-parallel,dp-gpu`: the DP columns (FastT Table 1's, the "
     "issue-14 check), DP-GPU and the order check were rerun; DPOS and OS-DPOS were not (their cells say *not "
-    "run*). Under the current defaults each OS-DPOS trial places with `mem-model=liveness` and judges with "
-    "`congestion=topology`: on VGG-19 at 8 GPUs OS-DPOS took 297.6 s (11.7 s in the previous table) and "
-    "ResNet-200's 8-replica graph has 157,950 nodes, so the full run does not fit a session on this "
-    "machine. The VGG-19 row of the interrupted full run (same code): DPOS 217.3 / 258.2 / 66.5 and OS-DPOS "
-    "225.4 / 258.2 / 79.0 samples/s on 2 / 4 / 8 GPUs. The previous full table (ResNet-50 in the ResNet row, "
-    "the ruler before issue 14's last merges) is `replicate_fastt.md` at commit 4bfce82.",
-    "- **What changed since that table.** The ResNet row now trains ResNet-200, FastT's model (the zoo's "
-    "`resnet200_train`, TF-slim's `resnet_v2_200`: 3, 24, 36 and 3 bottleneck units, 64.7M parameters) at "
-    "FastT's batch 32, instead of ResNet-50 (+126 to +240 % there). Under `congestion=topology` only the "
-    "bytes hold a route; the latency is in flight (the link model's *latency and occupancy*, merged after "
-    "that table): Inception-v3 at 8 GPUs went from 393.0 to 597.3 samples/s, because its 8 x 378 weight "
-    "reads and 7 x 379 gradient copies into GPU 0 no longer hold the host's path for 10 us each; the VGG-19 "
-    "cells moved by under 1 %.",
+    "run*): ResNet-200's 8-replica graph has 157,950 nodes and Inception-v3's 64,664, so the full run does "
+    "not fit a session on this machine. DPOS and OS-DPOS now place with the paper's memory rule "
+    "(`mem-model=paper`, as the other replications): the VGG-19 row alone with this code (`measure()`, all "
+    "four strategies, 194 s niced at load ~16; not a table cell) gives DPOS 217.3 / 329.1 / 94.9 and OS-DPOS "
+    "225.4 / 329.1 / 109.2 samples/s on 2 / 4 / 8 GPUs, against FastT's 199.4 / 294.9 / 132.5 (+13 / +12 / "
+    "-18 %), OS-DPOS +28 / +73 / +2 % over DP (FastT: +33 / +59 / +4 %); OS-DPOS took 84.0 s at 8 GPUs (297.6 "
+    "s under `mem-model=liveness`). The last full table (ResNet-50 in the ResNet row, the ruler before issue "
+    "14's last merges) is `replicate_fastt.md` at commit 4bfce82.",
+    "- **What changed since the previous table (6 of 12 cells within 20 % there, 11 here).** Two mechanisms "
+    "of the testbed's software, the same for every cell and fitted to none. (1) *TensorFlow's copy streams* "
+    "(`Topology.copy_streams`, set on the `fastt` preset): a transfer queues on the CUDA stream TensorFlow "
+    "1.x issues it on (a host-to-GPU copy on the receiving GPU's one host-to-device stream, a GPU-to-GPU copy "
+    "on the sender's device-to-device stream, a GPU-to-host copy on the sender's device-to-host stream) "
+    "instead of the sender's egress and the receiver's ingress port, so GPU 0 takes the clones' gradients "
+    "over its NVLink bricks and PCIe at once instead of one after another; the host's copies still serialise "
+    "on its memory wire. (2) *TF-slim's input path* (`place{... inputs=cpu}` and `data-parallel{... "
+    "inputs=after-reads}`): each clone's batch is dequeued on the host (`inputs_device()` is `/device:CPU:0`) "
+    "and copied to its GPU after the weights, so a clone computes only once its weights are in. Before -> "
+    "after (samples/s, 1 / 2 / 4 / 8 GPUs): VGG-19 122.4 / 235.9 / 202.0 / 101.1 -> 111.6 / 176.3 / 190.7 / "
+    "106.9; ResNet-200 71.7 / 112.6 / 161.3 / 116.3 -> 71.7 / 110.1 / 129.6 / 110.1; Inception-v3 222.6 / "
+    "379.7 / 597.6 / 597.3 -> 222.6 / 372.4 / 512.5 / 509.6. Each mechanism alone (VGG-19, an exploration run "
+    "on the same code, not a table cell): the input path alone gives 111.6 / 176.3 / 176.3 / 97.2 (8 GPUs -23 "
+    "%: the gradients then queue into GPU 0 one after another, 0.2 s), the copy streams alone 122.4 / 235.9 / "
+    "225.8 / 111.6 (2 GPUs still +58 %); only both bring every VGG-19 cell within 20 %. DP-GPU (variables on "
+    "the GPUs, no host copies) gains most from the copy streams: at 8 GPUs VGG-19 165.0 -> 295.5, ResNet-200 "
+    "155.8 -> 190.9, Inception-v3 694.0 -> 779.8 samples/s.",
     "- **Where the DP baseline loses its time.** TF-slim keeps every variable on the host CPU, so each step "
     "every clone reads all the weights over PCIe and the summed gradient goes back: n x P bytes down and P up "
     "per step for P parameter bytes (VGG-19: P = 575 MB; ResNet-200: 259 MB; Inception-v3: 95 MB), plus the "
-    "clones' gradients into GPU 0, over NVLink or, for GPUs 5-7, over PCIe through both sockets (column *DP "
-    "host GB/step*). A transfer holds every resource of its route for bytes / bandwidth, and the host's "
-    "memory wire and port are on every host route, so the host's copies serialise at the 12 GB/s of one PCIe "
-    "hop: VGG-19 at 8 GPUs spends 0.38 s per step reading weights, five times its compute, and on VGG-19 and "
-    "ResNet-200 8 GPUs are slower than 4, as FastT measured (Inception-v3: equal within 0.1 %).",
-    "- **Which cells miss, and why (no per-model factor was added).** Six of twelve cells are within 20 %. The "
-    "VGG-19 and Inception-v3 misses have one shape: the simulated step hides the host's weight copies behind "
-    "the clones' compute (a layer starts as soon as its own weights arrived); where it cannot hide them "
-    "(VGG-19 on 4 and 8 GPUs) it is within 21 %. ResNet-200's 4- and 8-GPU cells (+32 %) were not "
-    "decomposed; under `order=enforced` they are within 11 % (see the order check). "
-    "VGG-19 on 2 GPUs reads 2 x 575 MB through the PCIe switch uplink GPUs 0 and 1 share "
-    "(0.096 s) while each GPU computes for 0.266 s: the step is the compute, 235.9 samples/s against 149.5 "
-    "measured. Adding instead of overlapping (when the last weight reaches the GPUs, plus a GPU's compute, "
-    "both from the same simulations, before the gradient tail; a hand estimate, not a table cell) gives "
-    "VGG-19 0.048 + 0.523 and 0.096 + 0.266 s at 1 and 2 GPUs (112.1 and at most 176.8 samples/s: -13 % and "
-    "+18 %; at 4 and 8 GPUs the simulated steps already wait for the weights, which arrive at 0.19 and "
-    "0.38 s) and Inception-v3 0.008 + 0.288, 0.016 + 0.168, 0.032 + 0.100 and 0.064 + 0.069 s (at most "
-    "217 / 347 / 485 / 481 samples/s: +13 / +6 / +4 / +11 % at most): the measured steps behave as if each "
-    "clone waited for its weights. A candidate cause, not modelled yet: TF-slim dequeues each clone's input "
-    "batch on the host "
-    "(`model_deploy.DeploymentConfig.inputs_device()` is `/device:CPU:0`) and TensorFlow copies it on the one "
-    "host-to-device stream it keeps per GPU, FIFO behind the weight copies issued at the step's start "
-    "(reading a ref variable copies nothing, dequeuing copies the batch), so a clone's first layer waits for "
-    "its weights; here each replica's input placeholder is on its GPU. The physically wider host is no way "
-    "out: with the host's port and memory wire taken off the routes (the four switch uplinks fed in "
-    "parallel; a patched run, not committed) VGG-19 gives 122.4 / 235.9 / 289.6 / 163.4 samples/s (-5 / "
-    "+58 / +57 / +29 %), further from the measurements, so the measured host behaves as one serial 12 GB/s "
-    "path. The 1-GPU cells show the roofline's own error: ResNet-200's step (0.447 s) is 25 % longer than "
-    "the measured one (0.358 s), VGG-19's 5 % longer and Inception-v3's 14 % shorter; the execution order alone "
-    "moves the ResNet-200 cells by up to 33 points (the DP order check: 135.3 and 87.3 samples/s at 4 and 8 "
-    "GPUs under `order=enforced`).",
+    "clones' batches and their gradients into GPU 0, over NVLink or, for GPUs 5-7, over PCIe through both "
+    "sockets (column *DP host GB/step*). A transfer holds every wire of its route for bytes / bandwidth, and "
+    "the host's memory wire is on every host route, so the host's copies serialise at the 12 GB/s of one PCIe "
+    "hop. VGG-19 at 8 GPUs: the weights and batches reach the GPUs at 0.38 s, each clone computes for 0.07 s, "
+    "then the gradients of GPUs 5-7 share the PCIe path into GPU 0's switch (3 x 575 MB at 12 GB/s) before "
+    "the sum goes to the host: 0.60 s per step, and 8 GPUs are slower than 4 on every model, as FastT "
+    "measured.",
+    "- **Which cell misses, and why (no per-model factor was added).** ResNet-200 on 8 GPUs (+24.5 %). Its "
+    "simulated / measured step ratio falls as the batch per GPU shrinks: 1.25 / 1.04 / 0.94 / 0.80 at 32 / 16 "
+    "/ 8 / 4 samples per GPU. The analytical costs scale a layer's time with its batch down to the roofline, "
+    "while a V100 running ResNet-200's thousands of small kernels at 4 samples each is far from its peak "
+    '(FastT §6.3: a smaller batch per GPU "cannot achieve good GPU utilization"); a per-kernel efficiency '
+    "curve measured on a V100 would be needed and is not available here. The same roofline error shows in the "
+    "1-GPU cells (ResNet-200's step 25 % longer than measured, Inception-v3's 14 % shorter). The order check "
+    "moves ResNet-200 by up to 30 points (84.0 samples/s, -5 %, at 8 GPUs under `order=enforced`, 68.0, -24 "
+    "%, at 1 GPU). The input path is a model of the measured steps, not read from TensorFlow's source: the "
+    "variables' values are sent at the step's start and the batch comes through an asynchronous dequeue, and "
+    "the measured steps behave as if each clone waited for its weights (VGG-19 on 2 GPUs measured 0.428 s per "
+    "step, longer than the weights' copy plus a clone's compute, 0.096 + 0.27 s, where overlapping them would "
+    "give 0.27 s); it was not checked on a V100. The physically wider host is no way out: with the host's "
+    "port and memory wire taken off the routes (the four switch uplinks fed in parallel; a patched run before "
+    "these mechanisms, not committed) VGG-19 gave 122.4 / 235.9 / 289.6 / 163.4 samples/s, further from the "
+    "measurements, so the measured host behaves as one serial 12 GB/s path.",
     "- **DPOS against DP.** DPOS is a list-scheduling heuristic on rank_u with *maximal* compute and transfer "
     "times and one critical-path device; it places over the GPUs only. It plans with the preset's channel "
     "numbers (`links`: 50 GB/s between every GPU pair) while the ruler routes the 12 of 28 GPU pairs without "
     "NVLink over PCIe through both sockets, so at 8 GPUs its interleaving of the replicas' ops pays routes it "
-    "did not plan for (VGG-19: 66.5 against DP's 101.1 samples/s). FastT only activates a strategy that beats "
-    "the running one and starts from data parallelism, so its column is the better of DP and OS-DPOS.",
-    "- **Models and batches.** VGG-19 and Inception-v3 are Keras's, ResNet-200 is built from Keras's ResNet-v2 "
-    "stack function with TF-slim's unit counts (FastT used TF-slim's nets). No NMT model (re-tracing the zoo's "
-    "unrolled LSTM at three batch sizes does not fit the time budget). Global batches are FastT's (64, 32, "
-    "64); each replica's graph is re-traced at G/n so reshapes, tiles and the loss divisor are exact. Adam is "
-    "the optimizer (TF-slim's script defaults to RMSProp, which keeps the same two slots per variable; FastT "
-    "does not say which it used). Costs are FP32 without tensor cores. FastT's 8-GPU two-server column is not "
-    "reproduced here (`fastt-2x4` describes it).",
+    "did not plan for (VGG-19 in the row above: DPOS 94.9 against DP's 106.9 samples/s; OS-DPOS's split "
+    "brings it to 109.2). FastT only activates a strategy that beats the running one and starts from data "
+    "parallelism, so its column is the better of DP and OS-DPOS.",
+    "- **Models and batches.** VGG-19 and Inception-v3 are Keras's, ResNet-200 is built from Keras's "
+    "ResNet-v2 stack function with TF-slim's unit counts (FastT used TF-slim's nets). No NMT model "
+    "(re-tracing the zoo's unrolled LSTM at three batch sizes does not fit the time budget). Global batches "
+    "are FastT's (64, 32, 64); each replica's graph is re-traced at G/n so reshapes, tiles and the loss "
+    "divisor are exact. Adam is the optimizer (TF-slim's script defaults to RMSProp, which keeps the same two "
+    "slots per variable; FastT does not say which it used). Costs are FP32 without tensor cores. FastT's "
+    "8-GPU two-server column is not reproduced here (`fastt-2x4` describes it).",
     "- **No memory pressure.** At these batches every model fits one 16 GB V100, as in FastT's strong-scaling "
     "runs; the simulator reports an OOM device when one occurs (column OOM).",
 ]
