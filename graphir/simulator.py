@@ -499,18 +499,7 @@ def simulate_placement(
                     v = runs[d][head[d]]
                     if alert[d] and (v < 0 or pending[v] or ready[v] > now):  # idle from now
                         candidates.extend(dev[w] for w in on_idle(d, now))
-                    if v < 0 or pending[v]:
-                        continue
-                    begin = ready[v] if ready[v] > now else now
-                    if blocking:
-                        r = compute_resource[d]
-                        if resource_free[r] > begin:
-                            begin = resource_free[r]
-                        resource_free[r] = begin + dur[v]
-                    start[v] = begin
-                    busy_flag[d] = True
-                    heappush(events, (begin + dur[v], seq, v))
-                    seq += 1
+                    offer(d, now)
                 continue
             dirty.append(du)
             for v in touched:
