@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gir_cases import mesh_cluster, module_on_cluster
 
 from graphir.cluster import load_cluster_toml
 from graphir.cluster_model import ClusterError
@@ -22,17 +23,7 @@ from graphir.simulator import simulate
 T = "f32[250000]"
 MS = 1e-3
 
-MESH3 = """
-[default_link]
-latency = 0.0
-bandwidth = 1e9
-[[device]]
-name = "g0"
-[[device]]
-name = "g1"
-[[device]]
-name = "g2"
-"""
+MESH3 = mesh_cluster(3)
 
 # Two PCIe switches under one host bridge: g0, g1 behind sw0; g2, g3 behind sw1.
 SWITCHES = """
@@ -58,14 +49,11 @@ kind = "host-bridge"
     for a, b in [("g0", "sw0"), ("g1", "sw0"), ("g2", "sw1"), ("g3", "sw1"), ("sw0", "hb"), ("sw1", "hb")]
 )
 
-MESH2 = MESH3.replace('[[device]]\nname = "g2"\n', "")
+MESH2 = mesh_cluster(2)
 
 
 def module(tmp_path: Path, cluster_toml: str, body: str, inputs: str = f"%x : {T}"):
-    path = tmp_path / "cluster.toml"
-    path.write_text(cluster_toml)
-    text = f'module @m {{cluster = "{path}"}} {{\n  graph @g({inputs}) {{\n{body}\n  }}\n}}\n'
-    return parse_module(text)
+    return module_on_cluster(tmp_path, cluster_toml, body, inputs)
 
 
 def node(name: str, operands: str, device: str, order: int, cost: str = "1ms") -> str:

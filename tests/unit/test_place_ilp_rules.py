@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gir_cases import fork
 from test_place_liveness import _chain, _random_dag, _tight_cluster
 
 from graphir.ir import Module
-from graphir.parser import parse_module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.simulator import simulate
@@ -46,31 +46,9 @@ from graphir.verifier import verify
 
 pytest.importorskip("ortools.sat.python.cp_model")
 
-FORK_CLUSTER = """
-[default_link]
-latency = 0.0
-bandwidth = 1e6
-[[device]]
-name = "g0"
-[[device]]
-name = "g1"
-[[device]]
-name = "g2"
-"""
-
-FORK = """
-    %a = t.N(%in) : (f32[1]) -> f32[250000] [cost = 1s]
-    %b = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    %c = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    %e = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    return %b, %c, %e
-"""
-
 
 def _fork(tmp_path: Path, latency: float = 0.0) -> Module:
-    path = tmp_path / "fork.toml"
-    path.write_text(FORK_CLUSTER.replace("latency = 0.0", f"latency = {latency}"))
-    return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{FORK}  }}\n}}\n')
+    return fork(tmp_path, latency=latency)
 
 
 def _ilp(module: Module, **options: object) -> dict[str, object]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from gir_cases import fork
 
 from graphir.ir import Module
 from graphir.parser import parse_module
@@ -30,31 +31,9 @@ from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.place.transfer_plan import incoming_values
 from graphir.simulator import simulate
 
-CLUSTER = """
-[default_link]
-latency = 0.0
-bandwidth = 1e6
-[[device]]
-name = "g0"
-[[device]]
-name = "g1"
-[[device]]
-name = "g2"
-"""
-
-BODY = """
-    %a = t.N(%in) : (f32[1]) -> f32[250000] [cost = 1s]
-    %b = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    %c = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    %e = t.N(%a) : (f32[250000]) -> f32[1] [cost = 3s]
-    return %b, %c, %e
-"""
-
 
 def _fork(tmp_path: Path) -> Module:
-    path = tmp_path / "cluster.toml"
-    path.write_text(CLUSTER)
-    return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{BODY}  }}\n}}\n')
+    return fork(tmp_path)
 
 
 def _numbers(problem: PlacementProblem) -> dict[str, int]:
