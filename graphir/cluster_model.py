@@ -153,11 +153,20 @@ class TransferService:
             one per (control source, receiving device) (TF's graph partitioner gives each a
             ``_Send``/``_Recv`` pair of a dummy tensor), which pays a transfer's latency, fixed
             overhead, route and CPU like any other; off: a signal that takes the latency only.
+        send_when_idle: under the ``enforced`` order, a tensor leaves its device at the device's
+            next idle moment after it is made, not when it is made. TF's executor runs the next
+            node of the order inline on the thread that finished its predecessor (a node's last
+            ready successor that is not cheap runs inline; the others, the ``_Send`` among them,
+            go to the front of the compute pool's queue), so with the per-device control chain
+            the ``_Send`` waits until the chain stops at a node whose input is not there yet.
+            Under ``dynamic`` the inline runs are short (a node with several successors, or whose
+            successor waits for another input, ends one) and tensors leave when made.
     """
 
     serve_when_idle: bool = False
     recv_cpu_preempts: bool = False
     control_sends: bool = False
+    send_when_idle: bool = False
 
 
 @attrs.frozen
@@ -177,7 +186,7 @@ class Cluster:
             runtime serialising and copying the tensor on the device's own cores), as measured by
             ``calibrate-comm{rig=true}``; charged by ``congestion=topology`` only. None: no charge.
         service: how the devices' runtime serves transfers (:class:`TransferService`; the rig's
-            single-threaded TF workers set both rules), used by ``congestion=topology`` only.
+            single-threaded TF workers set every rule), used by ``congestion=topology`` only.
     """
 
     spec: str

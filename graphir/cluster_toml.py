@@ -31,12 +31,12 @@ from graphir.cluster_model import (
 
 TRANSFER_CPU_KEYS = ("send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte")
 """The ``[overheads]`` keys of :class:`graphir.cluster_model.TransferCpu`, in its field order."""
-SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends")
+SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends", "send_when_idle")
 """The ``[runtime]`` keys of :class:`graphir.cluster_model.TransferService`, in its field order."""
 
 
 def service_toml(service: TransferService) -> list[str]:
-    """The ``[runtime]`` table of ``service`` as cluster-file lines (none when both rules are off)."""
+    """The ``[runtime]`` table of ``service`` as cluster-file lines (none when every rule is off)."""
     values = attrs.astuple(service)
     if not any(values):
         return []

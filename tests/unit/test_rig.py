@@ -330,6 +330,29 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
     assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
 
 
+def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
+    # The bar is over the scored placements only; held-out pairs (topo, metis) get their own line and
+    # their rows in the table. Scored errors 10 % and 20 % (median 15 %); held out 40 % and 0 %.
+    from graphir.tools.bench_fidelity import HELD_OUT, Row, _summary_text, write_markdown
+
+    def row(placement: str, simulated: float) -> Row:
+        return Row("m", placement, "enforced", 10, 2, 3, 1 << 20, 1.0, simulated, [1.0], 1.0)
+
+    assert HELD_OUT == ("topo", "metis")
+    rows = [row("balanced", 1.1), row("fine", 0.8), row("topo", 1.4), row("metis", 1.0)]
+    path = tmp_path / "fidelity.md"
+    write_markdown(rows, path, "cmd", "", [])
+    text = path.read_text()
+    assert "**2 pairs: median |error| 15.0%, worst 20.0%**" in text
+    assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
+    assert "**2 pairs, median |error| 20.0%, worst 40.0%**" in text
+    assert "| m | topo | enforced |" in text and "| m | metis | enforced |" in text
+    assert _summary_text(rows) == (
+        "2 pairs: median |error| 15.0%, worst 20.0%; held out: 2 pairs: median |error| 20.0%, worst 40.0%"
+    )
+    assert _summary_text(rows[:2]) == "2 pairs: median |error| 15.0%, worst 20.0%"
+
+
 def test_fidelity_refuses_a_missing_notes_file_before_touching_the_rig(tmp_path, capsys):
     from graphir.tools.bench_fidelity import main
 
