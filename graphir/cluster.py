@@ -46,6 +46,7 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
 
     [overheads]                 # all optional, default 0 (calibrate-comm{rig=true} writes them)
     transfer = 140e-6           # seconds added to every transfer's latency (send/recv rendezvous)
+    step = 2.4e-3               # fixed seconds per step beyond the graph (Cluster.step_overhead; not simulated)
     send_cpu = 50e-6            # compute seconds a transfer costs its sender (congestion=topology) ...
     send_cpu_per_byte = 2e-10   # ... plus these per byte
     recv_cpu = 50e-6            # and its receiver

@@ -187,6 +187,12 @@ class Cluster:
             ``calibrate-comm{rig=true}``; charged by ``congestion=topology`` only. None: no charge.
         service: how the devices' runtime serves transfers (:class:`TransferService`; the rig's
             single-threaded TF workers set every rule), used by ``congestion=topology`` only.
+        step_overhead: the fixed seconds a step costs beyond its graph (a TF session step: the
+            client -> master -> worker RPCs, feeding the inputs, fetching the outputs), measured by
+            ``calibrate-comm{rig=true}``; 0 by default. The simulator does not schedule it (the
+            makespan is the graph's); whatever compares a makespan with a measured step adds it
+            (the fidelity benchmark), and ``profile{mode=tf-run}`` takes it out of the untraced
+            step it scales the kernels to.
     """
 
     spec: str
@@ -196,6 +202,7 @@ class Cluster:
     transfer_overhead: float = 0.0
     transfer_cpu: TransferCpu | None = None
     service: TransferService = TransferService()
+    step_overhead: float = 0.0
 
     def device(self, name: str) -> Device:
         """The device called ``name``; raises ``KeyError``."""

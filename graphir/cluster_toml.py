@@ -216,6 +216,7 @@ def load_cluster_toml(path: Path) -> Cluster:
     if not isinstance(overheads, dict):
         raise ClusterError(f"{path}: 'overheads' must be a table")
     transfer_overhead = _number(overheads, "transfer", 0.0, f"{path}: overheads", positive=False)
+    step_overhead = _number(overheads, "step", 0.0, f"{path}: overheads", positive=False)
     cpu = TransferCpu(
         *(_number(overheads, key, 0.0, f"{path}: overheads", positive=False) for key in TRANSFER_CPU_KEYS)
     )
@@ -242,5 +243,12 @@ def load_cluster_toml(path: Path) -> Cluster:
         ]
         topology = build_topology(names, switches, directed, relay=relay, where=str(path), copy_streams=copy_streams)
     return Cluster(
-        str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None, service
+        str(path),
+        tuple(devices),
+        tuple(links),
+        topology,
+        transfer_overhead,
+        cpu if cpu.charged else None,
+        service,
+        step_overhead,
     )

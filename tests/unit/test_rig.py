@@ -119,6 +119,7 @@ def test_fit_rig_recovers_overheads_and_links(tmp_path):
     path.write_text(fitted.toml(cpu_workers_cluster(2)))
     cluster = load_cluster_toml(path)
     assert cluster.transfer_overhead == pytest.approx(300e-6)
+    assert cluster.step_overhead == pytest.approx(600e-6)  # [overheads] step: the chain fits' intercept
     assert [d.op_overhead for d in cluster.devices] == [pytest.approx(4e-6)] * 2
     assert [d.peak_flops for d in cluster.devices] == [pytest.approx(40e9)] * 2
     links = {(link.src, link.dst): link for link in cluster.links}
@@ -280,8 +281,12 @@ def test_tf_run_scales_traced_kernels_to_the_untraced_step():
     one = "/job:worker/task:0/device:CPU:0"
     run = RigRun([0.1], 0.1, 1, {"a": 0.06, "b": 0.06}, {"a": one, "b": one}, [], 1, ops=3, op_seconds=0.125)
     assert _trace_scale(run) == pytest.approx(0.8)
+    # The step's fixed cost (20 ms) is part of the untraced step, not of its kernels: (0.1 - 0.02) / 0.125.
+    assert _trace_scale(run, 0.02) == pytest.approx(0.64)
+    assert _trace_scale(run, 0.1) == pytest.approx(0.8)  # an overhead as long as the step: ignored
     run.op_seconds = 0.05  # the step is longer than its kernels: executor gaps are op_overhead's business
     assert _trace_scale(run) == 1.0
+    assert _trace_scale(run, 0.02) == 1.0
     run.node_devices["b"] = "/job:worker/task:1/device:CPU:0"
     run.op_seconds = 0.125
     assert _trace_scale(run) == 1.0  # several devices: no single ratio

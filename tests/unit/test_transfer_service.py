@@ -288,7 +288,10 @@ def test_fidelity_resimulate_rejudges_measured_rows_with_another_cluster_file(tm
     out = tmp_path / "fidelity.md"
     write_json([Row("m", "fine", "enforced", 3, 2, 1, 1 << 20, 5 * MS, 1.0, [5 * MS], 1.0)], out.with_suffix(".json"))
     cluster = tmp_path / "idle.toml"
-    for text, simulated, error in ((SLOW_MESH2, 3.5, "30.0%"), (WHEN_IDLE, 5.5, "10.0%")):
+    # With a step overhead of 1 ms in the cluster file the simulated step is the makespan + 1 ms:
+    # 3.5 + 1 = 4.5 ms (-10 %).
+    stepped = "[overheads]\nstep = 1e-3\n" + SLOW_MESH2
+    for text, simulated, error in ((SLOW_MESH2, 3.5, "30.0%"), (WHEN_IDLE, 5.5, "10.0%"), (stepped, 4.5, "10.0%")):
         cluster.write_text(text)
         argv = ["--resimulate", str(saved), "--cluster", str(cluster), "--out", str(out)]
         assert main(argv) == 0
