@@ -158,7 +158,8 @@ class TransferService:
             node of the order inline on the thread that finished its predecessor (a node's last
             ready successor that is not cheap runs inline; the others, the ``_Send`` among them,
             go to the front of the compute pool's queue), so with the per-device control chain
-            the ``_Send`` waits until the chain stops at a node whose input is not there yet.
+            the ``_Send`` waits until the chain stops at a node whose input is not there yet; the
+            waiting sends then run newest first (the queue's front).
             Under ``dynamic`` the inline runs are short (a node with several successors, or whose
             successor waits for another input, ends one) and tensors leave when made.
     """

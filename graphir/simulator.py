@@ -51,7 +51,8 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
   - ``send_when_idle`` (``enforced`` only): a tensor made on a device leaves at the device's next
     idle moment (its next node in ``order`` cannot start when its predecessor ends, or it has none
     left), not when it is made: TF runs the next node of the order inline and queues the ``_Send``
-    behind it. With ``serve_when_idle`` too, the peer's request must have been heard by then.
+    behind it, at the front of its pool's queue, so at the idle moment the waiting tensors leave
+    newest first. With ``serve_when_idle`` too, the peer's request must have been heard by then.
   - ``recv_cpu_preempts``: the receive CPU of a transfer is not booked on the receiver's compute;
     the node running on the receiver when the bytes arrive (``start + latency``) takes that much
     longer (its finish event is pushed back when it comes up), a receive that overlaps a node's
@@ -346,7 +347,8 @@ def simulate_placement(
         if not send_idle:  # from now on p's tensors for d leave when made
             served[p * num_devices + d] = True
         startable = []
-        for k, u in deferred[p * num_devices + d]:
+        waiting = deferred[p * num_devices + d]
+        for k, u in reversed(waiting) if send_idle else waiting:  # queued _Sends: newest first
             v = succ_dst[k]
             x = succ_value[k]
             if x < 0:  # control edge

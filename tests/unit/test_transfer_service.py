@@ -136,6 +136,35 @@ def test_enforced_send_when_idle_alone_sends_at_every_idle_moment(tmp_path):
     assert times(result, m)["c"] == (4.5, 5.5) and result.makespan == pytest.approx(5.5 * MS)
 
 
+def test_tensors_waiting_for_an_idle_moment_leave_newest_first(tmp_path):
+    # send_when_idle alone, latency 0.5, 1 ms on the route per tensor. g0 runs a (0..1), b (1..2),
+    # s (2..4); g1 runs d (reads b) then c (reads a). a's and b's tensors wait while g0 keeps
+    # running; at 4 g0 has nothing left: the queued sends run newest first (TF's pool takes its own
+    # queue's front): b's 4..5, lands 5.5; a's 5..6, lands 6.5. d 5.5..6.5, c 6.5..7.5.
+    # (Oldest first would give a's 4..5.5, b's 5..6.5, d 6.5..7.5, c 7.5..8.5.)
+    body = "\n".join(
+        [
+            node("a", "%x", "g0", 0),
+            node("b", "%x", "g0", 1),
+            node("s", "%x", "g0", 2, "2ms"),
+            node("d", "%b", "g1", 0),
+            node("c", "%a", "g1", 1),
+            "    return %s, %d, %c",
+        ]
+    )
+    m = module(tmp_path, "[runtime]\nsend_when_idle = true\n" + SLOW_MESH2, body)
+    result = simulate(m, "topology", "enforced")
+    index = m.graph.index()
+    left = {
+        index.nodes[int(index.value_producer[x])].name: (begin / MS, end / MS)
+        for x, *_, begin, end in result.transfer_log
+    }
+    assert left["b"] == pytest.approx((4.0, 5.5)) and left["a"] == pytest.approx((5.0, 6.5))
+    got = times(result, m)
+    assert got["d"] == (5.5, 6.5) and got["c"] == (6.5, 7.5)
+    assert result.makespan == pytest.approx(7.5 * MS)
+
+
 def _receive_during_kernels(tmp_path, cluster):
     # g0: a (1 ms) -> c on g1. g1: h (1 ms), then e (reads h, 1 ms), then c (reads a).
     body = "\n".join(
