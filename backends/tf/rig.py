@@ -100,7 +100,10 @@ finished its predecessor and the ``_Send`` waits behind it in the pool's queue
 three steps, 41 tensors each after the weights), the sender began sending (the response's
 ``send_start_micros``, the step statistics' ``RecvTensor`` start) within 0.2 ms of its next idle
 moment for 76-88 % of the tensors and within 0.1 ms of the producer's end for 24 %; in dynamic
-order 90 % left within 0.1 ms of the producer's end."""
+order 90 % left within 0.1 ms of the producer's end. Of the tensors whose sender kept running more
+than 0.5 ms after making them, 89-100 % left at or after its next idle moment and none before, in
+inception_v1 balanced, gpt-train balanced and lstm-train fine splits alike (enforced), the newest
+first (see ``benchmarks/results/fidelity-notes.md``)."""
 
 _REPLICA = re.compile(r"/replica:\d+")
 _RECV_LABEL = re.compile(r"\]\s+(\S+) from (\S+) to (\S+)")
