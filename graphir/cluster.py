@@ -46,6 +46,7 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
 
     [overheads]                 # all optional, default 0 (calibrate-comm{rig=true} writes them)
     transfer = 140e-6           # seconds added to every transfer's latency (send/recv rendezvous)
+    step = 2.4e-3               # fixed seconds per step beyond the graph (Cluster.step_overhead; not simulated)
     send_cpu = 50e-6            # compute seconds a transfer costs its sender (congestion=topology) ...
     send_cpu_per_byte = 2e-10   # ... plus these per byte
     recv_cpu = 50e-6            # and its receiver
@@ -55,6 +56,7 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     serve_when_idle = true      # a device's tensors leave once its compute thread first runs out of ready work
     recv_cpu_preempts = true    # the receive CPU stretches what runs on the receiver's core, is not queued on it
     control_sends = true        # a control dependency between devices is an empty tensor's transfer
+    send_when_idle = true       # enforced order: a tensor leaves at its device's next idle moment
 
 Every ordered device pair is one FIFO channel whose transfer time is the papers' linear model
 ``latency + bytes / bandwidth`` (Celeritas §4.2.1 ``t = k·d + b``; Pesto §3.1

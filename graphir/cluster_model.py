@@ -153,11 +153,21 @@ class TransferService:
             one per (control source, receiving device) (TF's graph partitioner gives each a
             ``_Send``/``_Recv`` pair of a dummy tensor), which pays a transfer's latency, fixed
             overhead, route and CPU like any other; off: a signal that takes the latency only.
+        send_when_idle: under the ``enforced`` order, a tensor leaves its device at the device's
+            next idle moment after it is made, not when it is made. TF's executor runs the next
+            node of the order inline on the thread that finished its predecessor (a node's last
+            ready successor that is not cheap runs inline; the others, the ``_Send`` among them,
+            go to the front of the compute pool's queue), so with the per-device control chain
+            the ``_Send`` waits until the chain stops at a node whose input is not there yet; the
+            waiting sends then run newest first (the queue's front).
+            Under ``dynamic`` the inline runs are short (a node with several successors, or whose
+            successor waits for another input, ends one) and tensors leave when made.
     """
 
     serve_when_idle: bool = False
     recv_cpu_preempts: bool = False
     control_sends: bool = False
+    send_when_idle: bool = False
 
 
 @attrs.frozen
@@ -177,7 +187,13 @@ class Cluster:
             runtime serialising and copying the tensor on the device's own cores), as measured by
             ``calibrate-comm{rig=true}``; charged by ``congestion=topology`` only. None: no charge.
         service: how the devices' runtime serves transfers (:class:`TransferService`; the rig's
-            single-threaded TF workers set both rules), used by ``congestion=topology`` only.
+            single-threaded TF workers set every rule), used by ``congestion=topology`` only.
+        step_overhead: the fixed seconds a step costs beyond its graph (a TF session step: the
+            client -> master -> worker RPCs, feeding the inputs, fetching the outputs), measured by
+            ``calibrate-comm{rig=true}``; 0 by default. The simulator does not schedule it (the
+            makespan is the graph's); whatever compares a makespan with a measured step adds it
+            (the fidelity benchmark), and ``profile{mode=tf-run}`` takes it out of the untraced
+            step it scales the kernels to.
     """
 
     spec: str
@@ -187,6 +203,7 @@ class Cluster:
     transfer_overhead: float = 0.0
     transfer_cpu: TransferCpu | None = None
     service: TransferService = TransferService()
+    step_overhead: float = 0.0
 
     def device(self, name: str) -> Device:
         """The device called ``name``; raises ``KeyError``."""

@@ -31,12 +31,12 @@ from graphir.cluster_model import (
 
 TRANSFER_CPU_KEYS = ("send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte")
 """The ``[overheads]`` keys of :class:`graphir.cluster_model.TransferCpu`, in its field order."""
-SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends")
+SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends", "send_when_idle")
 """The ``[runtime]`` keys of :class:`graphir.cluster_model.TransferService`, in its field order."""
 
 
 def service_toml(service: TransferService) -> list[str]:
-    """The ``[runtime]`` table of ``service`` as cluster-file lines (none when both rules are off)."""
+    """The ``[runtime]`` table of ``service`` as cluster-file lines (none when every rule is off)."""
     values = attrs.astuple(service)
     if not any(values):
         return []
@@ -216,6 +216,7 @@ def load_cluster_toml(path: Path) -> Cluster:
     if not isinstance(overheads, dict):
         raise ClusterError(f"{path}: 'overheads' must be a table")
     transfer_overhead = _number(overheads, "transfer", 0.0, f"{path}: overheads", positive=False)
+    step_overhead = _number(overheads, "step", 0.0, f"{path}: overheads", positive=False)
     cpu = TransferCpu(
         *(_number(overheads, key, 0.0, f"{path}: overheads", positive=False) for key in TRANSFER_CPU_KEYS)
     )
@@ -242,5 +243,12 @@ def load_cluster_toml(path: Path) -> Cluster:
         ]
         topology = build_topology(names, switches, directed, relay=relay, where=str(path), copy_streams=copy_streams)
     return Cluster(
-        str(path), tuple(devices), tuple(links), topology, transfer_overhead, cpu if cpu.charged else None, service
+        str(path),
+        tuple(devices),
+        tuple(links),
+        topology,
+        transfer_overhead,
+        cpu if cpu.charged else None,
+        service,
+        step_overhead,
     )

@@ -163,6 +163,8 @@ class LinkModel:
             (:class:`~graphir.cluster_model.TransferService`; the simulator applies it).
         control_sends: ``topology`` on a cluster whose runtime sends a control dependency between
             devices as an empty tensor (the simulator books it like a transfer of 0 bytes).
+        send_when_idle: ``topology`` on a cluster whose runtime sends a tensor made under the
+            ``enforced`` order at its device's next idle moment (the simulator applies it).
         recv_cpu_preempts: ``topology`` with a ``transfer_cpu`` on a cluster whose receive CPU is
             taken from what runs on the receiver's core: :meth:`book` does not queue it on the
             receiver's compute, the simulator stretches the node running there.
@@ -187,6 +189,7 @@ class LinkModel:
         "seconds_per_byte",
         "serve_when_idle",
         "control_sends",
+        "send_when_idle",
     )
 
     def __init__(
@@ -232,6 +235,7 @@ class LinkModel:
         occupancy_rule = congestion in OCCUPANCY_RULES
         self.serve_when_idle = bool(occupancy_rule and service is not None and service.serve_when_idle)
         self.control_sends = bool(occupancy_rule and service is not None and service.control_sends)
+        self.send_when_idle = bool(occupancy_rule and service is not None and service.send_when_idle)
         self.recv_cpu_preempts = bool(
             self.transfer_cpu is not None and service is not None and service.recv_cpu_preempts
         )

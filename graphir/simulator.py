@@ -48,6 +48,11 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
     later, and the peer answers them at that instant if it is idle then (or running nothing yet
     before a node booked later), else at its next idle moment: every tensor for that device made
     so far leaves then, in the order made, and later ones leave when made.
+  - ``send_when_idle`` (``enforced`` only): a tensor made on a device leaves at the device's next
+    idle moment (its next node in ``order`` cannot start when its predecessor ends, or it has none
+    left), not when it is made: TF runs the next node of the order inline and queues the ``_Send``
+    behind it, at the front of its pool's queue, so at the idle moment the waiting tensors leave
+    newest first. With ``serve_when_idle`` too, the peer's request must have been heard by then.
   - ``recv_cpu_preempts``: the receive CPU of a transfer is not booked on the receiver's compute;
     the node running on the receiver when the bytes arrive (``start + latency``) takes that much
     longer (its finish event is pushed back when it comes up), a receive that overlaps a node's
@@ -300,10 +305,11 @@ def simulate_placement(
     # requests have reached p; per device, whether it has made its requests, and whether its next
     # idle moment has anything to do (make its requests or answer requests it heard).
     service = links.serve_when_idle
+    send_idle = links.send_when_idle and not dynamic  # every tensor waits for its device's next idle moment
     pairs = num_devices * num_devices
-    served = [not service or p % (num_devices + 1) == 0 for p in range(pairs)]
-    deferred: list[list[tuple[int, int]]] = [[] for _ in range(pairs)] if service else []
-    heard = [False] * pairs
+    served = [not (service or send_idle) or p % (num_devices + 1) == 0 for p in range(pairs)]
+    deferred: list[list[tuple[int, int]]] = [[] for _ in range(pairs)] if service or send_idle else []
+    heard = [not service] * pairs
     asked = [not service] * num_devices
     alert = [service] * num_devices
     request_event = n  # an event u >= n: (u - n) = d * D + p, device d's requests reach device p
@@ -338,9 +344,11 @@ def simulate_placement(
 
     def serve(p: int, d: int, now: float) -> list[int]:
         """Device ``p`` answers device ``d``'s requests at ``now``: send what was made; return the startable nodes."""
-        served[p * num_devices + d] = True
+        if not send_idle:  # from now on p's tensors for d leave when made
+            served[p * num_devices + d] = True
         startable = []
-        for k, u in deferred[p * num_devices + d]:
+        waiting = deferred[p * num_devices + d]
+        for k, u in reversed(waiting) if send_idle else waiting:  # queued _Sends: newest first
             v = succ_dst[k]
             x = succ_value[k]
             if x < 0:  # control edge
@@ -474,8 +482,10 @@ def simulate_placement(
                 dv = dev[v]
                 if dv == du:
                     when = now
-                elif not served[du * num_devices + dv]:  # dv's request waits for du's next idle moment
+                elif not served[du * num_devices + dv]:  # dv's request (or the send) waits for du's next idle moment
                     deferred[du * num_devices + dv].append((k, u))
+                    if send_idle:
+                        alert[du] = True
                     continue
                 else:
                     x = succ_value[k]

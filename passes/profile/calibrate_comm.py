@@ -341,7 +341,7 @@ class RigFit:
         """
         lines = [
             f"# Calibrated on the rig by graphir calibrate-comm{{rig=true}} from cluster '{cluster.spec}'.",
-            "# step-overhead (client -> master -> worker, per step; not simulated): "
+            "# step-overhead (client -> master -> worker, per step; [overheads] step is their median): "
             + ", ".join(f"{n} {s * 1e6:.0f} us" for n, s in sorted(self.step_overhead.items())),
             "",
         ]
@@ -362,6 +362,8 @@ class RigFit:
             )
             lines += [*device_toml(calibrated), ""]
         lines += ["[overheads]", f"transfer = {float(f'{self.transfer_overhead:.4g}')!r}"]
+        if self.step_overhead:
+            lines.append(f"step = {float(f'{statistics.median(self.step_overhead.values()):.4g}')!r}")
         if self.transfer_cpu is not None:
             for key, value in zip(TRANSFER_CPU_KEYS, attrs.astuple(self.transfer_cpu), strict=True):
                 lines.append(f"{key} = {float(f'{value:.4g}')!r}")

@@ -18,19 +18,22 @@ it ran on**:
 distributed run reports step statistics) the kernels' measured times add up to more than the
 untraced step on one worker (light_densenet121: 150 ms of kernels in a 116 ms step, measured on
 the quiet 2-worker rig). When the module ran on one device, every measured time is therefore
-scaled by ``min(1, untraced step / sum of every traced TF op)`` of the same run (statistic
-``trace-scale``); a placed run on several devices has no single such ratio and is left unscaled.
+scaled by ``min(1, (untraced step − step overhead) / sum of every traced TF op)`` of the same run
+(statistic ``trace-scale``; the step overhead is the cluster's ``step_overhead``, the fixed cost
+of a step beyond its graph, which the untraced step includes and the kernels do not); a placed
+run on several devices has no single such ratio and is left unscaled.
 
 What the cost does **not** include: the worker executor's gap between kernels (the cluster's
-``op_overhead``) and transfers between tasks (the link model, ``calibrate-comm{rig=true}``); the
-simulator adds both. Nodes that ran no kernel (fed inputs, ops TensorFlow pruned) cost 0 and are
+``op_overhead``), transfers between tasks (the link model, ``calibrate-comm{rig=true}``), both
+of which the simulator adds, and the step's fixed cost (``step_overhead``, added by whatever
+compares a makespan with a measured step). Nodes that ran no kernel (fed inputs, ops TensorFlow pruned) cost 0 and are
 counted as ``unmeasured-ops``. ``mem`` comes from the analytical model, as in ``mode=onnxruntime``.
 
 Statistics: ``nodes``, ``unmeasured-ops``, ``iterations``, ``compute-s`` (sum of costs),
 ``measured-run-s`` (the untraced step's wall time), ``measured-node-sum-s`` (traced, unscaled),
 ``traced-op-sum-s`` (every traced TF op), ``trace-scale``, ``executor-gap-s``
-(``(run − node sum) / nodes`` when the run used one device: the per-op overhead plus the step's
-fixed cost spread over the nodes; compare with the cluster's ``op_overhead``), ``transfers``,
+(``(run − step overhead − node sum) / nodes`` when the run used one device: the per-op
+overhead; compare with the cluster's ``op_overhead``), ``transfers``,
 ``transfer-bytes`` and ``transfer-s`` (measured transfers between tasks in a placed run).
 """
 
@@ -115,7 +118,7 @@ def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:
                 if kind is not None and ordered:
                     node.order = None
         runs.append(run)
-        scale = _trace_scale(run)
+        scale = _trace_scale(run, cluster.step_overhead)
         for name, seconds in run.node_seconds.items():
             seconds *= scale
             device = by_tf_device.get(run.node_devices[name])
@@ -124,11 +127,15 @@ def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:
     return PassResult(True, _write(module, nodes, measured, runs, options.iterations))
 
 
-def _trace_scale(run: RigRun) -> float:
-    """``min(1, untraced step / traced kernel sum)`` of a run on one device, else 1 (see the module docstring)."""
+def _trace_scale(run: RigRun, step_overhead: float = 0.0) -> float:
+    """``min(1, (untraced step − step overhead) / traced kernel sum)`` of a run on one device, else 1.
+
+    See the module docstring; a step overhead as long as the step itself is ignored.
+    """
     if len(set(run.node_devices.values())) != 1 or run.op_seconds <= 0:
         return 1.0
-    return min(1.0, run.median_s / run.op_seconds)
+    graph_s = run.median_s - step_overhead if run.median_s > step_overhead else run.median_s
+    return min(1.0, graph_s / run.op_seconds)
 
 
 def _write(
@@ -150,7 +157,8 @@ def _write(
         compute += fallback
     first = runs[0]
     node_sum = sum(first.node_seconds.values())
-    scale = _trace_scale(first)
+    step_overhead = module.cluster.step_overhead
+    scale = _trace_scale(first, step_overhead)
     stats: dict[str, Stat] = {
         "nodes": len(nodes),
         "unmeasured-ops": unmeasured,
@@ -165,5 +173,5 @@ def _write(
         "transfer-s": sum(t[4] for run in runs for t in run.transfers),
     }
     if len(set(first.node_devices.values())) == 1 and nodes:
-        stats["executor-gap-s"] = max(first.median_s - node_sum * scale, 0.0) / len(nodes)
+        stats["executor-gap-s"] = max(first.median_s - step_overhead - node_sum * scale, 0.0) / len(nodes)
     return stats

@@ -119,6 +119,7 @@ def test_fit_rig_recovers_overheads_and_links(tmp_path):
     path.write_text(fitted.toml(cpu_workers_cluster(2)))
     cluster = load_cluster_toml(path)
     assert cluster.transfer_overhead == pytest.approx(300e-6)
+    assert cluster.step_overhead == pytest.approx(600e-6)  # [overheads] step: the chain fits' intercept
     assert [d.op_overhead for d in cluster.devices] == [pytest.approx(4e-6)] * 2
     assert [d.peak_flops for d in cluster.devices] == [pytest.approx(40e9)] * 2
     links = {(link.src, link.dst): link for link in cluster.links}
@@ -280,8 +281,12 @@ def test_tf_run_scales_traced_kernels_to_the_untraced_step():
     one = "/job:worker/task:0/device:CPU:0"
     run = RigRun([0.1], 0.1, 1, {"a": 0.06, "b": 0.06}, {"a": one, "b": one}, [], 1, ops=3, op_seconds=0.125)
     assert _trace_scale(run) == pytest.approx(0.8)
+    # The step's fixed cost (20 ms) is part of the untraced step, not of its kernels: (0.1 - 0.02) / 0.125.
+    assert _trace_scale(run, 0.02) == pytest.approx(0.64)
+    assert _trace_scale(run, 0.1) == pytest.approx(0.8)  # an overhead as long as the step: ignored
     run.op_seconds = 0.05  # the step is longer than its kernels: executor gaps are op_overhead's business
     assert _trace_scale(run) == 1.0
+    assert _trace_scale(run, 0.02) == 1.0
     run.node_devices["b"] = "/job:worker/task:1/device:CPU:0"
     run.op_seconds = 0.125
     assert _trace_scale(run) == 1.0  # several devices: no single ratio
@@ -328,6 +333,29 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
     assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
     assert "- `dynamic` only: 1 pairs, median |error| 5.0%, worst 5.0%." in text
     assert "| m | fine | dynamic | 10 | 2 | 3 / 0 |" in text
+
+
+def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
+    # The bar is over the scored placements only; held-out pairs (topo, metis) get their own line and
+    # their rows in the table. Scored errors 10 % and 20 % (median 15 %); held out 40 % and 0 %.
+    from graphir.tools.bench_fidelity import HELD_OUT, Row, _summary_text, write_markdown
+
+    def row(placement: str, simulated: float) -> Row:
+        return Row("m", placement, "enforced", 10, 2, 3, 1 << 20, 1.0, simulated, [1.0], 1.0)
+
+    assert HELD_OUT == ("topo", "metis")
+    rows = [row("balanced", 1.1), row("fine", 0.8), row("topo", 1.4), row("metis", 1.0)]
+    path = tmp_path / "fidelity.md"
+    write_markdown(rows, path, "cmd", "", [])
+    text = path.read_text()
+    assert "**2 pairs: median |error| 15.0%, worst 20.0%**" in text
+    assert "- `enforced` only: 2 pairs, median |error| 15.0%, worst 20.0%." in text
+    assert "**2 pairs, median |error| 20.0%, worst 40.0%**" in text
+    assert "| m | topo | enforced |" in text and "| m | metis | enforced |" in text
+    assert _summary_text(rows) == (
+        "2 pairs: median |error| 15.0%, worst 20.0%; held out: 2 pairs: median |error| 20.0%, worst 40.0%"
+    )
+    assert _summary_text(rows[:2]) == "2 pairs: median |error| 15.0%, worst 20.0%"
 
 
 def test_fidelity_refuses_a_missing_notes_file_before_touching_the_rig(tmp_path, capsys):
