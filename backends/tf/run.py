@@ -344,16 +344,22 @@ class RunReport:
 
 
 def simulated_makespan(module: Module) -> float | None:
-    """The makespan graphir predicts: the latest ``finish`` annotation, else a fresh simulation, else ``None``."""
+    """The step time graphir predicts, ``None`` when it cannot simulate the module.
+
+    The latest ``finish`` annotation, else a fresh simulation's makespan, plus the cluster's fixed
+    cost of a step beyond its graph (:attr:`graphir.cluster_model.Cluster.step_overhead`, 0 unless
+    the cluster file has ``[overheads] step``), which the measured wall time includes: the same
+    prediction the fidelity benchmark scores.
+    """
     finishes = [node.finish for node in module.graph.nodes if node.finish is not None]
     if finishes:
-        return max(finishes)
+        return max(finishes) + module.cluster.step_overhead
     nodes = list(module.graph.nodes)
     if not nodes or any(n.device is None or n.order is None or n.cost is None for n in nodes):
         return None
     from graphir.simulator import simulate
 
-    return simulate(module).makespan
+    return simulate(module).makespan + module.cluster.step_overhead
 
 
 def time_steps(runner: SessionRunner, inputs: Sequence[np.ndarray], steps: int, warmup: int) -> list[float]:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from gir_cases import module_on_cluster
 
 from graphir.backends.tf.run import (
     RUN_TF_LINE,
@@ -23,6 +24,7 @@ from graphir.backends.tf.run import (
     random_inputs,
     random_variables,
     run_module,
+    simulated_makespan,
     tasks_used,
 )
 from graphir.backends.tf.tf_graphdef import colocate_resource_users, variable_values
@@ -87,6 +89,27 @@ def test_run_tf_line_is_a_stable_format():
     assert unsimulated.startswith("run-tf: measured median 2.5 s, simulated n/a (")
     match = RUN_TF_LINE.match(unsimulated)
     assert match is not None and match["simulated"] is None
+
+
+def test_simulated_step_adds_the_clusters_step_overhead(tmp_path):
+    # Two 1 ms nodes in a chain on one device: makespan 2 ms. The cluster file says a step costs
+    # 0.5 ms beyond its graph, which the measured wall time includes, so the prediction the
+    # run-tf line prints is 2.5 ms (the fidelity benchmark's prediction too); annotated finish
+    # times (a simulate pass ran) get the same 0.5 ms.
+    cluster = tmp_path / "c.toml"
+    cluster.write_text(
+        '[overheads]\nstep = 5e-4\n[default_link]\nlatency = 0.0\nbandwidth = 1e9\n[[device]]\nname = "g0"\n'
+    )
+    body = (
+        '    %a = onnx.Relu(%x) : (f32[4]) -> f32[4] [cost = 1ms, device = "g0", order = 0]\n'
+        '    %b = onnx.Relu(%a) : (f32[4]) -> f32[4] [cost = 1ms, device = "g0", order = 1]\n'
+        "    return %b"
+    )
+    module = module_on_cluster(tmp_path, cluster.read_text(), body, "%x : f32[4]")
+    assert simulated_makespan(module) == pytest.approx(2.5e-3)
+    for node, finish in zip(module.graph.nodes, (1e-3, 2e-3), strict=True):
+        node.finish = finish
+    assert simulated_makespan(module) == pytest.approx(2.5e-3)
 
 
 def test_run_module_needs_a_step():
