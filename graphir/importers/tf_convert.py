@@ -207,6 +207,10 @@ class _TfImporter:
             shown = ", ".join(f"'{n}'" for n in self._untyped[:_MAX_NAMES_IN_WARNING])
             more = "" if len(self._untyped) <= _MAX_NAMES_IN_WARNING else ", ..."
             self.warn(f"{len(self._untyped)} value(s) have unknown rank after TF shape inference ({shown}{more})")
+        # Every operand above was connected by Node.add_input with a value of this graph, which
+        # appends its use in step (as the `.gir` parser does): the verifier's use-list check is
+        # redundant at this version.
+        graph._uses_exact_version = graph._version  # noqa: SLF001
         metadata: dict[str, ParamValue] = {"producer": f"tensorflow graphdef {self.flat.versions.producer}"}
         if opaque_ops:
             metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
