@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextvars
 
+import numpy as np
+
 from graphir.errors import Location, PassError
 from graphir.ir import Module, Node, Value
 
@@ -77,13 +79,9 @@ def oversized_values(module: Module) -> list[Value]:
     if not module.cluster.devices:
         return []
     _, capacity = largest_device_memory(module)
-    sizes: dict[int, int] = {}  # id(type) -> its bytes (Value.nbytes): graphs share a few type objects
-    found = []
-    for value in module.graph.values:
-        tensor_type = value.type  # alive while the graph holds it: ids are not reused meanwhile
-        size = sizes.get(id(tensor_type))
-        if size is None:
-            size = sizes[id(tensor_type)] = tensor_type.nbytes_or(0)
-        if size > capacity:
-            found.append(value)
+    graph = module.graph
+    # Node results: the index's value_bytes are their nbytes_or(0), compared in one array operation.
+    index = graph.index()
+    found = [index.values[x] for x in np.flatnonzero(index.value_bytes > capacity).tolist()]
+    found += [value for value in (*graph.inputs, *graph.constants) if value.type.nbytes_or(0) > capacity]
     return sorted(found, key=lambda value: (-value.nbytes, value.name))

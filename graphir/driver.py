@@ -37,9 +37,11 @@ from graphir.ir import Module
 from graphir.parser import parse_module
 from graphir.pass_infra import (
     OptionInfo,
+    Pass,
     PassContext,
     format_option,
     load_builtin_passes,
+    load_pass_plugins,
     load_plugin,
     pass_options,
     plain_summary,
@@ -227,12 +229,24 @@ def _load_inputs(args: argparse.Namespace) -> list[tuple[str, int]] | Module:
     return chunks
 
 
+def _pipeline(args: argparse.Namespace) -> list[Pass]:
+    """The passes of ``--passes``.
+
+    Without any, only the pass plugins are imported (see
+    :func:`~graphir.pass_infra.load_pass_plugins`), not the built-in passes.
+    """
+    if not args.passes:
+        load_pass_plugins()
+        return []
+    return parse_pipeline(args.passes)
+
+
 def _process(module: Module, args: argparse.Namespace, chunk: int | None = None) -> str:
     if args.cluster:
         module.set_cluster(resolve_cluster(args.cluster))
-    passes = parse_pipeline(args.passes)
-    known = load_builtin_passes()
+    passes = _pipeline(args)
     for name in (n for item in args.print_ir_after for n in item.split(",")):
+        known = load_builtin_passes()
         if name not in known:
             raise GraphIRError(f"--print-ir-after: unknown pass '{name}' (known passes: {', '.join(sorted(known))})")
     manager = PassManager(
@@ -350,7 +364,7 @@ def _run(args: argparse.Namespace) -> int:
         resolve_cluster(args.cluster)
     if args.compare is not None:
         _add_compare(args)
-    parse_pipeline(args.passes)  # report pipeline errors before any (possibly slow) import
+    _pipeline(args)  # report pipeline errors before any (possibly slow) import
     if args.output and args.output.endswith(("/", os.sep)) and emitters[args.emit].writes_files:
         _make_output_dir(Path(args.output))  # `-o out/` names a directory even before it exists
     args.stage = "the importer"

@@ -38,7 +38,7 @@ MAX_ANNOTATION_INT = 1 << 62
 
 def _check_int_annotations(node: Node) -> None:
     for key in ("group", "order"):
-        value = node.annotations.get(key)
+        value = node._annotations.get(key)
         if isinstance(value, int) and value > MAX_ANNOTATION_INT:
             raise VerifyError(
                 f"node '{node.name}': annotation '{key} = {value}' is out of range (limit 2^62)", _node_loc(node)
@@ -179,8 +179,17 @@ class GraphIndex:
         for position, node in enumerate(index.nodes):
             node._index_pos = position
             annotations = node._annotations
-            if annotations and ("group" in annotations or "order" in annotations):
-                _check_int_annotations(node)
+            if annotations:
+                group = annotations.get("group", 0)
+                order = annotations.get("order", 0)
+                # Plain ints in range (every valid annotation) need no further look.
+                if (
+                    type(group) is not int
+                    or type(order) is not int
+                    or group > MAX_ANNOTATION_INT
+                    or order > MAX_ANNOTATION_INT
+                ):
+                    _check_int_annotations(node)
             values.extend(node.outputs)
         index.values = values
         value_number = {id(v): k for k, v in enumerate(values)}

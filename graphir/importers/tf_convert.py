@@ -95,20 +95,24 @@ def _import_for_shapes(graph: Any, graph_def: Any) -> bool:
     """Import ``graph_def`` into the empty ``graph`` for its inferred shapes only; ``False`` if unsupported.
 
     ``tf.graph_util.import_graph_def`` runs the same C import (which infers every shape) and then
-    sets each new op's device and colocation in Python, two thirds of its time on a 100k-node
-    graph. Only the shapes are read here, so the Python ops are created without that step. It
-    uses TensorFlow's internal import API (as ``import_graph_def`` calls it); when that API is
-    missing (another TensorFlow version) the caller falls back to the public function.
+    builds a Python op per node, sets each one's device and colocation, and walks every op's
+    inputs for control dependencies and control-flow contexts (a fresh graph has neither): most
+    of its time on a 100k-node graph. Only the outputs' dtypes and inferred shapes are read here,
+    so each new op is wrapped by ``Operation._from_c_op`` alone (its outputs and its entry in the
+    graph, what ``get_operations`` lists). It uses TensorFlow's internal import API (as
+    ``import_graph_def`` calls it); when that API is missing (another TensorFlow version) the
+    caller falls back to the public function.
     """
     try:
         from tensorflow.python.client import pywrap_tf_session as c_api
-        from tensorflow.python.framework import c_api_util, errors, importer
+        from tensorflow.python.framework import c_api_util, errors, importer, ops
 
         options = c_api_util.ScopedTFImportGraphDefOptions()
         importer._PopulateTFImportGraphDefOptions(options.options, "", {}, None, True)  # noqa: SLF001
         mutation_lock = graph._mutation_lock  # noqa: SLF001
         c_graph_handle = graph._c_graph  # noqa: SLF001
-        add_new_operations = graph._add_new_tf_operations  # noqa: SLF001
+        new_operations = graph.new_operations
+        from_c_op = ops.Operation._from_c_op  # noqa: SLF001
     except (ImportError, AttributeError, TypeError):
         return False
     buffer = c_api.TF_NewBufferFromString(graph_def.SerializeToString())
@@ -120,7 +124,8 @@ def _import_for_shapes(graph: Any, graph_def: Any) -> bool:
                 except errors.InvalidArgumentError as exc:
                     raise ValueError(str(exc)) from None
             c_api_util.ScopedTFImportGraphDefResults(results)
-            add_new_operations(compute_devices=False)
+            for c_op in new_operations():
+                from_c_op(c_op=c_op, g=graph)
     finally:
         c_api.TF_DeleteBuffer(buffer)
     return True
@@ -161,7 +166,7 @@ class _TfImporter:
         opaque_ops: dict[str, list[str]] = {}
         for node_def in self.flat.node:
             op = by_name[node_def.name]
-            out_types = [self.tensor_type(t.dtype.as_datatype_enum, _dims(t), t.name) for t in op.outputs]
+            out_types = [self.tensor_type(t.dtype.as_datatype_enum, _dims(t), t) for t in op.outputs]
             if node_def.op == "Const" and _num_elements(node_def.attr["value"].tensor) > INLINE_ELEMENTS:
                 const_type = out_types[0]
                 values[f"{node_def.name}:0"] = graph.add_constant(
@@ -202,6 +207,10 @@ class _TfImporter:
             shown = ", ".join(f"'{n}'" for n in self._untyped[:_MAX_NAMES_IN_WARNING])
             more = "" if len(self._untyped) <= _MAX_NAMES_IN_WARNING else ", ..."
             self.warn(f"{len(self._untyped)} value(s) have unknown rank after TF shape inference ({shown}{more})")
+        # Every operand above was connected by Node.add_input with a value of this graph, which
+        # appends its use in step (as the `.gir` parser does): the verifier's use-list check is
+        # redundant at this version.
+        graph._uses_exact_version = graph._version  # noqa: SLF001
         metadata: dict[str, ParamValue] = {"producer": f"tensorflow graphdef {self.flat.versions.producer}"}
         if opaque_ops:
             metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
@@ -230,13 +239,14 @@ class _TfImporter:
             raise self.error(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
         return graph
 
-    def tensor_type(self, dtype_enum: int, dims: tuple[Dim, ...] | None, name: str) -> TensorType:
+    def tensor_type(self, dtype_enum: int, dims: tuple[Dim, ...] | None, tensor: Any) -> TensorType:
+        """The shared type of ``tensor`` (a TF graph tensor; its name is built only for the warning)."""
         key = (dtype_enum, dims)
         cached = self._types.get(key)
         if cached is None:
             cached = self._types[key] = TensorType(_dtype(dtype_enum)[0], dims)
         if dims is None and cached.dtype not in (DType.RESOURCE, DType.VARIANT):
-            self._untyped.append(name)
+            self._untyped.append(tensor.name)
         return cached
 
     def set_outputs(self, graph: Graph, outputs: Sequence[str] | None, values: dict[str, Value]) -> None:

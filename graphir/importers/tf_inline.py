@@ -44,7 +44,9 @@ class _Flattener:
         self.graph_def = graph_def
         self.source = source
         self.library: dict[str, function_pb2.FunctionDef] = {f.signature.name: f for f in graph_def.library.function}
-        self.nodes: list[node_def_pb2.NodeDef] = []
+        from tensorflow.core.framework import graph_pb2
+
+        self.flat = graph_pb2.GraphDef()  # body nodes are copied straight into it, in order
         self.pending: list[tuple[node_def_pb2.NodeDef, list[Ref], list[str]]] = []
         self.alias: dict[Ref, Ref] = {}
         self.ctrl_alias: dict[str, tuple[list[str], list[Ref]]] = {}
@@ -70,7 +72,6 @@ class _Flattener:
         return self.library.get(node.op)
 
     def run(self) -> graph_pb2.GraphDef:
-        from tensorflow.core.framework import graph_pb2
 
         self.expand(self.graph_def.node, "", None, [], "", 0)
         for node, data_refs, ctrl_names in self.pending:
@@ -83,10 +84,9 @@ class _Flattener:
                 for target in self.resolve_ctrl(ctrl, node.name):
                     seen.setdefault(target, None)
             node.input.extend("^" + n for n in seen)
-        flat = graph_pb2.GraphDef()
+        flat = self.flat
         flat.versions.CopyFrom(self.graph_def.versions)
         flat.library.CopyFrom(self.graph_def.library)
-        flat.node.extend(self.nodes)
         return flat
 
     def resolve(self, ref: Ref, user: str | None) -> Ref:
@@ -205,7 +205,7 @@ class _Flattener:
             if callee is not None:
                 self.inline_call(node, callee, flat_name, data_refs, ctrl_names, device, depth)
                 continue
-            copy = type(node)()
+            copy = self.flat.node.add()  # one copy, made in place (no second copy into the GraphDef)
             copy.CopyFrom(node)
             copy.name = flat_name
             copy.device = device
@@ -218,7 +218,6 @@ class _Flattener:
             if flat_name in self.emitted:
                 raise self.error("node name defined twice", flat_name)
             self.emitted.add(flat_name)
-            self.nodes.append(copy)
             self.pending.append((copy, data_refs, ctrl_names))
 
     def inline_call(

@@ -73,7 +73,19 @@ def _itemsize(node: Node) -> int:
 
 # --------------------------------------------------------------------------- generic families
 
+_NEVER_NONE: set[Estimator] = set()
+"""Estimators that always return an estimate (never ``None``): their nodes never fall back, so
+:func:`fallback_count` need not call them. Only the generic families below whose bodies have no
+``return None`` are listed, by :func:`_never_none`."""
 
+
+def _never_none(estimator: Estimator) -> Estimator:
+    """Record that ``estimator`` never returns ``None`` (its body has no other return)."""
+    _NEVER_NONE.add(estimator)
+    return estimator
+
+
+@_never_none
 def _zero(*_: Any) -> Estimate:
     """Metadata-only ops (reshape, shape queries, identity, control flow markers): no work."""
     return 0.0, 0.0, 0
@@ -87,24 +99,28 @@ def _elementwise(flops_per_element: float) -> Estimator:
         return flops_per_element * n_out * max(1, len(ins) - 1), float(sum(ib) + sum(ob)), 0
 
     estimate.__doc__ = f"Pointwise: ``{flops_per_element:g} · |out| · max(1, inputs - 1)`` FLOPs, bytes in + out."
-    return estimate
+    return _never_none(estimate)
 
 
+@_never_none
 def _copy(node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]) -> Estimate:
     """Data movement reading every input once and writing every output (concat, transpose, pad...)."""
     return 0.0, float(sum(ib) + sum(ob)), 0
 
 
+@_never_none
 def _gather(node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]) -> Estimate:
     """Reads only the rows it returns (plus the indices) and writes them: ``2·|out| + indices``."""
     return 0.0, float(2 * sum(ob) + sum(ib[1:])), 0
 
 
+@_never_none
 def _slice(node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]) -> Estimate:
     """Slices read what they return: ``2·|out|`` (index operands are tiny)."""
     return 0.0, float(2 * sum(ob)), 0
 
 
+@_never_none
 def _scatter(node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]) -> Estimate:
     """Scatter/segment ops: write the output, read the updates and indices."""
     return float(sum(_elems(s) for s in ins[1:])), float(sum(ob) + sum(ib[1:])), 0
@@ -117,7 +133,7 @@ def _produce(flops_per_element: float) -> Estimator:
         return flops_per_element * sum(_elems(s) for s in outs), float(sum(ob)), 0
 
     estimate.__doc__ = f"Writes its output only: ``{flops_per_element:g} · |out|`` FLOPs, bytes out."
-    return estimate
+    return _never_none(estimate)
 
 
 def _reduce(flops_per_element: float) -> Estimator:
@@ -188,6 +204,11 @@ def _static_facts(type_: TensorType) -> tuple[TensorType, Shape | None, bool, in
 
 def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
     """(flops, bytes, temporary, used_fallback, had_symbolic_dims) of one node."""
+    return _estimate_with(node, cost_of(node.op))
+
+
+def _estimate_with(node: Node, estimator: Estimator | None) -> tuple[float, float, int, bool, bool]:
+    """:func:`estimate_node` with the node's estimator (``cost_of(node.op)``) already looked up."""
     ins: list[Shape | None] = []
     ib: list[int] = []
     symbolic = False
@@ -203,7 +224,6 @@ def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
         symbolic |= sym
         outs.append(shape)
         ob.append(nbytes)
-    estimator = cost_of(node.op)
     result = estimator(node, ins, outs, ib, ob) if estimator is not None else None
     if result is None:
         # Bytes-based fallback: read every input, write every output, one FLOP per output element.
@@ -218,7 +238,9 @@ def fallback_count(nodes: Iterable[Node]) -> int:
     The same answer as ``sum(estimate_node(n)[3] for n in nodes)``, without estimating every
     node: an op kind with no estimator always falls back, and an estimator reads only the op, the
     params and the operand and result types, so nodes without params that share the op and the
-    type objects (a parsed graph shares one object per distinct type) share the answer.
+    type objects (a parsed graph shares one object per distinct type) share the answer; an
+    estimator that never returns ``None`` (the generic families of :data:`_NEVER_NONE`) is not
+    called at all.
     """
     count = 0
     estimators: dict[str, Estimator | None] = {}
@@ -232,14 +254,16 @@ def fallback_count(nodes: Iterable[Node]) -> int:
         if estimator is None:
             count += 1
             continue
+        if estimator in _NEVER_NONE:
+            continue
         if node.params:
-            count += estimate_node(node)[3]
+            count += _estimate_with(node, estimator)[3]
             continue
         # Type objects stay alive (the nodes hold them) while ``known`` exists: ids are not reused.
         key = (op, *[id(v.type) for v in node.inputs], None, *[id(v.type) for v in node.outputs])
         fell_back = known.get(key)
         if fell_back is None:
-            fell_back = known[key] = estimate_node(node)[3]
+            fell_back = known[key] = _estimate_with(node, estimator)[3]
         count += fell_back
     return count
 

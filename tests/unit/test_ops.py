@@ -97,6 +97,34 @@ def test_fallback_count_agrees_with_estimate_node_per_node():
     assert fallback_count(nodes) == 3 == sum(estimate_node(node)[3] for node in nodes)
 
 
+def test_never_none_estimators_answer_on_unknown_shapes():
+    # fallback_count skips the estimators of _NEVER_NONE (a node using one never falls back):
+    # each must give an estimate even where a shape-reading estimator gives up (unknown shapes,
+    # no inputs, several inputs).
+    from graphir.ops.work import _NEVER_NONE
+
+    graph = Graph("g")
+    a = graph.add_input("a", f32(2, 3))
+    node = graph.add_node("onnx.Relu", [a], [f32(2, 3)])
+    assert len(_NEVER_NONE) >= 7  # _zero, _copy, _gather, _slice, _scatter and the two factories' products
+    for estimator in _NEVER_NONE:
+        for ins, outs in (([None], [None]), ([], [(2, 3)]), ([(2, 3), None, (4,)], [None, (1,)])):
+            ib, ob = [0 if s is None else 24 for s in ins], [0 if s is None else 24 for s in outs]
+            assert estimator(node, ins, outs, ib, ob) is not None
+
+
+def test_fallback_count_skips_never_none_estimators_with_the_same_answer():
+    # Relu (elementwise), Reshape (metadata) and Concat (copy) have never-None estimators; on an
+    # unknown-rank input they still do not fall back. ReduceSum on that input does (its estimator
+    # needs the input shape), NoSuchOp has no estimator: 2 fallbacks by hand.
+    graph = Graph("g")
+    unknown = graph.add_input("u", TensorType(DType.F32, None))
+    for op in ("onnx.Relu", "onnx.Reshape", "onnx.Concat", "onnx.ReduceSum", "onnx.NoSuchOp"):
+        graph.add_node(op, [unknown], [TensorType(DType.F32, None)])
+    nodes = graph.index().nodes
+    assert fallback_count(nodes) == 2 == sum(estimate_node(node)[3] for node in nodes)
+
+
 def test_memory_facts():
     assert is_variable("tf.VarHandleOp") and is_variable("VariableV2") and not is_variable("onnx.Constant")
     assert owns_value("onnx.Constant") and owns_value("tf.Const") and not owns_value("tf.Identity")
