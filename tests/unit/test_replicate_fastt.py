@@ -218,3 +218,17 @@ def test_strategies_option_runs_only_the_named_placements(tmp_path: Path, capsys
     assert "Not run: this run's `--strategies` left out DPOS or OS-DPOS." in text
     assert fastt.main(["--quick", "--strategies=dp,nope"]) == 1
     assert "unknown strategy 'dp'" in capsys.readouterr().err
+
+
+def test_rows_run_smallest_first_and_a_stopped_run_names_what_is_left() -> None:
+    # Rows by device count, then VGG-19 (299 nodes per replica), Inception-v3 (7,690), ResNet-200
+    # (18,625): ResNet-200 x 8 (157,950 nodes, the slowest to place) is last.
+    order = [(m.label, n) for m, n in fastt.row_order(fastt.MODELS, fastt.DEVICES)]
+    assert order[0] == ("VGG-19", 2) and order[-1] == ("ResNet-200", 8)
+    assert order.index(("Inception-v3", 8)) < order.index(("ResNet-200", 8))
+    assert sorted(order) == sorted((m.label, n) for m in fastt.MODELS for n in fastt.DEVICES)
+    # A report written with rows pending says so, and keeps every model's row in the Table 1 analogue.
+    text = fastt.render([], {}, {}, "cmd", 1.0, False, ["ResNet-200 x 8"], fastt.MODELS)
+    assert "**Incomplete:**" in text and "ResNet-200 x 8" in text
+    assert "| ResNet-200 (32) | - | - |" in text
+    assert "**Incomplete:**" not in fastt.render([], {}, {}, "cmd", 1.0, False)

@@ -48,7 +48,7 @@ not name; ``--emit=report`` simulates under the pipeline's last ``simulate`` opt
 
 Cluster: one description for every cell, the ``fastt`` preset (a DGX-1: 8x V100 16 GB in the
 NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0, transfers
-queued on TensorFlow's copy streams), restricted
+queued on TensorFlow's copy streams, GPU pairs without NVLink staged through the host's memory), restricted
 to GPUs ``0..n-1`` and the host at ``n`` GPUs (:func:`graphir.cluster_presets.fastt_gpus`: the same
 wires and routes). The first table checks the DP columns against FastT Table 1 (issue 14, item 7:
 every cell within 20%, VGG-19 slower on 8 GPUs than on 4).
@@ -269,6 +269,39 @@ def _data_parallel(source: Module, devices: int, batch: int, check: bool) -> tup
     return result, time.perf_counter() - began
 
 
+def measure_single(model: Model, runner: Runner, check: bool) -> tuple[Module, Cell, dict[str, str]]:
+    """One model's zoo graph, its 1-GPU DP cell and its op types by name."""
+    source = load_module(f"zoo:{model.entry}")
+    ops = {node.name: node.op for node in source.graph.nodes}
+    result, _ = _data_parallel(source, 1, model.batch, check)
+    one = _place(result.module, "data-parallel", check)
+    runner.log(f"  {model.label} 1 GPU: {model.batch / one.makespan:.1f} samples/s")
+    return source, one, ops
+
+
+def measure_row(
+    source: Module, model: Model, n: int, runner: Runner, check: bool, strategies: Sequence[str] = STRATEGIES
+) -> Row:
+    """Every strategy of one model on ``n`` GPUs."""
+    result, build = _data_parallel(source, n, model.batch, check)
+    cells = {algo: _place(result.module, algo, check) for algo in strategies}
+    row = Row(
+        model,
+        n,
+        len(result.module.graph),
+        len(result.replicated),
+        len(result.shared),
+        len(result.aggregated),
+        build,
+        cells,
+    )
+    runner.log(
+        f"  {model.label} {n} GPUs ({row.nodes} nodes, built in {build:.1f} s): "
+        + ", ".join(f"{a} {row.samples(a):.1f}/s ({c.wall:.1f} s)" for a, c in cells.items())
+    )
+    return row
+
+
 def measure(
     model: Model,
     devices: Sequence[int],
@@ -278,33 +311,25 @@ def measure(
     strategies: Sequence[str] = STRATEGIES,
 ) -> tuple[list[Row], Cell | None, dict[str, str]]:
     """Every device count of one model, its 1-GPU DP cell (``None`` without ``single``), its op types by name."""
-    source = load_module(f"zoo:{model.entry}")
-    ops = {node.name: node.op for node in source.graph.nodes}
     one: Cell | None = None
     if single:
-        result, _ = _data_parallel(source, 1, model.batch, check)
-        one = _place(result.module, "data-parallel", check)
-        runner.log(f"  {model.label} 1 GPU: {model.batch / one.makespan:.1f} samples/s")
-    rows = []
-    for n in devices:
-        result, build = _data_parallel(source, n, model.batch, check)
-        cells = {algo: _place(result.module, algo, check) for algo in strategies}
-        row = Row(
-            model,
-            n,
-            len(result.module.graph),
-            len(result.replicated),
-            len(result.shared),
-            len(result.aggregated),
-            build,
-            cells,
-        )
-        rows.append(row)
-        runner.log(
-            f"  {model.label} {n} GPUs ({row.nodes} nodes, built in {build:.1f} s): "
-            + ", ".join(f"{a} {row.samples(a):.1f}/s ({c.wall:.1f} s)" for a, c in cells.items())
-        )
+        source, one, ops = measure_single(model, runner, check)
+    else:
+        source = load_module(f"zoo:{model.entry}")
+        ops = {node.name: node.op for node in source.graph.nodes}
+    rows = [measure_row(source, model, n, runner, check, strategies) for n in devices]
     return rows, one, ops
+
+
+def row_order(models: Sequence[Model], devices: Sequence[int]) -> list[tuple[Model, int]]:
+    """The order the rows are measured in: by device count, then by the model's size per replica.
+
+    The largest graphs (ResNet-200 on 8 GPUs: 157,950 nodes) come last, so a run stopped early (the
+    report is rewritten after every row) has the most rows. Sizes: the order of :data:`MODELS` is kept
+    except that ResNet-200 (18,625 nodes per replica) goes after Inception-v3 (7,690).
+    """
+    size = {"vgg19_train": 0, "inception_v3_train": 1, "resnet200_train": 2}
+    return [(m, n) for n in sorted(devices) for m in sorted(models, key=lambda m: size.get(m.entry, 1))]
 
 
 # --------------------------------------------------------------------------- the report
@@ -414,16 +439,32 @@ def render(
     command: str,
     seconds: float,
     quick: bool,
+    pending: Sequence[str] = (),
+    all_models: Sequence[Model] = (),
 ) -> str:
-    """The Markdown report."""
-    devices = sorted({r.devices for r in rows})
-    models = list(dict.fromkeys(r.model for r in rows))
+    """The Markdown report.
+
+    ``pending`` names the rows (``model x GPUs``) the run has not measured yet; ``all_models`` the
+    models of the run, in table order (default: those of ``rows``), so a model without a row yet
+    still shows its 1-GPU cell.
+    """
+    devices = sorted({r.devices for r in rows} | (set(DEVICES) if pending else set()))
+    models = list(dict.fromkeys([*all_models, *(r.model for r in rows)]))
     by = {(r.model, r.devices): r for r in rows}
     lines = [
         "# FastT replication: data-parallel baseline vs DPOS vs OS-DPOS (Tables 1 and 6)",
         "",
         generated_line(command, seconds),
         "",
+        *(
+            [
+                f"**Incomplete:** the run stopped before these rows (their cells say `-`): {', '.join(pending)}. "
+                f"`{command}` measures every row again.",
+                "",
+            ]
+            if pending
+            else []
+        ),
         "Strong scaling (FastT §6.2): the global batch is fixed and split over the GPUs. Every strategy places the "
         "same *data-parallel graph* (FastT §5.2's input graph, built by `data-parallel{replicas=n batch=G}`: one "
         "replica of the training step per GPU on G/n samples, shared variables, gradients summed and averaged before "
@@ -445,7 +486,8 @@ def render(
         "starts from data parallelism (§4). One cluster for every cell: the `fastt` preset (a DGX-1: 8x V100 16 GB "
         "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0; each "
         "transfer queued on the TensorFlow copy stream it is issued on: a GPU's one host-to-device stream, the "
-        "sender's device-to-host or device-to-device stream), with "
+        "sender's device-to-host or device-to-device stream; the 12 GPU pairs without NVLink, on different sockets "
+        "and without peer access, copy through the host's memory), with "
         "GPUs 0..n-1 and the host at n GPUs (`graphir.cluster_presets.fastt_gpus`). Samples/s = global batch / "
         "simulated step time. No fusion (FastT places the fine graph).",
         "",
@@ -649,7 +691,11 @@ NOTES = [
 
 
 def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = STRATEGIES) -> Path:
-    """Measure every model with ``strategies`` and write the report; returns its path."""
+    """Measure every model with ``strategies`` and write the report; returns its path.
+
+    The report is rewritten after every row (see :func:`row_order`), listing the rows still to run,
+    so a run stopped early leaves a table of what it measured.
+    """
     load_builtin_passes()
     started = time.perf_counter()
     quick = bool(args.quick)
@@ -659,17 +705,26 @@ def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = ST
     rows: list[Row] = []
     singles: dict[str, Cell | None] = {}
     ops: dict[str, dict[str, str]] = {}
-    for model in models:
-        runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
-        model_rows, one, ops[model.entry] = measure(model, devices, runner, check, not quick, strategies)
-        rows += model_rows
-        singles[model.entry] = one
+    sources: dict[str, Module] = {}
     command = "python -m graphir.tools.replicate.fastt" + (" --quick" if quick else "")
     if tuple(strategies) != STRATEGIES:
         command += f" --strategies={','.join(strategies)}"
-    text = render(rows, singles, ops, command, time.perf_counter() - started, quick)
     path = Path(args.out) / "replicate_fastt.md"
-    write_text(path, text)
+    for model in models:
+        runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
+        if quick:
+            sources[model.entry] = load_module(f"zoo:{model.entry}")
+            ops[model.entry] = {node.name: node.op for node in sources[model.entry].graph.nodes}
+            singles[model.entry] = None
+        else:
+            sources[model.entry], singles[model.entry], ops[model.entry] = measure_single(model, runner, check)
+    order = row_order(models, devices)
+    for k, (model, n) in enumerate(order):
+        rows.append(measure_row(sources[model.entry], model, n, runner, check, strategies))
+        done = sorted(rows, key=lambda r: (models.index(r.model), r.devices))
+        pending = [f"{m.label} x {d}" for m, d in order[k + 1 :]]
+        text = render(done, singles, ops, command, time.perf_counter() - started, quick, pending, models)
+        write_text(path, text)
     return path
 
 
