@@ -37,7 +37,7 @@ Here, for each zoo training graph and each device count ``n``:
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
-One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.599``, 106.9 samples/s)::
+One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.621``, 103.1 samples/s)::
 
     graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64 \
         inputs=after-reads},profile,place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu},\
@@ -458,8 +458,8 @@ def render(
         "",
         *(
             [
-                f"**Incomplete:** the run stopped before these rows (their cells say `-`): {', '.join(pending)}. "
-                f"`{command}` measures every row again.",
+                f"**Incomplete:** written before these rows were measured (their cells say `-`): "
+                f"{', '.join(pending)}. `{command}` measures every row again.",
                 "",
             ]
             if pending
