@@ -92,6 +92,31 @@ def _dgx1_wires(gpus: list[str], prefix: str, pairs: dict[tuple[int, int], int])
     return switches, wires
 
 
+def _staged_through_host(topology: Topology, gpus: list[str], host: str, pairs: dict[tuple[int, int], int]) -> Topology:
+    """``topology`` with every GPU pair that has no NVLink routed through the host's memory.
+
+    Without NVLink a DGX-1's GPU pair sits on different sockets (``SYS`` in ``nvidia-smi topo -m``),
+    and PCIe peer-to-peer does not cross the socket interconnect, so CUDA has no peer access between
+    them. TensorFlow 1.x still copies the tensor with one ``cuMemcpyPeerAsync`` on the sender's
+    device-to-device stream (``GPUUtil::DeviceToDeviceCopy``); without peer access the driver stages
+    it through pinned host memory: out of the sender into host memory, then from host memory into
+    the receiver. The route is therefore the sender's route to the host followed by the host's route
+    to the receiver, and it holds the host's memory wire in both directions, which every host copy
+    (TF-slim's weight reads, the summed gradients) also holds. The staging buffer is taken to be in
+    the host device's memory (socket 0), like the variables.
+    """
+    linked = {(gpus[a], gpus[b]) for a, b in pairs if a < len(gpus) and b < len(gpus)}
+    linked |= {(b, a) for a, b in linked}
+    paths = []
+    for path in topology.paths:
+        if path.src in gpus and path.dst in gpus and (path.src, path.dst) not in linked:
+            up, down = topology.path(path.src, host), topology.path(host, path.dst)
+            route = up.route + down.route[1:]
+            path = Link(path.src, path.dst, up.latency + down.latency, min(up.bandwidth, down.bandwidth), route)
+        paths.append(path)
+    return Topology(topology.switches, topology.wires, tuple(paths), topology.copy_streams)
+
+
 def _gbps(value: float) -> float:
     """Gigabits per second (Moirai Table III's unit) to bytes per second."""
     return value * 1e9 / 8
@@ -132,8 +157,9 @@ def _preset_fastt(spec: str) -> Cluster:
     # NVLinks, where each GPU has 16GB memory, and 2 Intel(R) Xeon(R) Platinum 8163 CPUs". The
     # links keep one 50 GB/s NVLink channel per GPU pair and PCIe (:data:`PCIE`) between the host
     # and each GPU; the topology is a DGX-1 (the 8-V100 NVLink server of its time): the hybrid
-    # cube-mesh, where 12 of the 28 GPU pairs have no NVLink and TensorFlow's copy goes over PCIe
-    # through both sockets (relay=False: a GPU does not forward another GPU's tensor), plus the
+    # cube-mesh, where 12 of the 28 GPU pairs have no NVLink and no peer access (they sit on
+    # different sockets), so TensorFlow's copy is staged through the host's memory over PCIe and QPI
+    # (:func:`_staged_through_host`; relay=False: a GPU does not forward another GPU's tensor), plus the
     # host CPU ``cpu0`` (TensorFlow's ``/device:CPU:0``, where TF-slim keeps the variables) on
     # socket 0's host bridge, joined to it by its memory (:data:`HOST_MEMORY_WIRE`). A host
     # transfer's route is host - bridge - switch uplink - GPU (10 us, 12 GB/s, as :data:`PCIE`), so
@@ -152,6 +178,7 @@ def _preset_fastt(spec: str) -> Cluster:
     switches, wires = _dgx1_wires(names[:8], "", _DGX1_NVLINKS)
     wires += duplex("cpu0", "hb0", *HOST_MEMORY_WIRE, "memory")
     topology = build_topology(names, switches, wires, relay=False, where=spec, copy_streams=True)
+    topology = _staged_through_host(topology, names[:8], "cpu0", _DGX1_NVLINKS)
     links = [*full_mesh(gpus, *NVLINK)]
     for gpu in gpus:
         links += [Link(gpu.name, "cpu0", *PCIE), Link("cpu0", gpu.name, *PCIE)]

@@ -211,9 +211,11 @@ def test_fastt_topology_is_the_dgx1_hybrid_cube_mesh():
         assert sum(bw for (a, _), bw in nvlink.items() if a == f"gpu{k}") == 6 * 25e9
     assert topology.path("gpu0", "gpu3").bandwidth == 50e9  # NV2
     assert topology.path("gpu0", "gpu1").route == ("gpu0", "gpu1")  # NV1, direct
-    # No NVLink between gpu0 and gpu5: PCIe through both sockets, never relayed by a GPU.
+    # No NVLink between gpu0 and gpu5 (SYS: no peer access across the sockets): the driver stages the
+    # copy through the host's memory, so the route is gpu0 -> host, then host -> gpu5, never relayed by
+    # a GPU. Latency: 2 x 5 us PCIe up, host memory 0, then QPI 1 us + 2 x 5 us PCIe down = 21 us.
     path = topology.path("gpu0", "gpu5")
-    assert path.route == ("gpu0", "plx0", "hb0", "hb1", "plx2", "gpu5")
+    assert path.route == ("gpu0", "plx0", "hb0", "cpu0", "hb0", "hb1", "plx2", "gpu5")
     assert path.bandwidth == 12e9 and path.latency == pytest.approx(21e-6)
     # The links (congestion=pair|port|task) keep the preset's 50 GB/s channels.
     assert resolve_cluster("fastt").link("gpu0", "gpu5").bandwidth == 50e9

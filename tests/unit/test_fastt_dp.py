@@ -139,6 +139,27 @@ def test_fastt_preset_queues_copies_on_tensorflows_streams():
         assert route("cpu0", "gpu0") == ["gpu0.h2d", "cpu0->hb0", "hb0->plx0", "plx0->gpu0"]
         assert route("gpu1", "gpu0") == ["gpu1.d2d", "gpu1->gpu0"]  # NVLink (NV1)
         assert route("gpu0", "cpu0") == ["gpu0.d2h", "gpu0->plx0", "plx0->hb0", "hb0->cpu0"]
+    # A GPU pair without NVLink (gpu5 -> gpu0, SYS) is staged through the host's memory: the sender's
+    # d2d stream, then its route up to the host and the host's route down to gpu0, so it holds the
+    # host's memory wire both ways, which the host's own copies hold too.
+    for cluster in (resolve_cluster("fastt"), fastt_gpus(8, host=False)):
+        links = LinkModel.from_cluster(cluster, "topology")
+        names = cluster.device_names
+        staged = [links.resource_names[r] for r in links.routes[names.index("gpu5")][names.index("gpu0")]]
+        assert staged == [
+            "gpu5.d2d", "gpu5->plx2", "plx2->hb1", "hb1->hb0", "hb0->cpu0", "cpu0->hb0", "hb0->plx0", "plx0->gpu0"
+        ]  # fmt: skip
+    # Every pair with NVLink keeps its direct route; exactly the 12 SYS pairs (24 ordered) are staged.
+    topology = resolve_cluster("fastt").topology
+    assert topology is not None
+    staged_pairs = {(p.src, p.dst) for p in topology.paths if "cpu0" in p.route[1:-1]}
+    sys_pairs = {
+        (f"gpu{a}", f"gpu{b}")
+        for a, row in enumerate(TOPO_M.strip().splitlines())
+        for b, cell in enumerate(row.split()[1:])
+        if cell == "SYS"
+    }
+    assert staged_pairs == sys_pairs and len(sys_pairs) == 24
 
 
 def _tf_slim(replicas: int):
@@ -201,3 +222,22 @@ def test_issue_inputs_after_reads_queues_each_batch_behind_its_weights():
 def test_issue_inputs_after_reads_needs_a_data_parallel_graph():
     with pytest.raises(PassError, match="not a data-parallel graph"):
         issue_inputs_after_reads(mlp_training_step(8))
+
+
+def test_staged_gradient_waits_for_the_hosts_weight_copy():
+    # Worked by hand: a 1.2 GB weight copy host -> gpu3 is queued at t=0; it holds cpu0->hb0 for
+    # 1.2e9 / 12e9 = 0.1 s and arrives at 0.1 s + 10 us. A 1.2 GB gradient gpu5 -> gpu0 (SYS pair,
+    # staged through the host) queued at t=0 too needs cpu0->hb0 for its way down, so it begins at
+    # 0.1 s and arrives at 0.2 s + 21 us. Before the staging the two shared no wire (gpu5's route went
+    # hb1 -> hb0 -> plx0 directly) and both arrived after about 0.1 s.
+    cluster = resolve_cluster("fastt")
+    links = LinkModel.from_cluster(cluster, "topology")
+    names = cluster.device_names
+    free = [0.0] * links.num_resources
+    begin, arrival, _ = links.book(free, 0.0, 1.2e9, names.index("cpu0"), names.index("gpu3"))
+    assert begin == 0.0 and arrival == pytest.approx(0.1 + 10e-6)
+    begin, arrival, _ = links.book(free, 0.0, 1.2e9, names.index("gpu5"), names.index("gpu0"))
+    assert begin == pytest.approx(0.1) and arrival == pytest.approx(0.2 + 21e-6)
+    # A GPU pair with NVLink (gpu4 -> gpu0, NV2 at 50 GB/s) shares nothing with the host: 1.2e9 / 50e9 + 5 us.
+    begin, arrival, _ = links.book(free, 0.0, 1.2e9, names.index("gpu4"), names.index("gpu0"))
+    assert begin == 0.0 and arrival == pytest.approx(0.024 + 5e-6)

@@ -218,3 +218,33 @@ def test_strategies_option_runs_only_the_named_placements(tmp_path: Path, capsys
     assert "Not run: this run's `--strategies` left out DPOS or OS-DPOS." in text
     assert fastt.main(["--quick", "--strategies=dp,nope"]) == 1
     assert "unknown strategy 'dp'" in capsys.readouterr().err
+
+
+def test_rows_run_smallest_first_and_a_stopped_run_names_what_is_left() -> None:
+    # Rows by device count, then VGG-19 (299 nodes per replica), Inception-v3 (7,690), ResNet-200
+    # (18,625): ResNet-200 x 8 (157,950 nodes, the slowest to place) is last.
+    order = [(m.label, n) for m, n in fastt.row_order(fastt.MODELS, fastt.DEVICES)]
+    assert order[0] == ("VGG-19", 2) and order[-1] == ("ResNet-200", 8)
+    assert order.index(("Inception-v3", 8)) < order.index(("ResNet-200", 8))
+    assert sorted(order) == sorted((m.label, n) for m in fastt.MODELS for n in fastt.DEVICES)
+    # A report written with rows pending says so, and keeps every model's row in the Table 1 analogue.
+    text = fastt.render([], {}, {}, "cmd", 1.0, False, ["ResNet-200 x 8"], fastt.MODELS)
+    assert "**Incomplete:**" in text and "ResNet-200 x 8" in text
+    assert "| ResNet-200 (32) | - | - |" in text
+    assert "**Incomplete:**" not in fastt.render([], {}, {}, "cmd", 1.0, False)
+
+
+def test_max_nodes_leaves_fastts_placers_out_on_larger_graphs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The quick row's data-parallel graph (VGG-19 x 2) has 964 nodes: a budget of 963 leaves DPOS and
+    # OS-DPOS out of it (not run), DP and DP-GPU still run; the command line records the budget.
+    assert fastt.main(["--quick", "--quiet", "--out", str(tmp_path), "--max-nodes=963"]) == 0
+    text = (tmp_path / "replicate_fastt.md").read_text()
+    assert "--max-nodes=963" in text.splitlines()[2]
+    table1 = _row(text, "VGG-19 (256)")
+    assert re.fullmatch(r"[0-9.]+", table1[2]) and table1[3:5] == ["not run", "not run"]
+    detail = _row(text, "VGG-19 | 2")
+    assert detail[2].startswith("964 ") and re.fullmatch(r"[0-9.]+", detail[6])
+    assert fastt.main(["--quick", "--max-nodes=lots"]) == 1
+    assert "--max-nodes wants a whole number" in capsys.readouterr().err

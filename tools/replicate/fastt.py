@@ -3,11 +3,12 @@
 Usage::
 
     python -m graphir.tools.replicate.fastt [--quick] [--out DIR] [--quiet] [--no-verify]
-        [--strategies=data-parallel,dp-gpu,dpos,os-dpos]
+        [--strategies=data-parallel,dp-gpu,dpos,os-dpos] [--max-nodes=N]
 
 Writes ``DIR/replicate_fastt.md`` (default ``benchmarks/results``). ``--strategies`` runs only the
 named placements (``data-parallel`` always; default: all four); the table shows ``not run`` for the
-others and leaves out Table 6 without ``dpos`` and ``os-dpos``.
+others and leaves out Table 6 without ``dpos`` and ``os-dpos``. ``--max-nodes=N`` runs DPOS and OS-DPOS
+only on data-parallel graphs of at most ``N`` nodes (a time budget; ResNet-200 x 8 has 157,950).
 
 **Setting.** FastT (§6) trains with *strong scaling*: a fixed global batch split over the GPUs,
 TF-slim's data parallelism as the baseline, and, for a model that fits one GPU, OS-DPOS (and DPOS,
@@ -37,7 +38,7 @@ Here, for each zoo training graph and each device count ``n``:
 3. Samples/s = ``G`` / simulated step time; the 1-GPU column is DP with one clone (TF-slim keeps
    the variables on the host with one GPU too).
 
-One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.599``, 106.9 samples/s)::
+One DP cell from the command line (VGG-19, 8 GPUs: ``simulate.makespan-s = 0.621``, 103.1 samples/s)::
 
     graphir-opt zoo:vgg19_train --cluster=fastt --stats -o /dev/null --passes='data-parallel{replicas=8 batch=64 \
         inputs=after-reads},profile,place{algo=data-parallel variables=cpu sums=first-replica inputs=cpu},\
@@ -48,7 +49,7 @@ not name; ``--emit=report`` simulates under the pipeline's last ``simulate`` opt
 
 Cluster: one description for every cell, the ``fastt`` preset (a DGX-1: 8x V100 16 GB in the
 NVLink hybrid cube-mesh, PCIe switches shared by GPU pairs, the host CPU on socket 0, transfers
-queued on TensorFlow's copy streams), restricted
+queued on TensorFlow's copy streams, GPU pairs without NVLink staged through the host's memory), restricted
 to GPUs ``0..n-1`` and the host at ``n`` GPUs (:func:`graphir.cluster_presets.fastt_gpus`: the same
 wires and routes). The first table checks the DP columns against FastT Table 1 (issue 14, item 7:
 every cell within 20%, VGG-19 slower on 8 GPUs than on 4).
@@ -269,6 +270,47 @@ def _data_parallel(source: Module, devices: int, batch: int, check: bool) -> tup
     return result, time.perf_counter() - began
 
 
+def measure_single(model: Model, runner: Runner, check: bool) -> tuple[Module, Cell, dict[str, str]]:
+    """One model's zoo graph, its 1-GPU DP cell and its op types by name."""
+    source = load_module(f"zoo:{model.entry}")
+    ops = {node.name: node.op for node in source.graph.nodes}
+    result, _ = _data_parallel(source, 1, model.batch, check)
+    one = _place(result.module, "data-parallel", check)
+    runner.log(f"  {model.label} 1 GPU: {model.batch / one.makespan:.1f} samples/s")
+    return source, one, ops
+
+
+def measure_row(
+    source: Module,
+    model: Model,
+    n: int,
+    runner: Runner,
+    check: bool,
+    strategies: Sequence[str] = STRATEGIES,
+    max_nodes: int = 0,
+) -> Row:
+    """Every strategy of one model on ``n`` GPUs; DPOS and OS-DPOS only on graphs of at most ``max_nodes`` (0: all)."""
+    result, build = _data_parallel(source, n, model.batch, check)
+    if max_nodes and len(result.module.graph) > max_nodes:
+        strategies = [s for s in strategies if s not in ("dpos", "os-dpos")]
+    cells = {algo: _place(result.module, algo, check) for algo in strategies}
+    row = Row(
+        model,
+        n,
+        len(result.module.graph),
+        len(result.replicated),
+        len(result.shared),
+        len(result.aggregated),
+        build,
+        cells,
+    )
+    runner.log(
+        f"  {model.label} {n} GPUs ({row.nodes} nodes, built in {build:.1f} s): "
+        + ", ".join(f"{a} {row.samples(a):.1f}/s ({c.wall:.1f} s)" for a, c in cells.items())
+    )
+    return row
+
+
 def measure(
     model: Model,
     devices: Sequence[int],
@@ -278,33 +320,25 @@ def measure(
     strategies: Sequence[str] = STRATEGIES,
 ) -> tuple[list[Row], Cell | None, dict[str, str]]:
     """Every device count of one model, its 1-GPU DP cell (``None`` without ``single``), its op types by name."""
-    source = load_module(f"zoo:{model.entry}")
-    ops = {node.name: node.op for node in source.graph.nodes}
     one: Cell | None = None
     if single:
-        result, _ = _data_parallel(source, 1, model.batch, check)
-        one = _place(result.module, "data-parallel", check)
-        runner.log(f"  {model.label} 1 GPU: {model.batch / one.makespan:.1f} samples/s")
-    rows = []
-    for n in devices:
-        result, build = _data_parallel(source, n, model.batch, check)
-        cells = {algo: _place(result.module, algo, check) for algo in strategies}
-        row = Row(
-            model,
-            n,
-            len(result.module.graph),
-            len(result.replicated),
-            len(result.shared),
-            len(result.aggregated),
-            build,
-            cells,
-        )
-        rows.append(row)
-        runner.log(
-            f"  {model.label} {n} GPUs ({row.nodes} nodes, built in {build:.1f} s): "
-            + ", ".join(f"{a} {row.samples(a):.1f}/s ({c.wall:.1f} s)" for a, c in cells.items())
-        )
+        source, one, ops = measure_single(model, runner, check)
+    else:
+        source = load_module(f"zoo:{model.entry}")
+        ops = {node.name: node.op for node in source.graph.nodes}
+    rows = [measure_row(source, model, n, runner, check, strategies) for n in devices]
     return rows, one, ops
+
+
+def row_order(models: Sequence[Model], devices: Sequence[int]) -> list[tuple[Model, int]]:
+    """The order the rows are measured in: by device count, then by the model's size per replica.
+
+    The largest graphs (ResNet-200 on 8 GPUs: 157,950 nodes) come last, so a run stopped early (the
+    report is rewritten after every row) has the most rows. Sizes: the order of :data:`MODELS` is kept
+    except that ResNet-200 (18,625 nodes per replica) goes after Inception-v3 (7,690).
+    """
+    size = {"vgg19_train": 0, "inception_v3_train": 1, "resnet200_train": 2}
+    return [(m, n) for n in sorted(devices) for m in sorted(models, key=lambda m: size.get(m.entry, 1))]
 
 
 # --------------------------------------------------------------------------- the report
@@ -414,16 +448,32 @@ def render(
     command: str,
     seconds: float,
     quick: bool,
+    pending: Sequence[str] = (),
+    all_models: Sequence[Model] = (),
 ) -> str:
-    """The Markdown report."""
-    devices = sorted({r.devices for r in rows})
-    models = list(dict.fromkeys(r.model for r in rows))
+    """The Markdown report.
+
+    ``pending`` names the rows (``model x GPUs``) the run has not measured yet; ``all_models`` the
+    models of the run, in table order (default: those of ``rows``), so a model without a row yet
+    still shows its 1-GPU cell.
+    """
+    devices = sorted({r.devices for r in rows} | (set(DEVICES) if pending else set()))
+    models = list(dict.fromkeys([*all_models, *(r.model for r in rows)]))
     by = {(r.model, r.devices): r for r in rows}
     lines = [
         "# FastT replication: data-parallel baseline vs DPOS vs OS-DPOS (Tables 1 and 6)",
         "",
         generated_line(command, seconds),
         "",
+        *(
+            [
+                f"**Incomplete:** written before these rows were measured (their cells say `-`): "
+                f"{', '.join(pending)}. `{command}` measures every row again.",
+                "",
+            ]
+            if pending
+            else []
+        ),
         "Strong scaling (FastT §6.2): the global batch is fixed and split over the GPUs. Every strategy places the "
         "same *data-parallel graph* (FastT §5.2's input graph, built by `data-parallel{replicas=n batch=G}`: one "
         "replica of the training step per GPU on G/n samples, shared variables, gradients summed and averaged before "
@@ -445,7 +495,8 @@ def render(
         "starts from data parallelism (§4). One cluster for every cell: the `fastt` preset (a DGX-1: 8x V100 16 GB "
         "in the NVLink hybrid cube-mesh, GPU pairs sharing a PCIe switch uplink, the host CPU on socket 0; each "
         "transfer queued on the TensorFlow copy stream it is issued on: a GPU's one host-to-device stream, the "
-        "sender's device-to-host or device-to-device stream), with "
+        "sender's device-to-host or device-to-device stream; the 12 GPU pairs without NVLink, on different sockets "
+        "and without peer access, copy through the host's memory), with "
         "GPUs 0..n-1 and the host at n GPUs (`graphir.cluster_presets.fastt_gpus`). Samples/s = global batch / "
         "simulated step time. No fusion (FastT places the fine graph).",
         "",
@@ -575,67 +626,75 @@ def render(
 
 
 NOTES = [
-    "- **What this run is.** `--strategies=data-parallel,dp-gpu`: the DP columns (FastT Table 1's, the "
-    "issue-14 check), DP-GPU and the order check were rerun; DPOS and OS-DPOS were not (their cells say *not "
-    "run*): ResNet-200's 8-replica graph has 157,950 nodes and Inception-v3's 64,664, so the full run does "
-    "not fit a session on this machine. DPOS and OS-DPOS now place with the paper's memory rule "
-    "(`mem-model=paper`, as the other replications): the VGG-19 row alone with this code (`measure()`, all "
-    "four strategies, 194 s niced at load ~16; not a table cell) gives DPOS 217.3 / 329.1 / 94.9 and OS-DPOS "
-    "225.4 / 329.1 / 109.2 samples/s on 2 / 4 / 8 GPUs, against FastT's 199.4 / 294.9 / 132.5 (+13 / +12 / "
-    "-18 %), OS-DPOS +28 / +73 / +2 % over DP (FastT: +33 / +59 / +4 %); OS-DPOS took 84.0 s at 8 GPUs (297.6 "
-    "s under `mem-model=liveness`). The last full table (ResNet-50 in the ResNet row, the ruler before issue "
-    "14's last merges) is `replicate_fastt.md` at commit 4bfce82.",
-    "- **What changed since the previous table (6 of 12 cells within 20 % there, 11 here).** Two mechanisms "
-    "of the testbed's software, the same for every cell and fitted to none. (1) *TensorFlow's copy streams* "
-    "(`Topology.copy_streams`, set on the `fastt` preset): a transfer queues on the CUDA stream TensorFlow "
-    "1.x issues it on (a host-to-GPU copy on the receiving GPU's one host-to-device stream, a GPU-to-GPU copy "
-    "on the sender's device-to-device stream, a GPU-to-host copy on the sender's device-to-host stream) "
-    "instead of the sender's egress and the receiver's ingress port, so GPU 0 takes the clones' gradients "
-    "over its NVLink bricks and PCIe at once instead of one after another; the host's copies still serialise "
-    "on its memory wire. (2) *TF-slim's input path* (`place{... inputs=cpu}` and `data-parallel{... "
-    "inputs=after-reads}`): each clone's batch is dequeued on the host (`inputs_device()` is `/device:CPU:0`) "
-    "and copied to its GPU after the weights, so a clone computes only once its weights are in. Before -> "
-    "after (samples/s, 1 / 2 / 4 / 8 GPUs): VGG-19 122.4 / 235.9 / 202.0 / 101.1 -> 111.6 / 176.3 / 190.7 / "
-    "106.9; ResNet-200 71.7 / 112.6 / 161.3 / 116.3 -> 71.7 / 110.1 / 129.6 / 110.1; Inception-v3 222.6 / "
-    "379.7 / 597.6 / 597.3 -> 222.6 / 372.4 / 512.5 / 509.6. Each mechanism alone (VGG-19, an exploration run "
-    "on the same code, not a table cell): the input path alone gives 111.6 / 176.3 / 176.3 / 97.2 (8 GPUs -23 "
-    "%: the gradients then queue into GPU 0 one after another, 0.2 s), the copy streams alone 122.4 / 235.9 / "
-    "225.8 / 111.6 (2 GPUs still +58 %); only both bring every VGG-19 cell within 20 %. DP-GPU (variables on "
-    "the GPUs, no host copies) gains most from the copy streams: at 8 GPUs VGG-19 165.0 -> 295.5, ResNet-200 "
-    "155.8 -> 190.9, Inception-v3 694.0 -> 779.8 samples/s.",
+    "- **What this run is.** Every row; all four strategies except on ResNet-200 x 8, where `--max-nodes=100000` "
+    "left DPOS and OS-DPOS out (157,950 nodes), with the ruler of commit 01ced84 (the DPOS and OS-DPOS columns "
+    "and Table 6 for the first time under issue 14's `congestion=topology`; the previous table, at 04:36, ran the "
+    "DP columns only). Wall-time columns were taken niced at load 6-9 (other sessions running). ResNet-200 x 8 "
+    "with all four strategies (`python -m graphir.tools.replicate.fastt`, no `--max-nodes`) was started at "
+    "07:07 with the same code and stopped at 07:56, inside OS-DPOS: DPOS gave a 1.622 s step (19.7 samples/s, "
+    "DP 106.5), and OS-DPOS's first candidate, replica 7's first convolution, improved it to 1.584 s split into 2 "
+    "on the batch after 7 of its trials (3-4 min each at load 8-9), so Algorithm 2 would have gone on to the next "
+    "op; that row needs over an hour on this machine. Placement wall time: OS-DPOS reruns DPOS once per trial "
+    "split (up to 2 dims x 7 part counts per critical-path op on 8 GPUs), and DPOS on the 8-replica graphs spends "
+    "almost all its time in the list scheduler's insertion search (`DeviceTimeline.earliest_start` in "
+    "`graphir/passes/place/common.py`, which walks every booked block after the ready time on each device: 95 % "
+    "of py-spy samples during an OS-DPOS trial on ResNet-200 x 8).",
+    "- **What changed since the 04:36 table: the GPU pairs without NVLink.** In a DGX-1, 12 of the 28 GPU pairs "
+    "have no NVLink (`SYS` in `nvidia-smi topo -m`: GPU 0 and GPUs 5-7, and so on); they sit on different sockets "
+    "and PCIe peer-to-peer does not cross the socket link, so CUDA has no peer access between them. TensorFlow "
+    "1.x still issues one `cuMemcpyPeerAsync` on the sender's device-to-device stream, and the driver stages "
+    "it through pinned host memory. The `fastt` preset now routes those pairs sender -> host -> receiver, "
+    "holding the host's memory wire both ways (before: PCIe and QPI straight across, past the host). Only "
+    "8-GPU cells have such pairs; the 1-, 2- and 4-GPU DP cells are the same to the printed 0.1. DP at 8 GPUs "
+    "(samples/s, before -> after): VGG-19 106.9 -> 103.1, ResNet-200 110.1 -> 106.5, Inception-v3 509.6 -> "
+    "509.6 (its gradients never meet a host copy); DP-GPU and the FastT placements, which move tensors between "
+    "GPUs, lose more (VGG-19 x 8 DP-GPU 295.5 -> 204.6, DPOS 94.9 -> 65.2, OS-DPOS 109.2 -> 87.3 against the "
+    "04:36 exploration run).",
     "- **Where the DP baseline loses its time.** TF-slim keeps every variable on the host CPU, so each step "
     "every clone reads all the weights over PCIe and the summed gradient goes back: n x P bytes down and P up "
     "per step for P parameter bytes (VGG-19: P = 575 MB; ResNet-200: 259 MB; Inception-v3: 95 MB), plus the "
-    "clones' batches and their gradients into GPU 0, over NVLink or, for GPUs 5-7, over PCIe through both "
-    "sockets (column *DP host GB/step*). A transfer holds every wire of its route for bytes / bandwidth, and "
-    "the host's memory wire is on every host route, so the host's copies serialise at the 12 GB/s of one PCIe "
-    "hop. VGG-19 at 8 GPUs: the weights and batches reach the GPUs at 0.38 s, each clone computes for 0.07 s, "
-    "then the gradients of GPUs 5-7 share the PCIe path into GPU 0's switch (3 x 575 MB at 12 GB/s) before "
-    "the sum goes to the host: 0.60 s per step, and 8 GPUs are slower than 4 on every model, as FastT "
-    "measured.",
-    "- **Which cell misses, and why (no per-model factor was added).** ResNet-200 on 8 GPUs (+24.5 %). Its "
-    "simulated / measured step ratio falls as the batch per GPU shrinks: 1.25 / 1.04 / 0.94 / 0.80 at 32 / 16 "
-    "/ 8 / 4 samples per GPU. The analytical costs scale a layer's time with its batch down to the roofline, "
-    "while a V100 running ResNet-200's thousands of small kernels at 4 samples each is far from its peak "
-    '(FastT §6.3: a smaller batch per GPU "cannot achieve good GPU utilization"); a per-kernel efficiency '
-    "curve measured on a V100 would be needed and is not available here. The same roofline error shows in the "
-    "1-GPU cells (ResNet-200's step 25 % longer than measured, Inception-v3's 14 % shorter). The order check "
-    "moves ResNet-200 by up to 30 points (84.0 samples/s, -5 %, at 8 GPUs under `order=enforced`, 68.0, -24 "
-    "%, at 1 GPU). The input path is a model of the measured steps, not read from TensorFlow's source: the "
-    "variables' values are sent at the step's start and the batch comes through an asynchronous dequeue, and "
-    "the measured steps behave as if each clone waited for its weights (VGG-19 on 2 GPUs measured 0.428 s per "
-    "step, longer than the weights' copy plus a clone's compute, 0.096 + 0.27 s, where overlapping them would "
-    "give 0.27 s); it was not checked on a V100. The physically wider host is no way out: with the host's "
-    "port and memory wire taken off the routes (the four switch uplinks fed in parallel; a patched run before "
-    "these mechanisms, not committed) VGG-19 gave 122.4 / 235.9 / 289.6 / 163.4 samples/s, further from the "
-    "measurements, so the measured host behaves as one serial 12 GB/s path.",
-    "- **DPOS against DP.** DPOS is a list-scheduling heuristic on rank_u with *maximal* compute and transfer "
-    "times and one critical-path device; it places over the GPUs only. It plans with the preset's channel "
-    "numbers (`links`: 50 GB/s between every GPU pair) while the ruler routes the 12 of 28 GPU pairs without "
-    "NVLink over PCIe through both sockets, so at 8 GPUs its interleaving of the replicas' ops pays routes it "
-    "did not plan for (VGG-19 in the row above: DPOS 94.9 against DP's 106.9 samples/s; OS-DPOS's split "
-    "brings it to 109.2). FastT only activates a strategy that beats the running one and starts from data "
-    "parallelism, so its column is the better of DP and OS-DPOS.",
+    "clones' batches, and the clones' gradients into GPU 0 over NVLink or, for GPUs 5-7, staged through the "
+    "host (column *DP host GB/step*). Each copy queues on its TensorFlow copy stream and holds every wire of "
+    "its route for bytes / bandwidth, and the host's memory wire is on every host route, so the host's copies "
+    "serialise at the 12 GB/s of one PCIe hop. VGG-19 at 8 GPUs: the weights and batches reach the GPUs at "
+    "0.39 s, each clone computes for 0.07 s, then the gradients of GPUs 5-7 go through the host into GPU 0 (3 x "
+    "575 MB at 12 GB/s, until 0.56 s) and the sum goes to the host (until 0.60 s): 0.62 s per step, and 8 GPUs "
+    "are slower than 4 on every model, as FastT measured.",
+    "- **Which cell misses, and what was checked (no per-model factor was added).** ResNet-200 on 8 GPUs, "
+    "+20.5 % (+24.5 % before the staged routes). (1) *TF-slim's deployment* (`train_image_classifier.py`, "
+    "`model_deploy.py`): variables and their updates on `/device:CPU:0`, each clone's forward and gradients on "
+    "its GPU (`compute_gradients` under the clone's device scope), the per-variable `add_n` of the clones' "
+    "gradients created outside any device scope, which TensorFlow's placer puts on GPU 0, the weight-decay "
+    "losses colocated with their variables on the host, the batch-norm updates of the first clone only: the "
+    "DP placement does the same. (2) *The 8-GPU routes*: the staged pairs above, the one change kept. (3) "
+    "*Communication vs compute*, from FastT's own weak-scaling Table 2 (the same weights and gradients per step "
+    "at 32 samples per GPU): measured, ResNet-200's step grows from 0.353 s on 1 GPU to 0.428 s on 8 (+0.075 s "
+    "of host and gradient traffic not hidden by compute); simulated (this ruler, not a table cell) from 0.447 to "
+    "0.597 s (+0.151 s). The ruler's 8-GPU communication is therefore not too fast but too slow, by about as "
+    "much as for VGG-19 (weak 8 GPUs simulated 549.8 against 707.1 samples/s; strong 8 GPUs -18.8 %). What "
+    "is too fast is compute at 4 samples per GPU: the simulated step at 8 GPUs is 0.137 s of compute per clone "
+    "plus 0.163 s of traffic, while the measured 0.362 s leaves at least 0.199 s of compute (more with the "
+    "measured traffic). The roofline scales each layer with its batch and adds 5 us per op (18,623 ops per "
+    "replica: 0.093 s), so the clone's compute falls from 0.180 s at 8 samples to 0.137 s at 4; the measured "
+    "steps say a V100 running ResNet-200's small kernels at 4 samples is no faster than at 8 (FastT §6.3: a "
+    'smaller batch per GPU "cannot achieve good GPU utilization"). No one launch overhead fixes it: about '
+    "8.3 us per op (what ResNet-200 x 8 needs) would add about 0.065 s to ResNet-200's 1-GPU step (about 62 "
+    "samples/s, -30 %), whose roofline at 32 samples is already 25 % slow. Per-kernel V100 timings would be "
+    "needed to calibrate it (issue 14 item 3), and none are available here. The input path (batch after the "
+    "weights) remains a model of the measured steps, not read from TensorFlow's source; it was not checked on "
+    "a V100.",
+    "- **DPOS and OS-DPOS against DP.** DPOS (Algorithm 1) ranks and places with the maximal, contention-free "
+    "transfer times FastT's cost model uses: the preset's 50 GB/s channel between any two GPUs. Under the "
+    "ruler a GPU sends one tensor at a time on its device-to-device stream and 12 of 28 GPU pairs go through "
+    "the host at 12 GB/s, so DPOS's interleaving of the replicas' ops costs far more than it planned: it loses "
+    "to DP on every row but VGG-19 at 2 and 4 GPUs (VGG-19 x 8 moves 24 GB between GPUs per step, 65.2 "
+    "samples/s). The same DPOS planning on the ruler's own routes (`plan-congestion=topology`, an option, not "
+    "FastT's rule; VGG-19 x 8, not a table cell) moves 7.9 GB and reaches 333.3 samples/s, so the loss is the "
+    "planning's blindness to contention, not the placement rule. OS-DPOS keeps few splits on these graphs and "
+    "gains 0-34 % over DPOS (Table 6 analogue). FastT activates a strategy only when it beats the running one "
+    "and starts from data parallelism (§4), so its column is the better of DP and OS-DPOS, which is DP "
+    "wherever DPOS loses. FastT's published FastT column is DP -1 to +59 %; here OS-DPOS beats DP on VGG-19 at 2 "
+    "and 4 GPUs only (+28 %, +73 %; FastT: +33 %, +59 %).",
     "- **Models and batches.** VGG-19 and Inception-v3 are Keras's, ResNet-200 is built from Keras's "
     "ResNet-v2 stack function with TF-slim's unit counts (FastT used TF-slim's nets). No NMT model "
     "(re-tracing the zoo's unrolled LSTM at three batch sizes does not fit the time budget). Global batches "
@@ -648,8 +707,15 @@ NOTES = [
 ]
 
 
-def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = STRATEGIES) -> Path:
-    """Measure every model with ``strategies`` and write the report; returns its path."""
+def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = STRATEGIES, max_nodes: int = 0) -> Path:
+    """Measure every model with ``strategies`` and write the report; returns its path.
+
+    ``max_nodes`` (``--max-nodes``, 0: no limit) leaves DPOS and OS-DPOS out on larger data-parallel
+    graphs (their cells say *not run*), a time budget: OS-DPOS reruns DPOS for every trial split.
+
+    The report is rewritten after every row (see :func:`row_order`), listing the rows still to run,
+    so a run stopped early leaves a table of what it measured.
+    """
     load_builtin_passes()
     started = time.perf_counter()
     quick = bool(args.quick)
@@ -659,17 +725,28 @@ def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = ST
     rows: list[Row] = []
     singles: dict[str, Cell | None] = {}
     ops: dict[str, dict[str, str]] = {}
-    for model in models:
-        runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
-        model_rows, one, ops[model.entry] = measure(model, devices, runner, check, not quick, strategies)
-        rows += model_rows
-        singles[model.entry] = one
+    sources: dict[str, Module] = {}
     command = "python -m graphir.tools.replicate.fastt" + (" --quick" if quick else "")
     if tuple(strategies) != STRATEGIES:
         command += f" --strategies={','.join(strategies)}"
-    text = render(rows, singles, ops, command, time.perf_counter() - started, quick)
+    if max_nodes:
+        command += f" --max-nodes={max_nodes}"
     path = Path(args.out) / "replicate_fastt.md"
-    write_text(path, text)
+    for model in models:
+        runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
+        if quick:
+            sources[model.entry] = load_module(f"zoo:{model.entry}")
+            ops[model.entry] = {node.name: node.op for node in sources[model.entry].graph.nodes}
+            singles[model.entry] = None
+        else:
+            sources[model.entry], singles[model.entry], ops[model.entry] = measure_single(model, runner, check)
+    order = row_order(models, devices)
+    for k, (model, n) in enumerate(order):
+        rows.append(measure_row(sources[model.entry], model, n, runner, check, strategies, max_nodes))
+        done = sorted(rows, key=lambda r: (models.index(r.model), r.devices))
+        pending = [f"{m.label} x {d}" for m, d in order[k + 1 :]]
+        text = render(done, singles, ops, command, time.perf_counter() - started, quick, pending, models)
+        write_text(path, text)
     return path
 
 
@@ -690,16 +767,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the FastT replication (see the module docstring); 0 on success, 1 with a one-line error."""
     rest: list[str] = []
     strategies = STRATEGIES
+    max_nodes = 0
     for arg in sys.argv[1:] if argv is None else argv:
-        if not arg.startswith("--strategies="):
-            rest.append(arg)
-            continue
         try:
-            strategies = parse_strategies(arg.partition("=")[2])
+            if arg.startswith("--strategies="):
+                strategies = parse_strategies(arg.partition("=")[2])
+            elif arg.startswith("--max-nodes="):
+                text = arg.partition("=")[2]
+                if not text.isdigit():
+                    raise ValueError(f"--max-nodes wants a whole number of nodes, got '{text}'")
+                max_nodes = int(text)
+            else:
+                rest.append(arg)
         except ValueError as exc:
             print(f"graphir.tools.replicate.fastt: error: {exc}", file=sys.stderr)
             return 1
-    return run_main("fastt", functools.partial(run, strategies=strategies), rest, DESCRIPTION)
+    return run_main("fastt", functools.partial(run, strategies=strategies, max_nodes=max_nodes), rest, DESCRIPTION)
 
 
 if __name__ == "__main__":
