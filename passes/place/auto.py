@@ -60,6 +60,7 @@ from graphir.errors import GraphIRError
 from graphir.pass_infra import Stat
 from graphir.passes.place import (  # noqa: F401  (the members register)
     PLACERS,
+    CandidateSimulator,
     Placement,
     PlacementContext,
     Placer,
@@ -74,6 +75,7 @@ from graphir.passes.place import (  # noqa: F401  (the members register)
 from graphir.passes.place.memory_guard import GUARD_PLANS, lowered_capacity
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.passes.place.refine import Candidate, candidate, critical_path_bound, refine
+from graphir.passes.place.refine_fine import fine_problem, offload
 
 PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "order-place", "adjusting", "m-sct")
 """The members of the portfolio, in the order they run: those that win most often in the placement
@@ -83,6 +85,16 @@ still run."""
 
 PORTFOLIO_SHARE = 0.6
 """The portfolio may spend this share of the budget; the refinement gets the rest (and what is left)."""
+
+
+FINE_SHARE = 0.5
+"""The share of the refinement's simulations reserved for its second stage (offloading fine nodes,
+:mod:`graphir.passes.place.refine_fine`); the first stage (moving coarse blocks) gets the rest, and
+what it leaves goes to the second."""
+
+FINE_MIN_SIMS = 4
+"""The second stage runs only with at least this many simulations left (building its problem and the
+first critical-path analysis are charged as two)."""
 
 
 REPLAN_SHARE = 0.2
@@ -278,6 +290,37 @@ class Auto(Placer):
                     stats[f"auto.{name}+guard-overflow-B"] = current.overflow
         return spent
 
+    def _offload(
+        self,
+        problem: PlacementProblem,
+        refined: Candidate,
+        duration: np.ndarray,
+        simulate: CandidateSimulator,
+        allowance: int,
+        stats: dict[str, Stat],
+    ) -> tuple[Candidate, PlacementProblem] | None:
+        """The refinement's second stage on the fine graph (:func:`graphir.passes.place.refine_fine.offload`).
+
+        ``allowance`` counts simulations; building the fine problem and each critical-path analysis
+        are charged as one simulation each (they walk the same nodes and edges). Returns the
+        offloaded candidate and its fine problem when it beats ``refined``, else ``None``.
+        Statistics: ``auto.offload-sims``, ``auto.offload-moves`` (trials taken), ``auto.offload-nodes``
+        (fine nodes moved), ``auto.offload-ms``.
+        """
+        fine = fine_problem(problem, duration)
+
+        def judge_fine(device: np.ndarray, start: np.ndarray) -> Candidate:
+            return candidate(fine, "trial", device, start, simulate(fine, device, start, self.congestion))
+
+        group = problem.node_group
+        first = judge_fine(refined.device[group], np.asarray(refined.start, dtype=np.float64)[group])
+        outcome = offload(fine, first, judge_fine, allowance - 2)
+        stats["auto.offload-sims"] = outcome.simulations + 2
+        stats["auto.offload-moves"] = outcome.moves
+        stats["auto.offload-nodes"] = outcome.moved
+        stats["auto.offload-ms"] = round(outcome.best.makespan * 1e3, 3)
+        return (outcome.best, fine) if outcome.best.better_than(refined) else None
+
     @staticmethod
     def _has_mem_model(name: str) -> bool:
         """Whether member ``name`` plans with a ``mem-model`` (and so reads the devices' capacities)."""
@@ -293,6 +336,7 @@ class Auto(Placer):
             return Placement(np.zeros(0, dtype=np.int64), np.zeros(0), stats)
 
         durations: dict[int, np.ndarray] = {}  # id(candidate) -> fine durations, for single's bound
+        single_duration: np.ndarray | None = None  # the one-device simulation's, for the fine stage
 
         def judge(name: str, device: np.ndarray, start: np.ndarray) -> Candidate:
             result = simulate(problem, device, start, self.congestion)
@@ -327,7 +371,8 @@ class Auto(Placer):
             if name == "single":  # also in topological order, as place{algo=single} on the fine graph runs
                 plain = judge(name, device, np.arange(problem.num_nodes, dtype=np.float64))
                 member = plain if plain.better_than(member) else member
-                bound = critical_path_bound(problem, durations[id(member)])
+                single_duration = durations[id(member)]
+                bound = critical_path_bound(problem, single_duration)
                 stats["auto.bound-ms"] = round(bound * 1e3, 3)
             wall = time.perf_counter() - member_began
             stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
@@ -343,23 +388,32 @@ class Auto(Placer):
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
         stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)
         refined = best
+        answer = Placement(best.device, best.start, stats)
         if self.refine:
             allowance = int((budget - spent) // model.simulation)
+            coarse_allowance = allowance - int(FINE_SHARE * allowance)
             refine_began = time.perf_counter()
             refined, sims, moves, reordered, starts = best, 0, 0, False, []
             for start_from in restarts(candidates):
-                if sims >= allowance:
+                if sims >= coarse_allowance:
                     break
-                outcome = refine(problem, start_from, lambda d, s: judge("trial", d, s), allowance - sims)
+                outcome = refine(problem, start_from, lambda d, s: judge("trial", d, s), coarse_allowance - sims)
                 sims += outcome.simulations
                 starts.append(start_from.name)
                 if outcome.best.better_than(refined):
                     refined, moves, reordered = outcome.best, outcome.moves, outcome.reordered
+            answer = Placement(refined.device, refined.start, stats)
             stats["auto.refine-sims"] = sims
             stats["auto.refine-allowance"] = allowance
             stats["auto.refine-moves"] = moves
             stats["auto.refine-reordered"] = reordered
             stats["auto.refine-starts"] = ",".join(starts)
+            if refined.fits and single_duration is not None and allowance - sims >= FINE_MIN_SIMS:
+                split = self._offload(problem, refined, single_duration, simulate, allowance - sims, stats)
+                stats["auto.refine-sims"] = sims + int(stats["auto.offload-sims"])
+                if split is not None:
+                    refined = dataclasses.replace(split[0], name=refined.name)
+                    answer = Placement(refined.device, refined.start, stats, problem=split[1])
             stats["auto.refine-wall-s"] = round(time.perf_counter() - refine_began, 3)
         stats["auto.refined-ms"] = round(refined.makespan * 1e3, 3)
         gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
@@ -368,4 +422,4 @@ class Auto(Placer):
             stats["auto.refine-overflow-B"] = f"{best.overflow} -> {refined.overflow}"
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
         stats["estimated-makespan-s"] = refined.makespan
-        return Placement(refined.device, refined.start, stats)
+        return answer
