@@ -414,6 +414,15 @@ class Auto(Placer):
                 if split is not None:
                     refined = dataclasses.replace(split[0], name=refined.name)
                     answer = Placement(refined.device, refined.start, stats, problem=split[1])
+            left = allowance - int(stats["auto.refine-sims"])
+            if answer.problem is None and left > 0 and sims >= coarse_allowance:
+                # the second stage found nothing to offload: the first stage, cut short, goes on
+                outcome = refine(problem, refined, lambda d, s: judge("trial", d, s), left)
+                stats["auto.refine-sims"] = int(stats["auto.refine-sims"]) + outcome.simulations
+                if outcome.best.better_than(refined):
+                    refined = outcome.best
+                    stats["auto.refine-moves"] = moves + outcome.moves
+                    answer = Placement(refined.device, refined.start, stats)
             stats["auto.refine-wall-s"] = round(time.perf_counter() - refine_began, 3)
         stats["auto.refined-ms"] = round(refined.makespan * 1e3, 3)
         gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
