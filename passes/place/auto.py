@@ -24,11 +24,16 @@ improves it.
    least 20 %, and a re-plan runs only where a faster plan overflowed).
 2. **Choice**: the candidate that fits memory (no OOM device) with the smallest simulated makespan;
    when none fits, the least overflow (bytes above capacity, summed over devices), then makespan.
-3. **Refinement** (:mod:`graphir.passes.place.refine`): a local search moving blocks of coarse
-   nodes between devices, most critical first, every trial simulated; it gets the rest of the
-   budget as a count of simulations. It starts from the best candidate; when it reaches a local
-   optimum with simulations left, it starts again from the next fitting candidate with a different
-   placement (:func:`restarts`), and the best end wins.
+3. **Refinement**, in two stages; it gets the rest of the budget as a count of simulations.
+   First (:mod:`graphir.passes.place.refine`), at most half of them (:data:`FINE_SHARE`): a local
+   search moving blocks of coarse nodes between devices, most critical first, every trial simulated.
+   It starts from the best candidate; when it reaches a local optimum with simulations left, it
+   starts again from the next fitting candidate with a different placement (:func:`restarts`), and
+   the best end wins. Second (:mod:`graphir.passes.place.refine_fine`), from that end when it fits:
+   on the fine graph (coarse nodes split), work off the critical path (its float, by the critical
+   path method, larger than its transfer) is moved off the busiest device in chunks, every trial
+   simulated; the answer is then a placement of the fine graph (``Placement.problem``). When the
+   second stage finds nothing to move, the first goes on with the simulations left.
 
 **Budget.** ``budget=`` is work, in *modelled* seconds (:class:`WorkModel`: a simulation costs
 1 us per fine node and edge, each member its own rate from the graph's sizes), never the clock,
@@ -37,12 +42,13 @@ deterministic under ``--seed`` (METIS is seeded by it; nothing else is random). 
 with the graph (:func:`default_budget`): 0.65 s plus 8 to 150 simulations' worth, fewer on larger graphs
 (:func:`default_trials`).
 
-The granularity is the problem as given: on a large graph, the coarse view is the user's ``fuse``
-choice (``fuse,place``). The statistics report every candidate's makespan (``auto.<member>-ms``;
+The portfolio and the first stage place the problem as given: on a large graph, the coarse view is
+the user's ``fuse`` choice (``fuse,place``); only the second stage splits coarse nodes. The statistics report every candidate's makespan (``auto.<member>-ms``;
 ``skipped``/``failed``), the chosen member, the best portfolio makespan, the refined one and the
 refinement's gain (``auto.refine-gain-pct``; negative when it traded time for memory, with
-``auto.refine-overflow-B`` saying how the overflow fell), the trials simulated, moves taken and the
-candidates the refinement started from (``auto.refine-starts``), the critical-path bound
+``auto.refine-overflow-B`` saying how the overflow fell), the trials simulated (both stages), moves taken and the
+candidates the refinement started from (``auto.refine-starts``), the second stage's trials, moves, fine
+nodes moved and result (``auto.offload-sims``, ``-moves``, ``-nodes``, ``-ms``), the critical-path bound
 (``auto.bound-ms``: :func:`graphir.passes.place.refine.critical_path_bound` with the one-device
 simulation's durations; no placement on that device kind is faster), and wall times.
 """
