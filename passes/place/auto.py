@@ -43,12 +43,13 @@ with the graph (:func:`default_budget`): 0.65 s plus 8 to 150 simulations' worth
 (:func:`default_trials`).
 
 The portfolio and the first stage place the problem as given: on a large graph, the coarse view is
-the user's ``fuse`` choice (``fuse,place``); only the second stage splits coarse nodes. The statistics report every candidate's makespan (``auto.<member>-ms``;
-``skipped``/``failed``), the chosen member, the best portfolio makespan, the refined one and the
-refinement's gain (``auto.refine-gain-pct``; negative when it traded time for memory, with
-``auto.refine-overflow-B`` saying how the overflow fell), the trials simulated (both stages), moves taken and the
-candidates the refinement started from (``auto.refine-starts``), the second stage's trials, moves, fine
-nodes moved and result (``auto.offload-sims``, ``-moves``, ``-nodes``, ``-ms``), the critical-path bound
+the user's ``fuse`` choice (``fuse,place``); only the second stage splits coarse nodes. The
+statistics report every candidate's makespan (``auto.<member>-ms``; ``skipped``/``failed``), the
+chosen member, the best portfolio makespan, the refined one and the refinement's gain
+(``auto.refine-gain-pct``; negative when it traded time for memory, with ``auto.refine-overflow-B``
+saying how the overflow fell), the trials simulated (both stages), moves taken and the candidates
+the refinement started from (``auto.refine-starts``), the second stage's trials, moves, fine nodes
+moved and result (``auto.offload-sims``, ``-moves``, ``-nodes``, ``-ms``), the critical-path bound
 (``auto.bound-ms``: :func:`graphir.passes.place.refine.critical_path_bound` with the one-device
 simulation's durations; no placement on that device kind is faster), and wall times.
 """
