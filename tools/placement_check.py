@@ -103,9 +103,20 @@ def check(results: Sequence[Cell]) -> tuple[list[str], dict[str, int]]:
             f"**{_ms(auto)}** | {stats.get('auto.chosen', '-')} | {stats.get('auto.portfolio-ms', '-')} | "
             f"{stats.get('auto.refined-ms', '-')} | {gain if gain is not None else '-'} | "
             f"{stats.get('auto.bound-ms', '-')} | "
-            f"{'yes' if spread else 'no'} | {stats.get('auto.refine-sims', '-')} | {'; '.join(notes) or 'ok'} |"
+            f"{'yes' if spread else 'no'} | {stats.get('auto.refine-sims', '-')} | {_offload(stats)} | "
+            f"{'; '.join(notes) or 'ok'} |"
         )
     return rows, counts
+
+
+def _offload(stats: dict[str, Any]) -> str:
+    """The refinement's second stage in a cell: ``moves/sims -> ms`` (fine nodes moved), ``-`` when it did not run."""
+    if "auto.offload-sims" not in stats:
+        return "-"
+    return (
+        f"{stats['auto.offload-moves']}/{stats['auto.offload-sims']} -> {stats['auto.offload-ms']} "
+        f"({stats['auto.offload-nodes']} nodes)"
+    )
 
 
 def why_no_gain(stats: dict[str, Any]) -> str:
@@ -173,12 +184,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "refinement, `gain` the refinement's gain in %; `bound` the critical-path bound in ms (the fine graph's "
         "longest path with the one-device simulation's durations and free transfers: no placement on that device "
         "kind is faster); `spread` says whether the fastest fitting cell uses more "
-        "than one device; `sims` the refinement's trial simulations.",
+        "than one device; `sims` the refinement's trial simulations (both stages); `offload` its second stage "
+        "(passes/place/refine_fine.py: moves taken / simulations -> makespan in ms, fine nodes moved; `-`: it did "
+        "not run, the first stage's answer did not fit or too few simulations were left).",
         *(["", data["note"]] if data.get("note") else []),
         "",
         "| model | cluster | single | best placer | auto | chosen | portfolio | refined | gain % | bound | spread "
-        "| sims | check |",
-        "|---|---|--:|---|--:|---|--:|--:|--:|--:|---|--:|---|",
+        "| sims | offload | check |",
+        "|---|---|--:|---|--:|---|--:|--:|--:|--:|---|--:|---|---|",
         *rows,
         "",
         f"- (model, cluster) cells with an `auto` column: {counts['cells']} ({counts['errors']} failed)",

@@ -67,11 +67,16 @@ class Placement:
         device: device number per coarse node.
         start: start time per coarse node when the placer schedules, else ``None``.
         stats: extra statistics to report.
+        problem: the problem ``device`` and ``start`` refer to when it is not the one the placer
+            was given: a finer one, with the given problem's fine graph and cluster (``auto``'s
+            refinement splits coarse nodes: :func:`graphir.passes.place.refine_fine.fine_problem`);
+            ``None``: the given problem.
     """
 
     device: np.ndarray
     start: np.ndarray | None = None
     stats: dict[str, Stat] = dataclasses.field(default_factory=dict)
+    problem: PlacementProblem | None = None
 
 
 def _silent(message: str) -> None:
@@ -213,6 +218,10 @@ def apply_placement(
     Raises:
         PassError: the answer is malformed or violates affinity or colocation (a placer bug).
     """
+    coarse_nodes = problem.num_nodes
+    if placement.problem is not None:  # the answer is for a finer problem of the same fine graph
+        assert len(placement.problem.node_group) == len(problem.node_group)
+        problem = placement.problem
     device = np.asarray(placement.device, dtype=np.int64)
     _check_constraints(problem, device)
     start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
@@ -221,7 +230,7 @@ def apply_placement(
     seconds = time.perf_counter() - started
     stats: dict[str, Stat] = {
         "algo": algo,
-        "coarse-nodes": problem.num_nodes,
+        "coarse-nodes": coarse_nodes,
         "placement-wall-s": seconds,
     }
     used = np.bincount(device, minlength=problem.num_devices)

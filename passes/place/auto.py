@@ -24,11 +24,16 @@ improves it.
    least 20 %, and a re-plan runs only where a faster plan overflowed).
 2. **Choice**: the candidate that fits memory (no OOM device) with the smallest simulated makespan;
    when none fits, the least overflow (bytes above capacity, summed over devices), then makespan.
-3. **Refinement** (:mod:`graphir.passes.place.refine`): a local search moving blocks of coarse
-   nodes between devices, most critical first, every trial simulated; it gets the rest of the
-   budget as a count of simulations. It starts from the best candidate; when it reaches a local
-   optimum with simulations left, it starts again from the next fitting candidate with a different
-   placement (:func:`restarts`), and the best end wins.
+3. **Refinement**, in two stages; it gets the rest of the budget as a count of simulations.
+   First (:mod:`graphir.passes.place.refine`), at most half of them (:data:`FINE_SHARE`): a local
+   search moving blocks of coarse nodes between devices, most critical first, every trial simulated.
+   It starts from the best candidate; when it reaches a local optimum with simulations left, it
+   starts again from the next fitting candidate with a different placement (:func:`restarts`), and
+   the best end wins. Second (:mod:`graphir.passes.place.refine_fine`), from that end when it fits:
+   on the fine graph (coarse nodes split), work off the critical path (its float, by the critical
+   path method, larger than its transfer) is moved off the busiest device in chunks, every trial
+   simulated; the answer is then a placement of the fine graph (``Placement.problem``). When the
+   second stage finds nothing to move, the first goes on with the simulations left.
 
 **Budget.** ``budget=`` is work, in *modelled* seconds (:class:`WorkModel`: a simulation costs
 1 us per fine node and edge, each member its own rate from the graph's sizes), never the clock,
@@ -37,12 +42,14 @@ deterministic under ``--seed`` (METIS is seeded by it; nothing else is random). 
 with the graph (:func:`default_budget`): 0.65 s plus 8 to 150 simulations' worth, fewer on larger graphs
 (:func:`default_trials`).
 
-The granularity is the problem as given: on a large graph, the coarse view is the user's ``fuse``
-choice (``fuse,place``). The statistics report every candidate's makespan (``auto.<member>-ms``;
-``skipped``/``failed``), the chosen member, the best portfolio makespan, the refined one and the
-refinement's gain (``auto.refine-gain-pct``; negative when it traded time for memory, with
-``auto.refine-overflow-B`` saying how the overflow fell), the trials simulated, moves taken and the
-candidates the refinement started from (``auto.refine-starts``), the critical-path bound
+The portfolio and the first stage place the problem as given: on a large graph, the coarse view is
+the user's ``fuse`` choice (``fuse,place``); only the second stage splits coarse nodes. The
+statistics report every candidate's makespan (``auto.<member>-ms``; ``skipped``/``failed``), the
+chosen member, the best portfolio makespan, the refined one and the refinement's gain
+(``auto.refine-gain-pct``; negative when it traded time for memory, with ``auto.refine-overflow-B``
+saying how the overflow fell), the trials simulated (both stages), moves taken and the candidates
+the refinement started from (``auto.refine-starts``), the second stage's trials, moves, fine nodes
+moved and result (``auto.offload-sims``, ``-moves``, ``-nodes``, ``-ms``), the critical-path bound
 (``auto.bound-ms``: :func:`graphir.passes.place.refine.critical_path_bound` with the one-device
 simulation's durations; no placement on that device kind is faster), and wall times.
 """
@@ -60,6 +67,7 @@ from graphir.errors import GraphIRError
 from graphir.pass_infra import Stat
 from graphir.passes.place import (  # noqa: F401  (the members register)
     PLACERS,
+    CandidateSimulator,
     Placement,
     PlacementContext,
     Placer,
@@ -74,6 +82,7 @@ from graphir.passes.place import (  # noqa: F401  (the members register)
 from graphir.passes.place.memory_guard import GUARD_PLANS, lowered_capacity
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.passes.place.refine import Candidate, candidate, critical_path_bound, refine
+from graphir.passes.place.refine_fine import fine_problem, offload
 
 PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "order-place", "adjusting", "m-sct")
 """The members of the portfolio, in the order they run: those that win most often in the placement
@@ -83,6 +92,16 @@ still run."""
 
 PORTFOLIO_SHARE = 0.6
 """The portfolio may spend this share of the budget; the refinement gets the rest (and what is left)."""
+
+
+FINE_SHARE = 0.5
+"""The share of the refinement's simulations reserved for its second stage (offloading fine nodes,
+:mod:`graphir.passes.place.refine_fine`); the first stage (moving coarse blocks) gets the rest, and
+what it leaves goes to the second."""
+
+FINE_MIN_SIMS = 4
+"""The second stage runs only with at least this many simulations left (building its problem and the
+first critical-path analysis are charged as two)."""
 
 
 REPLAN_SHARE = 0.2
@@ -278,6 +297,37 @@ class Auto(Placer):
                     stats[f"auto.{name}+guard-overflow-B"] = current.overflow
         return spent
 
+    def _offload(
+        self,
+        problem: PlacementProblem,
+        refined: Candidate,
+        duration: np.ndarray,
+        simulate: CandidateSimulator,
+        allowance: int,
+        stats: dict[str, Stat],
+    ) -> tuple[Candidate, PlacementProblem] | None:
+        """The refinement's second stage on the fine graph (:func:`graphir.passes.place.refine_fine.offload`).
+
+        ``allowance`` counts simulations; building the fine problem and each critical-path analysis
+        are charged as one simulation each (they walk the same nodes and edges). Returns the
+        offloaded candidate and its fine problem when it beats ``refined``, else ``None``.
+        Statistics: ``auto.offload-sims``, ``auto.offload-moves`` (trials taken), ``auto.offload-nodes``
+        (fine nodes moved), ``auto.offload-ms``.
+        """
+        fine = fine_problem(problem, duration)
+
+        def judge_fine(device: np.ndarray, start: np.ndarray) -> Candidate:
+            return candidate(fine, "trial", device, start, simulate(fine, device, start, self.congestion))
+
+        group = problem.node_group
+        first = judge_fine(refined.device[group], np.asarray(refined.start, dtype=np.float64)[group])
+        outcome = offload(fine, first, judge_fine, allowance - 2)
+        stats["auto.offload-sims"] = outcome.simulations + 2
+        stats["auto.offload-moves"] = outcome.moves
+        stats["auto.offload-nodes"] = outcome.moved
+        stats["auto.offload-ms"] = round(outcome.best.makespan * 1e3, 3)
+        return (outcome.best, fine) if outcome.best.better_than(refined) else None
+
     @staticmethod
     def _has_mem_model(name: str) -> bool:
         """Whether member ``name`` plans with a ``mem-model`` (and so reads the devices' capacities)."""
@@ -293,6 +343,7 @@ class Auto(Placer):
             return Placement(np.zeros(0, dtype=np.int64), np.zeros(0), stats)
 
         durations: dict[int, np.ndarray] = {}  # id(candidate) -> fine durations, for single's bound
+        single_duration: np.ndarray | None = None  # the one-device simulation's, for the fine stage
 
         def judge(name: str, device: np.ndarray, start: np.ndarray) -> Candidate:
             result = simulate(problem, device, start, self.congestion)
@@ -327,7 +378,8 @@ class Auto(Placer):
             if name == "single":  # also in topological order, as place{algo=single} on the fine graph runs
                 plain = judge(name, device, np.arange(problem.num_nodes, dtype=np.float64))
                 member = plain if plain.better_than(member) else member
-                bound = critical_path_bound(problem, durations[id(member)])
+                single_duration = durations[id(member)]
+                bound = critical_path_bound(problem, single_duration)
                 stats["auto.bound-ms"] = round(bound * 1e3, 3)
             wall = time.perf_counter() - member_began
             stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
@@ -343,23 +395,41 @@ class Auto(Placer):
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
         stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)
         refined = best
+        answer = Placement(best.device, best.start, stats)
         if self.refine:
             allowance = int((budget - spent) // model.simulation)
+            coarse_allowance = allowance - int(FINE_SHARE * allowance)
             refine_began = time.perf_counter()
             refined, sims, moves, reordered, starts = best, 0, 0, False, []
             for start_from in restarts(candidates):
-                if sims >= allowance:
+                if sims >= coarse_allowance:
                     break
-                outcome = refine(problem, start_from, lambda d, s: judge("trial", d, s), allowance - sims)
+                outcome = refine(problem, start_from, lambda d, s: judge("trial", d, s), coarse_allowance - sims)
                 sims += outcome.simulations
                 starts.append(start_from.name)
                 if outcome.best.better_than(refined):
                     refined, moves, reordered = outcome.best, outcome.moves, outcome.reordered
+            answer = Placement(refined.device, refined.start, stats)
             stats["auto.refine-sims"] = sims
             stats["auto.refine-allowance"] = allowance
             stats["auto.refine-moves"] = moves
             stats["auto.refine-reordered"] = reordered
             stats["auto.refine-starts"] = ",".join(starts)
+            if refined.fits and single_duration is not None and allowance - sims >= FINE_MIN_SIMS:
+                split = self._offload(problem, refined, single_duration, simulate, allowance - sims, stats)
+                stats["auto.refine-sims"] = sims + int(stats["auto.offload-sims"])
+                if split is not None:
+                    refined = dataclasses.replace(split[0], name=refined.name)
+                    answer = Placement(refined.device, refined.start, stats, problem=split[1])
+            left = allowance - int(stats["auto.refine-sims"])
+            if answer.problem is None and left > 0 and sims >= coarse_allowance:
+                # the second stage found nothing to offload: the first stage, cut short, goes on
+                outcome = refine(problem, refined, lambda d, s: judge("trial", d, s), left)
+                stats["auto.refine-sims"] = int(stats["auto.refine-sims"]) + outcome.simulations
+                if outcome.best.better_than(refined):
+                    refined = outcome.best
+                    stats["auto.refine-moves"] = moves + outcome.moves
+                    answer = Placement(refined.device, refined.start, stats)
             stats["auto.refine-wall-s"] = round(time.perf_counter() - refine_began, 3)
         stats["auto.refined-ms"] = round(refined.makespan * 1e3, 3)
         gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
@@ -368,4 +438,4 @@ class Auto(Placer):
             stats["auto.refine-overflow-B"] = f"{best.overflow} -> {refined.overflow}"
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
         stats["estimated-makespan-s"] = refined.makespan
-        return Placement(refined.device, refined.start, stats)
+        return answer
