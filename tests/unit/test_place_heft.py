@@ -7,6 +7,8 @@ placer with hand-worked makespans on graphs where spreading must win and where i
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -212,6 +214,53 @@ def test_timeline_of_many_blocks_with_no_gap_long_enough() -> None:
         line.reserve(2.0 * k, 2.0 * k + 1)
     assert len(line.starts) == 300
     assert line.earliest_start(0.0, 1.5) == 599.0 and line.earliest_start(0.0, 1.0) == 1.0
+
+
+def _reference_earliest_start(starts: list[float], ends: list[float], ready: float, duration: float) -> float:
+    """The insertion search as one plain scan over every block after ``ready`` (the specification)."""
+    t = ready
+    for begin, end in zip(starts, ends, strict=True):
+        if end <= ready:
+            continue
+        if t + duration <= begin:
+            return t
+        t = max(t, end)
+    return t
+
+
+def test_timeline_finds_the_one_wide_gap_far_out() -> None:
+    """1,000 blocks [2k, 2k + 1) except k = 699: the gaps are 1 long but the one before block 700 is 3
+    (from 1397 to 1400), so a node of 2.5 ready at 0 fits only there, at 1397; booked at 1397..1399.5 it
+    merges with block 698, and the next node of 2.5 goes after the last block, at 1999."""
+    line = DeviceTimeline()
+    for k in range(1000):
+        if k != 699:
+            line.reserve(2.0 * k, 2.0 * k + 1)
+    assert line.earliest_start(0.0, 2.5) == 1397.0
+    assert line.earliest_start(1396.5, 2.5) == 1397.0  # ready inside block 698: its end
+    line.reserve(1397.0, 1399.5)
+    assert line.ends[698] == 1399.5 and len(line.starts) == 999
+    assert line.earliest_start(0.0, 2.5) == 1999.0
+
+
+def test_timeline_matches_the_plain_scan() -> None:
+    """200 seeded sequences of 120 bookings (ready 0..80 in halves, lengths 0.5..6: dense, with small
+    gaps; each booked in the first slot that holds it, as the schedulers book), then 30 queries: the
+    answers agree with a plain scan over every block, and blocks stay merged and disjoint."""
+    rng = random.Random(0)
+    for _ in range(200):
+        line = DeviceTimeline()
+        for _ in range(120):
+            ready, length = rng.randint(0, 160) / 2, rng.randint(1, 12) / 2
+            start = line.earliest_start(ready, length)
+            assert start == _reference_earliest_start(line.starts, line.ends, ready, length)
+            line.reserve(start, start + length)
+            assert all(e < b for e, b in zip(line.ends, line.starts[1:], strict=False))
+        for _ in range(30):
+            ready, length = rng.randint(0, 400) / 4, rng.randint(0, 16) / 2
+            assert line.earliest_start(ready, length) == _reference_earliest_start(
+                line.starts, line.ends, ready, length
+            )
 
 
 def test_a_partial_schedule_is_no_placement() -> None:
