@@ -380,13 +380,9 @@ def simulate_placement(
                 startable += serve(d, q, now)
         return startable
 
-    def offer(d: int, now: float) -> None:
-        """``enforced``: start device ``d``'s next node if it is free and the node can start."""
+    def launch(d: int, v: int, begin: float) -> None:
+        """Start node ``v`` on device ``d`` at ``begin`` (later if the device's compute resource is booked then)."""
         nonlocal seq
-        v = runs[d][head[d]]
-        if busy_flag[d] or v < 0 or pending[v]:
-            return
-        begin = ready[v] if ready[v] > now else now
         if blocking:
             r = compute_resource[d]
             if resource_free[r] > begin:
@@ -396,6 +392,13 @@ def simulate_placement(
         busy_flag[d] = True
         heappush(events, (begin + dur[v], seq, v))
         seq += 1
+
+    def offer(d: int, now: float) -> None:
+        """``enforced``: start device ``d``'s next node if it is free and the node can start."""
+        v = runs[d][head[d]]
+        if busy_flag[d] or v < 0 or pending[v]:
+            return
+        launch(d, v, ready[v] if ready[v] > now else now)
 
     def stretched(u: int, now: float) -> bool:
         """Stretch ``u`` (finishing at ``now``) by the receive CPU due on its core while it ran; whether it was."""
@@ -418,9 +421,9 @@ def simulate_placement(
             resource_free[compute_resource[d]] = now + extra
         return True
 
-    # Starting a node (inlined below, the hot path): ``enforced`` starts device d's next node in
-    # ``order`` once its inputs are in, at max(now, ready); ``dynamic`` pops d's first-ready node at
-    # now. Under a compute resource (``task``, or a transfer CPU charge) the node also waits for it
+    # Starting a node (``launch``; ``offer`` under ``enforced``): ``enforced`` starts device d's next
+    # node in ``order`` once its inputs are in, at max(now, ready); ``dynamic`` pops d's first-ready
+    # node at now. Under a compute resource (``task``, or a transfer CPU charge) the node also waits for it
     # and books it until it finishes (Celeritas §6.1: the device's compute is one resource with its
     # transfers). Then the device is busy and the node's finish is an event.
     if dynamic:
@@ -434,16 +437,7 @@ def simulate_placement(
         initial = [d for d in range(num_devices) if runs[d][0] >= 0 and not pending[runs[d][0]]]
     for d in initial:
         v = heappop(queues[d])[2] if dynamic else runs[d][0]
-        begin = ready[v]
-        if blocking:
-            r = compute_resource[d]
-            if resource_free[r] > begin:
-                begin = resource_free[r]
-            resource_free[r] = begin + dur[v]
-        start[v] = begin
-        busy_flag[d] = True
-        heappush(events, (begin + dur[v], seq, v))
-        seq += 1
+        launch(d, v, ready[v])
     if service:  # a device with nothing to run at 0 makes its requests then
         for d in range(num_devices):
             if not busy_flag[d]:
@@ -529,17 +523,7 @@ def simulate_placement(
                             heappush(events, (ready[w], seq, ~w))
                             seq += 1
                     continue
-                v = heappop(queues[d])[2]
-                begin = now
-                if blocking:
-                    r = compute_resource[d]
-                    if resource_free[r] > begin:
-                        begin = resource_free[r]
-                    resource_free[r] = begin + dur[v]
-                start[v] = begin
-                busy_flag[d] = True
-                heappush(events, (begin + dur[v], seq, v))
-                seq += 1
+                launch(d, heappop(queues[d])[2], now)
             dirty.clear()
     if done != n:
         stuck = [index.nodes[sequences[d][head[d]]].name for d in range(num_devices) if head[d] < len(sequences[d])]
