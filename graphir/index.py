@@ -324,6 +324,36 @@ class GraphIndex:
         return self._annotation_cached("quotient", build)  # type: ignore[return-value]
 
 
+def quotient_edges(
+    node_group: np.ndarray,
+    num_groups: int,
+    edge_src: np.ndarray,
+    edge_dst: np.ndarray,
+    edge_value: np.ndarray,
+    value_bytes: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The edges between groups of a fine graph: one per (source group, destination group) pair.
+
+    A value crosses into a destination group once, whatever number of its members use it, so an
+    edge's bytes are the distinct values it carries; a control edge (``edge_value`` -1) carries none.
+    Edges inside a group are dropped. Returns ``(src, dst, bytes)`` (int64), sorted by (src, dst).
+    """
+    gs = node_group[edge_src]
+    gd = node_group[edge_dst]
+    cross = gs != gd
+    gs, gd, val = gs[cross], gd[cross], edge_value[cross]
+    triples = np.unique(np.stack([gs, gd, val]), axis=1) if len(gs) else np.zeros((3, 0), np.int64)
+    width = max(num_groups, 1)
+    pairs, pair_inverse = np.unique(triples[0] * width + triples[1], return_inverse=True)
+    carried_bytes = (
+        np.where(triples[2] >= 0, value_bytes[np.maximum(triples[2], 0)], 0)
+        if len(value_bytes)
+        else np.zeros(triples.shape[1], np.int64)
+    )
+    nbytes = np.bincount(pair_inverse.reshape(-1), weights=carried_bytes, minlength=len(pairs)).astype(np.int64)
+    return pairs // width, pairs % width, nbytes
+
+
 class Quotient:
     """The quotient graph of the ``group`` annotation, as arrays.
 
@@ -350,23 +380,8 @@ class Quotient:
         group_ids = np.empty(q.num_groups, dtype=np.int64)
         group_ids[q.node_group] = groups
         q.group_ids = group_ids
-        gs = q.node_group[index.edge_src]
-        gd = q.node_group[index.edge_dst]
-        cross = gs != gd
-        gs, gd, val = gs[cross], gd[cross], index.edge_value[cross]
-        # A value crosses into a destination group once, whatever number of members use it.
-        triples = np.unique(np.stack([gs, gd, val]), axis=1) if len(gs) else np.zeros((3, 0), np.int64)
-        pair = triples[0] * max(q.num_groups, 1) + triples[1]
-        pairs, pair_inverse = np.unique(pair, return_inverse=True)
-        q.edge_src = pairs // max(q.num_groups, 1)
-        q.edge_dst = pairs % max(q.num_groups, 1)
-        carried_bytes = (
-            np.where(triples[2] >= 0, index.value_bytes[np.maximum(triples[2], 0)], 0)
-            if len(index.value_bytes)
-            else np.zeros(triples.shape[1], np.int64)
-        )
-        q.edge_bytes = np.bincount(pair_inverse.reshape(-1), weights=carried_bytes, minlength=len(pairs)).astype(
-            np.int64
+        q.edge_src, q.edge_dst, q.edge_bytes = quotient_edges(
+            q.node_group, q.num_groups, index.edge_src, index.edge_dst, index.edge_value, index.value_bytes
         )
         q.order = stable_topological_order(q.num_groups, q.edge_src, q.edge_dst)
         q._index = index

@@ -67,6 +67,29 @@ class FineGraph:
     temporary: np.ndarray
 
 
+def graph_fields(
+    num_nodes: int, edge_src: np.ndarray, edge_dst: np.ndarray, edge_bytes: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The graph fields of a :class:`PlacementProblem` (edges and both CSR views) from its edges.
+
+    ``edge_src``/``edge_dst`` index nodes numbered topologically, one edge per (src, dst) pair (as
+    :func:`graphir.index.quotient_edges` gives them); bytes become float64.
+    """
+    succ_offsets, succ, succ_edge = csr(num_nodes, edge_src, edge_dst)
+    pred_offsets, pred, pred_edge = csr(num_nodes, edge_dst, edge_src)
+    return {
+        "edge_src": edge_src,
+        "edge_dst": edge_dst,
+        "edge_bytes": np.asarray(edge_bytes, dtype=np.float64),
+        "succ_offsets": succ_offsets,
+        "succ": succ,
+        "succ_edge": succ_edge,
+        "pred_offsets": pred_offsets,
+        "pred": pred,
+        "pred_edge": pred_edge,
+    }
+
+
 def coarse_devices(node_group: np.ndarray, num_groups: int, fine_device: np.ndarray) -> tuple[np.ndarray, int]:
     """A device per coarse node from a device per fine node (-1: none): the first member's that has one.
 
@@ -168,11 +191,7 @@ class PlacementProblem:
         rank = np.empty(n, dtype=np.int64)
         rank[order] = np.arange(n, dtype=np.int64)
         node_group = rank[quotient.node_group]
-        edge_src = rank[quotient.edge_src]
-        edge_dst = rank[quotient.edge_dst]
-        edge_bytes = quotient.edge_bytes.astype(np.float64)
-        succ_offsets, succ, succ_edge = csr(n, edge_src, edge_dst)
-        pred_offsets, pred, pred_edge = csr(n, edge_dst, edge_src)
+        graph_arrays = graph_fields(n, rank[quotient.edge_src], rank[quotient.edge_dst], quotient.edge_bytes)
 
         times = np.zeros((n, num_devices))
         for k, device in enumerate(devices):
@@ -245,15 +264,7 @@ class PlacementProblem:
             num_nodes=n,
             num_devices=num_devices,
             device_names=names,
-            edge_src=edge_src,
-            edge_dst=edge_dst,
-            edge_bytes=edge_bytes,
-            succ_offsets=succ_offsets,
-            succ=succ,
-            succ_edge=succ_edge,
-            pred_offsets=pred_offsets,
-            pred=pred,
-            pred_edge=pred_edge,
+            **graph_arrays,
             times=times,
             memory=memory,
             persistent=persistent,

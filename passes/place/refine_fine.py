@@ -43,9 +43,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphir.passes.place.problem import PlacementProblem
+from graphir.index import quotient_edges
+from graphir.passes.place.problem import PlacementProblem, graph_fields
 from graphir.passes.place.refine import Candidate
-from graphir.topo import csr
 
 
 def fine_problem(problem: PlacementProblem, duration: np.ndarray) -> PlacementProblem:
@@ -67,31 +67,13 @@ def fine_problem(problem: PlacementProblem, duration: np.ndarray) -> PlacementPr
     total = np.bincount(group, weights=weight, minlength=problem.num_nodes)
     count = np.bincount(group, minlength=problem.num_nodes).astype(np.float64)
     share = np.where(total[group] > 0, weight / np.where(total[group] > 0, total[group], 1.0), 1.0 / count[group])
-    # Edges: one per (producer, consumer) pair, bytes of the distinct values it carries.
-    data = ~fine.edge_control
-    values = fine.edge_value[data]
-    triples = np.unique(np.stack([fine.edge_src[data], fine.edge_dst[data], values]), axis=1)
-    pair_key = triples[0] * n + triples[1]
-    control_key = fine.edge_src[~data] * n + fine.edge_dst[~data]
-    keys, inverse = np.unique(np.concatenate([pair_key, control_key]), return_inverse=True)
-    nbytes = np.zeros(len(keys))
-    np.add.at(nbytes, inverse[: len(pair_key)], fine.value_bytes[triples[2]].astype(np.float64))
-    edge_src = (keys // n).astype(np.int64)
-    edge_dst = (keys % n).astype(np.int64)
-    succ_offsets, succ, succ_edge = csr(n, edge_src, edge_dst)
-    pred_offsets, pred, pred_edge = csr(n, edge_dst, edge_src)
     return dataclasses.replace(
         problem,
         num_nodes=n,
-        edge_src=edge_src,
-        edge_dst=edge_dst,
-        edge_bytes=nbytes,
-        succ_offsets=succ_offsets,
-        succ=succ,
-        succ_edge=succ_edge,
-        pred_offsets=pred_offsets,
-        pred=pred,
-        pred_edge=pred_edge,
+        # The fine graph as its own quotient: one edge per (producer, consumer) pair.
+        **graph_fields(
+            n, *quotient_edges(np.arange(n), n, fine.edge_src, fine.edge_dst, fine.edge_value, fine.value_bytes)
+        ),
         times=problem.times[group] * share[:, None],
         memory=problem.memory[group] / count[group],
         persistent=problem.persistent[group] / count[group],
