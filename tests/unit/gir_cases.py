@@ -12,10 +12,21 @@ from graphir.ir import Module
 from graphir.parser import parse_module
 
 
-def mesh_cluster(devices: int, *, bandwidth: float = 1e9, latency: float = 0.0) -> str:
-    """A cluster file: devices ``g0`` .. ``g{devices-1}``, every ordered pair joined by one default link."""
+def mesh_cluster(
+    devices: int, *, bandwidth: float = 1e9, latency: float = 0.0, memory: int | None = None, prefix: str = "g"
+) -> str:
+    """A cluster file: devices ``{prefix}0`` .. ``{prefix}{devices-1}`` (of ``memory`` bytes when given),
+    every ordered pair joined by one default link."""
     head = f"[default_link]\nlatency = {latency}\nbandwidth = {bandwidth:g}\n"
-    return head + "".join(f'[[device]]\nname = "g{k}"\n' for k in range(devices))
+    size = "" if memory is None else f"memory = {memory}\n"
+    return head + "".join(f'[[device]]\nname = "{prefix}{k}"\n{size}' for k in range(devices))
+
+
+def write_cluster(tmp_path: Path, name: str, devices: int, *, memory: int, latency: float, bandwidth: float) -> str:
+    """:func:`mesh_cluster` of devices ``d0``.. of ``memory`` bytes, written to ``tmp_path / name``; its path."""
+    path = tmp_path / name
+    path.write_text(mesh_cluster(devices, bandwidth=bandwidth, latency=latency, memory=memory, prefix="d"))
+    return str(path)
 
 
 def module_on_cluster(tmp_path: Path, cluster_toml: str, body: str, inputs: str) -> Module:

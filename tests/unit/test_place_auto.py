@@ -17,26 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gir_cases import mesh_cluster, module_on_cluster, write_cluster
 from test_place_liveness import _random_dag, _tight_cluster
 
 from graphir.ir import Module
-from graphir.parser import parse_module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.place.auto import PORTFOLIO
 from graphir.simulator import simulate
 
-CLUSTER = """
-[default_link]
-latency = 0.0
-bandwidth = 1e6
-[[device]]
-name = "g0"
-memory = 100000
-[[device]]
-name = "g1"
-memory = 100000
-"""
+CLUSTER = mesh_cluster(2, bandwidth=1e6, memory=100000)
 
 CHAIN = """
     %a = t.N(%in) : (f32[1]) -> f32[7500] [cost = 1s]
@@ -56,9 +46,7 @@ FORK_JOIN = """
 
 
 def _module(tmp_path: Path, body: str) -> Module:
-    path = tmp_path / "cluster.toml"
-    path.write_text(CLUSTER)
-    return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{body}  }}\n}}\n')
+    return module_on_cluster(tmp_path, CLUSTER, body, "%in : f32[1]")
 
 
 def _members(stats: dict) -> dict[str, float]:
@@ -131,12 +119,9 @@ def test_budget_rejects_negative() -> None:
 
 def _linked_cluster(tmp_path: Path, devices: int, capacity: int) -> str:
     """Devices of ``capacity`` bytes over links of 10 us and 1 GB/s: plans and simulator disagree on memory."""
-    lines = ["[default_link]", "latency = 1e-5", "bandwidth = 1e9"]
-    for k in range(devices):
-        lines += ["[[device]]", f'name = "d{k}"', f"memory = {capacity}"]
-    path = tmp_path / f"linked{devices}_{capacity}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+    return write_cluster(
+        tmp_path, f"linked{devices}_{capacity}.toml", devices, memory=capacity, latency=1e-5, bandwidth=1e9
+    )
 
 
 @pytest.mark.parametrize("seed", [1, 23, 37])

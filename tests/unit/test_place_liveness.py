@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gir_cases import write_cluster
 
 from graphir.annotations import Mem
 from graphir.ir import Graph, Module
@@ -93,12 +94,9 @@ def _tight_cluster(tmp_path: Path, devices: int, capacity: int) -> str:
     Free links make the placers' times the simulator's (no transfer takes time, so none delays
     another): the condition of graphir/memory.py under which the scheduled ledgers are exact.
     """
-    lines = ["[default_link]", "latency = 0.0", "bandwidth = 1e30"]
-    for k in range(devices):
-        lines += ["[[device]]", f'name = "d{k}"', f"memory = {capacity}"]
-    path = tmp_path / f"tight{devices}_{capacity}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+    return write_cluster(
+        tmp_path, f"tight{devices}_{capacity}.toml", devices, memory=capacity, latency=0.0, bandwidth=1e30
+    )
 
 
 def _random_dag(seed: int, num_nodes: int, cluster: str) -> Module:

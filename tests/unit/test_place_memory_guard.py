@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gir_cases import write_cluster
 from test_place_liveness import _random_dag
 
 from graphir.importers import load_module
@@ -31,12 +32,9 @@ GUARDED = ["heft", "dpos", "adjusting", "order-place", "m-etf", "m-sct"]
 
 def _slow_cluster(tmp_path: Path, devices: int, capacity: int) -> str:
     """Devices of ``capacity`` bytes on slow links (50 us + 1 GB/s): transfers take time and queue."""
-    lines = ["[default_link]", "latency = 5e-5", "bandwidth = 1e9"]
-    for k in range(devices):
-        lines += ["[[device]]", f'name = "d{k}"', f"memory = {capacity}"]
-    path = tmp_path / f"slow{devices}_{capacity}.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
+    return write_cluster(
+        tmp_path, f"slow{devices}_{capacity}.toml", devices, memory=capacity, latency=5e-5, bandwidth=1e9
+    )
 
 
 def _accepted(stats: dict) -> bool:

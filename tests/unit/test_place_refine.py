@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gir_cases import write_cluster
 from test_place_auto import FORK_JOIN, _module
 from test_place_liveness import _random_dag
 
@@ -95,13 +96,9 @@ def test_local_optimum_stops_early(tmp_path: Path) -> None:
 
 def test_graphir_opt_deterministic(tmp_path: Path) -> None:
     """Two runs with one seed print byte-identical modules; another seed also gives a placed module."""
-    cluster = tmp_path / "three.toml"
-    lines = ["[default_link]", "latency = 1e-5", "bandwidth = 1e9"]
-    for k in range(3):
-        lines += ["[[device]]", f'name = "d{k}"', f"memory = {1 << 26}"]
-    cluster.write_text("\n".join(lines) + "\n")
+    cluster = write_cluster(tmp_path, "three.toml", 3, memory=1 << 26, latency=1e-5, bandwidth=1e9)
     source = tmp_path / "random.gir"
-    source.write_text(print_module(_random_dag(5, 80, str(cluster))))
+    source.write_text(print_module(_random_dag(5, 80, cluster)))
     outputs = []
     for seed in (3, 3, 4):
         out = tmp_path / f"out{len(outputs)}.gir"
@@ -115,12 +112,8 @@ def test_graphir_opt_deterministic(tmp_path: Path) -> None:
 @pytest.mark.parametrize("congestion", ["pair", "topology"])
 def test_candidate_simulator_is_the_simulator(tmp_path: Path, congestion: str) -> None:
     """ctx.simulate on arrays == simulate() on the module annotated by write_placement (random placements)."""
-    cluster = tmp_path / "three.toml"
-    lines = ["[default_link]", "latency = 1e-5", "bandwidth = 1e9"]
-    for k in range(3):
-        lines += ["[[device]]", f'name = "d{k}"', f"memory = {1 << 40}"]
-    cluster.write_text("\n".join(lines) + "\n")
-    module = _random_dag(2, 60, str(cluster))
+    cluster = write_cluster(tmp_path, "three.toml", 3, memory=1 << 40, latency=1e-5, bandwidth=1e9)
+    module = _random_dag(2, 60, cluster)
     problem = PlacementProblem.from_module(module)
     simulate_candidate = placement_context(module, PassContext()).simulator()
     rng = np.random.default_rng(0)
