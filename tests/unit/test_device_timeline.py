@@ -271,3 +271,20 @@ def test_property_matches_the_plain_walk(
             assert line.earliest_start(ready, length) == plain.earliest_start(ready, length)
     finally:
         common.CHUNK = saved
+
+
+def test_bench_tool_counts_the_walk_and_loads_a_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/bench_timeline.py: the walk length it reports for the old scan, its synthetic case (which
+    asserts the answer, after the last block), and a baseline class loaded from a file."""
+    from graphir.tools import bench_timeline
+
+    line = DeviceTimeline()
+    for k in range(10):
+        line.reserve(2.0 * k, 2.0 * k + 1.0)
+    assert bench_timeline._walk_length(line, 0.0, 1.0) == 2  # blocks 0 and 1: the gap [1, 2) holds it
+    assert bench_timeline._walk_length(line, 0.0, 1.5) == 10  # every block, no gap holds it
+    assert bench_timeline._walk_length(line, 19.0, 1.0) == 0  # after the last block: nothing to walk
+    bench_timeline.bench_synthetic(1, DeviceTimeline, "current", blocks=50, queries=3)
+    assert "synthetic current: 50 blocks, 3 queries" in capsys.readouterr().out
+    baseline = bench_timeline._load_baseline(common.__file__)
+    assert baseline is not DeviceTimeline and baseline.__name__ == "DeviceTimeline"
