@@ -4,11 +4,11 @@ Every one of these placers visits the coarse nodes one at a time in a priority o
 each device the earliest time the node could start there, picks a device by its own rule and
 books the node on that device's timeline. What they share lives here, once:
 
-- :class:`DeviceTimeline`: the busy intervals of one device, kept sorted so that the *insertion*
-  policy (HEFT; FastT §5.1 ``avail[j]``; Celeritas §5.2 ``d_ava[d_k]``) is a bisect plus a short
-  scan: a node may start in the first idle slot after its data-ready time that is long enough to
-  hold it. Touching intervals are merged, so a densely packed device costs one block, not
-  thousands, and the scan only visits real gaps.
+- :class:`DeviceTimeline`: the busy intervals of one device, kept sorted in chunks that know their
+  largest gap, so that the *insertion* policy (HEFT; FastT §5.1 ``avail[j]``; Celeritas §5.2
+  ``d_ava[d_k]``) is a bisect plus a scan that skips whole chunks: a node may start in the first
+  idle slot after its data-ready time that is long enough to hold it. Touching intervals are
+  merged, so a densely packed device costs one block, not thousands.
 - :class:`ListScheduler`: the incremental state (device, start and finish per placed node,
   timelines; memory, colocation pins and affinity through the one constraint kernel,
   :class:`graphir.passes.place.constraints.Constraints`) and the earliest-start computation
