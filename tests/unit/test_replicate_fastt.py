@@ -232,6 +232,7 @@ def test_rows_run_smallest_first_and_a_stopped_run_names_what_is_left() -> None:
     assert "**Incomplete:**" in text and "ResNet-200 x 8" in text
     assert "| ResNet-200 (32) | - | - |" in text
     assert "**Incomplete:**" not in fastt.render([], {}, {}, "cmd", 1.0, False)
+    assert "What this run is.** No row measured yet." in text
 
 
 def test_max_nodes_leaves_fastts_placers_out_on_larger_graphs(
@@ -242,9 +243,35 @@ def test_max_nodes_leaves_fastts_placers_out_on_larger_graphs(
     assert fastt.main(["--quick", "--quiet", "--out", str(tmp_path), "--max-nodes=963"]) == 0
     text = (tmp_path / "replicate_fastt.md").read_text()
     assert "--max-nodes=963" in text.splitlines()[2]
+    assert "not every strategy on VGG-19 x 2 (`--strategies` or `--max-nodes`)" in text  # the run note says so
     table1 = _row(text, "VGG-19 (256)")
     assert re.fullmatch(r"[0-9.]+", table1[2]) and table1[3:5] == ["not run", "not run"]
     detail = _row(text, "VGG-19 | 2")
     assert detail[2].startswith("964 ") and re.fullmatch(r"[0-9.]+", detail[6])
     assert fastt.main(["--quick", "--max-nodes=lots"]) == 1
     assert "--max-nodes wants a whole number" in capsys.readouterr().err
+
+
+def test_models_and_gpus_options_pick_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # One cell alone: the names are zoo entries without `_train`, the counts those of the table.
+    assert fastt.parse_models("resnet200") == ("resnet200",)
+    assert fastt.parse_models("inception_v3, vgg19") == ("vgg19", "inception_v3")  # table order
+    assert fastt.parse_gpus("8") == (8,) and fastt.parse_gpus("8,2") == (2, 8)
+    models, devices = fastt.select_rows(False, ("resnet200",), (8,))
+    assert [m.label for m in models] == ["ResNet-200"] and devices == (8,)
+    models, devices = fastt.select_rows(False)
+    assert models == fastt.MODELS and devices == fastt.DEVICES
+    # The quick run's one row (VGG-19 x 2) is selected by its own names; the command line records them.
+    assert fastt.main(["--quick", "--quiet", "--out", str(tmp_path), "--models=vgg19", "--gpus=2"]) == 0
+    text = (tmp_path / "replicate_fastt.md").read_text()
+    assert "--models=vgg19 --gpus=2" in text.splitlines()[2]
+    assert re.fullmatch(r"[0-9.]+", _row(text, "VGG-19 (256)")[2])
+    assert "Every row listed, with all four strategies." in text and "1-minute load average " in text
+    # A filter that leaves no row of the run, an unknown model or count: one line, exit 1.
+    assert fastt.main(["--quick", "--gpus=8"]) == 1
+    assert "select no row of this run" in capsys.readouterr().err
+    assert fastt.main(["--models=resnet"]) == 1
+    assert "unknown model 'resnet'" in capsys.readouterr().err
+    assert fastt.main(["--gpus=3"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown GPU count '3'" in err[0]

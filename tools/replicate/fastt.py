@@ -3,12 +3,15 @@
 Usage::
 
     python -m graphir.tools.replicate.fastt [--quick] [--out DIR] [--quiet] [--no-verify]
-        [--strategies=data-parallel,dp-gpu,dpos,os-dpos] [--max-nodes=N]
+        [--strategies=data-parallel,dp-gpu,dpos,os-dpos] [--max-nodes=N] [--models=a,b] [--gpus=n,m]
 
 Writes ``DIR/replicate_fastt.md`` (default ``benchmarks/results``). ``--strategies`` runs only the
 named placements (``data-parallel`` always; default: all four); the table shows ``not run`` for the
 others and leaves out Table 6 without ``dpos`` and ``os-dpos``. ``--max-nodes=N`` runs DPOS and OS-DPOS
 only on data-parallel graphs of at most ``N`` nodes (a time budget; ResNet-200 x 8 has 157,950).
+``--models=resnet200`` (zoo entries without ``_train``: ``vgg19``, ``resnet200``, ``inception_v3``) and
+``--gpus=8`` (of 2, 4, 8) run only those rows (each model's 1-GPU column is measured all the same), e.g.
+one cell alone: ``--models=resnet200 --gpus=8``.
 
 **Setting.** FastT (§6) trains with *strong scaling*: a fixed global batch split over the GPUs,
 TF-slim's data parallelism as the baseline, and, for a model that fits one GPU, OS-DPOS (and DPOS,
@@ -74,6 +77,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import os
 import sys
 import time
 from collections import Counter
@@ -450,12 +454,13 @@ def render(
     quick: bool,
     pending: Sequence[str] = (),
     all_models: Sequence[Model] = (),
+    load: float | None = None,
 ) -> str:
     """The Markdown report.
 
     ``pending`` names the rows (``model x GPUs``) the run has not measured yet; ``all_models`` the
     models of the run, in table order (default: those of ``rows``), so a model without a row yet
-    still shows its 1-GPU cell.
+    still shows its 1-GPU cell; ``load`` the machine's 1-minute load average when it was written.
     """
     devices = sorted({r.devices for r in rows} | (set(DEVICES) if pending else set()))
     models = list(dict.fromkeys([*all_models, *(r.model for r in rows)]))
@@ -619,26 +624,37 @@ def render(
         ],
         "lrrrl",
     )
-    lines += ["", "## Where and why these numbers differ from FastT's", "", *NOTES]
+    lines += ["", "## Where and why these numbers differ from FastT's", "", run_note(rows, load), *NOTES]
     if quick:
         lines += ["", "_This is a `--quick` run (VGG-19, 2 GPUs, global batch 256): not the committed table._"]
     return "\n".join(lines) + "\n"
 
 
+def run_note(rows: Sequence[Row], load: float | None = None) -> str:
+    """The first note: which rows ran which strategies, the load, and what the placement wall time is made of."""
+    partial = [f"{r.model.label} x {r.devices}" for r in rows if not all(s in r.cells for s in STRATEGIES)]
+    text = "- **What this run is.** "
+    if not rows:
+        text += "No row measured yet. "
+    elif partial:
+        text += f"Every row listed; not every strategy on {', '.join(partial)} (`--strategies` or `--max-nodes`). "
+    else:
+        text += "Every row listed, with all four strategies. "
+    if load is not None:
+        text += (
+            f"Wall-time columns vary with the machine's load (1-minute load average {load:.1f} when this report "
+            "was written; other sessions may have been running). "
+        )
+    return text + (
+        "Placement wall time: OS-DPOS reruns DPOS once per trial split (up to 2 dims x 7 part counts per "
+        "critical-path op on 8 GPUs); DPOS's insertion search (`DeviceTimeline.earliest_start` in "
+        "`graphir/passes/place/common.py`) skips whole chunks of booked blocks whose largest gap is too short "
+        "instead of walking every block after the ready time, which put ResNet-200 x 8 (157,950 nodes) within "
+        "reach (`benchmarks/results/device_timeline.md`)."
+    )
+
+
 NOTES = [
-    "- **What this run is.** Every row; all four strategies except on ResNet-200 x 8, where `--max-nodes=100000` "
-    "left DPOS and OS-DPOS out (157,950 nodes), with the ruler of commit 01ced84 (the DPOS and OS-DPOS columns "
-    "and Table 6 for the first time under issue 14's `congestion=topology`; the previous table, at 04:36, ran the "
-    "DP columns only). Wall-time columns were taken niced at load 6-9 (other sessions running). ResNet-200 x 8 "
-    "with all four strategies (`python -m graphir.tools.replicate.fastt`, no `--max-nodes`) was started at "
-    "07:07 with the same code and stopped at 07:56, inside OS-DPOS: DPOS gave a 1.622 s step (19.7 samples/s, "
-    "DP 106.5), and OS-DPOS's first candidate, replica 7's first convolution, improved it to 1.584 s split into 2 "
-    "on the batch after 7 of its trials (3-4 min each at load 8-9), so Algorithm 2 would have gone on to the next "
-    "op; that row needs over an hour on this machine. Placement wall time: OS-DPOS reruns DPOS once per trial "
-    "split (up to 2 dims x 7 part counts per critical-path op on 8 GPUs), and DPOS on the 8-replica graphs spends "
-    "almost all its time in the list scheduler's insertion search (`DeviceTimeline.earliest_start` in "
-    "`graphir/passes/place/common.py`, which walks every booked block after the ready time on each device: 95 % "
-    "of py-spy samples during an OS-DPOS trial on ResNet-200 x 8).",
     "- **What changed since the 04:36 table: the GPU pairs without NVLink.** In a DGX-1, 12 of the 28 GPU pairs "
     "have no NVLink (`SYS` in `nvidia-smi topo -m`: GPU 0 and GPUs 5-7, and so on); they sit on different sockets "
     "and PCIe peer-to-peer does not cross the socket link, so CUDA has no peer access between them. TensorFlow "
@@ -707,11 +723,20 @@ NOTES = [
 ]
 
 
-def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = STRATEGIES, max_nodes: int = 0) -> Path:
+def run(
+    args: argparse.Namespace,
+    runner: Runner,
+    strategies: Sequence[str] = STRATEGIES,
+    max_nodes: int = 0,
+    only_models: Sequence[str] = (),
+    only_gpus: Sequence[int] = (),
+) -> Path:
     """Measure every model with ``strategies`` and write the report; returns its path.
 
     ``max_nodes`` (``--max-nodes``, 0: no limit) leaves DPOS and OS-DPOS out on larger data-parallel
     graphs (their cells say *not run*), a time budget: OS-DPOS reruns DPOS for every trial split.
+    ``only_models`` (``--models``: entries without ``_train``) and ``only_gpus`` (``--gpus``) keep only
+    those rows of the run (empty: all).
 
     The report is rewritten after every row (see :func:`row_order`), listing the rows still to run,
     so a run stopped early leaves a table of what it measured.
@@ -719,8 +744,7 @@ def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = ST
     load_builtin_passes()
     started = time.perf_counter()
     quick = bool(args.quick)
-    models = QUICK_MODELS if quick else MODELS
-    devices = QUICK_DEVICES if quick else DEVICES
+    models, devices = select_rows(quick, only_models, only_gpus)
     check = not args.no_verify
     rows: list[Row] = []
     singles: dict[str, Cell | None] = {}
@@ -731,6 +755,10 @@ def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = ST
         command += f" --strategies={','.join(strategies)}"
     if max_nodes:
         command += f" --max-nodes={max_nodes}"
+    if only_models:
+        command += f" --models={','.join(only_models)}"
+    if only_gpus:
+        command += f" --gpus={','.join(map(str, only_gpus))}"
     path = Path(args.out) / "replicate_fastt.md"
     for model in models:
         runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
@@ -745,7 +773,8 @@ def run(args: argparse.Namespace, runner: Runner, strategies: Sequence[str] = ST
         rows.append(measure_row(sources[model.entry], model, n, runner, check, strategies, max_nodes))
         done = sorted(rows, key=lambda r: (models.index(r.model), r.devices))
         pending = [f"{m.label} x {d}" for m, d in order[k + 1 :]]
-        text = render(done, singles, ops, command, time.perf_counter() - started, quick, pending, models)
+        load = os.getloadavg()[0]
+        text = render(done, singles, ops, command, time.perf_counter() - started, quick, pending, models, load)
         write_text(path, text)
     return path
 
@@ -763,15 +792,68 @@ def parse_strategies(text: str) -> tuple[str, ...]:
     return tuple(s for s in STRATEGIES if s in names or s == "data-parallel")
 
 
+def select_rows(
+    quick: bool, only_models: Sequence[str] = (), only_gpus: Sequence[int] = ()
+) -> tuple[tuple[Model, ...], tuple[int, ...]]:
+    """The run's models and GPU counts (``--quick``'s or the full table's), kept to the filters (empty: all).
+
+    Raises:
+        ValueError: the filters leave no row.
+    """
+    models = QUICK_MODELS if quick else MODELS
+    devices = QUICK_DEVICES if quick else DEVICES
+    if only_models:
+        models = tuple(m for m in models if m.entry.removesuffix("_train") in only_models)
+    if only_gpus:
+        devices = tuple(n for n in devices if n in only_gpus)
+    if not models or not devices:
+        raise ValueError("--models and --gpus select no row of this run" + (" (--quick: vgg19 on 2)" if quick else ""))
+    return models, devices
+
+
+def parse_models(text: str) -> tuple[str, ...]:
+    """``a,b`` -> the model names (zoo entries without ``_train``), in :data:`MODELS` order.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    known = [m.entry.removesuffix("_train") for m in MODELS]
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        raise ValueError(f"unknown model '{unknown[0] if unknown else text}' in --models (known: {', '.join(known)})")
+    return tuple(name for name in known if name in names)
+
+
+def parse_gpus(text: str) -> tuple[int, ...]:
+    """``n,m`` -> the GPU counts, in :data:`DEVICES` order.
+
+    Raises:
+        ValueError: a count that is not one of :data:`DEVICES`.
+    """
+    names = {name.strip() for name in text.split(",") if name.strip()}
+    known = [str(n) for n in DEVICES]
+    unknown = sorted(names - set(known))
+    if unknown or not names:
+        raise ValueError(f"unknown GPU count '{unknown[0] if unknown else text}' in --gpus (known: {', '.join(known)})")
+    return tuple(n for n in DEVICES if str(n) in names)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the FastT replication (see the module docstring); 0 on success, 1 with a one-line error."""
     rest: list[str] = []
     strategies = STRATEGIES
     max_nodes = 0
+    only_models: tuple[str, ...] = ()
+    only_gpus: tuple[int, ...] = ()
     for arg in sys.argv[1:] if argv is None else argv:
         try:
             if arg.startswith("--strategies="):
                 strategies = parse_strategies(arg.partition("=")[2])
+            elif arg.startswith("--models="):
+                only_models = parse_models(arg.partition("=")[2])
+            elif arg.startswith("--gpus="):
+                only_gpus = parse_gpus(arg.partition("=")[2])
             elif arg.startswith("--max-nodes="):
                 text = arg.partition("=")[2]
                 if not text.isdigit():
@@ -782,7 +864,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             print(f"graphir.tools.replicate.fastt: error: {exc}", file=sys.stderr)
             return 1
-    return run_main("fastt", functools.partial(run, strategies=strategies, max_nodes=max_nodes), rest, DESCRIPTION)
+    try:
+        select_rows("--quick" in rest, only_models, only_gpus)
+    except ValueError as exc:
+        print(f"graphir.tools.replicate.fastt: error: {exc}", file=sys.stderr)
+        return 1
+    job = functools.partial(
+        run, strategies=strategies, max_nodes=max_nodes, only_models=only_models, only_gpus=only_gpus
+    )
+    return run_main("fastt", job, rest, DESCRIPTION)
 
 
 if __name__ == "__main__":
