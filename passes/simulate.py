@@ -32,9 +32,10 @@ class Simulate(Pass):
             ``topology`` (the default: ports plus every wire of the cluster's physical route; the
             papers' own rules stay available to reproduce them as published).
         order: ``enforced`` (each device runs its nodes in their ``order``, as the TF lowering's
-            control dependencies enforce), ``dynamic`` (TensorFlow's executor: the first-ready node)
-            or ``recorded`` (the default: the one the placement recorded, which the TF lowering
-            follows too; ``enforced`` when none is recorded).
+            control dependencies enforce), ``dynamic`` (TensorFlow's executor: on a CPU the node
+            made ready most recently by the device's own nodes, on a GPU the first-ready node) or
+            ``recorded`` (the default: the one the placement recorded, which the TF lowering follows
+            too; ``enforced`` when none is recorded).
     """
 
     name: ClassVar[str] = "simulate"

@@ -205,12 +205,20 @@ def test_issue_inputs_after_reads_queues_each_batch_behind_its_weights():
         weights = [result.arrival[(value[f"w{j}/read"], gpu)] for j in range(2)]
         # (begin, end): the batch starts once both weights' bytes left, and lands after them.
         assert batch[0] > max(begin for begin, _ in weights) and batch[1] > max(end for _, end in weights)
-    # Without the issue order the batch is the first thing the host sends (its placeholder is a root).
+    # Without the issue order the batch leaves whenever the host's executor reaches its placeholder,
+    # a root: with the placeholders first among the host's roots, before either weight (the host
+    # runs its roots in ``order`` and each weight's read right after its handle, newest first).
     module = mlp_training_step(8)
     module.cluster_spec = "fastt"
     Profile().run(module, PassContext())
     free = data_parallel(module, 2, replica=mlp_training_step(4)).module
     Place.of("data-parallel", variables="cpu", sums="first-replica", inputs="cpu").run(free, PassContext())
+    batches = [free.graph.node(f"replica{k}/x") for k in range(2)]
+    for node in free.graph.nodes:
+        if node.device == "cpu0" and node not in batches:
+            node.order += 2
+    for k, node in enumerate(batches):
+        node.order = k
     unordered = simulate(free, congestion="topology", order="dynamic")
     index = free.graph.index()
     value = {v.name: k for k, v in enumerate(index.values)}

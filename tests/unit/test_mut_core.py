@@ -255,10 +255,13 @@ def test_dynamic_order_starts_a_freed_device_at_once(tmp_path: Path) -> None:
     assert result.makespan == pytest.approx(5 * MS)
 
 
-def test_dynamic_order_picks_after_every_event_of_the_instant(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["GPU", "CPU"])
+def test_dynamic_order_picks_after_every_event_of_the_instant(tmp_path: Path, kind: str) -> None:
     """a (cpu0) and c (cpu1) both finish at 1 ms; a readies q and c readies r (an empty tensor: no
-    transfer time), both on cpu0. Both are ready at 1 ms, so cpu0 picks by ``order``: r (1) before
-    q (2): r 1..2, q 2..3 -- not q first because a's finish was handled before c's."""
+    transfer time), both on cpu0. Both are ready at 1 ms. On GPUs (FIFO by readiness) cpu0 picks by
+    ``order``: r (1) before q (2): r 1..2, q 2..3 -- not q first because a's finish was handled
+    before c's. On CPUs (newest first) q, made ready by cpu0's own node, runs before r, made ready by
+    an arrival: q 1..2, r 2..3 -- not r first because c's finish was handled before a's."""
     e = "f32[0]"
     module = _module(
         tmp_path,
@@ -270,9 +273,14 @@ def test_dynamic_order_picks_after_every_event_of_the_instant(tmp_path: Path) ->
         ],
         "%q, %r",
     )
+    if kind == "GPU":
+        gpus = tmp_path / "gpus.toml"
+        gpus.write_text(MESH2.replace("/device:CPU:", "/device:GPU:"))
+        module.set_cluster(load_cluster_toml(gpus))
     times = _times(module, simulate(module, "pair", "dynamic"))
-    assert times["r"] == pytest.approx((1 * MS, 2 * MS))
-    assert times["q"] == pytest.approx((2 * MS, 3 * MS))
+    first, second = ("r", "q") if kind == "GPU" else ("q", "r")
+    assert times[first] == pytest.approx((1 * MS, 2 * MS))
+    assert times[second] == pytest.approx((2 * MS, 3 * MS))
 
 
 @pytest.mark.parametrize("order", ["enforced", "dynamic"])
