@@ -199,6 +199,23 @@ def _split_tf_conv2d(node: Node, dim: Dim, parts: int) -> SplitPlan:
 # --------------------------------------------------------------------------- lowering
 
 
+def _filters(cx: OpContext, w: Any, perm: list[int]) -> Any:
+    """ONNX weights ``w`` (input #1) in TensorFlow's filter layout, ``w`` transposed by ``perm``.
+
+    A weight that is a graph ``Const`` is transposed here, once, into a new constant on the
+    convolution's device: the runs keep Grappler's constant folding off (so the graph stays the
+    placement's), and a ``Transpose`` of the constant would otherwise run every step, on the
+    convolution's device but ahead of its activation, work the cost of the convolution node
+    cannot place in time (fidelity-notes.md, resnet50-infer). The original constant is then
+    unconsumed and pruned. Weights read from a variable (large local weights) are transposed in
+    the graph.
+    """
+    array = cx.const(1) if getattr(getattr(w, "op", None), "type", None) == "Const" else None
+    if array is None:
+        return cx.tf.transpose(w, perm)
+    return cx.tf.constant(np.ascontiguousarray(np.transpose(array, perm)), dtype=w.dtype)
+
+
 def _channels_last(rank: int) -> tuple[list[int], list[int]]:
     """Permutations NC... -> N...C and back."""
     to_last = [0, *range(2, rank), 1]
@@ -255,7 +272,7 @@ def _lower_conv(cx: OpContext, operands: list[Any]) -> list[Any]:
     if any(p != (0, 0) for p in pads):
         x = tf.pad(x, [(0, 0), *pads, (0, 0)])
     # ONNX weights [M, C/group, k...] -> TensorFlow filters [k..., C/group, M].
-    w = tf.transpose(w, [*range(2, rank), 1, 0])
+    w = _filters(cx, w, [*range(2, rank), 1, 0])
     # TensorFlow rejects strides > 1 together with dilations > 1: convolve densely, then subsample.
     subsample = any(s > 1 for s in strides) and any(d > 1 for d in dilations)
     run_strides = [1] * len(strides) if subsample else strides
@@ -428,7 +445,7 @@ def _lower_conv_transpose(cx: OpContext, operands: list[Any]) -> list[Any]:
     to_last, to_first = _channels_last(rank)
     x = tf.transpose(x, to_last)
     # ONNX weights [C, M/group, k...] -> TensorFlow transposed filters [k..., M/group, C].
-    w = tf.transpose(w, [*range(2, rank), 1, 0])
+    w = _filters(cx, w, [*range(2, rank), 1, 0])
     batch = in_shape[0]
     per_group = w_shape[1]
     xs = tf.split(x, group, axis=-1) if group > 1 else [x]

@@ -264,3 +264,60 @@ def test_large_weight_stays_out_of_the_graphdef(tmp_path):
     _assert_proven(result)
     assert result["weights"] == 1  # the bias (2 KiB) stays a graph Const
     assert result["graphdef_bytes"] < weight_bytes // 100
+
+
+def _conv_model(path: Path) -> None:
+    """Conv (constant 8x3x3x3 weights, padded) -> Relu -> ConvTranspose (constant 8x4x2x2 weights)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("ConvTranspose", ["r", "wt"], ["y"], name="deconv", strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 16, 16])],
+        [
+            numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), "b"),
+            numpy_helper.from_array(rng.standard_normal((8, 4, 2, 2)).astype(np.float32), "wt"),
+        ],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+
+
+def test_constant_conv_weights_are_transposed_once_at_lowering(tmp_path):
+    """Constant ONNX weights of Conv and ConvTranspose become TF-layout constants, not per-step Transposes.
+
+    The runs keep constant folding off, so ``Transpose(Const)`` would run every step on the
+    convolution's device (fidelity-notes.md, resnet50-infer). Of the model's 6 transposes before,
+    2 read the constant weights; the 4 that move activations to NHWC and back stay. The numbers
+    still match onnxruntime (placed over devices by m-topo).
+    """
+    model = tmp_path / "convs.onnx"
+    _conv_model(model)
+    _assert_proven(_check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["convs.onnx"])
+    script = textwrap.dedent(
+        f"""
+        import json
+        from graphir.backends.tf import lower
+        from graphir.importers import load_module
+        graph_def = lower(load_module({str(model)!r})).graph_def()
+        nodes = list(graph_def.node)
+        for function in graph_def.library.function:
+            nodes += list(function.node_def)
+        kind = {{node.name: node.op for node in nodes}}
+        transposes = [node for node in nodes if node.op == "Transpose"]
+        print(json.dumps({{
+            "transposes": len(transposes),
+            "of_consts": sum(kind.get(node.input[0].split(":")[0]) == "Const" for node in transposes),
+        }}))
+        """
+    )
+    (counts,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
+    assert counts == {"transposes": 4, "of_consts": 0}
