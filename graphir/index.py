@@ -148,7 +148,7 @@ class GraphIndex:
             node._index_pos = position
         src: list[int] = []
         dst: list[int] = []
-        carried: list[Value | None] = []  # None marks a control edge
+        carried: list[int] = []  # the carried value's output index at its producer; -1 marks a control edge
         for position, node in enumerate(insertion):
             inputs = node.inputs
             if len(inputs) > 1 and len(set(inputs)) != len(inputs):
@@ -158,11 +158,11 @@ class GraphIndex:
                 if producer is not None:
                     src.append(producer._index_pos)
                     dst.append(position)
-                    carried.append(value)
+                    carried.append(value.output_index)
             for control in node.control_inputs:
                 src.append(control._index_pos)
                 dst.append(position)
-                carried.append(None)
+                carried.append(-1)
         src_arr = np.asarray(src, dtype=np.int64)
         dst_arr = np.asarray(dst, dtype=np.int64)
         order = stable_topological_order(len(insertion), src_arr, dst_arr)
@@ -176,6 +176,7 @@ class GraphIndex:
         rank[order] = np.arange(len(insertion), dtype=np.int64)
         index.nodes = [insertion[u] for u in order.tolist()]
         values: list[Value] = []  # results of nodes in topological order; edges refer to them by number
+        output_counts: list[int] = []
         for position, node in enumerate(index.nodes):
             node._index_pos = position
             annotations = node._annotations
@@ -190,10 +191,10 @@ class GraphIndex:
                     or order > MAX_ANNOTATION_INT
                 ):
                     _check_int_annotations(node)
-            values.extend(node.outputs)
+            outputs = node.outputs
+            values.extend(outputs)
+            output_counts.append(len(outputs))
         index.values = values
-        value_number = {id(v): k for k, v in enumerate(values)}
-        value_number[id(None)] = -1
         sizes = _value_sizes(values)
         if sizes and (max(sizes) > MAX_TENSOR_BYTES or sum(sizes) > MAX_TOTAL_BYTES):
             _raise_size_overflow(graph, values, sizes)
@@ -208,9 +209,14 @@ class GraphIndex:
             dtype=np.int64,
             count=len(values),
         )
-        edge_value = np.fromiter((value_number[id(v)] for v in carried), dtype=np.int64, count=len(carried))
         src_t = rank[src_arr] if len(src_arr) else src_arr
         dst_t = rank[dst_arr] if len(dst_arr) else dst_arr
+        # A value's number is its producer's first result number plus its output index (values are
+        # grouped by producer in topological order, and a result's output_index is its place there).
+        first_value = np.zeros(len(output_counts) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(output_counts, dtype=np.int64), out=first_value[1:])
+        output_index = np.asarray(carried, dtype=np.int64)
+        edge_value = np.where(output_index < 0, -1, first_value[src_t] + output_index) if len(carried) else output_index
         sort = np.lexsort((edge_value, dst_t, src_t))
         index.edge_src = src_t[sort]
         index.edge_dst = dst_t[sort]

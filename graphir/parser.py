@@ -152,7 +152,7 @@ class _Parser(_ValueGrammar):
                 self.expect(",", "',' or ')'")
         self.expect("{", "'{' opening the graph body")
         self.expect_end()
-        records: list[_NodeRecord] = []
+        records: list[_NodeRecord | tuple[Any, ...]] = []
         outputs: list[tuple[str, int]] | None = None
         return_line: _Line | None = None
         lines = self.lines
@@ -166,7 +166,7 @@ class _Parser(_ValueGrammar):
                 if fast is not None:
                     self.line_no += 1
                     defined.update(fast[2])
-                    records.append(_NodeRecord(*fast, self.line_no, text, None))
+                    records.append(fast + (self.line_no, text))  # a plain tuple: see build_nodes
                     continue
             line = self.next_line()
             if line is None:
@@ -333,11 +333,13 @@ class _Parser(_ValueGrammar):
         assert cols is not None
         return cols, line
 
-    def build_nodes(self, graph: Graph, records: list[_NodeRecord]) -> None:
+    def build_nodes(self, graph: Graph, records: list[_NodeRecord | tuple[Any, ...]]) -> None:
         """Create the nodes of ``records`` in order, then connect operands and control inputs.
 
-        Lines the fast path read carry typed annotations and names it checked, so their nodes go
-        through :meth:`~graphir.ir.Graph.add_node_unchecked`; the others through the checked API.
+        Lines the fast path read come as plain tuples (the fields of :class:`_NodeRecord` without
+        ``cols``: cheaper to make and unpack, and turned into a record only for a diagnostic);
+        they carry typed annotations and names it checked, so their nodes go through
+        :meth:`~graphir.ir.Graph.add_node_unchecked`; the others through the checked API.
         """
         nodes = []
         # Names the text gives (``@name`` or the first result) are reserved before any node is
@@ -347,7 +349,21 @@ class _Parser(_ValueGrammar):
         annotation_kinds = ANNOTATIONS
         node_names = graph._node_names
         add_unchecked = graph.add_node_unchecked
-        for record in records:
+        for position, record in enumerate(records):
+            if type(record) is tuple:
+                op, name, outputs, _, _, params, _, output_types, annotations, line_no, source = record
+                if name is None and outputs:
+                    name = outputs[0]
+                if name is not None:
+                    if name in node_names:
+                        cols, line = self._cols(_NodeRecord(*record, None))
+                        raise self.error(f"redefinition of node '@{name}'", cols.name, line)
+                    indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
+                    loc = Location(filename, line_no, indent + 1, source)
+                    nodes.append(add_unchecked(op, name, outputs, output_types, params, annotations, loc))
+                    continue
+                record = records[position] = _NodeRecord(*record, None)  # nameless: named by the path below
+            assert isinstance(record, _NodeRecord)
             name = record.name if record.name is not None else (record.outputs[0] if record.outputs else None)
             if name is not None and name in node_names:
                 cols, line = self._cols(record)
@@ -355,19 +371,10 @@ class _Parser(_ValueGrammar):
             source = record.source
             indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
             loc = Location(filename, record.line, indent + 1, source)
-            if record.cols is None and name is not None:  # the fast path read and typed the line
-                nodes.append(
-                    add_unchecked(
-                        record.op, name, record.outputs, record.output_types, record.params, record.annotations, loc
-                    )
-                )
-                continue
             if name is None:
                 if explicit is None:
-                    explicit = {
-                        r.name if r.name is not None else r.outputs[0]
-                        for r in records
-                        if r.name is not None or r.outputs
+                    explicit = {  # fields 1 and 2 of both record kinds: the name and the results
+                        r[1] if r[1] is not None else r[2][0] for r in records if r[1] is not None or r[2]
                     }
                 base = record.op.rsplit(".", 1)[-1].lower()
                 name, k = base, 0
@@ -398,14 +405,16 @@ class _Parser(_ValueGrammar):
         get_value = graph._values.get
         for record, node in zip(records, nodes, strict=True):
             inputs = node.inputs
-            for k, value_name in enumerate(record.inputs):
+            # Fields 3, 4 and 6 of both record kinds: operand names, control names, operand types.
+            operand_types = record[6]
+            for k, value_name in enumerate(record[3]):
                 value = get_value(value_name)
                 if value is None:
-                    cols, line = self._cols(record)
+                    cols, line = self._cols(_as_record(record))
                     raise self.error(f"use of undefined value '%{value_name}'", cols.inputs[k], line)
-                declared = record.input_types[k]
+                declared = operand_types[k]
                 if value.type is not declared and value.type != declared:
-                    cols, line = self._cols(record)
+                    cols, line = self._cols(_as_record(record))
                     raise self.error(
                         f"operand #{k} '%{value_name}' has type {value.type}, but the op declares {declared}",
                         cols.input_types[k],
@@ -413,7 +422,11 @@ class _Parser(_ValueGrammar):
                     )
                 inputs.append(value)
                 value.uses.append((node, k))
-            for k, control_name in enumerate(record.controls):
+            controls = record[4]
+            if not controls:
+                continue
+            record = _as_record(record)
+            for k, control_name in enumerate(controls):
                 control = graph.get_node(control_name)
                 if control is None:
                     cols, line = self._cols(record)
@@ -425,6 +438,11 @@ class _Parser(_ValueGrammar):
                 node.add_control_input(control)
         graph.touch_all()
         graph._uses_exact_version = graph._version  # every use above was appended with its operand
+
+
+def _as_record(record: _NodeRecord | tuple[Any, ...]) -> _NodeRecord:
+    """A fast-path tuple as the record it stands for (``cols`` unknown: re-read when needed)."""
+    return _NodeRecord(*record, None) if type(record) is tuple else record  # type: ignore[return-value]
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

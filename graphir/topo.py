@@ -84,6 +84,11 @@ def find_cycle(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> list[int]:
     return cycle[first:] + cycle[:first]
 
 
+def has_cycle(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> bool:
+    """Whether the edges ``src -> dst`` contain a cycle (a Kahn peel leaves a node), in O(V+E) Python steps."""
+    return len(src) > 0 and bool(_peel(num_nodes, src, dst).any())
+
+
 def _peel(num_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """True for the nodes a Kahn sort of ``src -> dst`` cannot remove (on or after a cycle)."""
     indegree = np.bincount(dst, minlength=num_nodes)

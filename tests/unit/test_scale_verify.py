@@ -204,3 +204,40 @@ def test_acyclic_agrees_with_the_topological_sort(num_nodes, edges):
     src = np.array([u for u, _ in pairs], dtype=np.int64)
     dst = np.array([v for _, v in pairs], dtype=np.int64)
     assert verifier._acyclic(num_nodes, src, dst) == (stable_topological_order(num_nodes, src, dst) is not None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 12),
+    st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)), max_size=30),
+    st.randoms(use_true_random=False),
+)
+def test_acyclic_with_any_rank_hint_agrees_with_the_topological_sort(num_nodes, edges, rng):
+    # The hint only decides where the exact check looks (the windows of backward edges), never
+    # the answer; the window threshold is lowered so that both the peel and scipy are exercised.
+    pairs = [(u % num_nodes, v % num_nodes) for u, v in edges if u % num_nodes != v % num_nodes]
+    src = np.array([u for u, _ in pairs], dtype=np.int64)
+    dst = np.array([v for _, v in pairs], dtype=np.int64)
+    rank = np.array(rng.sample(range(num_nodes), num_nodes), dtype=np.int64)
+    expected = stable_topological_order(num_nodes, src, dst) is not None
+    assert verifier._acyclic(num_nodes, src, dst, rank) == expected
+    limit = verifier._PEEL_NODES
+    try:
+        verifier._PEEL_NODES = rng.randrange(0, 13)
+        assert verifier._acyclic(num_nodes, src, dst, rank) == expected
+    finally:
+        verifier._PEEL_NODES = limit
+
+
+def test_a_cycle_through_two_windows_apart_is_not_there_but_one_inside_a_window_is_found():
+    # Ranks 0..5 = nodes 0..5. Edges 1 -> 0 and 4 -> 3 are backward: windows {0, 1} and {3, 4}.
+    # 0 -> 1 closes a cycle inside the first window; 2 -> 5 and 3 -> 4 are forward and harmless.
+    src = np.array([1, 4, 2, 3], dtype=np.int64)
+    dst = np.array([0, 3, 5, 4], dtype=np.int64)
+    assert not verifier._acyclic(6, src, dst)  # 3 -> 4 -> 3
+    assert verifier._acyclic(6, src[[0, 1, 2]], dst[[0, 1, 2]])
+    assert not verifier._acyclic(6, np.append(src[[0, 1, 2]], 0), np.append(dst[[0, 1, 2]], 1))
+    # A cycle 0 -> 2 -> 4 -> 0 spans the whole range: one window, found.
+    assert not verifier._acyclic(5, np.array([0, 2, 4]), np.array([2, 4, 0]))
+    # Backward 4 -> 2 and 2 -> 0 share node 2: one window [0, 4], so the forward 0 -> 4 is inside it.
+    assert not verifier._acyclic(5, np.array([0, 4, 2]), np.array([4, 2, 0]))
