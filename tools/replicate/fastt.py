@@ -655,17 +655,18 @@ def run_note(rows: Sequence[Row], load: float | None = None) -> str:
 
 
 NOTES = [
-    "- **What changed since the 04:36 table: the GPU pairs without NVLink.** In a DGX-1, 12 of the 28 GPU pairs "
-    "have no NVLink (`SYS` in `nvidia-smi topo -m`: GPU 0 and GPUs 5-7, and so on); they sit on different sockets "
-    "and PCIe peer-to-peer does not cross the socket link, so CUDA has no peer access between them. TensorFlow "
-    "1.x still issues one `cuMemcpyPeerAsync` on the sender's device-to-device stream, and the driver stages "
-    "it through pinned host memory. The `fastt` preset now routes those pairs sender -> host -> receiver, "
-    "holding the host's memory wire both ways (before: PCIe and QPI straight across, past the host). Only "
-    "8-GPU cells have such pairs; the 1-, 2- and 4-GPU DP cells are the same to the printed 0.1. DP at 8 GPUs "
-    "(samples/s, before -> after): VGG-19 106.9 -> 103.1, ResNet-200 110.1 -> 106.5, Inception-v3 509.6 -> "
-    "509.6 (its gradients never meet a host copy); DP-GPU and the FastT placements, which move tensors between "
-    "GPUs, lose more (VGG-19 x 8 DP-GPU 295.5 -> 204.6, DPOS 94.9 -> 65.2, OS-DPOS 109.2 -> 87.3 against the "
-    "04:36 exploration run).",
+    "- **What changed since the 08:18 table.** (1) *The executor's order on the host CPU.* `order=dynamic` "
+    "follows TensorFlow's executor per device kind (`graphir/simulator.py`): a GPU runs its ready kernels first "
+    "ready first, as before, while a CPU, where every kernel is expensive, runs the node its own last node made "
+    "ready first (newest first) and a node made ready by an arriving tensor after local work; traced on the "
+    "2-worker rig, TF chose so in 99.1 % of 84,905 choices where the two rules differ "
+    "(`benchmarks/results/fidelity-notes.md`). Here only the host, which holds TF-slim's variables and updates, "
+    "changes: 9 of the 12 DP cells move by at most 3.8 points (ResNet-200 x 8 106.5 -> 107.7 samples/s, +20.5 "
+    "-> +21.8 %; Inception-v3 x 8 509.6 -> 493.1), the enforced-order rows, DPOS and OS-DPOS are unchanged. (2) "
+    "*ResNet-200 x 8 DPOS and OS-DPOS ran* (before: not run, over an hour): DPOS 19.7, OS-DPOS 20.2 samples/s "
+    "(one Conv2D split kept after 20 trials, 401 s of placement), both far below DP (107.7), for the reason "
+    "below. Earlier, the 12 GPU pairs of a DGX-1 without NVLink (different sockets, no peer access) were "
+    "routed through the host's memory, as CUDA stages such copies (VGG-19 x 8 DP 106.9 -> 103.1 then).",
     "- **Where the DP baseline loses its time.** TF-slim keeps every variable on the host CPU, so each step "
     "every clone reads all the weights over PCIe and the summed gradient goes back: n x P bytes down and P up "
     "per step for P parameter bytes (VGG-19: P = 575 MB; ResNet-200: 259 MB; Inception-v3: 95 MB), plus the "
@@ -677,13 +678,15 @@ NOTES = [
     "575 MB at 12 GB/s, until 0.56 s) and the sum goes to the host (until 0.60 s): 0.62 s per step, and 8 GPUs "
     "are slower than 4 on every model, as FastT measured.",
     "- **Which cell misses, and what was checked (no per-model factor was added).** ResNet-200 on 8 GPUs, "
-    "+20.5 % (+24.5 % before the staged routes). (1) *TF-slim's deployment* (`train_image_classifier.py`, "
+    "+21.8 % (+20.5 % with first-ready-first on the host, +24.5 % before the staged routes). (1) *TF-slim's "
+    "deployment* (`train_image_classifier.py`, "
     "`model_deploy.py`): variables and their updates on `/device:CPU:0`, each clone's forward and gradients on "
     "its GPU (`compute_gradients` under the clone's device scope), the per-variable `add_n` of the clones' "
     "gradients created outside any device scope, which TensorFlow's placer puts on GPU 0, the weight-decay "
     "losses colocated with their variables on the host, the batch-norm updates of the first clone only: the "
     "DP placement does the same. (2) *The 8-GPU routes*: the staged pairs above, the one change kept. (3) "
-    "*Communication vs compute*, from FastT's own weak-scaling Table 2 (the same weights and gradients per step "
+    "*Communication vs compute* (figures of the 08:18 ruler, whose GPU order is today's), from FastT's own "
+    "weak-scaling Table 2 (the same weights and gradients per step "
     "at 32 samples per GPU): measured, ResNet-200's step grows from 0.353 s on 1 GPU to 0.428 s on 8 (+0.075 s "
     "of host and gradient traffic not hidden by compute); simulated (this ruler, not a table cell) from 0.447 to "
     "0.597 s (+0.151 s). The ruler's 8-GPU communication is therefore not too fast but too slow, by about as "
@@ -710,7 +713,7 @@ NOTES = [
     "gains 0-34 % over DPOS (Table 6 analogue). FastT activates a strategy only when it beats the running one "
     "and starts from data parallelism (§4), so its column is the better of DP and OS-DPOS, which is DP "
     "wherever DPOS loses. FastT's published FastT column is DP -1 to +59 %; here OS-DPOS beats DP on VGG-19 at 2 "
-    "and 4 GPUs only (+28 %, +73 %; FastT: +33 %, +59 %).",
+    "and 4 GPUs only (+28 %, +71 %; FastT: +33 %, +59 %).",
     "- **Models and batches.** VGG-19 and Inception-v3 are Keras's, ResNet-200 is built from Keras's "
     "ResNet-v2 stack function with TF-slim's unit counts (FastT used TF-slim's nets). No NMT model "
     "(re-tracing the zoo's unrolled LSTM at three batch sizes does not fit the time budget). Global batches "
