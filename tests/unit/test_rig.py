@@ -319,13 +319,21 @@ def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
     assert fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)).transfer_cpu is None
 
 
+def _fidelity_row(placement: str, order: str, measured: float, simulated: float):
+    """A bench_fidelity row of model ``m`` (10 nodes on 2 devices, 3 transfers of 1 MiB) measured once."""
+    from graphir.tools.bench_fidelity import Row
+
+    return Row("m", placement, order, 10, 2, 3, 1 << 20, measured, simulated, [measured], 1.0)
+
+
 def test_fidelity_page_summarises_each_execution_order(tmp_path):
-    from graphir.tools.bench_fidelity import Row, write_markdown
+    from graphir.tools.bench_fidelity import write_markdown
 
-    def row(order: str, measured: float, simulated: float) -> Row:
-        return Row("m", "fine", order, 10, 2, 3, 1 << 20, measured, simulated, [measured], 1.0)
-
-    rows = [row("enforced", 1.0, 1.1), row("enforced", 1.0, 0.8), row("dynamic", 2.0, 2.1)]
+    rows = [
+        _fidelity_row("fine", "enforced", 1.0, 1.1),
+        _fidelity_row("fine", "enforced", 1.0, 0.8),
+        _fidelity_row("fine", "dynamic", 2.0, 2.1),
+    ]
     path = tmp_path / "fidelity.md"
     write_markdown(rows, path, "cmd", "", [])
     text = path.read_text()
@@ -338,13 +346,13 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
 def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
     # The bar is over the scored placements only; held-out pairs (topo, metis) get their own line and
     # their rows in the table. Scored errors 10 % and 20 % (median 15 %); held out 40 % and 0 %.
-    from graphir.tools.bench_fidelity import HELD_OUT, Row, _summary_text, write_markdown
-
-    def row(placement: str, simulated: float) -> Row:
-        return Row("m", placement, "enforced", 10, 2, 3, 1 << 20, 1.0, simulated, [1.0], 1.0)
+    from graphir.tools.bench_fidelity import HELD_OUT, _summary_text, write_markdown
 
     assert HELD_OUT == ("topo", "metis")
-    rows = [row("balanced", 1.1), row("fine", 0.8), row("topo", 1.4), row("metis", 1.0)]
+    rows = [
+        _fidelity_row(p, "enforced", 1.0, sim)
+        for p, sim in (("balanced", 1.1), ("fine", 0.8), ("topo", 1.4), ("metis", 1.0))
+    ]
     path = tmp_path / "fidelity.md"
     write_markdown(rows, path, "cmd", "", [])
     text = path.read_text()

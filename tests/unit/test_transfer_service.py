@@ -54,20 +54,25 @@ def test_a_busy_sender_answers_when_it_runs_out_of_ready_work(tmp_path, order):
     )
 
 
+# g0 runs a (1), q (1, reads p from g1), s (2, independent); g1 runs p (2), c (1, reads a), r (1,
+# reads q): the graph of the two idle-moment goldens below.
+IDLE_MOMENTS_BODY = "\n".join(
+    [
+        node("a", "%x", "g0", 0),
+        node("p", "%x", "g1", 0, "2ms"),
+        node("q", "%p", "g0", 1),
+        node("s", "%x", "g0", 2, "2ms"),
+        node("c", "%a", "g1", 1),
+        node("r", "%q", "g1", 2),
+        "    return %s, %c, %r",
+    ]
+)
+
+
 def test_requests_are_made_and_answered_at_idle_moments(tmp_path):
     # g0 runs a (1), q (1, reads p from g1), s (2, independent); g1 runs p (2), c (1, reads a),
     # r (1, reads q). Enforced orders, serve_when_idle, latency 0.5, 1 ms on the route per tensor.
-    body = "\n".join(
-        [
-            node("a", "%x", "g0", 0),
-            node("p", "%x", "g1", 0, "2ms"),
-            node("q", "%p", "g0", 1),
-            node("s", "%x", "g0", 2, "2ms"),
-            node("c", "%a", "g1", 1),
-            node("r", "%q", "g1", 2),
-            "    return %s, %c, %r",
-        ]
-    )
+    body = IDLE_MOMENTS_BODY
     m = module(tmp_path, WHEN_IDLE, body)
     # Both workers are busy from 0, so neither has asked for its inputs yet.
     # 1: a ends; q (next on g0) waits for p: g0 is idle and makes its requests (they reach g1 at
@@ -98,17 +103,7 @@ def test_enforced_sends_wait_for_the_next_idle_moment(tmp_path):
     #    leaves g1 at 2, when g1 is idle: 2..3, lands 3.5; q 3.5..4.5.
     # 4.5: q ends; s, next on g0, can start at once, so q's tensor for r waits; s 4.5..6.5.
     # 6.5: g0 has nothing left (idle): q's tensor 6.5..7.5, lands 8; r 8..9. Makespan 9.
-    body = "\n".join(
-        [
-            node("a", "%x", "g0", 0),
-            node("p", "%x", "g1", 0, "2ms"),
-            node("q", "%p", "g0", 1),
-            node("s", "%x", "g0", 2, "2ms"),
-            node("c", "%a", "g1", 1),
-            node("r", "%q", "g1", 2),
-            "    return %s, %c, %r",
-        ]
-    )
+    body = IDLE_MOMENTS_BODY
     cluster = "[runtime]\nserve_when_idle = true\nsend_when_idle = true\n" + SLOW_MESH2
     m = module(tmp_path, cluster, body)
     assert LinkModel.from_cluster(m.cluster, "topology").send_when_idle
