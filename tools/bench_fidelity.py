@@ -23,7 +23,22 @@ Per model:
    sending and the receiving worker is booked on their one core);
 3. the placed module is lowered as recorded (control dependencies along each device's order under
    ``enforced``, none under ``dynamic``) and run on the rig: ``--steps`` timed untraced steps after
-   ``--warmup``; the median is the measured step.
+   ``--warmup``, whose median is the round's step.
+
+**Rounds** (``--rounds R``, default 3). Steps 1-2 run once per model; step 3 runs in R interleaved
+rounds: round 1 measures every pair of every model, then round 2 all of them again, and so on, each
+model on a freshly started rig and each pair in a fresh session, so what varies from one session to
+the next (and a slow spell of the machine) is sampled instead of being fixed into one pair. Every
+round runs the same placement and order, the one placed from the model's single profile (``metis``
+and ``balanced`` follow the profile's costs and ``enforced`` the simulated schedule, so placing
+again per round would measure another program). A pair's measured step is the median over its rounds
+of each round's median; the page lists every round's value, the spread between them, and what each
+round alone would have scored. The simulated side is the one simulation of that placement with that
+profile: the simulator's claim under test is "given these measured costs, this placement takes X",
+made once, as a user of ``profile{mode=tf-run}``, ``place`` and ``simulate`` makes it; a profile's own
+run-to-run noise is part of the error being measured, not averaged away. Three rounds: a median of
+three survives one odd session (of two it would be the mean), and the full benchmark stays under
+about 25 minutes of rig time (``benchmarks/results/fidelity-notes.md`` has the timings).
 
 Placements: ``single`` (every node on worker 0), ``balanced`` (``place{algo=m-etf}``: Baechi's
 m-ETF, a balanced 2-way split) and ``fine`` (colocation classes dealt round-robin over the devices
@@ -51,7 +66,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import json
 import os
 import statistics
@@ -62,7 +76,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELD_OUT", "MODELS", "PLACEMENTS", "Row", "main", "read_json", "write_json"]
+__all__ = [
+    "HELD_OUT",
+    "MODELS",
+    "PLACEMENTS",
+    "Pair",
+    "Row",
+    "apply_placement",
+    "main",
+    "place_pairs",
+    "read_json",
+    "run_rounds",
+    "write_json",
+]
 
 RESULTS = Path("benchmarks/results")
 
@@ -106,6 +132,27 @@ class Row:
     """Per tensor sent between tasks in one traced step: (bytes, measured s, link-model s)."""
     simulated_by_rule: dict[str, float] = dataclasses.field(default_factory=dict)
     """The makespan under every congestion rule (the table uses the ``--congestion`` one)."""
+    rounds_s: list[float] = dataclasses.field(default_factory=list)
+    """The median step of each round, in round order (:attr:`measured_s` is their median; empty in
+    runs written before ``--rounds``, which measured every pair once: :attr:`measured_s` alone)."""
+
+    @property
+    def round_values(self) -> list[float]:
+        """The per-round medians (one value, :attr:`measured_s`, for a run measured in one session)."""
+        return list(self.rounds_s) or [self.measured_s]
+
+    @property
+    def spread(self) -> float:
+        """(largest − smallest per-round median) / :attr:`measured_s`: 0 for one round."""
+        values = self.round_values
+        return (max(values) - min(values)) / self.measured_s
+
+    def add_round(self, times_s: Sequence[float], load: float) -> None:
+        """Record one round's timed steps: its median joins :attr:`rounds_s`, :attr:`measured_s` is their median."""
+        self.rounds_s.append(float(statistics.median(times_s)))
+        self.times_s.extend(float(t) for t in times_s)
+        self.load = max(self.load, load)
+        self.measured_s = float(statistics.median(self.rounds_s))
 
     @property
     def error(self) -> float:
@@ -220,59 +267,144 @@ def _loadavg() -> float:
     return os.getloadavg()[0]
 
 
-def measure_model(name: str, source: str, cluster: Any, args: argparse.Namespace, scratch: Path, log: Any) -> list[Row]:
-    """Profile ``name`` once on the rig, then place, simulate and measure it under every placement."""
-    from graphir.backends.tf.rig import rig, run_on_rig
-    from graphir.links import LinkModel
+@dataclasses.dataclass
+class Pair:
+    """One (model, placement, order) pair: its row and its placement, made once and run in every round.
+
+    Attributes:
+        row: the pair's row (the simulated side filled when placed, the measured side round by round).
+        placed: IR node name -> ``(device, order)`` as the placer left it (reapplied before each run).
+    """
+
+    row: Row
+    placed: dict[str, tuple[str | None, int | None]]
+
+
+def snapshot_placement(module: Any) -> dict[str, tuple[str | None, int | None]]:
+    """Every node's ``(device, order)``: the placement as :func:`apply_placement` restores it."""
+    return {node.name: (node.device, node.order) for node in module.graph.nodes}
+
+
+def apply_placement(module: Any, pair: Pair) -> None:
+    """Put ``module`` back in ``pair``'s placement and execution order (the same module serves every pair)."""
+    from graphir.simulator import record_order
+
+    for node in module.graph.nodes:
+        node.device, node.order = pair.placed[node.name]
+    record_order(module, pair.row.order)
+
+
+def place_pairs(module: Any, name: str, cluster: Any, args: argparse.Namespace, scratch: Path) -> list[Pair]:
+    """Place and simulate ``module`` (profiled) under every placement and order, once: the pairs to measure.
+
+    Each placement is computed here, from the one profile, and is the placement run in every round
+    (``metis`` and ``balanced`` depend on the profile's costs and the ``enforced`` order on the
+    simulated schedule, so recomputing them per round would measure other programs).
+    """
+    from graphir.simulator import simulate
+
+    pairs = []
+    for placement in args.placements:
+        for order in args.orders:
+            _place(module, placement, order, args.congestion, scratch, args.seed)
+            result = simulate(module, congestion=args.congestion)  # the recorded order
+            if args.save_modules is not None:  # the placed, profiled module, to re-simulate offline
+                from graphir.printer import print_module
+
+                args.save_modules.mkdir(parents=True, exist_ok=True)
+                (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(module))
+            row = Row(
+                name,
+                placement,
+                order,
+                len(module.graph),
+                len({n.device for n in module.graph.nodes}),
+                int(result.transfers),
+                int(sum(result.link_bytes.values())),
+                float("nan"),
+                float(result.makespan) + cluster.step_overhead,
+                [],
+                0.0,
+                simulated_by_rule={rule: simulated_step(module, rule) for rule in RULES},
+            )
+            pairs.append(Pair(row, snapshot_placement(module)))
+    return pairs
+
+
+def prepare_model(
+    name: str, source: str, cluster: Any, args: argparse.Namespace, scratch: Path, log: Any
+) -> tuple[Any, list[Pair]]:
+    """Load ``name``, profile it once on the rig (``profile{mode=tf-run}``), place and simulate every pair."""
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
-    from graphir.simulator import simulate
 
-    links = LinkModel.from_cluster(cluster, args.congestion)
     module = _load(source, args.train_batch, scratch)
     module.set_cluster(cluster)
     log(f"{name}: {len(module.graph)} nodes; profile{{mode=tf-run}}")
     PassManager(parse_pipeline(f"profile{{mode=tf-run iterations={args.trace_steps}}}")).run(
         module, PassContext(seed=args.seed)
     )
-    rows = []
-    with rig(cluster) as servers:
-        for placement in args.placements:
-            for order in args.orders:
-                _place(module, placement, order, args.congestion, scratch, args.seed)
-                result = simulate(module, congestion=args.congestion)  # the recorded order
-                if args.save_modules is not None:  # the placed, profiled module, to re-simulate offline
-                    from graphir.printer import print_module
+    return module, place_pairs(module, name, cluster, args, scratch)
 
-                    args.save_modules.mkdir(parents=True, exist_ok=True)
-                    (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(module))
-                load = _loadavg()
-                run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=1, seed=args.seed)
-                load = max(load, _loadavg())
-                row = Row(
-                    name,
-                    placement,
-                    order,
-                    len(module.graph),
-                    len({n.device for n in module.graph.nodes}),
-                    int(result.transfers),
-                    int(sum(result.link_bytes.values())),
-                    run.median_s,
-                    float(result.makespan) + cluster.step_overhead,
-                    run.times_s,
-                    load,
-                    [(n, seconds, link_time(links, cluster, src, dst, n)) for _, src, dst, n, seconds in run.transfers],
-                    {rule: simulated_step(module, rule) for rule in RULES},
-                )
-                log(
-                    f"{name} {placement} {order}: measured {row.measured_s:.4g} s, simulated {row.simulated_s:.4g} s "
-                    f"({row.error:+.1%}), load {load:.2f}"
-                )
-                rows.append(row)
-    del module
-    gc.collect()
-    return rows
+
+def measure_round(
+    module: Any, pairs: Sequence[Pair], cluster: Any, args: argparse.Namespace, index: int, log: Any
+) -> None:
+    """Round ``index`` of one model: every pair run once on a freshly started rig, in its fixed placement.
+
+    A new rig (worker processes) per model and round and a new session per pair: what varies from
+    session to session is sampled by the rounds. The first round also traces one step per pair
+    (its transfers fill the page's transfer columns); later rounds only time.
+    """
+    from graphir.backends.tf.rig import rig, run_on_rig
+    from graphir.links import LinkModel
+
+    links = LinkModel.from_cluster(cluster, args.congestion)
+    with rig(cluster) as servers:
+        for pair in pairs:
+            apply_placement(module, pair)
+            row = pair.row
+            load = _loadavg()
+            trace = 1 if index == 0 else 0
+            run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=trace, seed=args.seed)
+            row.add_round(run.times_s, max(load, _loadavg()))
+            if index == 0:
+                row.measured_transfers = [
+                    (n, seconds, link_time(links, cluster, src, dst, n)) for _, src, dst, n, seconds in run.transfers
+                ]
+            log(
+                f"{row.model} {row.placement} {row.order} round {index + 1}: {row.rounds_s[-1]:.4g} s "
+                f"(median so far {row.measured_s:.4g} s, simulated {row.simulated_s:.4g} s, {row.error:+.1%}), "
+                f"load {row.load:.2f}"
+            )
+
+
+def run_rounds(
+    models: Sequence[str],
+    rounds: int,
+    prepare: Any,
+    measure: Any,
+    done: Any = None,
+) -> list[Row]:
+    """Measure every model's pairs in ``rounds`` interleaved rounds; the rows, in model and pair order.
+
+    ``prepare(model) -> (module, pairs)`` runs once per model, in the first round (profile, place,
+    simulate); ``measure(module, pairs, round)`` runs every round for every model: round 1 over all
+    models, then round 2 over all of them, and so on, so a slow spell of the machine lands in one
+    round of many pairs rather than in every round of one pair. ``done(rows)`` is called after each
+    model's round (the partial results written, so an interrupted run keeps them).
+    """
+    prepared: dict[str, tuple[Any, list[Pair]]] = {}
+    for index in range(rounds):
+        for name in models:
+            if name not in prepared:
+                prepared[name] = prepare(name)
+            module, pairs = prepared[name]
+            measure(module, pairs, index)
+            if done is not None:
+                done([pair.row for model in models if model in prepared for pair in prepared[model][1]])
+    return [pair.row for name in models for pair in prepared[name][1]]
 
 
 def write_json(
@@ -336,9 +468,10 @@ def write_markdown(
         "",
         "Measured: median wall time of untraced `session.run` steps of the placed, lowered module on the "
         "rig (local `tf.distribute.Server` workers, one pinned core and one thread each, transfers over "
-        f"TF's gRPC). Simulated: `simulate{{congestion={rule}}}` under the execution order the placement recorded "
-        "(the lowering adds the per-device control dependencies under `enforced` and none under `dynamic`), with "
-        "`profile{mode=tf-run}` costs (one single-worker run) and the calibrated cluster below. "
+        f"TF's gRPC){_measured_how(rows)}. Simulated: `simulate{{congestion={rule}}}` under the execution "
+        "order the placement recorded (the lowering adds the per-device control dependencies under `enforced` and "
+        "none under `dynamic`), with `profile{mode=tf-run}` costs (one single-worker run per model, the one the "
+        "placements were made from) and the calibrated cluster below. "
         "Error = (simulated − measured) / measured.",
         "",
         f"**{len(rows_scored)} pairs: median |error| {median:.1%}, worst {worst:.1%}** "
@@ -353,6 +486,7 @@ def write_markdown(
         ],
         "",
         *held_out_lines,
+        *_rounds_lines(rows),
         *notes,
         "",
         "How to read it:",
@@ -375,14 +509,16 @@ def write_markdown(
         "which the measured wall time includes and the schedule of the graph does not.",
         "",
         "| model | placement | order | nodes | devices | transfers sim. / meas. | MiB moved (sim.) | "
-        "transfer time meas. / model (median) | measured (s) | simulated (s) | error | load |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "transfer time meas. / model (median) | measured (s) | rounds (s) | spread | simulated (s) | error | load |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
+        rounds = " / ".join(f"{v:.4g}" for v in r.round_values)
+        spread = f"{r.spread:.1%}" if len(r.round_values) > 1 else "—"
         lines.append(
             f"| {r.model} | {r.placement} | {r.order} | {r.nodes} | {r.devices_used} | {r.transfers} / "
             f"{len(r.measured_transfers)} | {r.transfer_bytes / 2**20:.1f} | {_transfer_ratio(r)} | "
-            f"{r.measured_s:.4g} | {r.simulated_s:.4g} | {r.error:+.1%} | {r.load:.2f} |"
+            f"{r.measured_s:.4g} | {rounds} | {spread} | {r.simulated_s:.4g} | {r.error:+.1%} | {r.load:.2f} |"
         )
     samples = [(n, measured) for r in rows for n, measured, _ in r.measured_transfers]
     if len(samples) >= 2:
@@ -398,6 +534,51 @@ def write_markdown(
     lines += ["", "![simulated vs measured](fidelity.png)", "", "Cluster description used:", "", "```toml"]
     lines += [cluster_text.rstrip(), "```", ""]
     path.write_text("\n".join(lines))
+
+
+def _rounds(rows: Sequence[Row]) -> int:
+    """How many rounds the run measured (1 for runs written before ``--rounds``)."""
+    return max((len(r.round_values) for r in rows), default=1)
+
+
+def _measured_how(rows: Sequence[Row]) -> str:
+    """The page's words for how a pair's measured step was taken."""
+    rounds = _rounds(rows)
+    if rounds == 1:
+        return ", one session per pair"
+    return (
+        f", in {rounds} interleaved rounds (every pair once per round, a fresh rig per model and round and a fresh "
+        "session per pair, the same placement in every round): a pair's measured step is the median of its "
+        "rounds' medians"
+    )
+
+
+def _rounds_lines(rows: Sequence[Row]) -> list[str]:
+    """The spread across rounds, and what each round alone would have scored (nothing for a one-round run)."""
+    rounds = _rounds(rows)
+    if rounds == 1:
+        return []
+    widest = max(rows, key=lambda r: r.spread)
+    spreads = [r.spread for r in rows]
+    lines = [
+        f"Spread across rounds, (largest − smallest round median) / measured: median {statistics.median(spreads):.1%}, "
+        f"largest {widest.spread:.1%} ({widest.model} {widest.placement} {widest.order}: "
+        f"{' / '.join(f'{v:.4g}' for v in widest.round_values)} s).",
+        "",
+    ]
+    scored = [r for r in rows if r.placement not in HELD_OUT and len(r.rounds_s) == rounds]
+    if scored:
+        alone = []
+        for index in range(rounds):
+            one = [dataclasses.replace(r, measured_s=r.rounds_s[index]) for r in scored]
+            median, worst = _summary(one)
+            alone.append(f"round {index + 1}: median {median:.1%}, worst {worst:.1%}")
+        lines += [
+            f"The {len(scored)} scored pairs judged on one round alone (what one session per pair would have "
+            f"reported): {'; '.join(alone)}.",
+            "",
+        ]
+    return lines
 
 
 def _transfer_ratio(row: Row) -> str:
@@ -498,7 +679,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--orders", default=",".join(ORDERS), help="execution orders, each recorded and run as such")
     parser.add_argument("--cluster", default="2xcpu-workers")
     parser.add_argument("--congestion", default="topology", choices=RULES)
-    parser.add_argument("--steps", type=int, default=7, help="timed steps per pair (median)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="interleaved rounds: every pair measured once per round, on a fresh rig and session, in the one "
+        "placement made from the first round's profile; a pair's measured step is the median of its rounds' medians",
+    )
+    parser.add_argument("--steps", type=int, default=7, help="timed steps per pair and round (median)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--trace-steps", type=int, default=5, help="traced steps of the profile run")
     parser.add_argument("--train-batch", type=int, default=1)
@@ -539,6 +727,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_markdown(rows, args.out, command, cluster_text, args.note, rule)
         write_plot(rows, args.out.with_suffix(".png"))
         return 0
+    if args.rounds < 1 or args.steps < 1:
+        print("bench-fidelity: --rounds and --steps must be at least 1", file=sys.stderr)
+        return 1
     args.placements = [p for p in args.placements.split(",") if p]
     args.orders = [o for o in args.orders.split(",") if o]
     models = [m for m in args.models.split(",") if m]
@@ -563,15 +754,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster_text = Path(rig_cache_path(int(count))).read_text() if count.isdigit() else args.cluster
     scratch_dir = tempfile.TemporaryDirectory(prefix="graphir-fidelity-")  # the fine placements' JSON files
     scratch = Path(scratch_dir.name)
-    rows: list[Row] = []
     start = time.perf_counter()
     command = "python -m graphir.tools.bench_fidelity " + " ".join(argv if argv is not None else sys.argv[1:])
-    for name in models:
-        rows += measure_model(name, MODELS[name], cluster, args, scratch, log)
-        # after every model, so partial results survive an interrupted run
+
+    def write(rows: list[Row]) -> None:  # after every model's round, so partial results survive an interruption
         write_markdown(rows, args.out, command.strip(), cluster_text, args.note, args.congestion)
         write_json(rows, args.out.with_suffix(".json"), command.strip(), cluster_text, args.congestion)
         write_plot(rows, args.out.with_suffix(".png"))
+
+    rows = run_rounds(
+        models,
+        args.rounds,
+        lambda name: prepare_model(name, MODELS[name], cluster, args, scratch, log),
+        lambda module, pairs, index: measure_round(module, pairs, cluster, args, index, log),
+        write,
+    )
     scratch_dir.cleanup()
     log(f"{time.perf_counter() - start:.0f} s: {_summary_text(rows)}")
     return 0

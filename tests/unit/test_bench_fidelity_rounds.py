@@ -1,0 +1,189 @@
+"""bench_fidelity's interleaved rounds: per-round medians, their median, the spread, one placement per pair.
+
+No TensorFlow: the rounds' measurements are given by hand (or by a stand-in for the rig), and the
+placements are made by the real placers on a small ONNX-dialect graph with the analytic costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pytest
+
+from graphir.cluster import cpu_workers_cluster
+from graphir.ir import Graph, Module
+from graphir.simulator import recorded_order
+from graphir.tools import bench_fidelity
+from graphir.tools.bench_fidelity import Row, apply_placement, place_pairs, read_json, run_rounds, write_json
+from graphir.types import DType, TensorType
+
+
+def _row(placement: str = "fine", order: str = "enforced", simulated: float = 1.1) -> Row:
+    """A row of model ``m`` placed and simulated, nothing measured yet (as :func:`place_pairs` makes it)."""
+    return Row("m", placement, order, 10, 2, 3, 1 << 20, float("nan"), simulated, [], 0.0)
+
+
+def test_a_pairs_measured_step_is_the_median_of_its_rounds_medians():
+    # Round medians: median(1.0, 1.2, 0.9) = 1.0; median(0.8, 0.81, 0.82) = 0.81; median(1.5, 1.1, 1.3) = 1.3.
+    # Measured = median(1.0, 0.81, 1.3) = 1.0; spread = (1.3 - 0.81) / 1.0 = 0.49; the load is the largest.
+    row = _row()
+    row.add_round([1.0, 1.2, 0.9], 0.5)
+    assert (row.rounds_s, row.measured_s, row.spread) == ([1.0], 1.0, 0.0)
+    row.add_round([0.8, 0.81, 0.82], 1.5)
+    assert row.measured_s == pytest.approx(0.905)  # two rounds: the mean of the middle two
+    row.add_round([1.5, 1.1, 1.3], 0.7)
+    assert row.rounds_s == [1.0, 0.81, 1.3]
+    assert row.measured_s == 1.0 and row.spread == pytest.approx(0.49)
+    assert row.times_s == [1.0, 1.2, 0.9, 0.8, 0.81, 0.82, 1.5, 1.1, 1.3] and row.load == 1.5
+    assert row.error == pytest.approx(0.1)
+
+
+def test_a_run_written_before_rounds_reads_as_one_round(tmp_path):
+    # The committed fidelity.json has no rounds_s: its rows read back as measured once, spread 0.
+    old = Row("m", "fine", "dynamic", 10, 2, 3, 1 << 20, 2.0, 1.5, [2.0, 2.1], 0.7)
+    path = tmp_path / "old.json"
+    write_json([old], path)
+    text = path.read_text().replace(',"rounds_s":[]', "")
+    assert "rounds_s" not in text
+    path.write_text(text)
+    (again,), _, _, _ = read_json(path)
+    assert (again.rounds_s, again.round_values, again.spread, again.measured_s) == ([], [2.0], 0.0, 2.0)
+    measured = _row()
+    for times in ([1.0], [1.2], [0.9]):
+        measured.add_round(times, 0.1)
+    write_json([measured], path)
+    (again,), _, _, _ = read_json(path)
+    assert again.rounds_s == [1.0, 1.2, 0.9] and again.measured_s == 1.0
+
+
+def test_rounds_interleave_over_all_models_and_prepare_each_model_once():
+    prepared, measured, written = [], [], []
+
+    def prepare(name):
+        prepared.append(name)
+        return f"module {name}", [bench_fidelity.Pair(_row(placement), {}) for placement in ("single", "fine")]
+
+    def measure(module, pairs, index):
+        measured.append((module, index))
+        for pair in pairs:
+            pair.row.add_round([{"single": 1.0, "fine": 2.0}[pair.row.placement] + index], 0.0)
+
+    rows = run_rounds(["a", "b"], 3, prepare, measure, lambda rows: written.append(len(rows)))
+    assert prepared == ["a", "b"]  # once per model, in the first round
+    assert measured == [
+        ("module a", 0),
+        ("module b", 0),
+        ("module a", 1),
+        ("module b", 1),
+        ("module a", 2),
+        ("module b", 2),
+    ]  # round 1 over every model, then round 2, then round 3
+    assert written == [2, 4, 4, 4, 4, 4]  # partial results after every model's round
+    assert [(r.placement, r.rounds_s, r.measured_s) for r in rows] == [
+        ("single", [1.0, 2.0, 3.0], 2.0),
+        ("fine", [2.0, 3.0, 4.0], 3.0),
+    ] * 2
+
+
+def _module() -> Module:
+    """Three chains of four 64x64 Relus from one input, summed: every placer gives a real split of it."""
+    t = TensorType(DType.F32, (64, 64))
+    graph = Graph()
+    x = graph.add_input("x", t)
+    ends = []
+    for branch in range(3):
+        value = x
+        for k in range(4):
+            value = graph.add_node("onnx.Relu", [value], [t], name=f"b{branch}n{k}").outputs[0]
+        ends.append(value)
+    graph.set_outputs([graph.add_node("onnx.Sum", ends, [t], name="sum").outputs[0]])
+    module = Module("m", graph)
+    module.set_cluster(cpu_workers_cluster(2))
+    return module
+
+
+def test_every_pair_is_placed_once_and_runs_its_one_placement_in_every_round(tmp_path, monkeypatch):
+    module = _module()
+    placed = []
+    real_place = bench_fidelity._place
+
+    def counting_place(module, placement, order, *rest):
+        placed.append((placement, order))
+        return real_place(module, placement, order, *rest)
+
+    monkeypatch.setattr(bench_fidelity, "_place", counting_place)
+    args = argparse.Namespace(
+        placements=["single", "balanced", "fine", "metis"],
+        orders=["enforced", "dynamic"],
+        congestion="topology",
+        seed=0,
+        save_modules=None,
+    )
+    seen: dict[tuple[str, str], list[dict]] = {}
+
+    def measure(module, pairs, index):  # the rig's stand-in: what each pair would run, read off the module
+        for pair in pairs:
+            apply_placement(module, pair)
+            state = {node.name: (node.device, node.order) for node in module.graph.nodes}
+            state["order"] = recorded_order(module)
+            seen.setdefault((pair.row.placement, pair.row.order), []).append(state)
+            pair.row.add_round([1.0 + index], 0.0)
+
+    rows = run_rounds(
+        ["m"], 3, lambda name: (module, place_pairs(module, name, module.cluster, args, tmp_path)), measure
+    )
+    pairs = [(p, o) for p in args.placements for o in args.orders]
+    assert placed == pairs  # the placer ran once per pair, not once per round
+    assert [(r.placement, r.order) for r in rows] == pairs
+    for (placement, order), states in seen.items():
+        assert len(states) == 3 and states[0] == states[1] == states[2], (placement, order)
+        assert states[0]["order"] == order
+    single = seen[("single", "enforced")][0]
+    fine = seen[("fine", "enforced")][0]
+    assert {single[n][0] for n in single if n != "order"} == {"worker0"}  # restored after the split pairs ran
+    assert {fine[n][0] for n in fine if n != "order"} == {"worker0", "worker1"}
+    assert all(r.rounds_s == [1.0, 2.0, 3.0] and r.measured_s == 2.0 for r in rows)
+    assert all(r.simulated_s > 0 and not math.isnan(r.simulated_s) for r in rows)
+
+
+def test_the_page_shows_each_pairs_rounds_and_what_each_round_alone_scores(tmp_path):
+    # Pair A: rounds 1.0 / 1.2 / 0.9 s (measured 1.0), simulated 1.1: +10 %; spread 0.3 / 1.0 = 30 %.
+    # Pair B: rounds 2.0 / 2.0 / 3.0 s (measured 2.0), simulated 2.2: +10 %; spread 1.0 / 2.0 = 50 %.
+    # One round alone: round 1: +10 %, +10 % -> median 10 %, worst 10 %; round 2: 1.1/1.2 - 1 = -8.3 %, +10 %
+    # -> median 9.2 %, worst 10.0 %; round 3: 1.1/0.9 - 1 = +22.2 %, 2.2/3.0 - 1 = -26.7 % -> median 24.4 %,
+    # worst 26.7 %. Spread: median of 30 % and 50 % = 40 %, largest 50 % (B).
+    a, b = _row("balanced", "enforced", 1.1), _row("fine", "enforced", 2.2)
+    for row, rounds in ((a, (1.0, 1.2, 0.9)), (b, (2.0, 2.0, 3.0))):
+        for value in rounds:
+            row.add_round([value], 0.4)
+    path = tmp_path / "fidelity.md"
+    bench_fidelity.write_markdown([a, b], path, "cmd", "", [])
+    text = path.read_text()
+    assert "in 3 interleaved rounds" in text
+    assert "**2 pairs: median |error| 10.0%, worst 10.0%**" in text
+    assert "median 40.0%, largest 50.0% (m fine enforced: 2 / 2 / 3 s)." in text
+    assert (
+        "judged on one round alone (what one session per pair would have reported): round 1: median 10.0%, "
+        "worst 10.0%; round 2: median 9.2%, worst 10.0%; round 3: median 24.4%, worst 26.7%." in text
+    )
+    assert "| 1 | 1 / 1.2 / 0.9 | 30.0% | 1.1 | +10.0% | 0.40 |" in text
+    assert "| 2 | 2 / 2 / 3 | 50.0% | 2.2 | +10.0% | 0.40 |" in text
+
+
+def test_rounds_and_steps_below_one_are_refused(capsys):
+    assert bench_fidelity.main(["--rounds", "0"]) == 1
+    assert capsys.readouterr().err == "bench-fidelity: --rounds and --steps must be at least 1\n"
+
+
+def test_the_committed_results_still_render(tmp_path):
+    # --render on the committed one-round fidelity.json: every pair shows its one value and no spread.
+    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json"
+    (tmp_path / "fidelity.json").write_text(committed.read_text())
+    assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
+    text = (tmp_path / "fidelity.md").read_text()
+    rows, _, _, _ = read_json(committed)
+    assert "one session per pair" in text and "interleaved rounds" not in text
+    first = rows[0]
+    assert f"| {first.measured_s:.4g} | {first.measured_s:.4g} | — | {first.simulated_s:.4g} |" in text
