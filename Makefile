@@ -146,7 +146,8 @@ bench-scale: $(STAMP)
 bench-simulate: $(STAMP)
 	$(BIN)/python tools/bench_simulate.py --nodes 100000 --cluster fastt -o benchmarks/results/simulate.md
 
-# Real TF worker processes pinned one per core: needs the cores to itself (check `uptime` first).
+# Real TF worker processes pinned one per core: needs the cores to itself (check `uptime` first). Every pair in
+# three interleaved rounds (--rounds 3): about 20-23 minutes.
 # FIDELITY_ARGS=--calibrate recalibrates the rig's cached cluster description first.
 bench-fidelity: $(STAMP)
 	$(BIN)/python -m graphir.tools.bench_fidelity $(FIDELITY_ARGS)
