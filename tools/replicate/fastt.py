@@ -724,6 +724,12 @@ NOTES = [
     "needed to calibrate it (issue 14 item 3), and none are available here. The input path (batch after the "
     "weights) remains a model of the measured steps, not read from TensorFlow's source; it was not checked on "
     "a V100.",
+    "- **Small kernels, tried on 2026-11-24 (`benchmarks/results/occupancy.md`).** Occupancy and GEMM-tile "
+    "wave-quantization rules slow ResNet-200's 32-sample kernels too and break its 1-GPU cell. Asynchronous "
+    "kernel dispatch (an op with work costs max(roofline, D), `--kernel-dispatch=D`) puts all 12 DP cells within "
+    "20 % at D = 10 or 11 us (ResNet-200 x 8 +15.1 / +12.0 %, x 1 -19.2 / -19.9 %), but not at 8 us (x 8 "
+    "+20.6 %) or 12 us (x 1 -20.7 %); no public source gives that time for TensorFlow on a V100, so it is off "
+    "(`Device.kernel_dispatch = 0`) until a V100 timeline measures it.",
     "- **DPOS and OS-DPOS against DP.** DPOS (Algorithm 1) ranks and places with the maximal, contention-free "
     "transfer times FastT's cost model uses: the preset's 50 GB/s channel between any two GPUs. Under the "
     "ruler a GPU sends one tensor at a time on its device-to-device stream and 12 of 28 GPU pairs go through "
