@@ -20,6 +20,9 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     peak_flops = 15.7e12        # FLOP/s
     mem_bandwidth = 900e9       # bytes/s
     launch_overhead = 5e-6      # seconds per kernel (optional)
+    kernel_dispatch = 0.0       # optional, default the kind's (0: off): seconds to issue one kernel
+                                # asynchronously; an op with work then costs max(roofline, this)
+                                # (graphir.cluster_model.Device.kernel_dispatch)
 
     [default_link]              # pairs not otherwise given (default: PCIe 3.0, 10 us, 12 GB/s)
     latency = 10e-6

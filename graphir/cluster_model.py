@@ -33,6 +33,12 @@ class Device:
         launch_overhead: fixed seconds added to every kernel (the roofline's per-op constant).
         op_overhead: seconds the framework's executor spends per op *beyond* its ``cost`` (dispatch
             that measured kernel times do not contain), charged by the simulator; 0 by default.
+        kernel_dispatch: seconds the host needs to issue one kernel when kernels run asynchronously
+            (a GPU stream); 0 (the default): off, every op costs ``roofline + launch_overhead``.
+            When positive, an op with work costs ``max(roofline, kernel_dispatch)`` (the host issues
+            the next kernel while the device runs the current one, so a long kernel hides its launch
+            and a short one waits for it) and an op without work (metadata: reshape, identity) still
+            costs ``launch_overhead`` (:func:`graphir.passes.profile.roofline.roofline`).
     """
 
     name: str
@@ -43,6 +49,7 @@ class Device:
     mem_bandwidth: float
     launch_overhead: float = GPU_LAUNCH_OVERHEAD
     op_overhead: float = 0.0
+    kernel_dispatch: float = 0.0
 
 
 @attrs.frozen
@@ -70,6 +77,7 @@ class DeviceKind:
     mem_bandwidth: float
     tf_type: str = "GPU"
     launch_overhead: float = GPU_LAUNCH_OVERHEAD
+    kernel_dispatch: float = 0.0
 
 
 GiB = 1 << 30
@@ -252,6 +260,7 @@ def catalogue_device(name: str, tf_device: str, kind: str, memory: int | None = 
         peak_flops=entry.peak_flops,
         mem_bandwidth=entry.mem_bandwidth,
         launch_overhead=entry.launch_overhead,
+        kernel_dispatch=entry.kernel_dispatch,
     )
 
 
@@ -260,17 +269,20 @@ def full_mesh(devices: tuple[Device, ...], latency: float, bandwidth: float) -> 
     return tuple(Link(a.name, b.name, latency, bandwidth) for a in devices for b in devices if a.name != b.name)
 
 
+def _speeds(device: Device) -> tuple[float, ...]:
+    return (device.peak_flops, device.mem_bandwidth, device.launch_overhead, device.op_overhead, device.kernel_dispatch)
+
+
 def check_kinds(devices: list[Device] | tuple[Device, ...], where: str) -> None:
     """Costs are per kind: every device of a kind must have the same speeds."""
     first: dict[str, Device] = {}
     for device in devices:
         seen = first.setdefault(device.kind, device)
-        speeds = (device.peak_flops, device.mem_bandwidth, device.launch_overhead, device.op_overhead)
-        if speeds != (seen.peak_flops, seen.mem_bandwidth, seen.launch_overhead, seen.op_overhead):
+        if _speeds(device) != _speeds(seen):
             raise ClusterError(
                 f"{where}: devices '{seen.name}' and '{device.name}' are both of kind '{device.kind}' but differ in "
-                "peak_flops, mem_bandwidth, launch_overhead or op_overhead (costs are per kind: give them "
-                "different kinds)"
+                "peak_flops, mem_bandwidth, launch_overhead, op_overhead or kernel_dispatch (costs are per kind: "
+                "give them different kinds)"
             )
 
 

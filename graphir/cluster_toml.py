@@ -59,6 +59,7 @@ def _service(data: dict[str, Any], path: Path) -> TransferService:
 def device_toml(device: Device, memory: int | None = None) -> list[str]:
     """The ``[[device]]`` table of ``device`` as cluster-file lines (``memory`` overrides its bytes)."""
     extra = [f"op_overhead = {device.op_overhead!r}"] if device.op_overhead else []
+    extra += [f"kernel_dispatch = {device.kernel_dispatch!r}"] if device.kernel_dispatch else []
     return [
         "[[device]]",
         f'name = "{device.name}"',
@@ -133,6 +134,7 @@ def _load_device(raw: dict[str, Any], k: int, where: str) -> Device:
             raw, "launch_overhead", entry.launch_overhead if entry else GPU_LAUNCH_OVERHEAD, where, positive=False
         ),
         op_overhead=_number(raw, "op_overhead", 0.0, where, positive=False),
+        kernel_dispatch=_number(raw, "kernel_dispatch", entry.kernel_dispatch if entry else 0.0, where, positive=False),
     )
 
 

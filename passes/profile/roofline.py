@@ -9,6 +9,12 @@ overhead ``L``::
 
     t = max(flops / P, bytes / B) + L
 
+A device with an asynchronous kernel dispatch time ``D > 0`` (``Device.kernel_dispatch``; 0, the
+default, on every catalogued kind) instead charges ``max(max(flops / P, bytes / B), D)`` to an op
+with work, whose launch is issued while the previous kernel runs, and ``L`` to an op without work
+(metadata ops launch no kernel). ``benchmarks/results/occupancy.md`` records what it does to FastT's
+Table 1 and why it is off.
+
 It is computed with numpy for all nodes at once, per device *kind*, so heterogeneous clusters
 get one time per kind (``Cost({kind: seconds})``). Celeritas §4.2 and Pesto §3.1 measure times
 instead (``profile{mode=onnxruntime}``); the roofline is the estimate available without hardware.
@@ -72,12 +78,29 @@ class GraphWork:
 
     def times(self, device: Device) -> np.ndarray:
         """Roofline time per node on ``device``: ``max(flops/peak, bytes/bandwidth) + launch overhead``."""
-        return roofline(self.flops, self.bytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead)
+        return roofline(
+            self.flops,
+            self.bytes,
+            device.peak_flops,
+            device.mem_bandwidth,
+            device.launch_overhead,
+            device.kernel_dispatch,
+        )
 
 
-def roofline(flops: np.ndarray, nbytes: np.ndarray, peak_flops: float, bandwidth: float, overhead: float) -> np.ndarray:
-    """``max(flops / peak_flops, bytes / bandwidth) + overhead``, elementwise (Williams et al. 2009)."""
-    return np.maximum(flops / peak_flops, nbytes / bandwidth) + overhead
+def roofline(
+    flops: np.ndarray, nbytes: np.ndarray, peak_flops: float, bandwidth: float, overhead: float, dispatch: float = 0.0
+) -> np.ndarray:
+    """``max(flops / peak_flops, bytes / bandwidth) + overhead``, elementwise (Williams et al. 2009).
+
+    With an asynchronous kernel ``dispatch`` time (:attr:`graphir.cluster_model.Device.kernel_dispatch`,
+    > 0), an op with work costs ``max(kernel, dispatch)`` instead (its launch overlaps the previous
+    kernel) and an op without work ``overhead``.
+    """
+    kernel = np.maximum(flops / peak_flops, nbytes / bandwidth)
+    if dispatch <= 0:
+        return kernel + overhead
+    return np.where(kernel > 0, np.maximum(kernel, dispatch), overhead)
 
 
 def kind_times(cluster: Cluster, nodes: Sequence[Node]) -> tuple[dict[str, np.ndarray], list[int]]:
@@ -92,7 +115,9 @@ def kind_times(cluster: Cluster, nodes: Sequence[Node]) -> tuple[dict[str, np.nd
     times = {}
     for kind in sorted(cluster.kinds):
         device = cluster.kind_device(kind)
-        times[kind] = roofline(flops, nbytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead)
+        times[kind] = roofline(
+            flops, nbytes, device.peak_flops, device.mem_bandwidth, device.launch_overhead, device.kernel_dispatch
+        )
     return times, [e[2] for e in estimates]
 
 

@@ -11,6 +11,7 @@ from graphir.cluster import (
     DEVICE_KINDS,
     PRESETS,
     ClusterError,
+    device_toml,
     load_cluster_toml,
     resolve_cluster,
     widest_routes,
@@ -303,3 +304,18 @@ def test_toml_rejects_unknown_switch_kind(tmp_path):
     path = write(tmp_path, '[[device]]\nname = "g0"\n[[switch]]\nname = "x"\nkind = "hub"\n')
     with pytest.raises(ClusterError, match="kind must be one of"):
         load_cluster_toml(path)
+
+
+def test_kernel_dispatch_is_read_written_and_kept_per_kind(tmp_path):
+    # A device's asynchronous kernel dispatch (seconds; 0 = the additive launch rule) round-trips
+    # through its [[device]] table and, like every speed, must agree within a kind.
+    path = write(
+        tmp_path, '[[device]]\nname = "g0"\nkernel_dispatch = 1e-5\n[[device]]\nname = "g1"\nkernel_dispatch = 1e-5\n'
+    )
+    cluster = load_cluster_toml(path)
+    assert [d.kernel_dispatch for d in cluster.devices] == [1e-5, 1e-5]
+    assert "kernel_dispatch = 1e-05" in device_toml(cluster.devices[0])
+    assert not any(line.startswith("kernel_dispatch") for line in device_toml(resolve_cluster("4xV100").devices[0]))
+    mixed = write(tmp_path, '[[device]]\nname = "g0"\nkernel_dispatch = 1e-5\n[[device]]\nname = "g1"\n')
+    with pytest.raises(ClusterError, match="kernel_dispatch"):
+        load_cluster_toml(mixed)

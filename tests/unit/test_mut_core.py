@@ -52,6 +52,18 @@ def test_roofline_takes_the_slower_of_compute_and_memory_plus_the_launch() -> No
     assert times.tolist() == pytest.approx([1.001e-3, 10.001e-3], rel=1e-12)
 
 
+def test_roofline_with_asynchronous_dispatch_takes_the_slower_of_kernel_and_dispatch() -> None:
+    # P = 1e12 FLOP/s, B = 1e11 B/s, launch overhead 1 us, kernel dispatch 10 us:
+    # node 0: 1e9 FLOP -> a 1 ms kernel, longer than the 10 us dispatch: 1 ms (the launch is hidden)
+    # node 1: 1e6 FLOP -> 1 us, 1e5 B -> 1 us: a 1 us kernel waits for its 10 us dispatch: 10 us
+    # node 2: no work (a reshape): the 1 us launch overhead, as without dispatch
+    flops, nbytes = np.array([1e9, 1e6, 0.0]), np.array([1e6, 1e5, 0.0])
+    times = roofline(flops, nbytes, 1e12, 1e11, 1e-6, 10e-6)
+    assert times.tolist() == pytest.approx([1e-3, 10e-6, 1e-6], rel=1e-12)
+    # dispatch 0 (the default) is the additive rule: 1.001 ms, 2 us, 1 us
+    assert roofline(flops, nbytes, 1e12, 1e11, 1e-6).tolist() == pytest.approx([1.001e-3, 2e-6, 1e-6], rel=1e-12)
+
+
 def _weights_graph() -> Graph:
     """x, a weight w shared by two Muls, a variable of 10x20 f32 and a Const of 5 f32."""
     graph = Graph()

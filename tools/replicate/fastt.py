@@ -4,6 +4,7 @@ Usage::
 
     python -m graphir.tools.replicate.fastt [--quick] [--out DIR] [--quiet] [--no-verify]
         [--strategies=data-parallel,dp-gpu,dpos,os-dpos] [--max-nodes=N] [--models=a,b] [--gpus=n,m]
+        [--kernel-dispatch=SECONDS]
 
 Writes ``DIR/replicate_fastt.md`` (default ``benchmarks/results``). ``--strategies`` runs only the
 named placements (``data-parallel`` always; default: all four); the table shows ``not run`` for the
@@ -11,7 +12,9 @@ others and leaves out Table 6 without ``dpos`` and ``os-dpos``. ``--max-nodes=N`
 only on data-parallel graphs of at most ``N`` nodes (a time budget; ResNet-200 x 8 has 157,950).
 ``--models=resnet200`` (zoo entries without ``_train``: ``vgg19``, ``resnet200``, ``inception_v3``) and
 ``--gpus=8`` (of 2, 4, 8) run only those rows (each model's 1-GPU column is measured all the same), e.g.
-one cell alone: ``--models=resnet200 --gpus=8``.
+one cell alone: ``--models=resnet200 --gpus=8``. ``--kernel-dispatch=10e-6`` gives every GPU an
+asynchronous kernel dispatch time (:attr:`graphir.cluster_model.Device.kernel_dispatch`; the preset has
+none), an experiment recorded in ``benchmarks/results/occupancy.md``.
 
 **Setting.** FastT (§6) trains with *strong scaling*: a fixed global batch split over the GPUs,
 TF-slim's data parallelism as the baseline, and, for a model that fits one GPU, OS-DPOS (and DPOS,
@@ -83,6 +86,8 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+
+import attrs
 
 from graphir.clone import clone_module
 from graphir.cluster_model import Cluster
@@ -160,9 +165,21 @@ PAPER_TABLE6: dict[str, tuple[float, float, str]] = {
 }
 
 
-def cluster_for(devices: int) -> Cluster:
-    """The cluster for ``devices`` GPUs: the ``fastt`` preset's GPUs ``0..devices-1`` and its host CPU."""
-    return fastt_gpus(devices)
+def cluster_for(devices: int, *, host: bool = True, dispatch: float = 0.0) -> Cluster:
+    """The cluster for ``devices`` GPUs: the ``fastt`` preset's GPUs ``0..devices-1`` and its host CPU.
+
+    ``host=False`` leaves the host out (DPOS and OS-DPOS place over the GPUs only). ``dispatch`` > 0
+    gives every GPU that asynchronous kernel dispatch time (``--kernel-dispatch``,
+    :attr:`graphir.cluster_model.Device.kernel_dispatch`; the preset's is 0), the same for every cell.
+    """
+    cluster = fastt_gpus(devices, host=host)
+    if dispatch <= 0:
+        return cluster
+    gpus = tuple(
+        attrs.evolve(d, kernel_dispatch=dispatch) if d.tf_device.rpartition("/")[2].startswith("device:GPU") else d
+        for d in cluster.devices
+    )
+    return attrs.evolve(cluster, devices=gpus)
 
 
 @dataclasses.dataclass
@@ -227,7 +244,7 @@ def _placer(strategy: str) -> OsDpos | Place:
     return Place.of(strategy, mem_model=MEM_MODEL)
 
 
-def _place(module: Module, strategy: str, check: bool) -> Cell:
+def _place(module: Module, strategy: str, check: bool, dispatch: float = 0.0) -> Cell:
     """Place a copy of ``module`` with ``strategy``; simulate it under :data:`CONGESTION` in its :data:`ORDERS`.
 
     DPOS and OS-DPOS place on the GPUs only (FastT places over the GPUs; with the host CPU offered,
@@ -239,7 +256,7 @@ def _place(module: Module, strategy: str, check: bool) -> Cell:
         issue_inputs_after_reads(copy)
     if strategy in ("dpos", "os-dpos"):
         gpus = sum(1 for d in module.cluster.devices if d.name.startswith("gpu"))
-        copy.set_cluster(fastt_gpus(gpus, host=False))
+        copy.set_cluster(cluster_for(gpus, host=False, dispatch=dispatch))
     began = time.perf_counter()
     stats = _placer(strategy).run(copy, PassContext()).stats
     wall = time.perf_counter() - began
@@ -263,8 +280,10 @@ def _place(module: Module, strategy: str, check: bool) -> Cell:
     )
 
 
-def _data_parallel(source: Module, devices: int, batch: int, check: bool) -> tuple[DataParallelGraph, float]:
-    source.set_cluster(cluster_for(devices))
+def _data_parallel(
+    source: Module, devices: int, batch: int, check: bool, dispatch: float = 0.0
+) -> tuple[DataParallelGraph, float]:
+    source.set_cluster(cluster_for(devices, dispatch=dispatch))
     began = time.perf_counter()
     result = data_parallel(source, devices, batch=batch)
     module = result.module
@@ -274,12 +293,14 @@ def _data_parallel(source: Module, devices: int, batch: int, check: bool) -> tup
     return result, time.perf_counter() - began
 
 
-def measure_single(model: Model, runner: Runner, check: bool) -> tuple[Module, Cell, dict[str, str]]:
+def measure_single(
+    model: Model, runner: Runner, check: bool, dispatch: float = 0.0
+) -> tuple[Module, Cell, dict[str, str]]:
     """One model's zoo graph, its 1-GPU DP cell and its op types by name."""
     source = load_module(f"zoo:{model.entry}")
     ops = {node.name: node.op for node in source.graph.nodes}
-    result, _ = _data_parallel(source, 1, model.batch, check)
-    one = _place(result.module, "data-parallel", check)
+    result, _ = _data_parallel(source, 1, model.batch, check, dispatch)
+    one = _place(result.module, "data-parallel", check, dispatch)
     runner.log(f"  {model.label} 1 GPU: {model.batch / one.makespan:.1f} samples/s")
     return source, one, ops
 
@@ -292,12 +313,13 @@ def measure_row(
     check: bool,
     strategies: Sequence[str] = STRATEGIES,
     max_nodes: int = 0,
+    dispatch: float = 0.0,
 ) -> Row:
     """Every strategy of one model on ``n`` GPUs; DPOS and OS-DPOS only on graphs of at most ``max_nodes`` (0: all)."""
-    result, build = _data_parallel(source, n, model.batch, check)
+    result, build = _data_parallel(source, n, model.batch, check, dispatch)
     if max_nodes and len(result.module.graph) > max_nodes:
         strategies = [s for s in strategies if s not in ("dpos", "os-dpos")]
-    cells = {algo: _place(result.module, algo, check) for algo in strategies}
+    cells = {algo: _place(result.module, algo, check, dispatch) for algo in strategies}
     row = Row(
         model,
         n,
@@ -702,6 +724,12 @@ NOTES = [
     "needed to calibrate it (issue 14 item 3), and none are available here. The input path (batch after the "
     "weights) remains a model of the measured steps, not read from TensorFlow's source; it was not checked on "
     "a V100.",
+    "- **Small kernels, tried on 2026-11-24 (`benchmarks/results/occupancy.md`).** Occupancy and GEMM-tile "
+    "wave-quantization rules slow ResNet-200's 32-sample kernels too and break its 1-GPU cell. Asynchronous "
+    "kernel dispatch (an op with work costs max(roofline, D), `--kernel-dispatch=D`) puts all 12 DP cells within "
+    "20 % at D = 10 or 11 us (ResNet-200 x 8 +15.1 / +12.0 %, x 1 -19.2 / -19.9 %), but not at 8 us (x 8 "
+    "+20.6 %) or 12 us (x 1 -20.7 %); no public source gives that time for TensorFlow on a V100, so it is off "
+    "(`Device.kernel_dispatch = 0`) until a V100 timeline measures it.",
     "- **DPOS and OS-DPOS against DP.** DPOS (Algorithm 1) ranks and places with the maximal, contention-free "
     "transfer times FastT's cost model uses: the preset's 50 GB/s channel between any two GPUs. Under the "
     "ruler a GPU sends one tensor at a time on its device-to-device stream and 12 of 28 GPU pairs go through "
@@ -733,13 +761,15 @@ def run(
     max_nodes: int = 0,
     only_models: Sequence[str] = (),
     only_gpus: Sequence[int] = (),
+    dispatch: float = 0.0,
 ) -> Path:
     """Measure every model with ``strategies`` and write the report; returns its path.
 
     ``max_nodes`` (``--max-nodes``, 0: no limit) leaves DPOS and OS-DPOS out on larger data-parallel
     graphs (their cells say *not run*), a time budget: OS-DPOS reruns DPOS for every trial split.
     ``only_models`` (``--models``: entries without ``_train``) and ``only_gpus`` (``--gpus``) keep only
-    those rows of the run (empty: all).
+    those rows of the run (empty: all). ``dispatch`` (``--kernel-dispatch``, seconds; 0: the preset's
+    additive launch overhead) is every GPU's asynchronous kernel dispatch time (:func:`cluster_for`).
 
     The report is rewritten after every row (see :func:`row_order`), listing the rows still to run,
     so a run stopped early leaves a table of what it measured.
@@ -762,6 +792,8 @@ def run(
         command += f" --models={','.join(only_models)}"
     if only_gpus:
         command += f" --gpus={','.join(map(str, only_gpus))}"
+    if dispatch:
+        command += f" --kernel-dispatch={dispatch:g}"
     path = Path(args.out) / "replicate_fastt.md"
     for model in models:
         runner.log(f"replicate fastt: {model.label} (global batch {model.batch})")
@@ -770,10 +802,11 @@ def run(
             ops[model.entry] = {node.name: node.op for node in sources[model.entry].graph.nodes}
             singles[model.entry] = None
         else:
-            sources[model.entry], singles[model.entry], ops[model.entry] = measure_single(model, runner, check)
+            measured = measure_single(model, runner, check, dispatch)
+            sources[model.entry], singles[model.entry], ops[model.entry] = measured
     order = row_order(models, devices)
     for k, (model, n) in enumerate(order):
-        rows.append(measure_row(sources[model.entry], model, n, runner, check, strategies, max_nodes))
+        rows.append(measure_row(sources[model.entry], model, n, runner, check, strategies, max_nodes, dispatch))
         done = sorted(rows, key=lambda r: (models.index(r.model), r.devices))
         pending = [f"{m.label} x {d}" for m, d in order[k + 1 :]]
         load = os.getloadavg()[0]
@@ -842,6 +875,21 @@ def parse_gpus(text: str) -> tuple[int, ...]:
     return tuple(n for n in DEVICES if str(n) in names)
 
 
+def parse_dispatch(text: str) -> float:
+    """``--kernel-dispatch=SECONDS`` -> seconds (0 or more; 0 is the preset's additive launch overhead).
+
+    Raises:
+        ValueError: not a number, or negative.
+    """
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"--kernel-dispatch wants seconds (a number >= 0, e.g. 10e-6), got '{text}'")
+    return seconds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the FastT replication (see the module docstring); 0 on success, 1 with a one-line error."""
     rest: list[str] = []
@@ -849,6 +897,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     max_nodes = 0
     only_models: tuple[str, ...] = ()
     only_gpus: tuple[int, ...] = ()
+    dispatch = 0.0
     for arg in sys.argv[1:] if argv is None else argv:
         try:
             if arg.startswith("--strategies="):
@@ -857,6 +906,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 only_models = parse_models(arg.partition("=")[2])
             elif arg.startswith("--gpus="):
                 only_gpus = parse_gpus(arg.partition("=")[2])
+            elif arg.startswith("--kernel-dispatch="):
+                dispatch = parse_dispatch(arg.partition("=")[2])
             elif arg.startswith("--max-nodes="):
                 text = arg.partition("=")[2]
                 if not text.isdigit():
@@ -873,7 +924,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"graphir.tools.replicate.fastt: error: {exc}", file=sys.stderr)
         return 1
     job = functools.partial(
-        run, strategies=strategies, max_nodes=max_nodes, only_models=only_models, only_gpus=only_gpus
+        run,
+        strategies=strategies,
+        max_nodes=max_nodes,
+        only_models=only_models,
+        only_gpus=only_gpus,
+        dispatch=dispatch,
     )
     return run_main("fastt", job, rest, DESCRIPTION)
 
