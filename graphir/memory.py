@@ -509,6 +509,18 @@ class ScheduleMemory:
         np.add.at(output_bytes, producer, np.asarray(self._value_bytes, dtype=np.int64))
         self._output_bytes: list[int] = output_bytes.tolist()
 
+    def full(self, node: int, device: int) -> bool:
+        """Whether :meth:`fits` is False for ``node`` on ``device`` whatever its slot and received copies.
+
+        The peak with ``node`` added is at least the peak so far plus ``node``'s persistent bytes
+        (its other bytes are non-negative), so when that exceeds the capacity no slot fits. A list
+        scheduler asks this before it looks for a slot and lists the copies (on a device that
+        already overflowed, every question ends here). Under ``paper`` it is :meth:`fits` itself.
+        """
+        if self.model == "paper":
+            return self.ledgers[device].peak() + self._whole_step[node] > self.capacity[device]
+        return self.ledgers[device].peak() + self._persistent[node] > self.capacity[device]
+
     def fits(
         self, node: int, device: int, start: float, finish: float, received: Sequence[tuple[int, float, float]] = ()
     ) -> bool:

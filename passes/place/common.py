@@ -280,6 +280,8 @@ class ListScheduler:
             return self.constraints.fits(v, d)
         if not self.constraints.allowed(v, d):
             return False
+        if self.constraints.pinned(v) < 0 and self.liveness.full(v, d):  # no slot can fit: skip the search
+            return False
         start = self.start_on(v, d)
         return self.constraints.fits_at(v, d, start, start + self.times[v][d], self.received(v, d))
 
@@ -373,9 +375,12 @@ class ListScheduler:
             est[pin] = self.timelines[pin].earliest_start(ready[pin], times[pin])
             return est
         timelines = self.timelines
+        liveness = self.liveness
         for d in self.constraints.open_devices(v):
+            if liveness is not None and liveness.full(v, d):  # no slot can fit (fits_at would say so): +inf
+                continue
             est[d] = timelines[d].earliest_start(ready[d], times[d])
-        if self.liveness is not None:  # memory over the slot found, with the copies received there
+        if liveness is not None:  # memory over the slot found, with the copies received there
             for d, s in enumerate(est):
                 if s < INF and not self.constraints.fits_at(v, d, s, s + times[d], self.received(v, d)):
                     est[d] = INF

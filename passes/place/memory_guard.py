@@ -22,8 +22,21 @@ an accepted placement never overflows in the simulator under its default rules (
 tests/unit/test_place_memory_guard.py). Under ``mem-model=paper`` (the published rules) or without
 a simulator (a placer called outside the ``place`` pass), the plan is returned unchanged.
 
-Statistics: ``memory-guard-plans`` (plans made; 1: the first fitted) and, when a device still
-overflows, ``simulated-overflow-B``.
+**No re-plan when no placement can fit.** Every node's persistent bytes stay on its device for the
+whole step, in the simulator's accounting under either rule, so the simulated peaks of *any*
+placement add up to at least the graph's persistent bytes. When those exceed the devices' memory
+in all (the simulator's ``persistent`` and ``memory_limit`` of the first plan: the sum of the first
+does not depend on the placement), every placement overflows by at least the difference; no re-plan
+can be accepted, and the first plan is returned after its one simulation (statistic
+``memory-guard-bound-B``: that least overflow). This changes no accepted placement (property test:
+tests/unit/test_place_memory_guard.py compares it with the loop that re-plans regardless); it
+spares graphs far beyond the cluster (the 1M-node synthetic graph of ``make bench-scale``: 155 GB
+of weights on 4x 17 GB) three plans and three simulations that could only trade one overflow for
+another.
+
+Statistics: ``memory-guard-plans`` (plans made; 1: the first fitted, or nothing could fit) and, when
+a device still overflows, ``simulated-overflow-B`` (and ``memory-guard-bound-B`` when no placement
+could fit).
 """
 
 from __future__ import annotations
@@ -45,15 +58,24 @@ def lowered_capacity(capacity: np.ndarray, overflow: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(capacity, dtype=np.float64) - np.asarray(overflow, dtype=np.float64), 0.0)
 
 
-def simulated_overflow(problem: PlacementProblem, ctx: PlacementContext, placement: Placement) -> np.ndarray:
-    """Bytes above capacity per device when the simulator runs ``placement`` (its default rules)."""
+def simulated_memory(problem: PlacementProblem, ctx: PlacementContext, placement: Placement) -> tuple[np.ndarray, int]:
+    """The simulator's verdict on ``placement`` (its default rules): overflow per device and the bound.
+
+    Returns:
+        ``(overflow, bound)``: bytes above capacity per device, and the least total overflow *any*
+        placement of the graph has, ``max(0, persistent bytes - memory of every device)``
+        (module docstring; 0 when some placement may fit).
+    """
     simulate = ctx.simulator()
     device = np.asarray(placement.device, dtype=np.int64)
     start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
     result = simulate(problem, device, np.asarray(start, dtype=np.float64))
     peak = np.asarray(result.peak_memory, dtype=np.float64)
     limit = np.asarray(result.memory_limit, dtype=np.float64)
-    return np.maximum(peak - limit, 0.0)
+    # Integers: the persistent bytes of the whole graph, whichever device holds them.
+    persistent = int(np.asarray(result.persistent, dtype=np.int64).sum())
+    bound = persistent - int(np.asarray(result.memory_limit, dtype=np.int64).sum())
+    return np.maximum(peak - limit, 0.0), max(bound, 0)
 
 
 def memory_guarded(
@@ -70,19 +92,23 @@ def memory_guarded(
     best: Placement | None = None
     best_overflow = np.inf
     placement = first
+    bound = 0
     for made in range(1, GUARD_PLANS + 1):
         if made > 1:
             placement = plan(dataclasses.replace(problem, capacity=capacity.copy()))
-        overflow = simulated_overflow(problem, ctx, placement)
+        overflow, bound = simulated_memory(problem, ctx, placement)
         total = float(overflow.sum())
         if total < best_overflow:
             best, best_overflow = placement, total
-        if total == 0.0:
+        if total == 0.0 or bound > 0:  # it fits, or nothing can: no plan would be accepted
             break
         capacity = lowered_capacity(capacity, overflow)  # a margin of what the simulator measured
     assert best is not None
     stats = dict(best.stats)
     stats["memory-guard-plans"] = made
+    if bound > 0:
+        stats["memory-guard-bound-B"] = bound
+        ctx.log(f"memory guard: the persistent bytes alone exceed the cluster's memory by {bound} B: no re-plan")
     if best_overflow > 0:
         stats["simulated-overflow-B"] = int(best_overflow)
         ctx.log(f"memory guard: {int(best_overflow)} B above capacity in the simulator after {made} plans")
