@@ -1,13 +1,15 @@
 """The `.gir` parser: reads what :mod:`graphir.printer` writes, with caret diagnostics.
 
 The format is line-oriented (one op per line). Node lines as the printer writes them are read by
-the fast path (:mod:`graphir.fastline`: a few regular expressions per line, no tokens); every
-other line, and any line the fast path declines, is tokenized (:mod:`graphir.lexer`) and read by
-recursive descent (values: :mod:`graphir.parse_values`). Values may be used before the line that
-defines them (so a cyclic graph can be read and reported by the verifier rather than rejected as
-a parse error), so nodes are built once every line is read. Errors raise
-:class:`~graphir.errors.ParseError` with ``file:line:col`` and the source line; an error found
-while building a node whose line the fast path read re-reads that line with tokens for its column.
+the fast paths (the common shape inline in :meth:`_Parser._read_plain_lines`, the others by
+:mod:`graphir.fastline`: a few regular expressions per line, no tokens); every other line, and
+any line the fast paths decline, is tokenized (:mod:`graphir.lexer`) and read by recursive
+descent (values: :mod:`graphir.parse_values`). Each node is built when its line is read
+(:class:`_Body`). Values may be used before the line that defines them (so a cyclic graph can be
+read and reported by the verifier rather than rejected as a parse error): such an operand is
+connected when its value's line is read, and one never defined is reported after the last line.
+Errors raise :class:`~graphir.errors.ParseError` with ``file:line:col`` and the source line; an
+error found after a fast path read a line re-reads that line with tokens for its column.
 """
 
 from __future__ import annotations
