@@ -125,10 +125,6 @@ def seconds_from(text: str, unit: str) -> float:
     return float(decimal.Decimal(text).scaleb(TIME_UNITS[unit]))
 
 
-_UNIT_SHIFT: tuple[tuple[float, str, int], ...] = ((1e-6, "ns", 9), (1e-3, "us", 6), (1.0, "ms", 3))
-"""(upper bound of the magnitude, unit, decimal places the point moves right) for sub-second durations."""
-
-
 def format_duration(seconds: float) -> str:
     """Exact, shortest text ``<number><unit>`` for a time in seconds: the one rule for durations.
 
@@ -145,36 +141,45 @@ def format_duration(seconds: float) -> str:
     if not math.isfinite(seconds):
         return f"{seconds!r}s"
     seconds = float(seconds)  # numpy scalars: repr() below needs the plain float
-    magnitude = abs(seconds)
-    unit, shift = "s", 0
-    for bound, name, places in _UNIT_SHIFT:
-        if magnitude < bound:
-            unit, shift = name, places
-            break
-    text = repr(seconds)
-    sign = ""
-    if text[0] == "-":
-        sign, text = "-", text[1:]
-    mantissa, _, exponent = text.partition("e")
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + shift + (int(exponent) if exponent else 0)
-    significant = digits.lstrip("0")
-    point -= len(digits) - len(significant)
-    significant = significant.rstrip("0")
-    if point <= 0:
-        number = "0." + "0" * -point + significant
-    elif point >= len(significant):
-        number = significant + "0" * (point - len(significant))
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds < 1e-6:
+        unit, shift = "ns", 9
+    elif seconds < 1e-3:
+        unit, shift = "us", 6
+    elif seconds < 1.0:
+        unit, shift = "ms", 3
     else:
-        number = significant[:point] + "." + significant[point:]
-    return sign + number + unit
+        unit, shift = "s", 0
+    text = repr(seconds)
+    # ``significant``: the digits without leading or trailing zeros; ``point``: where the decimal
+    # point goes among them once the unit has moved it ``shift`` places right.
+    if "e" in text:  # d.ddde-XX (repr's mantissa has one non-zero digit before its point)
+        mantissa, exponent = text.split("e")
+        significant = mantissa[0] + mantissa[2:]
+        point = int(exponent) + shift + 1
+    else:
+        whole, fraction = text.split(".")
+        if whole == "0":
+            significant = fraction.lstrip("0")
+            point = shift + len(significant) - len(fraction)
+        else:
+            significant = (whole + fraction).rstrip("0")
+            point = len(whole) + shift
+    size = len(significant)
+    if point <= 0:
+        return "0." + "0" * -point + significant + unit
+    if point >= size:
+        return significant + "0" * (point - size) + unit
+    return significant[:point] + "." + significant[point:] + unit
 
 
 def format_bytes(count: int) -> str:
     """An exact byte size with the largest binary unit that divides it (``3MiB``, ``1536B``)."""
     if count == 0:
         return "0B"
+    if count & 1023:  # not a whole number of KiB, so of no larger unit either
+        return f"{count}B"
     for unit in ("TiB", "GiB", "MiB", "KiB"):
         size = BYTE_UNITS[unit]
         if count % size == 0:

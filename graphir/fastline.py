@@ -66,6 +66,7 @@ _ANNOTATIONS = (
 """The built-in annotations as the printer writes them (sorted keys, each at most once, a
 default-only ``cost``, ``mem`` fields in declaration order), captured by one match; any other
 annotation list (a per-kind cost, a plugin's key) goes through the value scanner."""
+_ANNOTATION_LIST = re.compile(_ANNOTATIONS)
 _TAIL = re.compile(_TYPES.pattern + _ANNOTATIONS)
 _LINE = re.compile(_HEAD.pattern + _TYPES.pattern + _ANNOTATIONS)
 _STRINGS = re.compile(STRING)

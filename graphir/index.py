@@ -46,15 +46,16 @@ def _check_int_annotations(node: Node) -> None:
 
 
 def _type_bytes(tensor_type: TensorType) -> int:
-    """``tensor_type.nbytes_or(0)`` in one product (a symbol or ``None`` dim makes it 0)."""
+    """``tensor_type.nbytes_or(0)`` (a symbol or ``None`` dim makes it 0)."""
     shape = tensor_type.shape
     if shape is None:
         return 0
-    try:
-        count = math.prod(shape)  # type: ignore[arg-type]
-    except TypeError:  # None, or two symbols
-        return 0
-    return count * tensor_type.dtype.itemsize if type(count) is int else 0  # one symbol: a str
+    for dim in shape:
+        # Checked before the product: math.prod would repeat a symbol's string by the other
+        # dims (``'batch' * 2**40``: a MemoryError) before its result could be seen as no int.
+        if type(dim) is not int:
+            return 0
+    return math.prod(shape) * tensor_type.dtype.itemsize  # type: ignore[arg-type]
 
 
 def _value_sizes(values: list[Value]) -> list[int]:

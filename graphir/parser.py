@@ -1,26 +1,29 @@
 """The `.gir` parser: reads what :mod:`graphir.printer` writes, with caret diagnostics.
 
 The format is line-oriented (one op per line). Node lines as the printer writes them are read by
-the fast path (:mod:`graphir.fastline`: a few regular expressions per line, no tokens); every
-other line, and any line the fast path declines, is tokenized (:mod:`graphir.lexer`) and read by
-recursive descent (values: :mod:`graphir.parse_values`). Values may be used before the line that
-defines them (so a cyclic graph can be read and reported by the verifier rather than rejected as
-a parse error), so nodes are built once every line is read. Errors raise
-:class:`~graphir.errors.ParseError` with ``file:line:col`` and the source line; an error found
-while building a node whose line the fast path read re-reads that line with tokens for its column.
+the fast paths (the common shape inline in :meth:`_Parser._read_plain_lines`, the others by
+:mod:`graphir.fastline`: a few regular expressions per line, no tokens); every other line, and
+any line the fast paths decline, is tokenized (:mod:`graphir.lexer`) and read by recursive
+descent (values: :mod:`graphir.parse_values`). Each node is built when its line is read
+(:class:`_Body`). Values may be used before the line that defines them (so a cyclic graph can be
+read and reported by the verifier rather than rejected as a parse error): such an operand is
+connected when its value's line is read, and one never defined is reported after the last line.
+Errors raise :class:`~graphir.errors.ParseError` with ``file:line:col`` and the source line; an
+error found after a fast path read a line re-reads that line with tokens for its column.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container
 from typing import Any, NamedTuple
 
-from graphir.annotations import ANNOTATIONS
+from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
 from graphir.attributes import DenseTensor
 from graphir.errors import Location, ParseError
-from graphir.fastline import LineScanner
+from graphir.fastline import _ANNOTATION_LIST, _BYTE_UNITS, _EXPONENT, _HEAD, _INF, _TYPES, LineScanner
 from graphir.gcpause import gc_paused
-from graphir.ir import ExternalTensor, Graph, Module
-from graphir.lexer import tokenize
+from graphir.ir import ExternalTensor, Graph, Module, Node, Value
+from graphir.lexer import tokenize, unquote
 from graphir.parse_values import _Line, _ValueGrammar, dense_from_values
 from graphir.types import TensorType
 
@@ -135,8 +138,8 @@ class _Parser(_ValueGrammar):
             raise self.error("expected 'graph @name(...) {'")
         self.expect("graph", "'graph'")
         graph = Graph(self.sigil_name(self.expect_kind("aname", "the graph name '@name'")))
+        defined = graph._values  # every value name defined so far: arguments, constants, results
         self.expect("(")
-        defined: set[str] = set()
         if not self.accept(")"):
             while True:
                 tok = self.expect_kind("pname", "an argument '%name'")
@@ -145,29 +148,29 @@ class _Parser(_ValueGrammar):
                 arg_type = self.parse_type()
                 if arg_name in defined:
                     raise self.error(f"redefinition of '%{arg_name}'", tok.col)
-                defined.add(arg_name)
                 graph.add_input(arg_name, arg_type)
                 if self.accept(")"):
                     break
                 self.expect(",", "',' or ')'")
         self.expect("{", "'{' opening the graph body")
         self.expect_end()
-        records: list[_NodeRecord | tuple[Any, ...]] = []
+        body = _Body(self, graph)
         outputs: list[tuple[str, int]] | None = None
         return_line: _Line | None = None
         lines = self.lines
         scan = self.scanner.scan_node_line
         while True:
             if outputs is None and self.line_no < len(lines):
-                # The fast path reads canonical node lines; every other line (and any line it
-                # does not accept) goes through the tokens below.
-                text = lines[self.line_no]
-                fast = scan(text, defined)
-                if fast is not None:
-                    self.line_no += 1
-                    defined.update(fast[2])
-                    records.append(fast + (self.line_no, text))  # a plain tuple: see build_nodes
-                    continue
+                # Canonical node lines without params are read and built in one loop; other node
+                # lines the fast path accepts come back as tuples; the rest go through the tokens.
+                self._read_plain_lines(body)
+                if self.line_no < len(lines):
+                    text = lines[self.line_no]
+                    fast = scan(text, defined)
+                    if fast is not None:
+                        self.line_no += 1
+                        body.add(fast + (self.line_no, text))  # a plain tuple: see _Body.add
+                        continue
             line = self.next_line()
             if line is None:
                 raise self.error("expected '}' closing the graph")
@@ -181,7 +184,7 @@ class _Parser(_ValueGrammar):
                 raise self.error("'return' must be the last line of the graph", first.col)
             if first.kind == "ident" and first.text == "const":
                 self.take()
-                self.parse_constant(graph, defined)
+                body.resolve(self.parse_constant(graph))
             elif first.kind == "ident" and first.text == "return":
                 self.take()
                 outputs = []
@@ -194,8 +197,8 @@ class _Parser(_ValueGrammar):
                             break
                         self.expect(",", "',' between results")
             else:
-                records.append(self.parse_node(defined))
-        self.build_nodes(graph, records)
+                body.add(self.parse_node(defined))
+        body.finish()
         for value_name, col in outputs or []:
             value = graph.get_value(value_name)
             if value is None:
@@ -203,19 +206,138 @@ class _Parser(_ValueGrammar):
             graph.outputs.append(value)
         return graph
 
-    def parse_constant(self, graph: Graph, defined: set[str]) -> None:
+    def _read_plain_lines(self, body: _Body) -> None:
+        """Read and build node lines from ``self.line_no`` while they have the common shape.
+
+        The common shape is a canonical node line (as the printer writes it) with results, a
+        dialect-qualified op, no params and built-in annotations without ``affinity`` or
+        ``colocate``: the lines of a large graph. The first line of any other shape, or with
+        anything to report, stops the loop unread: the general path reads it (and reports).
+        Everything :meth:`LineScanner.scan_node_line` and :meth:`_Body.add` do for such a line
+        happens here inline, in the same order, since this loop runs once per node.
+        """
+        lines = self.lines
+        number = self.line_no
+        end = len(lines)
+        graph = body.graph
+        values = graph._values
+        node_names = graph._node_names
+        cache = self.type_cache
+        make_type = self.scanner._type
+        add_node = graph.add_node_unchecked
+        connect = body.connect
+        filename = self.filename
+        head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
+        exponent = _EXPONENT
+        byte_units = _BYTE_UNITS
+        new, set_field = object.__new__, object.__setattr__
+        while number < end:
+            text = lines[number]
+            # Three matches rather than one: a pattern with fewer groups saves fewer marks when
+            # it backtracks (one pattern for the whole line costs about 1.6 times as much).
+            head = head_match(text)
+            if head is None:
+                break
+            types = types_match(text, head.end())
+            if types is None:
+                break
+            tail = annotations_match(text, types.end())
+            if tail is None:
+                break
+            results_text, op, name, operands_text, controls_text = head.groups()
+            inputs_text, output_text, outputs_text = types.groups()
+            (affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
+             persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
+             order, start, start_unit) = tail.groups()  # fmt: skip
+            if not results_text or "." not in op or affinity is not None or colocate is not None:
+                break
+            # Keys in sorted order, as the token parser's dict has them.
+            annotations: dict[str, Any] = {}
+            if cost is not None:
+                if len(cost) > 28 or "e" in cost or "E" in cost:
+                    break
+                seconds = float(cost + exponent[cost_unit])
+                if not 0.0 <= seconds < _INF:
+                    break  # infinite: the token parser reports it
+                cost_value = new(Cost)
+                set_field(cost_value, "times", ((DEFAULT_KIND, seconds),))
+                annotations["cost"] = cost_value
+            if device is not None:
+                device = unquote(device)
+                if not device:
+                    break
+                annotations["device"] = device
+            if finish is not None:
+                if len(finish) > 28 or "e" in finish or "E" in finish:
+                    break
+                seconds = float(finish + exponent[finish_unit])
+                if not -_INF < seconds < _INF:
+                    break
+                annotations["finish"] = seconds
+            if group is not None:
+                annotations["group"] = int(group)
+            if persistent is not None or activation is not None or temporary is not None:
+                mem = new(Mem)
+                set_field(mem, "persistent", int(persistent) * byte_units[persistent_unit] if persistent else 0)
+                set_field(mem, "activation", int(activation) * byte_units[activation_unit] if activation else 0)
+                set_field(mem, "temporary", int(temporary) * byte_units[temporary_unit] if temporary else 0)
+                annotations["mem"] = mem
+            if order is not None:
+                annotations["order"] = int(order)
+            if start is not None:
+                if len(start) > 28 or "e" in start or "E" in start:
+                    break
+                seconds = float(start + exponent[start_unit])
+                if not -_INF < seconds < _INF:
+                    break
+                annotations["start"] = seconds
+            results = results_text.replace("%", "").split(", ")
+            if output_text is not None:
+                result_types = [cache.get(output_text) or make_type(output_text)]
+                if result_types[0] is None or len(results) != 1 or results[0] in values:
+                    break
+            else:
+                result_types = [cache.get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
+                if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
+                    break
+                if any(result in values for result in results):
+                    break
+            if operands_text:
+                operands = operands_text.replace("%", "").split(", ")
+                if not inputs_text:
+                    break
+                operand_types = [cache.get(piece) or make_type(piece) for piece in inputs_text.split(", ")]
+                if len(operand_types) != len(operands) or not all(operand_types):
+                    break
+            elif inputs_text:
+                break
+            else:
+                operands = operand_types = []
+            node_name = name if name is not None else results[0]
+            if node_name in node_names:
+                break  # the general path reports the redefinition with its column
+            number += 1
+            self.line_no = number
+            indent = 4 if text[:5] == "    %" else len(text) - len(text.lstrip())
+            node = add_node(
+                op, node_name, results, result_types, {}, annotations, Location(filename, number, indent + 1, text)
+            )
+            controls = controls_text.replace("@", "").split(", ") if controls_text else None
+            connect(node, operands, operand_types, controls, number, text)
+
+    def parse_constant(self, graph: Graph) -> Value:
+        """A ``const`` line after its keyword; returns the new constant."""
         tok = self.expect_kind("pname", "the constant '%name'")
         name = self.sigil_name(tok)
-        if name in defined:
+        if name in graph._values:
             raise self.error(f"redefinition of '%{name}'", tok.col)
-        defined.add(name)
         self.expect(":", "':' before the constant type")
         const_type = self.parse_type()
         self.expect("=", "'=' before the constant data")
         data_tok = self.peek()
         if data_tok is not None and data_tok.kind == "ident" and data_tok.text == "external":
             self.take()
-            graph.add_constant(name, const_type, ExternalTensor(const_type))
+            constant = graph.add_constant(name, const_type, ExternalTensor(const_type))
         else:
             value = self.parse_value()
             if not isinstance(value, DenseTensor):
@@ -225,20 +347,23 @@ class _Parser(_ValueGrammar):
                     f"constant data type {value.type} does not match the declared {const_type}",
                     data_tok.col if data_tok else None,
                 )
-            graph.add_constant(name, const_type, value)
+            constant = graph.add_constant(name, const_type, value)
         self.expect_end()
+        return constant
 
-    def parse_node(self, defined: set[str]) -> _NodeRecord:
+    def parse_node(self, defined: Container[str]) -> _NodeRecord:
+        """A node line; ``defined`` holds the value names defined on earlier lines."""
         assert self.cur is not None
         outputs: list[tuple[str, int]] = []
+        named_here: set[str] = set()
         tok = self.peek()
         if tok is not None and tok.kind == "pname":
             while True:
                 tok = self.expect_kind("pname", "a result '%name'")
                 name = self.sigil_name(tok)
-                if name in defined:
+                if name in defined or name in named_here:
                     raise self.error(f"redefinition of '%{name}'", tok.col)
-                defined.add(name)
+                named_here.add(name)
                 outputs.append((name, tok.col))
                 if self.accept("="):
                     break
@@ -333,116 +458,180 @@ class _Parser(_ValueGrammar):
         assert cols is not None
         return cols, line
 
-    def build_nodes(self, graph: Graph, records: list[_NodeRecord | tuple[Any, ...]]) -> None:
-        """Create the nodes of ``records`` in order, then connect operands and control inputs.
 
-        Lines the fast path read come as plain tuples (the fields of :class:`_NodeRecord` without
-        ``cols``: cheaper to make and unpack, and turned into a record only for a diagnostic);
-        they carry typed annotations and names it checked, so their nodes go through
-        :meth:`~graphir.ir.Graph.add_node_unchecked`; the others through the checked API.
-        """
-        nodes = []
-        # Names the text gives (``@name`` or the first result) are reserved before any node is
-        # created, so a node that names nothing cannot take a name a later line spells out.
-        explicit: set[str] | None = None
-        filename = self.filename
-        annotation_kinds = ANNOTATIONS
-        node_names = graph._node_names
-        add_unchecked = graph.add_node_unchecked
-        for position, record in enumerate(records):
-            if type(record) is tuple:
-                op, name, outputs, _, _, params, _, output_types, annotations, line_no, source = record
-                if name is None and outputs:
-                    name = outputs[0]
-                if name is not None:
-                    if name in node_names:
-                        cols, line = self._cols(_NodeRecord(*record, None))
-                        raise self.error(f"redefinition of node '@{name}'", cols.name, line)
-                    indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
-                    loc = Location(filename, line_no, indent + 1, source)
-                    nodes.append(add_unchecked(op, name, outputs, output_types, params, annotations, loc))
-                    continue
-                record = records[position] = _NodeRecord(*record, None)  # nameless: named by the path below
-            assert isinstance(record, _NodeRecord)
-            name = record.name if record.name is not None else (record.outputs[0] if record.outputs else None)
-            if name is not None and name in node_names:
-                cols, line = self._cols(record)
-                raise self.error(f"redefinition of node '@{name}'", cols.name, line)
-            source = record.source
-            indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
-            loc = Location(filename, record.line, indent + 1, source)
-            if name is None:
-                if explicit is None:
-                    explicit = {  # fields 1 and 2 of both record kinds: the name and the results
-                        r[1] if r[1] is not None else r[2][0] for r in records if r[1] is not None or r[2]
-                    }
-                base = record.op.rsplit(".", 1)[-1].lower()
-                name, k = base, 0
-                while name in explicit or graph.get_node(name) is not None:
-                    k += 1
-                    name = f"{base}_{k}"
-            node = graph.add_node(
-                record.op, (), record.output_types, name=name, output_names=record.outputs, params=record.params
-            )
-            node.loc = loc
-            nodes.append(node)
-            if record.cols is None:  # the fast path made the typed values
-                for key, value in record.annotations.items():
-                    node.set_annotation(key, value)
+class _Body:
+    """The nodes of a graph body, built line by line as the parser reads them.
+
+    Nodes are created in line order (the graph's insertion order). An operand whose value is
+    defined on an earlier line is connected at once; one defined later (a forward use: the text
+    may be cyclic, for the verifier to report) waits in :attr:`pending` until its value is
+    defined, so every use list still lists its uses in line order. Control inputs name nodes,
+    which may come later too: they are connected in :meth:`finish`, in line order. A node line
+    without any name (no results, no ``@name``) is named in :meth:`finish` too, after every name
+    the text spells out is known, so it cannot take one of them.
+
+    Errors keep the order of a parser that reads every line before building: problems with
+    operands and control inputs are reported after every line was read, the earliest line first.
+    """
+
+    def __init__(self, parser: _Parser, graph: Graph):
+        self.parser = parser
+        self.graph = graph
+        self.pending: dict[str, list[tuple[Node, int, TensorType, int, str]]] = {}
+        self.controls: list[tuple[Node, list[str], int, str]] = []
+        self.nameless: list[Node] = []
+        self.mismatch: tuple[int, int, Value, TensorType, str] | None = None
+
+    def connect(
+        self, node: Node, operands: list[str], operand_types: list[TensorType], controls: list[str] | None,
+        line_no: int, source: str,
+    ) -> None:  # fmt: skip
+        """Connect ``node``'s operands (the defined ones now), then its newly defined results."""
+        values = self.graph._values
+        inputs = node.inputs
+        for k, value_name in enumerate(operands):
+            value = values.get(value_name)
+            declared = operand_types[k]
+            if value is None:
+                self.pending.setdefault(value_name, []).append((node, k, declared, line_no, source))
+                inputs.append(None)  # type: ignore[arg-type]  # set when the value is defined
                 continue
+            if value.type is not declared and value.type != declared:
+                self._mismatch(line_no, k, value, declared, source)
+            inputs.append(value)
+            value.uses.append((node, k))
+        if controls:
+            self.controls.append((node, controls, line_no, source))
+        if self.pending:
+            for value in node.outputs:
+                self.resolve(value)
+
+    def resolve(self, value: Value) -> None:
+        """Connect the operands that used ``value`` before the line defining it."""
+        waiting = self.pending.pop(value.name, None) if self.pending else None
+        if not waiting:
+            return
+        for node, k, declared, line_no, source in waiting:
+            if value.type is not declared and value.type != declared:
+                self._mismatch(line_no, k, value, declared, source)
+            node.inputs[k] = value
+            value.uses.append((node, k))
+
+    def _mismatch(self, line_no: int, k: int, value: Value, declared: TensorType, source: str) -> None:
+        if self.mismatch is None or (line_no, k) < self.mismatch[:2]:
+            self.mismatch = (line_no, k, value, declared, source)
+
+    def add(self, record: _NodeRecord | tuple[Any, ...]) -> None:
+        """Build the node of a line the general fast path (a plain tuple) or the tokens read.
+
+        Fast-path tuples are the fields of :class:`_NodeRecord` without ``cols`` (cheaper to make
+        and unpack, turned into a record only for a diagnostic); they carry typed annotations and
+        names it checked, so their nodes go through :meth:`~graphir.ir.Graph.add_node_unchecked`,
+        the others through the checked API.
+        """
+        parser, graph = self.parser, self.graph
+        node_names = graph._node_names
+        if type(record) is tuple:
+            op, name, outputs, operands, controls, params, operand_types, output_types, annotations, line_no, source = (
+                record
+            )
+            if name is None and outputs:
+                name = outputs[0]
+            if name is not None:
+                if name in node_names:
+                    cols, line = parser._cols(_NodeRecord(*record, None))
+                    raise parser.error(f"redefinition of node '@{name}'", cols.name, line)
+                indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
+                loc = Location(parser.filename, line_no, indent + 1, source)
+                node = graph.add_node_unchecked(op, name, outputs, output_types, params, annotations, loc)
+                self.connect(node, operands, operand_types, controls, line_no, source)
+                return
+            record = _NodeRecord(*record, None)  # nameless: named by the path below
+        assert isinstance(record, _NodeRecord)
+        name = record.name if record.name is not None else (record.outputs[0] if record.outputs else None)
+        if name is not None and name in node_names:
+            cols, line = parser._cols(record)
+            raise parser.error(f"redefinition of node '@{name}'", cols.name, line)
+        source = record.source
+        indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
+        loc = Location(parser.filename, record.line, indent + 1, source)
+        node = graph.add_node(
+            record.op, (), record.output_types, name=name or " nameless", output_names=record.outputs,
+            params=record.params,
+        )  # fmt: skip
+        if name is None:
+            del node_names[node.name]  # named in finish(), once every spelled-out name is known
+            self.nameless.append(node)
+        node.loc = loc
+        if record.cols is None:  # the fast path made the typed values
             for key, value in record.annotations.items():
-                kind = annotation_kinds.get(key)
+                node.set_annotation(key, value)
+        else:
+            for key, value in record.annotations.items():
+                kind = ANNOTATIONS.get(key)
                 if kind is None:
-                    cols, line = self._cols(record)
+                    cols, line = parser._cols(record)
                     known = ", ".join(sorted(ANNOTATIONS))
-                    raise self.error(f"unknown annotation '{key}' (known: {known})", cols.annotations[key][1], line)
+                    raise parser.error(f"unknown annotation '{key}' (known: {known})", cols.annotations[key][1], line)
                 try:
                     node.set_annotation(key, kind.from_generic(value))
                 except ValueError as exc:
-                    cols, line = self._cols(record)
-                    raise self.error(str(exc), cols.annotations[key][0], line) from None
-        graph.touch_all()
-        get_value = graph._values.get
-        for record, node in zip(records, nodes, strict=True):
-            inputs = node.inputs
-            # Fields 3, 4 and 6 of both record kinds: operand names, control names, operand types.
-            operand_types = record[6]
-            for k, value_name in enumerate(record[3]):
-                value = get_value(value_name)
-                if value is None:
-                    cols, line = self._cols(_as_record(record))
-                    raise self.error(f"use of undefined value '%{value_name}'", cols.inputs[k], line)
-                declared = operand_types[k]
-                if value.type is not declared and value.type != declared:
-                    cols, line = self._cols(_as_record(record))
-                    raise self.error(
-                        f"operand #{k} '%{value_name}' has type {value.type}, but the op declares {declared}",
-                        cols.input_types[k],
-                        line,
-                    )
-                inputs.append(value)
-                value.uses.append((node, k))
-            controls = record[4]
-            if not controls:
-                continue
-            record = _as_record(record)
+                    cols, line = parser._cols(record)
+                    raise parser.error(str(exc), cols.annotations[key][0], line) from None
+        self.connect(node, record.inputs, record.input_types, record.controls, record.line, source)
+
+    def finish(self) -> None:
+        """Name the nameless nodes, report unconnected operands, connect the control inputs."""
+        parser, graph = self.parser, self.graph
+        node_names = graph._node_names
+        for node in self.nameless:
+            base = node.op.rsplit(".", 1)[-1].lower()
+            name, k = base, 0
+            while name in node_names:
+                k += 1
+                name = f"{base}_{k}"
+            node.name = name
+            node_names[name] = node
+        # The first operand problem: a use of a value no line defines, or a type mismatch.
+        first: tuple[int, int] | None = self.mismatch[:2] if self.mismatch is not None else None
+        undefined: tuple[int, int, str, str] | None = None
+        for value_name, waiting in self.pending.items():
+            for _, k, _, line_no, source in waiting:
+                if undefined is None or (line_no, k) < undefined[:2]:
+                    undefined = (line_no, k, value_name, source)
+        if undefined is not None and (first is None or undefined[:2] < first):
+            first = undefined[:2]
+        for node, controls, line_no, source in self.controls:
+            if first is not None and first[0] <= line_no:
+                break  # an operand problem comes first (on the same line too: operands come first)
             for k, control_name in enumerate(controls):
                 control = graph.get_node(control_name)
-                if control is None:
-                    cols, line = self._cols(record)
-                    message = f"control input '@{control_name}' is not a node of this graph"
-                    raise self.error(message, cols.controls[k], line)
-                if control in node.control_inputs:
-                    cols, line = self._cols(record)
-                    raise self.error(f"control input '@{control_name}' is listed twice", cols.controls[k], line)
+                if control is None or control in node.control_inputs:
+                    cols, line = parser._cols(_source_record(line_no, source))
+                    twice = control is not None
+                    detail = "is listed twice" if twice else "is not a node of this graph"
+                    raise parser.error(f"control input '@{control_name}' {detail}", cols.controls[k], line)
                 node.add_control_input(control)
+        if first is not None:
+            if undefined is not None and undefined[:2] == first:
+                line_no, k, value_name, source = undefined
+                cols, line = parser._cols(_source_record(line_no, source))
+                raise parser.error(f"use of undefined value '%{value_name}'", cols.inputs[k], line)
+            assert self.mismatch is not None
+            line_no, k, value, declared, source = self.mismatch
+            cols, line = parser._cols(_source_record(line_no, source))
+            raise parser.error(
+                f"operand #{k} '%{value.name}' has type {value.type}, but the op declares {declared}",
+                cols.input_types[k],
+                line,
+            )
         graph.touch_all()
-        graph._uses_exact_version = graph._version  # every use above was appended with its operand
+        graph._uses_exact_version = graph._version  # every use was appended with its operand
 
 
-def _as_record(record: _NodeRecord | tuple[Any, ...]) -> _NodeRecord:
-    """A fast-path tuple as the record it stands for (``cols`` unknown: re-read when needed)."""
-    return _NodeRecord(*record, None) if type(record) is tuple else record  # type: ignore[return-value]
+def _source_record(line_no: int, source: str) -> _NodeRecord:
+    """A record standing for a node line by its number and text alone (columns: re-read)."""
+    return _NodeRecord("", None, [], [], [], {}, [], [], {}, line_no, source, None)
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

@@ -19,6 +19,7 @@ node's ``@name`` is printed only when it differs from its first result's name.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Callable
@@ -137,6 +138,7 @@ class _AnnotationText:
     def __init__(self) -> None:
         self._direct = {key: text for key, (kind, text) in _FAST_TEXT.items() if ANNOTATIONS.get(key) is kind}
         self._strings: dict[str, str] = {}
+        self._plans: dict[tuple[str, ...], list[tuple[str, str, Callable[[Any], str]]]] = {}
         for key in ("device", "colocate"):
             if key in self._direct:
                 self._direct[key] = self._quoted
@@ -149,14 +151,23 @@ class _AnnotationText:
             text = self._strings[value] = format_string(value)
         return text
 
+    def _plan(self, keys: tuple[str, ...]) -> list[tuple[str, str, Callable[[Any], str]]]:
+        """(key, ``"key = "``, formatter) for the keys of one annotation dict, sorted by key."""
+        plan = []
+        for key in sorted(keys):
+            text = self._direct.get(key)
+            if text is None:
+                text = functools.partial(_annotation_text, key)
+            plan.append((key, key + " = ", text))
+        self._plans[keys] = plan
+        return plan
+
     def __call__(self, annotations: dict[str, Any]) -> str:
-        direct = self._direct
-        parts = []
-        for key in sorted(annotations) if len(annotations) > 1 else annotations:
-            text = direct.get(key)
-            value = annotations[key]
-            parts.append(key + " = " + (text(value) if text is not None else _annotation_text(key, value)))
-        return " [" + ", ".join(parts) + "]"
+        # Nodes of one graph carry a few distinct key sets (in a few insertion orders): the
+        # sorted plan is made once per key tuple.
+        keys = tuple(annotations)
+        plan = self._plans.get(keys) or self._plan(keys)
+        return " [" + ", ".join([prefix + text(annotations[key]) for key, prefix, text in plan]) + "]"
 
 
 class _TypeText:

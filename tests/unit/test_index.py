@@ -78,6 +78,18 @@ def test_unknown_shapes_count_zero_bytes():
     assert index.out_bytes().tolist() == [0, 12]
 
 
+def test_a_symbol_beside_a_huge_dim_counts_zero_bytes_without_building_the_product():
+    # f32[batch, 2^40, 8, 8] (an imported ONNX conv over a 2^40-channel weight): the size is
+    # unknown, so 0; a product taken before looking at the dims would repeat 'batch' 2^46 times.
+    g = Graph()
+    x = g.add_input("x", f32(2))
+    a = g.add_node("test.a", [x], [TensorType(DType.F32, ("batch", 1 << 40, 8, 8))], name="a")
+    g.add_node("test.b", a.outputs, [f32(2)], name="b")
+    index = g.index()
+    assert index.value_bytes.tolist() == [0, 8]
+    assert index.edge_bytes.tolist() == [0]
+
+
 def test_empty_graph_index():
     index = Graph().index()
     assert index.num_nodes == 0 and index.num_edges == 0

@@ -17,18 +17,19 @@ from test_text_roundtrip import modules
 from graphir.annotations import Cost
 from graphir.fastline import LineScanner
 from graphir.ir import Module
-from graphir.parser import parse_module
+from graphir.parser import _Parser, parse_module
 from graphir.printer import print_module
 from graphir.tools.synth import make_synthetic_module
 
 
 def _parse_tokens_only(text: str) -> Module:
-    original = LineScanner.scan_node_line
+    original = LineScanner.scan_node_line, _Parser._read_plain_lines
     LineScanner.scan_node_line = lambda self, line, defined: None  # type: ignore[method-assign]
+    _Parser._read_plain_lines = lambda self, body: None  # type: ignore[method-assign]
     try:
         return parse_module(text, "random.gir")
     finally:
-        LineScanner.scan_node_line = original  # type: ignore[method-assign]
+        LineScanner.scan_node_line, _Parser._read_plain_lines = original  # type: ignore[method-assign]
 
 
 def _same_modules(a: Module, b: Module) -> None:

@@ -160,3 +160,116 @@ def test_errors_after_a_fast_line_still_point_at_the_column():
         parse_module(text, "t.gir")
     assert info.value.loc.line == 3 and info.value.loc.col == 18
     assert "use of undefined value '%nope'" in info.value.message
+
+
+# ------------------------------------------------------------------ nodes built while reading
+# The parser builds each node as it reads its line; a use of a value defined on a later line
+# waits until that line. These cases pin what a reader that builds after reading every line did.
+
+
+def _body(*lines: str) -> str:
+    return "module @m {\n  graph @main(%in : f32[2]) {\n" + "".join(f"    {line}\n" for line in lines) + "  }\n}\n"
+
+
+def _tokens_only(text: str):
+    from test_roundtrip_property import _parse_tokens_only
+
+    return _parse_tokens_only(text)
+
+
+def test_a_use_before_the_definition_keeps_the_use_lists_in_line_order():
+    # %a is used on line 3 (by %x, before its definition on line 4) and on line 5 (by %y): its use
+    # list holds both in line order, whichever path read the lines.
+    text = _body(
+        "%x = t.A(%a) : (f32[2]) -> f32[2]",
+        "%a = t.B(%in) : (f32[2]) -> f32[2]",
+        "%y = t.C(%a, %x) : (f32[2], f32[2]) -> f32[2] [cost = 1us]",
+        "return %y",
+    )
+    for module in (parse_module(text), _tokens_only(text)):
+        graph = module.graph
+        a, x, y = graph.value("a"), graph.node("x"), graph.node("y")
+        assert a.uses == [(x, 0), (y, 0)]
+        assert [v.name for v in x.inputs] == ["a"] and [v.name for v in y.inputs] == ["a", "x"]
+        assert [n.name for n in graph.nodes] == ["x", "a", "y"]  # insertion order: line order
+    # Printing puts the graph in topological order; that text reads back to itself.
+    printed = print_module(parse_module(text))
+    assert printed.index("%a = t.B") < printed.index("%x = t.A")
+    assert print_module(parse_module(printed)) == printed
+
+
+def test_a_nameless_node_does_not_take_a_name_a_later_line_spells_out():
+    # The first line names nothing: its name comes from its op ("noop"), but line 4 defines the
+    # node "noop", so it becomes noop_1; line 5 names it as a control input.
+    text = _body(
+        "t.NoOp() : () -> ()",
+        "%noop = t.A(%in) : (f32[2]) -> f32[2]",
+        "%z = t.B(%noop) ctrl(@noop_1) : (f32[2]) -> f32[2]",
+        "return %z",
+    )
+    for module in (parse_module(text), _tokens_only(text)):
+        graph = module.graph
+        assert [n.name for n in graph.nodes] == ["noop_1", "noop", "z"]
+        assert graph.node("z").control_inputs == [graph.node("noop_1")]
+        assert graph.node("noop_1").control_users == [graph.node("z")]
+
+
+@pytest.mark.parametrize(
+    ("lines", "where", "message"),
+    [
+        # An undefined operand on line 3 comes before a type mismatch on line 4.
+        (
+            ["%x = t.A(%nope) : (f32[2]) -> f32[2]", "%y = t.B(%in) : (f32[3]) -> f32[2]", "return %y"],
+            (3, 14),
+            "use of undefined value '%nope'",
+        ),
+        # A mismatch found only when line 4 defines %a (used on line 3) comes before line 5's
+        # undefined operand.
+        (
+            [
+                "%x = t.A(%a) : (f32[3]) -> f32[2]",
+                "%a = t.B(%in) : (f32[2]) -> f32[2]",
+                "%y = t.C(%nope) : (f32[2]) -> f32[2]",
+                "return %y",
+            ],
+            (3, 21),
+            "operand #0 '%a' has type f32[2], but the op declares f32[3]",
+        ),
+        # On one line, operands come before control inputs.
+        (
+            ["%x = t.A(%nope) ctrl(@nowhere) : (f32[2]) -> f32[2]", "return %x"],
+            (3, 14),
+            "use of undefined value '%nope'",
+        ),
+        # A control input problem on line 3 comes before an operand problem on line 4.
+        (
+            ["%x = t.A(%in) ctrl(@nowhere) : (f32[2]) -> f32[2]", "%y = t.B(%nope) : (f32[2]) -> f32[2]", "return %y"],
+            (3, 24),
+            "control input '@nowhere' is not a node of this graph",
+        ),
+    ],
+)
+def test_the_earliest_operand_problem_is_reported(lines, where, message):
+    text = _body(*lines)
+    for parse in (lambda t: parse_module(t, "t.gir"), _tokens_only):
+        with pytest.raises(GraphIRError) as info:
+            parse(text)
+        assert (info.value.loc.line, info.value.loc.col) == where
+        assert message in info.value.message
+
+
+def test_types_are_shared_by_spelling_and_never_merged_across_spellings():
+    # One object per distinct type text (a parse interns them); distinct types stay distinct.
+    text = _body(
+        "%a = t.A(%in) : (f32[2]) -> f32[2]",
+        "%b = t.B(%a) : (f32[2]) -> i32[2]",
+        "%c = t.C(%b) : (i32[2]) -> f32[2,1]",
+        "%d = t.D(%c) : (f32[2,1]) -> f32[1,2]",
+        "return %d",
+    )
+    graph = parse_module(text).graph
+    types = {name: graph.value(name).type for name in ("in", "a", "b", "c", "d")}
+    assert types["a"] is types["in"]  # the argument's f32[2] is the node line's f32[2]
+    distinct = [types[name] for name in ("a", "b", "c", "d")]
+    assert [str(t) for t in distinct] == ["f32[2]", "i32[2]", "f32[2,1]", "f32[1,2]"]
+    assert len({id(t) for t in distinct}) == 4 and len(set(distinct)) == 4
