@@ -177,9 +177,10 @@ def test_rounds_and_steps_below_one_are_refused(capsys):
     assert capsys.readouterr().err == "bench-fidelity: --rounds and --steps must be at least 1\n"
 
 
-def test_the_committed_results_still_render(tmp_path):
-    # --render on the committed one-round fidelity.json: every pair shows its one value and no spread.
-    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json"
+def test_the_committed_one_round_results_still_render(tmp_path):
+    # --render on a committed run from before --rounds (fidelity-quiet-1135.json, rows without
+    # rounds_s): every pair shows its one value and no spread.
+    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity-quiet-1135.json"
     (tmp_path / "fidelity.json").write_text(committed.read_text())
     assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
     text = (tmp_path / "fidelity.md").read_text()
@@ -187,3 +188,15 @@ def test_the_committed_results_still_render(tmp_path):
     assert "one session per pair" in text and "interleaved rounds" not in text
     first = rows[0]
     assert f"| {first.measured_s:.4g} | {first.measured_s:.4g} | — | {first.simulated_s:.4g} |" in text
+
+
+def test_the_committed_page_renders_its_rounds(tmp_path):
+    # --render on the committed fidelity.json (a --rounds 3 run): every row keeps its three rounds,
+    # the page says so and shows each pair's measured median among them.
+    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json"
+    (tmp_path / "fidelity.json").write_text(committed.read_text())
+    assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
+    text = (tmp_path / "fidelity.md").read_text()
+    rows, _, _, _ = read_json(committed)
+    assert "3 interleaved rounds" in text
+    assert all(len(row.rounds_s) == 3 and row.measured_s in row.rounds_s for row in rows)
