@@ -110,11 +110,21 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-def _seconds_of(number: str, unit: str) -> float:
-    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan)."""
+def plain_seconds(number: str, unit: str) -> float | None:
+    """:func:`~graphir.attributes.seconds_from` by one ``float``, or None when that is not exact.
+
+    A short number without an exponent gives the same correctly rounded value; any other number
+    text is left to :func:`~graphir.attributes.seconds_from` (None).
+    """
     if len(number) <= 28 and "e" not in number and "E" not in number:
         return float(number + _EXPONENT[unit])
-    return seconds_from(number, unit)
+    return None
+
+
+def _seconds_of(number: str, unit: str) -> float:
+    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan)."""
+    seconds = plain_seconds(number, unit)
+    return seconds_from(number, unit) if seconds is None else seconds
 
 
 def _cost_of(seconds: float) -> Cost:

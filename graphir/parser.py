@@ -17,10 +17,20 @@ from __future__ import annotations
 from collections.abc import Container
 from typing import Any, NamedTuple
 
-from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
+from graphir.annotations import ANNOTATIONS
 from graphir.attributes import DenseTensor
 from graphir.errors import Location, ParseError
-from graphir.fastline import _ANNOTATION_LIST, _BYTE_UNITS, _EXPONENT, _HEAD, _INF, _TYPES, LineScanner
+from graphir.fastline import (
+    _ANNOTATION_LIST,
+    _BYTE_UNITS,
+    _HEAD,
+    _INF,
+    _TYPES,
+    LineScanner,
+    plain_seconds,
+)
+from graphir.fastline import _cost_of as cost_of
+from graphir.fastline import _mem_of as mem_of
 from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.lexer import tokenize, unquote
@@ -228,9 +238,7 @@ class _Parser(_ValueGrammar):
         connect = body.connect
         filename = self.filename
         head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
-        exponent = _EXPONENT
         byte_units = _BYTE_UNITS
-        new, set_field = object.__new__, object.__setattr__
         while number < end:
             text = lines[number]
             # Three matches rather than one: a pattern with fewer groups saves fewer marks when
@@ -254,41 +262,33 @@ class _Parser(_ValueGrammar):
             # Keys in sorted order, as the token parser's dict has them.
             annotations: dict[str, Any] = {}
             if cost is not None:
-                if len(cost) > 28 or "e" in cost or "E" in cost:
-                    break
-                seconds = float(cost + exponent[cost_unit])
-                if not 0.0 <= seconds < _INF:
-                    break  # infinite: the token parser reports it
-                cost_value = new(Cost)
-                set_field(cost_value, "times", ((DEFAULT_KIND, seconds),))
-                annotations["cost"] = cost_value
+                seconds = plain_seconds(cost, cost_unit)
+                if seconds is None or not 0.0 <= seconds < _INF:
+                    break  # an exponent, or infinite: the token parser reads or reports it
+                annotations["cost"] = cost_of(seconds)
             if device is not None:
                 device = unquote(device)
                 if not device:
                     break
                 annotations["device"] = device
             if finish is not None:
-                if len(finish) > 28 or "e" in finish or "E" in finish:
-                    break
-                seconds = float(finish + exponent[finish_unit])
-                if not -_INF < seconds < _INF:
+                seconds = plain_seconds(finish, finish_unit)
+                if seconds is None or not -_INF < seconds < _INF:
                     break
                 annotations["finish"] = seconds
             if group is not None:
                 annotations["group"] = int(group)
             if persistent is not None or activation is not None or temporary is not None:
-                mem = new(Mem)
-                set_field(mem, "persistent", int(persistent) * byte_units[persistent_unit] if persistent else 0)
-                set_field(mem, "activation", int(activation) * byte_units[activation_unit] if activation else 0)
-                set_field(mem, "temporary", int(temporary) * byte_units[temporary_unit] if temporary else 0)
-                annotations["mem"] = mem
+                annotations["mem"] = mem_of(
+                    int(persistent) * byte_units[persistent_unit] if persistent else 0,
+                    int(activation) * byte_units[activation_unit] if activation else 0,
+                    int(temporary) * byte_units[temporary_unit] if temporary else 0,
+                )
             if order is not None:
                 annotations["order"] = int(order)
             if start is not None:
-                if len(start) > 28 or "e" in start or "E" in start:
-                    break
-                seconds = float(start + exponent[start_unit])
-                if not -_INF < seconds < _INF:
+                seconds = plain_seconds(start, start_unit)
+                if seconds is None or not -_INF < seconds < _INF:
                     break
                 annotations["start"] = seconds
             results = results_text.replace("%", "").split(", ")
