@@ -23,7 +23,9 @@ Per model:
    sending and the receiving worker is booked on their one core);
 3. the placed module is lowered as recorded (control dependencies along each device's order under
    ``enforced``, none under ``dynamic``) and run on the rig: ``--steps`` timed untraced steps after
-   ``--warmup``, whose median is the round's step.
+   ``--warmup``, continued until they add up to ``--min-seconds`` (default 1.5 s, at most 200 steps),
+   whose median is the round's step. The time floor is for the short steps: a 40 ms inference step
+   timed 7 times rested on 0.3 s of samples, and its rounds spread by up to 35 %.
 
 **Rounds** (``--rounds R``, default 3). Steps 1-2 run once per model; step 3 runs in R interleaved
 rounds: round 1 measures every pair of every model, then round 2 all of them again, and so on, each
@@ -367,7 +369,15 @@ def measure_round(
             row = pair.row
             load = _loadavg()
             trace = 1 if index == 0 else 0
-            run = run_on_rig(module, servers, steps=args.steps, warmup=args.warmup, trace_steps=trace, seed=args.seed)
+            run = run_on_rig(
+                module,
+                servers,
+                steps=args.steps,
+                warmup=args.warmup,
+                trace_steps=trace,
+                seed=args.seed,
+                min_seconds=args.min_seconds,
+            )
             row.add_round(run.times_s, max(load, _loadavg()))
             if index == 0:
                 row.measured_transfers = [
@@ -544,9 +554,16 @@ def _rounds(rows: Sequence[Row]) -> int:
 def _measured_how(rows: Sequence[Row]) -> str:
     """The page's words for how a pair's measured step was taken."""
     rounds = _rounds(rows)
+    counts = [len(r.times_s) // len(r.round_values) for r in rows if r.times_s]
+    steps = ""
+    if counts and max(counts) > min(counts):
+        steps = (
+            f" ({min(counts)}–{max(counts)} timed steps per session: at least `--steps`, and a short step timed "
+            "until its steps add up to `--min-seconds`)"
+        )
     if rounds == 1:
-        return ", one session per pair"
-    return (
+        return steps + ", one session per pair"
+    return steps + (
         f", in {rounds} interleaved rounds (every pair once per round, a fresh rig per model and round and a fresh "
         "session per pair, the same placement in every round): a pair's measured step is the median of its "
         "rounds' medians"
@@ -687,6 +704,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "placement made from the first round's profile; a pair's measured step is the median of its rounds' medians",
     )
     parser.add_argument("--steps", type=int, default=7, help="timed steps per pair and round (median)")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=1.5,
+        help="keep timing a session's steps until they add up to this many seconds (at most 200 steps): a short "
+        "step's median rests on more samples",
+    )
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--trace-steps", type=int, default=5, help="traced steps of the profile run")
     parser.add_argument("--train-batch", type=int, default=1)

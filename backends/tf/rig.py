@@ -306,6 +306,8 @@ def run_on_rig(
     variables: Mapping[str, Any] | None = None,
     enforce_order: bool | None = None,
     timeout_s: float = 600.0,
+    min_seconds: float = 0.0,
+    max_steps: int = 200,
 ) -> RigRun:
     """Lower ``module`` and measure it on running rig ``servers`` (see the module docstring).
 
@@ -321,6 +323,9 @@ def run_on_rig(
         enforce_order: add the per-device order control dependencies (default: when the placement
             recorded the ``enforced`` order and every placed node has one).
         timeout_s: bound of each session run.
+        min_seconds: after the ``steps`` timed steps, keep timing steps until they add up to this many
+            seconds (at most ``max_steps`` in all): a short step's median then rests on more samples.
+        max_steps: bound of the timed steps under ``min_seconds``.
     """
     from graphir.backends.tf import lower
     from graphir.backends.tf.run import SessionRunner, random_inputs, random_variables
@@ -339,8 +344,8 @@ def run_on_rig(
     with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
         for _ in range(warmup):
             runner.run(inputs)
-        times = []
-        for _ in range(steps):
+        times: list[float] = []
+        while len(times) < steps or (sum(times) < min_seconds and len(times) < max_steps):
             begin = time.perf_counter()
             runner.run(inputs)
             times.append(time.perf_counter() - begin)

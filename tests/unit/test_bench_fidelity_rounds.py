@@ -170,6 +170,19 @@ def test_the_page_shows_each_pairs_rounds_and_what_each_round_alone_scores(tmp_p
     )
     assert "| 1 | 1 / 1.2 / 0.9 | 30.0% | 1.1 | +10.0% | 0.40 |" in text
     assert "| 2 | 2 / 2 / 3 | 50.0% | 2.2 | +10.0% | 0.40 |" in text
+    assert "timed steps per session" not in text  # every session timed the same number of steps
+
+
+def test_the_page_says_how_many_steps_a_short_step_was_timed(tmp_path):
+    # A long step: 2 steps per round (--steps 2). A short step under --min-seconds 1: 0.1 s steps, so
+    # 10 per round. Steps per session: 6 / 3 = 2 and 30 / 3 = 10.
+    long, short = _row("balanced", "enforced", 2.0), _row("fine", "enforced", 0.1)
+    for _ in range(3):
+        long.add_round([2.0, 2.0], 0.3)
+        short.add_round([0.1] * 10, 0.3)
+    path = tmp_path / "fidelity.md"
+    bench_fidelity.write_markdown([long, short], path, "cmd", "", [])
+    assert "(2–10 timed steps per session: at least `--steps`, and a short step timed until" in path.read_text()
 
 
 def test_rounds_and_steps_below_one_are_refused(capsys):

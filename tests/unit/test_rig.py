@@ -176,10 +176,16 @@ _RIG_SCRIPT = textwrap.dedent(
         pids = [p.pid for p in servers.processes.values()]
         environments = [open(f"/proc/{pid}/environ", "rb").read().split(b"\\0") for pid in pids]
         run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
+        # min_seconds: timed steps continue until they add up to it, bounded by max_steps
+        longer = run_on_rig(module, servers, steps=2, warmup=0, trace_steps=0, min_seconds=0.05, timeout_s=60)
+        capped = run_on_rig(
+            module, servers, steps=2, warmup=0, trace_steps=0, min_seconds=60, max_steps=4, timeout_s=60
+        )
     alive = [p.poll() is None for p in servers.processes.values()]
     print(json.dumps({
         "costs": costs, "unplaced": unplaced, "stats": result[0].result.stats,
         "devices": run.node_devices, "transfers": run.transfers, "times": run.times_s, "alive": alive,
+        "longer": longer.times_s, "capped": capped.times_s,
         "bfc": [b"TF_CPU_ALLOCATOR_USE_BFC=true" in environment for environment in environments],
     }))
     """
@@ -208,6 +214,10 @@ def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
     nbytes, seconds = sent[("d", "task:1/device:CPU:0"[-12:], "task:0/device:CPU:0"[-12:])]
     assert nbytes == 128 * 256 * 4 and 0 < seconds < 1.0
     assert len(report["times"]) == 2 and all(t > 0 for t in report["times"])
+    # a step of this graph takes milliseconds: two steps are far from 0.05 s, so more were timed
+    assert len(report["longer"]) > 2 and sum(report["longer"]) >= 0.05
+    assert sum(report["longer"][:-1]) < 0.05, "timing stops at the first step that reaches min_seconds"
+    assert len(report["capped"]) == 4
     assert report["alive"] == [False, False], "the workers stop when the rig closes"
     assert report["bfc"] == [True, True], "every worker allocates through TF's BFC allocator"
 
