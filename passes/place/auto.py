@@ -265,12 +265,20 @@ class Auto(Placer):
         then a candidate too. Every re-plan is a candidate named ``<member>+guard``; statistics
         ``auto.<member>+guard-ms`` (the last re-plan) and ``auto.<member>+guard-plans``. Returns the
         modelled seconds spent.
+
+        None when no placement can fit (the persistent bytes alone exceed the cluster's memory,
+        :func:`~graphir.passes.place.memory_guard.least_overflow`), as the guard itself does not
+        re-plan then: statistic ``auto.memory-guard-bound-B``.
         """
         model = WorkModel.of(problem)
         liveness = self.mem_model == "liveness"
         spent = 0.0
         fitting = min((c.makespan for c in candidates if c.fits), default=np.inf)
         guarded = [c for c in candidates if not c.fits and c.name in PORTFOLIO and self._has_mem_model(c.name)]
+        bound = max((c.least_overflow for c in candidates), default=0)
+        if guarded and bound > 0:  # every placement overflows: no re-plan could be accepted
+            stats["auto.memory-guard-bound-B"] = bound
+            return spent
         for first in sorted(guarded, key=lambda c: (c.overflow, c.makespan, c.name)):
             if first.makespan >= fitting:
                 continue  # a re-plan on less memory is rarely faster than its first plan

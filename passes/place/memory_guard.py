@@ -48,6 +48,7 @@ import numpy as np
 
 from graphir.passes.place import Placement, PlacementContext
 from graphir.passes.place.problem import PlacementProblem, list_schedule
+from graphir.simulator import SimResult
 
 GUARD_PLANS = 4
 """Plans at most: the placer's own, then up to three with the overflowing devices' capacities lowered."""
@@ -56,6 +57,17 @@ GUARD_PLANS = 4
 def lowered_capacity(capacity: np.ndarray, overflow: np.ndarray) -> np.ndarray:
     """``capacity`` less the simulator's measured ``overflow`` per device (never below 0): the next plan's margin."""
     return np.maximum(np.asarray(capacity, dtype=np.float64) - np.asarray(overflow, dtype=np.float64), 0.0)
+
+
+def least_overflow(result: SimResult) -> int:
+    """The least total overflow (bytes) *any* placement of the simulated graph has (module docstring).
+
+    ``max(0, persistent bytes - memory of every device)``, in integers, from one simulation of any
+    placement of the graph: the sum of ``result.persistent`` does not depend on the placement. 0 when
+    some placement may fit. The guard (:func:`memory_guarded`) and ``auto``'s re-plans share it.
+    """
+    persistent = int(np.asarray(result.persistent, dtype=np.int64).sum())
+    return max(persistent - int(np.asarray(result.memory_limit, dtype=np.int64).sum()), 0)
 
 
 def simulated_memory(problem: PlacementProblem, ctx: PlacementContext, placement: Placement) -> tuple[np.ndarray, int]:
@@ -72,10 +84,7 @@ def simulated_memory(problem: PlacementProblem, ctx: PlacementContext, placement
     result = simulate(problem, device, np.asarray(start, dtype=np.float64))
     peak = np.asarray(result.peak_memory, dtype=np.float64)
     limit = np.asarray(result.memory_limit, dtype=np.float64)
-    # Integers: the persistent bytes of the whole graph, whichever device holds them.
-    persistent = int(np.asarray(result.persistent, dtype=np.int64).sum())
-    bound = persistent - int(np.asarray(result.memory_limit, dtype=np.int64).sum())
-    return np.maximum(peak - limit, 0.0), max(bound, 0)
+    return np.maximum(peak - limit, 0.0), least_overflow(result)
 
 
 def memory_guarded(

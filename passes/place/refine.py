@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from graphir.passes.place.memory_guard import least_overflow
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.simulator import SimResult
 
@@ -73,6 +74,8 @@ class Candidate:
         sim_finish: per coarse node, its last member's simulated finish.
         busy: compute seconds per device in the simulation.
         headroom: capacity minus simulated peak memory per device (negative: out of memory).
+        least_overflow: the least overflow any placement of the graph has
+            (:func:`graphir.passes.place.memory_guard.least_overflow`; 0: some placement may fit).
     """
 
     name: str
@@ -84,6 +87,7 @@ class Candidate:
     sim_finish: np.ndarray
     busy: np.ndarray
     headroom: np.ndarray
+    least_overflow: int = 0
 
     @property
     def fits(self) -> bool:
@@ -121,7 +125,10 @@ def candidate(
     overflow = int(np.maximum(result.peak_memory - result.memory_limit, 0).sum())
     busy = np.asarray(result.busy)
     headroom = np.asarray(result.memory_limit, dtype=np.float64) - np.asarray(result.peak_memory, dtype=np.float64)
-    return Candidate(name, device, start, result.makespan, overflow, np.asarray(sim_start), sim_finish, busy, headroom)
+    bound = least_overflow(result)
+    return Candidate(
+        name, device, start, result.makespan, overflow, np.asarray(sim_start), sim_finish, busy, headroom, bound
+    )
 
 
 def critical_path_bound(problem: PlacementProblem, duration: np.ndarray) -> float:

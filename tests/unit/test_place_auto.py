@@ -20,6 +20,7 @@ import pytest
 from gir_cases import mesh_cluster, module_on_cluster, write_cluster
 from test_place_liveness import _random_dag, _tight_cluster
 
+from graphir.budget import ALLOW_OOM
 from graphir.ir import Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
@@ -156,3 +157,33 @@ def test_replans_are_the_memory_guards(tmp_path: Path, seed: int) -> None:
         if not result.oom_devices:
             assert not auto.oom_devices
             assert auto.makespan <= result.makespan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("seed", [1, 23, 37])
+def test_no_replans_when_the_persistent_bytes_alone_exceed_the_cluster(tmp_path: Path, seed: int) -> None:
+    """The seeds of the test above, on devices whose memory in all is half the graph's persistent bytes.
+
+    Every placement then overflows by at least persistent - devices x capacity (the guard's bound,
+    :func:`graphir.passes.place.memory_guard.least_overflow`), so no re-plan could be accepted: auto
+    makes none (no ``+guard`` statistics) and reports the bound, the same one each member's own
+    guard reports when run alone (``memory-guard-bound-B``, after one plan).
+    """
+    rng = np.random.default_rng(seed)
+    devices = int(rng.integers(2, 5))
+    probe = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
+    Place.of("single").run(probe, PassContext())
+    persistent = int(simulate(probe).persistent.sum())
+    capacity = persistent // (2 * devices)
+    bound = persistent - devices * capacity
+    assert bound > 0
+    module = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+    token = ALLOW_OOM.set(True)  # some nodes are larger than a device: graphir-opt --allow-oom
+    try:
+        stats = Place.of("auto", mem_model="liveness", budget=50.0).run(module, PassContext(seed=seed)).stats
+        alone = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+        guard = Place.of("m-etf", mem_model="liveness").run(alone, PassContext(seed=seed)).stats
+    finally:
+        ALLOW_OOM.reset(token)
+    assert not [key for key in stats if "+guard" in key]
+    assert stats["auto.memory-guard-bound-B"] == bound
+    assert (guard["memory-guard-bound-B"], guard["memory-guard-plans"]) == (bound, 1)
