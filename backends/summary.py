@@ -16,7 +16,8 @@ import numpy as np
 from graphir.attributes import format_bytes
 from graphir.budget import human_bytes, largest_device_memory, oversized_values
 from graphir.emit import register_emitter
-from graphir.importers.tf import persistent_bytes as variable_bytes
+from graphir.importers.tf_attrs import VARIABLE_OPS
+from graphir.importers.tf_attrs import persistent_bytes as variable_bytes
 from graphir.ir import Module
 from graphir.ops import fallback_count
 from graphir.paths import longest_path
@@ -44,7 +45,12 @@ def summarize(module: Module) -> str:
     index = graph.index()
     # Parameters: weights held as constants (ONNX initializers, large TF Consts) plus TF variables
     # (VarHandleOp dtype x shape; in training graphs the optimizer slots are variables too).
-    params = sum(v.nbytes for v in graph.constants) + sum(variable_bytes(node) for node in index.nodes)
+    # Only nodes of a TF variable op can hold one (variable_bytes is 0 for the others): the op
+    # is looked at once per distinct op, not once per node.
+    ops = Counter(node.op for node in index.nodes)
+    variable_ops = {op for op in ops if op.startswith("tf.") and op[3:] in VARIABLE_OPS}
+    variables = [node for node in index.nodes if node.op in variable_ops] if variable_ops else []
+    params = sum(v.nbytes for v in graph.constants) + sum(variable_bytes(node) for node in variables)
     activations = int(index.value_bytes.sum())
     lines = [
         f"module @{module.name} (graph @{graph.name})",
@@ -86,10 +92,9 @@ def summarize(module: Module) -> str:
     groups = index.groups()
     if (groups >= 0).any():
         lines.append(f"  groups:           {index.quotient().num_groups} (quotient nodes)")
-    placed = Counter(n.device for n in index.nodes if n.device is not None)
+    placed = Counter(device for device in index.annotation_list("device") if device is not None)
     if placed:
         lines.append("  placement:        " + ", ".join(f"{d}: {c}" for d, c in sorted(placed.items())))
-    ops = Counter(node.op for node in index.nodes)
     lines.append(f"  op types ({len(ops)}):")
     for op, count in sorted(ops.items(), key=lambda item: (-item[1], item[0])):
         lines.append(f"    {count:7d}  {op}")

@@ -136,13 +136,37 @@ def format_duration(seconds: float) -> str:
     (:func:`seconds_from`), so the text reads back to exactly ``seconds``. No float arithmetic
     happens here, so equal doubles always print equally, whatever the unit.
     """
+    if type(seconds) is float and 1e-6 <= seconds < 1e16:
+        # The common durations (a us cost, a ms or s start time) by string slicing alone; every
+        # other value (and any float subclass or numpy scalar) takes the general rule below.
+        text = repr(seconds)
+        if seconds >= 1.0:  # repr is "ddd.ddd" (no exponent below 1e16): the digits as they are
+            return text[:-2] + "s" if text[-2:] == ".0" else text + "s"
+        if seconds >= 1e-4:  # "0.ddd...": the point moves three (ms) or six (us) digits right
+            fraction = text[2:]
+            shift, unit = (3, "ms") if seconds >= 1e-3 else (6, "us")
+            if len(fraction) > shift:
+                return fraction[:shift].lstrip("0") + "." + fraction[shift:] + unit
+            return (fraction + "00000")[:shift].lstrip("0") + unit
+        if seconds < 1e-4:  # "d.ddde-05" or "d.ddde-06" (or "de-05"): the point moves 7 + exponent right
+            mantissa, exponent = text.split("e")
+            digits = mantissa[0] + mantissa[2:]
+            point = int(exponent) + 7
+            if point >= len(digits):
+                return digits + "0" * (point - len(digits)) + "us"
+            return digits[:point] + "." + digits[point:] + "us"
+    return _format_duration_general(seconds)
+
+
+def _format_duration_general(seconds: float) -> str:
+    """:func:`format_duration` for any value (the fast path's cases included, as a reference)."""
     if seconds == 0:
         return "0s"
     if not math.isfinite(seconds):
         return f"{seconds!r}s"
     seconds = float(seconds)  # numpy scalars: repr() below needs the plain float
     if seconds < 0:
-        return "-" + format_duration(-seconds)
+        return "-" + _format_duration_general(-seconds)
     if seconds < 1e-6:
         unit, shift = "ns", 9
     elif seconds < 1e-3:

@@ -47,26 +47,88 @@ def _item(key: str, value: str) -> str:
 
 _DURATION = rf"({NUMBER})(ns|us|ms|s)(?![A-Za-z0-9_])"
 _BYTES = r"(\d+)(B|KiB|MiB|GiB|TiB)(?![A-Za-z0-9_])"
-_MEM_FIELD = r"(?:(?:(?<=\{{)|, ){0} = " + _BYTES + ")?"
-_ANNOTATIONS = (
-    r"(?: \[(?!\])"
-    + _item("affinity", rf"(\[(?:{STRING}(?:, {STRING})*)?\])")
-    + _item("colocate", f"({STRING})")
-    + _item("cost", _DURATION)
-    + _item("device", f"({STRING})")
-    + _item("finish", _DURATION)
-    + _item("group", r"(\d+)(?![0-9.eE])")
-    + _item(
-        "mem", r"\{(?!\})" + "".join(_MEM_FIELD.format(f) for f in ("persistent", "activation", "temporary")) + r"\}"
-    )
-    + _item("order", r"(\d+)(?![0-9.eE])")
-    + _item("start", _DURATION)
-    + r"\])?\Z"
+_MEM_FIELDS = ("persistent", "activation", "temporary")
+_ITEMS: tuple[tuple[str, str], ...] = (
+    ("affinity", rf"(\[(?:{STRING}(?:, {STRING})*)?\])"),
+    ("colocate", f"({STRING})"),
+    ("cost", _DURATION),
+    ("device", f"({STRING})"),
+    ("finish", _DURATION),
+    ("group", r"(\d+)(?![0-9.eE])"),
+    ("mem", ""),  # its fields: _MEM_FIELDS, each _BYTES
+    ("order", r"(\d+)(?![0-9.eE])"),
+    ("start", _DURATION),
 )
+"""The built-in annotations as the printer writes them, in key order: (key, value pattern)."""
+_MEM_VALUE = r"\{(?!\})" + "".join(rf"(?:(?:(?<=\{{)|, ){field} = {_BYTES})?" for field in _MEM_FIELDS) + r"\}"
+_ANNOTATIONS = r"(?: \[(?!\])" + "".join(_item(key, value or _MEM_VALUE) for key, value in _ITEMS) + r"\])?\Z"
 """The built-in annotations as the printer writes them (sorted keys, each at most once, a
 default-only ``cost``, ``mem`` fields in declaration order), captured by one match; any other
 annotation list (a per-kind cost, a plugin's key) goes through the value scanner."""
+_PRESENCE_GROUPS = (0, 1, 2, 4, 5, 7, 8, 10, 12, 14, 15)
+"""Group numbers (0-based) of :data:`_ANNOTATION_LIST` that tell which parts a match holds: one
+per item of :data:`_ITEMS` (mem: one per field of :data:`_MEM_FIELDS`)."""
+
+
+def annotation_shape(groups: tuple[str | None, ...]) -> tuple[bool, ...]:
+    """Which items (and mem fields) a match of :data:`_ANNOTATION_LIST` holds, from its groups."""
+    return tuple(groups[k] is not None for k in _PRESENCE_GROUPS)
+
+
+def _group_count(pattern: str) -> int:
+    return re.compile(pattern).groups
+
+
+def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
+    """An annotation-list pattern for one shape (:func:`annotation_shape`), with the same groups.
+
+    It matches exactly the lists of :data:`_ANNOTATION_LIST` that hold these items (and mem
+    fields) and no others, and gives the same groups: present items are written out with their
+    separators (no look-behinds, no optional items to try), absent ones keep their groups in a
+    branch that fails at once (``(?!)``), so group ``k`` means the same in both patterns. A large
+    graph's lines share a few shapes, and this match costs about a quarter of the general one.
+    """
+    present = iter(shape)
+    parts: list[str] = []
+    separator = " \\["
+    for key, value in _ITEMS:
+        if key == "mem":
+            fields = [(field, next(present)) for field in _MEM_FIELDS]
+            if not any(on for _, on in fields):
+                parts.append("(?:(?!)" + "()" * (2 * len(_MEM_FIELDS)) + ")?")
+                continue
+            inner, field_separator = [], ""
+            for field, on in fields:
+                if on:
+                    inner.append(f"{field_separator}{field} = {_BYTES}")
+                    field_separator = ", "
+                else:
+                    inner.append("(?:(?!)()())?")
+            parts.append(f"{separator}mem = \\{{" + "".join(inner) + "\\}")
+        elif next(present):
+            parts.append(f"{separator}{key} = {value}")
+        else:
+            parts.append("(?:(?!)" + "()" * _group_count(value) + ")?")
+            continue
+        separator = ", "
+    closing = "\\]" if separator == ", " else ""
+    return re.compile("".join(parts) + closing + "\\Z")
+
+
 _ANNOTATION_LIST = re.compile(_ANNOTATIONS)
+_SHAPE_MATCHES: dict[tuple[bool, ...], Callable[[str, int], re.Match[str] | None]] = {}
+""":func:`shape_pattern`'s ``match`` per shape, made once (at most 2^11 shapes exist)."""
+
+
+def shape_match(groups: tuple[str | None, ...]) -> Callable[[str, int], re.Match[str] | None]:
+    """The ``match`` of the :func:`shape_pattern` of a :data:`_ANNOTATION_LIST` match's groups."""
+    shape = annotation_shape(groups)
+    match = _SHAPE_MATCHES.get(shape)
+    if match is None:
+        match = _SHAPE_MATCHES[shape] = shape_pattern(shape).match
+    return match
+
+
 _TAIL = re.compile(_TYPES.pattern + _ANNOTATIONS)
 _LINE = re.compile(_HEAD.pattern + _TYPES.pattern + _ANNOTATIONS)
 _STRINGS = re.compile(STRING)

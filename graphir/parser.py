@@ -28,6 +28,7 @@ from graphir.fastline import (
     _TYPES,
     LineScanner,
     plain_seconds,
+    shape_match,
 )
 from graphir.fastline import _cost_of as cost_of
 from graphir.fastline import _mem_of as mem_of
@@ -239,6 +240,10 @@ class _Parser(_ValueGrammar):
         filename = self.filename
         head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
         byte_units = _BYTE_UNITS
+        # The annotation lists of a large graph come in a few shapes (which keys, which mem
+        # fields): the last two shapes seen are tried first, each by its own pattern, which is
+        # a strict subset of the general one with the same groups (fastline.shape_pattern).
+        last_shape = other_shape = None
         while number < end:
             text = lines[number]
             # Three matches rather than one: a pattern with fewer groups saves fewer marks when
@@ -249,9 +254,17 @@ class _Parser(_ValueGrammar):
             types = types_match(text, head.end())
             if types is None:
                 break
-            tail = annotations_match(text, types.end())
+            pos = types.end()
+            tail = last_shape(text, pos) if last_shape is not None else None
             if tail is None:
-                break
+                tail = other_shape(text, pos) if other_shape is not None else None
+                if tail is not None:
+                    last_shape, other_shape = other_shape, last_shape
+                else:
+                    tail = annotations_match(text, pos)
+                    if tail is None:
+                        break
+                    last_shape, other_shape = shape_match(tail.groups()), last_shape
             results_text, op, name, operands_text, controls_text = head.groups()
             inputs_text, output_text, outputs_text = types.groups()
             (affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,

@@ -138,7 +138,7 @@ class _AnnotationText:
     def __init__(self) -> None:
         self._direct = {key: text for key, (kind, text) in _FAST_TEXT.items() if ANNOTATIONS.get(key) is kind}
         self._strings: dict[str, str] = {}
-        self._plans: dict[tuple[str, ...], list[tuple[str, str, Callable[[Any], str]]]] = {}
+        self._plans: dict[tuple[str, ...], Callable[[dict[str, Any]], str]] = {}
         for key in ("device", "colocate"):
             if key in self._direct:
                 self._direct[key] = self._quoted
@@ -151,15 +151,26 @@ class _AnnotationText:
             text = self._strings[value] = format_string(value)
         return text
 
-    def _plan(self, keys: tuple[str, ...]) -> list[tuple[str, str, Callable[[Any], str]]]:
-        """(key, ``"key = "``, formatter) for the keys of one annotation dict, sorted by key."""
-        plan = []
-        for key in sorted(keys):
+    def _plan(self, keys: tuple[str, ...]) -> Callable[[dict[str, Any]], str]:
+        """The ``" [key = value, ...]"`` function for one key tuple (keys sorted in the text).
+
+        It is compiled once per key tuple as one expression (literal pieces and one formatter
+        call per key), so a node costs a call per annotation and one string build, not a list,
+        a join and a lookup of the key's formatter per annotation.
+        """
+        namespace: dict[str, Any] = {}
+        pieces = []
+        for number, key in enumerate(sorted(keys)):
             text = self._direct.get(key)
             if text is None:
                 text = functools.partial(_annotation_text, key)
-            plan.append((key, key + " = ", text))
-        self._plans[keys] = plan
+            namespace[f"format_{number}"] = text
+            namespace[f"key_{number}"] = key
+            separator = " [" if number == 0 else ", "
+            pieces.append(f"{(separator + key + ' = ')!r} + format_{number}(annotations[key_{number}])")
+        source = "def plan(annotations):\n    return " + " + ".join(pieces) + ' + "]"\n'
+        exec(source, namespace)  # noqa: S102  (the source is built from the sorted keys' reprs above)
+        plan = self._plans[keys] = namespace["plan"]
         return plan
 
     def __call__(self, annotations: dict[str, Any]) -> str:
@@ -167,7 +178,7 @@ class _AnnotationText:
         # sorted plan is made once per key tuple.
         keys = tuple(annotations)
         plan = self._plans.get(keys) or self._plan(keys)
-        return " [" + ", ".join([prefix + text(annotations[key]) for key, prefix, text in plan]) + "]"
+        return plan(annotations)
 
 
 class _TypeText:

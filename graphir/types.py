@@ -148,5 +148,8 @@ class TensorType:
     def __str__(self) -> str:
         if self.shape is None:
             return f"{self.dtype.short}[*]"
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        if None in self.shape:
+            dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        else:  # the common case without a generator: dims are ints or symbol strings
+            dims = ",".join(map(str, self.shape))
         return f"{self.dtype.short}[{dims}]"

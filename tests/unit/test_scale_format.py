@@ -134,3 +134,46 @@ def test_format_duration_of_numpy_scalars_and_ints(value):
 )
 def test_format_duration_never_falls_back_to_seconds_with_an_exponent(seconds, text):
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        # The edges of format_duration's string-slicing fast path (1e-6 <= s < 1e16) and of its
+        # cases: repr switches to an exponent below 1e-4 and at 1e16; a mantissa without a point
+        # (5e-05); fractions of one to three digits in ms (0.5, 0.25, 0.125) and of up to six in
+        # us above 1e-4 (0.00015); whole seconds ending in ".0".
+        1e-6,
+        9.999999999999999e-7,
+        1.0000000000000002e-6,
+        5e-06,
+        1e-05,
+        5e-05,
+        9.999999999999999e-05,
+        1e-4,
+        0.00015,
+        0.000123456,
+        0.0009999999999999998,
+        1e-3,
+        0.0010005,
+        0.0015,
+        0.01,
+        0.1,
+        0.125,
+        0.25,
+        0.5,
+        0.9999999999999999,
+        1.0,
+        2.0,
+        10.0,
+        123.0,
+        100.5,
+        17.131462508063702,
+        9999999999999998.0,
+        1e16,
+        1.5e16,
+    ],
+)
+def test_format_duration_fast_path_edges_follow_the_rule(seconds):
+    _check(seconds)
+    _check(-seconds)
