@@ -229,7 +229,9 @@ def _filled(cx: OpContext, w: Any, perm: list[int]) -> Any:
     any layout, so ``Transpose(Fill(dims, v), perm)`` is ``Fill(dims[perm], v)``. The new ``Fill``
     is made where the old one was: in its producer's name scope (the lowering charges a TF op to the
     IR node whose scope holds it, so the measured time stays the producer's), on its device and
-    with its control inputs, not the convolution's; the old one, unconsumed, is pruned. The IR has
+    with its control inputs, not the convolution's; the old one, unconsumed, is pruned (under the
+    ``enforced`` order it stays the control predecessor of the producer's successor and still runs:
+    two fills a step, both charged to the producer, no transpose). The IR has
     no Transpose here: the producer node makes the weight, the convolution consumes it. Without
     this, the zoo's weightless ONNX models (``ConstantOfShape`` weights: resnet50, squeezenet,
     inception_v1) ran one ``Transpose`` of every convolution's weights each step, charged to the
