@@ -207,13 +207,55 @@ def _filters(cx: OpContext, w: Any, perm: list[int]) -> Any:
     placement's), and a ``Transpose`` of the constant would otherwise run every step, on the
     convolution's device but ahead of its activation, work the cost of the convolution node
     cannot place in time (fidelity-notes.md, resnet50-infer). The original constant is then
-    unconsumed and pruned. Weights read from a variable (large local weights) are transposed in
-    the graph.
+    unconsumed and pruned. A weight that is a ``Fill`` is made again in the filter layout
+    (:func:`_filled`). Weights read from a variable (large local weights) are transposed in the
+    graph.
     """
-    array = cx.const(1) if getattr(getattr(w, "op", None), "type", None) == "Const" else None
+    op_type = getattr(getattr(w, "op", None), "type", None)
+    if op_type == "Fill":
+        filled = _filled(cx, w, perm)
+        if filled is not None:
+            return filled
+    array = cx.const(1) if op_type == "Const" else None
     if array is None:
         return cx.tf.transpose(w, perm)
     return cx.tf.constant(np.ascontiguousarray(np.transpose(array, perm)), dtype=w.dtype)
+
+
+def _filled(cx: OpContext, w: Any, perm: list[int]) -> Any:
+    """A weight made by a ``Fill`` of static dims and value, made again in TF's filter layout.
+
+    ``onnx.ConstantOfShape`` lowers to ``Fill``, and the fill of one value is the same tensor in
+    any layout, so ``Transpose(Fill(dims, v), perm)`` is ``Fill(dims[perm], v)``. The new ``Fill``
+    is made where the old one was: in its producer's name scope (the lowering charges a TF op to the
+    IR node whose scope holds it, so the measured time stays the producer's), on its device and
+    with its control inputs, not the convolution's; the old one, unconsumed, is pruned (under the
+    ``enforced`` order it stays the control predecessor of the producer's successor and still runs:
+    two fills a step, both charged to the producer, no transpose). The IR has
+    no Transpose here: the producer node makes the weight, the convolution consumes it. Without
+    this, the zoo's weightless ONNX models (``ConstantOfShape`` weights: resnet50, squeezenet,
+    inception_v1) ran one ``Transpose`` of every convolution's weights each step, charged to the
+    convolution but ready at the start of the step: resnet50-infer on one rig worker, 46 of its
+    168 ms of kernels a step; in its METIS split worker 1 ran them while worker 0 computed the
+    first half, a 23 % gain the simulator could not see (benchmarks/results/ruler-weight-fills.md).
+
+    Returns:
+        The new fill, or ``None`` when the dims or the value are not static.
+    """
+    tf = cx.tf
+    fill = w.op
+    dims = tf.get_static_value(fill.inputs[0])
+    value = tf.get_static_value(fill.inputs[1])
+    if dims is None or value is None or np.ndim(value) != 0 or len(dims) != len(perm):
+        return None
+    scope = fill.name.rsplit("/", 1)[0] + "/" if "/" in fill.name else None
+    with (
+        tf.name_scope(scope),
+        tf.device(fill.device),
+        tf.control_dependencies(None),
+        tf.control_dependencies(fill.control_inputs),
+    ):
+        return tf.fill([int(dims[k]) for k in perm], tf.constant(value, dtype=w.dtype))
 
 
 def _channels_last(rank: int) -> tuple[list[int], list[int]]:

@@ -443,24 +443,78 @@ def calibrate_rig(
     sizes: Sequence[int] = DEFAULT_SIZES[:-1],
     repeats: int = 5,
     modules: Sequence[Module] | None = None,
+    runs: int = 1,
 ) -> RigFit:
     """Start the cluster's rig, run its micro-benchmarks and whole calibration models, and fit them.
 
     ``modules`` default to :func:`calibration_modules` (an empty list: the scalar-chain estimate of
-    the per-op overhead only).
+    the per-op overhead only). With ``runs`` > 1 the whole measurement is repeated on a freshly
+    started rig each time and the runs are merged before fitting (:func:`merge_calibrations`).
     """
     from graphir.backends.tf.rig import WORKER_SERVICE, calibration_runs, graph_gaps, rig, transfer_cpu_runs
 
+    if runs < 1:
+        raise PassError(f"calibration needs at least one run, got {runs}")
     if modules is None:
         modules = calibration_modules()
-    with rig(cluster) as servers:
-        measured = calibration_runs(cluster, servers, sizes, repeats)
-        measured.transfer_cpu = transfer_cpu_runs(cluster, servers)
-        if modules:
-            for module in modules:
-                module.set_cluster(cluster)
-            measured.graphs = graph_gaps(modules, servers, cluster.devices[0].name, steps=repeats)
-    return dataclasses.replace(fit_rig(measured), service=WORKER_SERVICE)
+    for module in modules:
+        module.set_cluster(cluster)
+    measured = []
+    for _ in range(runs):
+        with rig(cluster) as servers:
+            run = calibration_runs(cluster, servers, sizes, repeats)
+            run.transfer_cpu = transfer_cpu_runs(cluster, servers)
+            if modules:
+                run.graphs = graph_gaps(modules, servers, cluster.devices[0].name, steps=repeats)
+        measured.append(run)
+    return dataclasses.replace(fit_rig(merge_calibrations(measured)), service=WORKER_SERVICE)
+
+
+def merge_calibrations(runs: Sequence[Any]) -> Any:
+    """One :class:`~graphir.backends.tf.rig.RigCalibration` from several taken on fresh rigs.
+
+    Every timed point (a transfer size of a pair, a chain length, a kernel) becomes the median of
+    its runs' medians; the CPU samples and whole-model gaps, which are fitted by least squares, are
+    pooled. Why: four calibrations of the rig within three minutes (16:15-16:18 UTC 2026-11-24, load
+    1.0-1.2, ``benchmarks/results/ruler-weight-fills.md``) fitted worker0->worker1 at 1.74, 1.64,
+    1.56 and 1.93 GB/s and the receive CPU at 4.5-5.7e-10 s/B, and a transfer-bound fidelity pair
+    (lstm-train topo) simulates in proportion: one rig session's slow moment moved every pair of a run.
+    """
+    from graphir.backends.tf.rig import RigCalibration
+
+    if not runs:
+        raise PassError("no calibration runs to merge")
+
+    def median_points(series: Sequence[Sequence[tuple[int, float]]]) -> list[tuple[int, float]]:
+        by_x: dict[int, list[float]] = {}
+        for points in series:
+            for x, y in points:
+                by_x.setdefault(x, []).append(y)
+        return [(x, float(statistics.median(ys))) for x, ys in sorted(by_x.items())]
+
+    def median_pairs(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
+        return values[0][0], float(statistics.median(v[1] for v in values))
+
+    pairs = sorted({key for run in runs for key in run.transfers})
+    devices = sorted({key for run in runs for key in run.chains})
+    return RigCalibration(
+        {key: median_points([run.transfers[key] for run in runs if key in run.transfers]) for key in pairs},
+        {key: median_points([run.chains[key] for run in runs if key in run.chains]) for key in devices},
+        {
+            key: float(statistics.median(run.chain_kernel_s[key] for run in runs if key in run.chain_kernel_s))
+            for key in sorted({k for run in runs for k in run.chain_kernel_s})
+        },
+        {
+            key: median_pairs([run.matmul[key] for run in runs if key in run.matmul])
+            for key in sorted({k for run in runs for k in run.matmul})
+        },
+        {
+            key: median_pairs([run.stream[key] for run in runs if key in run.stream])
+            for key in sorted({k for run in runs for k in run.stream})
+        },
+        [gap for run in runs for gap in run.graphs],
+        [sample for run in runs for sample in run.transfer_cpu],
+    )
 
 
 def calibration_sizes(min_bytes: int, max_bytes: int) -> tuple[int, ...]:
@@ -504,6 +558,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per size (default 5)")
     parser.add_argument("--min-bytes", type=int, default=1024)
     parser.add_argument(
+        "--runs", type=int, default=1, help="with --rig: independent calibrations on fresh rigs, merged (default 1)"
+    )
+    parser.add_argument(
         "--max-bytes", type=int, default=None, help="largest transfer (default 64 MiB; with --rig 16 MiB)"
     )
     parser.add_argument(
@@ -536,7 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main_rig(cluster: Cluster, args: argparse.Namespace) -> int:
-    fitted = calibrate_rig(cluster, calibration_sizes(args.min_bytes, args.max_bytes), args.repeats)
+    fitted = calibrate_rig(cluster, calibration_sizes(args.min_bytes, args.max_bytes), args.repeats, runs=args.runs)
     for fit in fitted.links:
         print(
             f"{fit.src} -> {fit.dst}: intercept {fit.latency * 1e6:.1f} us, "

@@ -407,3 +407,34 @@ def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
     )
     assert out.with_suffix(".png").stat().st_size > 0
     assert main(["--render", "--out", str(tmp_path / "none.md")]) == 1
+
+
+def test_merged_calibrations_take_each_point_s_median_and_pool_the_fitted_samples():
+    """Three calibrations of one rig merge point by point; the fit of the merge ignores the slow run.
+
+    Runs 1 and 3 are the rig of ``_calibration(300 us, 2 GB/s, ...)``; run 2 had a slow moment: every
+    worker0 -> worker1 transfer took twice as long. Per size the median of (t, 2t, t) is t, so the
+    merged fit gives back 300 us and 2 GB/s, where run 2 alone fits 1 GB/s. The MatMul seconds
+    0.05 / 0.08 / 0.05 -> 0.05 (40 GFLOP/s); the kernel of a chain op 1 / 3 / 2 us -> 2 us. Least-squares
+    samples are pooled: 2 + 1 + 0 CPU samples -> 3, 1 + 0 + 1 whole-model gaps -> 2.
+    """
+    from graphir.passes.profile.calibrate_comm import merge_calibrations
+
+    runs = [_calibration(latency=300e-6, bandwidth=2e9, kernel=k, gap=4e-6, step=600e-6) for k in (1e-6, 3e-6, 2e-6)]
+    slow = runs[1]
+    slow.transfers[("worker0", "worker1")] = [(s, 2 * t) for s, t in slow.transfers[("worker0", "worker1")]]
+    slow.matmul["worker0"] = (2e9, 0.08)
+    assert fit_rig(slow).links[0].bandwidth == pytest.approx(1e9, rel=1e-6)
+    runs[0].transfer_cpu = [(4096, 1, 1e-4, 1e-4), (4096, 8, 8e-4, 8e-4)]
+    runs[1].transfer_cpu = [(1 << 20, 1, 5e-4, 6e-4)]
+    runs[0].graphs = [(100, 0.01, 0.009)]
+    runs[2].graphs = [(400, 0.04, 0.036)]
+    merged = merge_calibrations(runs)
+    assert merged.transfers[("worker0", "worker1")] == runs[0].transfers[("worker0", "worker1")]
+    assert merged.matmul["worker0"] == (2e9, 0.05)
+    assert merged.chain_kernel_s["worker1"] == pytest.approx(2e-6)
+    assert len(merged.transfer_cpu) == 3 and len(merged.graphs) == 2
+    fitted = fit_rig(merged)
+    assert {(f.src, f.dst): f.bandwidth for f in fitted.links}[("worker0", "worker1")] == pytest.approx(2e9, rel=1e-6)
+    assert fitted.transfer_overhead == pytest.approx(300e-6, rel=1e-6)
+    assert fitted.peak_flops["worker0"] == pytest.approx(40e9)

@@ -321,3 +321,83 @@ def test_constant_conv_weights_are_transposed_once_at_lowering(tmp_path):
     )
     (counts,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
     assert counts == {"transposes": 4, "of_consts": 0}
+
+
+def _filled_conv_model(path: Path) -> None:
+    """Conv whose 8x3x3x3 weights are ``ConstantOfShape`` (0.5) -> Relu -> ConvTranspose of 8x4x2x2 filled (0.25).
+
+    The zoo's weightless ONNX models (resnet50, squeezenet, inception_v1) make their weights so.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def fill(name: str, shape: list[int], value: float) -> list:
+        return [
+            helper.make_node(
+                "ConstantOfShape",
+                [f"{name}_shape"],
+                [name],
+                name=f"{name}_fill",
+                value=numpy_helper.from_array(np.array([value], dtype=np.float32)),
+            ),
+        ]
+
+    nodes = [
+        *fill("w", [8, 3, 3, 3], 0.5),
+        *fill("wt", [8, 4, 2, 2], 0.25),
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("ConvTranspose", ["r", "wt"], ["y"], name="deconv", strides=[2, 2]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "filled",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 16, 16])],
+        [
+            numpy_helper.from_array(np.array([8, 3, 3, 3], dtype=np.int64), "w_shape"),
+            numpy_helper.from_array(np.array([8, 4, 2, 2], dtype=np.int64), "wt_shape"),
+        ],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+
+
+def test_filled_conv_weights_are_made_in_filter_layout_by_their_producer(tmp_path):
+    """``ConstantOfShape`` weights of Conv and ConvTranspose are filled in TF's filter layout, not transposed.
+
+    ``Transpose(Fill(dims, v))`` is ``Fill(dims[perm], v)``: of the 6 transposes the old lowering
+    made, 2 read a ``Fill`` (the weights); the 4 that move activations to NHWC and back stay. The
+    new fills are charged to the ``ConstantOfShape`` nodes (their name scopes), so a profile puts
+    their time on the producer, as the IR has it, and the convolutions own no ``Fill``. The numbers
+    still match onnxruntime (placed over devices by m-topo).
+    """
+    model = tmp_path / "filled.onnx"
+    _filled_conv_model(model)
+    _assert_proven(_check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["filled.onnx"])
+    script = textwrap.dedent(
+        f"""
+        import json
+        from graphir.backends.tf import lower
+        from graphir.importers import load_module
+        lowered = lower(load_module({str(model)!r}))
+        graph_def = lowered.graph_def()
+        nodes = list(graph_def.node)
+        for function in graph_def.library.function:
+            nodes += list(function.node_def)
+        kind = {{node.name: node.op for node in nodes}}
+        transposes = [node for node in nodes if node.op == "Transpose"]
+        owner = {{op: node for node, ops in lowered.node_ops.items() for op in ops}}
+        fills = sorted(
+            (node.name.split("/")[0], owner.get(node.name, "")) for node in nodes if node.op == "Fill"
+        )
+        print(json.dumps({{
+            "transposes": len(transposes),
+            "of_fills": sum(kind.get(node.input[0].split(":")[0]) == "Fill" for node in transposes),
+            "fill_owners": sorted({{o for _, o in fills}}),
+        }}))
+        """
+    )
+    (counts,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
+    assert counts["transposes"] == 4
+    assert counts["of_fills"] == 0
+    assert counts["fill_owners"] == ["w_fill", "wt_fill"]
