@@ -177,7 +177,9 @@ _RIG_SCRIPT = textwrap.dedent(
         environments = [open(f"/proc/{pid}/environ", "rb").read().split(b"\\0") for pid in pids]
         run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
         # min_seconds: timed steps continue until they add up to it, bounded by max_steps
-        longer = run_on_rig(module, servers, steps=2, warmup=0, trace_steps=0, min_seconds=1.0, timeout_s=60)
+        longer = run_on_rig(
+            module, servers, steps=2, warmup=0, trace_steps=0, min_seconds=1.0, max_steps=5000, timeout_s=60
+        )
         capped = run_on_rig(
             module, servers, steps=2, warmup=0, trace_steps=0, min_seconds=60, max_steps=4, timeout_s=60
         )
