@@ -10,7 +10,10 @@ measuring), ``fidelity.json`` (the command, the cluster description and every ro
 ``fidelity.json`` without measuring, with the notes given then (``--note``, ``--notes-file``).
 
 One cluster description for every model: the cluster is resolved once; for ``Nxcpu-workers`` that
-is the TOML ``calibrate-comm{rig=true}`` cached (run first when absent: ``--calibrate`` forces it).
+is the TOML ``calibrate-comm{rig=true}`` cached (run first when absent: ``--calibrate`` forces it),
+merged from ``--calibration-runs`` (default 3) calibrations on fresh rigs: the fitted
+worker-to-worker bandwidth and transfer CPU of one calibration vary by up to 2x between runs
+(``benchmarks/results/ruler-weight-fills.md``), and that moved transfer-bound pairs by 30 %.
 Per model:
 
 1. ``profile{mode=tf-run}`` once: the unplaced module runs on worker 0 and every node's cost is its
@@ -716,6 +719,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--train-batch", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--calibrate", action="store_true", help="recalibrate the rig's cluster description first")
+    parser.add_argument(
+        "--calibration-runs",
+        type=int,
+        default=3,
+        help="calibrations on fresh rigs merged into the one cluster description (calibrate-comm --runs; "
+        "one calibration's fitted bandwidth and transfer CPU vary by up to 2x from run to run)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "fidelity.md")
     parser.add_argument("--note", action="append", default=[], help="a line added above the table")
     parser.add_argument("--notes-file", type=Path, help="a Markdown file whose text is added above the table")
@@ -751,8 +761,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_markdown(rows, args.out, command, cluster_text, args.note, rule)
         write_plot(rows, args.out.with_suffix(".png"))
         return 0
-    if args.rounds < 1 or args.steps < 1:
-        print("bench-fidelity: --rounds and --steps must be at least 1", file=sys.stderr)
+    if args.rounds < 1 or args.steps < 1 or args.calibration_runs < 1:
+        print("bench-fidelity: --rounds, --steps and --calibration-runs must be at least 1", file=sys.stderr)
         return 1
     args.placements = [p for p in args.placements.split(",") if p]
     args.orders = [o for o in args.orders.split(",") if o]
@@ -773,7 +783,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from graphir.passes.profile.calibrate_comm import main as calibrate
 
         log(f"calibrating {args.cluster} on the rig (load {_loadavg():.2f})")
-        calibrate(["--rig", f"--cluster={args.cluster}", "--max-bytes", str(16 << 20)])
+        calibrate(
+            ["--rig", f"--cluster={args.cluster}", "--max-bytes", str(16 << 20), "--runs", str(args.calibration_runs)]
+        )
     cluster = resolve_cluster(args.cluster)
     cluster_text = Path(rig_cache_path(int(count))).read_text() if count.isdigit() else args.cluster
     scratch_dir = tempfile.TemporaryDirectory(prefix="graphir-fidelity-")  # the fine placements' JSON files

@@ -187,7 +187,8 @@ def test_the_page_says_how_many_steps_a_short_step_was_timed(tmp_path):
 
 def test_rounds_and_steps_below_one_are_refused(capsys):
     assert bench_fidelity.main(["--rounds", "0"]) == 1
-    assert capsys.readouterr().err == "bench-fidelity: --rounds and --steps must be at least 1\n"
+    assert capsys.readouterr().err == "bench-fidelity: --rounds, --steps and --calibration-runs must be at least 1\n"
+    assert bench_fidelity.main(["--calibration-runs", "0"]) == 1
 
 
 def test_the_committed_one_round_results_still_render(tmp_path):
