@@ -16,7 +16,7 @@ import numpy as np
 from graphir.attributes import format_bytes
 from graphir.budget import human_bytes, largest_device_memory, oversized_values
 from graphir.emit import register_emitter
-from graphir.importers.tf_attrs import VARIABLE_OPS
+from graphir.importers.tf_attrs import is_variable_op
 from graphir.importers.tf_attrs import persistent_bytes as variable_bytes
 from graphir.ir import Module
 from graphir.ops import fallback_count
@@ -48,7 +48,7 @@ def summarize(module: Module) -> str:
     # Only nodes of a TF variable op can hold one (variable_bytes is 0 for the others): the op
     # is looked at once per distinct op, not once per node.
     ops = Counter(node.op for node in index.nodes)
-    variable_ops = {op for op in ops if op.startswith("tf.") and op[3:] in VARIABLE_OPS}
+    variable_ops = {op for op in ops if is_variable_op(op)}
     variables = [node for node in index.nodes if node.op in variable_ops] if variable_ops else []
     params = sum(v.nbytes for v in graph.constants) + sum(variable_bytes(node) for node in variables)
     activations = int(index.value_bytes.sum())

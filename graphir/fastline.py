@@ -65,7 +65,24 @@ _ANNOTATIONS = r"(?: \[(?!\])" + "".join(_item(key, value or _MEM_VALUE) for key
 """The built-in annotations as the printer writes them (sorted keys, each at most once, a
 default-only ``cost``, ``mem`` fields in declaration order), captured by one match; any other
 annotation list (a per-kind cost, a plugin's key) goes through the value scanner."""
-_PRESENCE_GROUPS = (0, 1, 2, 4, 5, 7, 8, 10, 12, 14, 15)
+
+
+def _group_count(pattern: str) -> int:
+    return re.compile(pattern).groups
+
+
+def _presence_groups() -> tuple[int, ...]:
+    """The first group (0-based) of every item of :data:`_ITEMS` (mem: of every field) in :data:`_ANNOTATIONS`."""
+    firsts: list[int] = []
+    group = 0
+    for key, value in _ITEMS:
+        for pattern in (_BYTES,) * len(_MEM_FIELDS) if key == "mem" else (value,):
+            firsts.append(group)
+            group += _group_count(pattern)
+    return tuple(firsts)
+
+
+_PRESENCE_GROUPS = _presence_groups()
 """Group numbers (0-based) of :data:`_ANNOTATION_LIST` that tell which parts a match holds: one
 per item of :data:`_ITEMS` (mem: one per field of :data:`_MEM_FIELDS`)."""
 
@@ -73,10 +90,6 @@ per item of :data:`_ITEMS` (mem: one per field of :data:`_MEM_FIELDS`)."""
 def annotation_shape(groups: tuple[str | None, ...]) -> tuple[bool, ...]:
     """Which items (and mem fields) a match of :data:`_ANNOTATION_LIST` holds, from its groups."""
     return tuple(groups[k] is not None for k in _PRESENCE_GROUPS)
-
-
-def _group_count(pattern: str) -> int:
-    return re.compile(pattern).groups
 
 
 def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
@@ -224,6 +237,53 @@ TypeReader = Callable[[str], "TensorType | None"]
 DenseBuilder = Callable[[TensorType, Any], DenseTensor]
 
 
+def typed_annotations(groups: tuple[str | None, ...]) -> dict[str, Any] | None:
+    """The typed annotations of a :data:`_ANNOTATION_LIST` match's groups, or None for the token parser.
+
+    Keys in sorted order, as the token parser's dict has them. None when a value is one the token
+    parser must read or report (a negative or infinite time, an empty device, a string list it
+    cannot take apart). The one reading of the common annotation list: :meth:`LineScanner.scan_node_line`
+    and the parser's plain-line loop both call it.
+    """
+    (affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
+     persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
+     order, start, start_unit) = groups  # fmt: skip
+    annotations: dict[str, Any] = {}
+    if (affinity is not None or colocate is not None) and not _strings_into(annotations, affinity, colocate):
+        return None
+    if cost is not None:
+        seconds = _seconds_of(cost, cost_unit)
+        if not 0.0 <= seconds < _INF:
+            return None  # negative or infinite: the token parser reports it
+        annotations["cost"] = _cost_of(seconds)
+    if device is not None:
+        device = unquote(device)
+        if not device:
+            return None
+        annotations["device"] = device
+    if finish is not None:
+        seconds = _seconds_of(finish, finish_unit)
+        if not -_INF < seconds < _INF:
+            return None
+        annotations["finish"] = seconds
+    if group is not None:
+        annotations["group"] = int(group)
+    if persistent is not None or activation is not None or temporary is not None:
+        annotations["mem"] = _mem_of(
+            int(persistent) * _BYTE_UNITS[persistent_unit] if persistent is not None else 0,
+            int(activation) * _BYTE_UNITS[activation_unit] if activation is not None else 0,
+            int(temporary) * _BYTE_UNITS[temporary_unit] if temporary is not None else 0,
+        )
+    if order is not None:
+        annotations["order"] = int(order)
+    if start is not None:
+        seconds = _seconds_of(start, start_unit)
+        if not -_INF < seconds < _INF:
+            return None
+        annotations["start"] = seconds
+    return annotations
+
+
 class LineScanner:
     """Reads canonical node lines; ``types`` maps type text to a shared :class:`TensorType`.
 
@@ -250,46 +310,13 @@ class LineScanner:
         if line is None:
             return self._scan_general(text, defined)
         # The common case: no params, built-in annotations only. Kept flat: it runs once per node.
-        (results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text,
-         affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
-         persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
-         order, start, start_unit) = line.groups()  # fmt: skip
+        groups = line.groups()
+        results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text = groups[:8]
         if "." not in op:
             return None
-        # Keys in sorted order, as the token parser's dict has them.
-        annotations: dict[str, Any] = {}
-        if (affinity is not None or colocate is not None) and not _strings_into(annotations, affinity, colocate):
+        annotations = typed_annotations(groups[8:])
+        if annotations is None:
             return None
-        if cost is not None:
-            seconds = _seconds_of(cost, cost_unit)
-            if not 0.0 <= seconds < _INF:
-                return None  # negative or infinite: the token parser reports it
-            annotations["cost"] = _cost_of(seconds)
-        if device is not None:
-            device = unquote(device)
-            if not device:
-                return None
-            annotations["device"] = device
-        if finish is not None:
-            seconds = _seconds_of(finish, finish_unit)
-            if not -_INF < seconds < _INF:
-                return None
-            annotations["finish"] = seconds
-        if group is not None:
-            annotations["group"] = int(group)
-        if persistent is not None or activation is not None or temporary is not None:
-            annotations["mem"] = _mem_of(
-                int(persistent) * _BYTE_UNITS[persistent_unit] if persistent is not None else 0,
-                int(activation) * _BYTE_UNITS[activation_unit] if activation is not None else 0,
-                int(temporary) * _BYTE_UNITS[temporary_unit] if temporary is not None else 0,
-            )
-        if order is not None:
-            annotations["order"] = int(order)
-        if start is not None:
-            seconds = _seconds_of(start, start_unit)
-            if not -_INF < seconds < _INF:
-                return None
-            annotations["start"] = seconds
         if results_text:
             results = results_text.replace("%", "").split(", ")
             for result in results:

@@ -22,19 +22,15 @@ from graphir.attributes import DenseTensor
 from graphir.errors import Location, ParseError
 from graphir.fastline import (
     _ANNOTATION_LIST,
-    _BYTE_UNITS,
     _HEAD,
-    _INF,
     _TYPES,
     LineScanner,
-    plain_seconds,
     shape_match,
+    typed_annotations,
 )
-from graphir.fastline import _cost_of as cost_of
-from graphir.fastline import _mem_of as mem_of
 from graphir.gcpause import gc_paused
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
-from graphir.lexer import tokenize, unquote
+from graphir.lexer import tokenize
 from graphir.parse_values import _Line, _ValueGrammar, dense_from_values
 from graphir.types import TensorType
 
@@ -221,11 +217,12 @@ class _Parser(_ValueGrammar):
         """Read and build node lines from ``self.line_no`` while they have the common shape.
 
         The common shape is a canonical node line (as the printer writes it) with results, a
-        dialect-qualified op, no params and built-in annotations without ``affinity`` or
-        ``colocate``: the lines of a large graph. The first line of any other shape, or with
+        dialect-qualified op, no params and built-in annotations only (read by
+        :func:`~graphir.fastline.typed_annotations`, as the general fast path reads them): the
+        lines of a large graph. The first line of any other shape, or with
         anything to report, stops the loop unread: the general path reads it (and reports).
-        Everything :meth:`LineScanner.scan_node_line` and :meth:`_Body.add` do for such a line
-        happens here inline, in the same order, since this loop runs once per node.
+        What :meth:`LineScanner.scan_node_line` and :meth:`_Body.add` do for such a line happens
+        here inline (the annotations apart), in the same order, since this loop runs once per node.
         """
         lines = self.lines
         number = self.line_no
@@ -239,7 +236,6 @@ class _Parser(_ValueGrammar):
         connect = body.connect
         filename = self.filename
         head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
-        byte_units = _BYTE_UNITS
         # The annotation lists of a large graph come in a few shapes (which keys, which mem
         # fields): the last two shapes seen are tried first, each by its own pattern, which is
         # a strict subset of the general one with the same groups (fastline.shape_pattern).
@@ -267,43 +263,11 @@ class _Parser(_ValueGrammar):
                     last_shape, other_shape = shape_match(tail.groups()), last_shape
             results_text, op, name, operands_text, controls_text = head.groups()
             inputs_text, output_text, outputs_text = types.groups()
-            (affinity, colocate, cost, cost_unit, device, finish, finish_unit, group,
-             persistent, persistent_unit, activation, activation_unit, temporary, temporary_unit,
-             order, start, start_unit) = tail.groups()  # fmt: skip
-            if not results_text or "." not in op or affinity is not None or colocate is not None:
+            if not results_text or "." not in op:
                 break
-            # Keys in sorted order, as the token parser's dict has them.
-            annotations: dict[str, Any] = {}
-            if cost is not None:
-                seconds = plain_seconds(cost, cost_unit)
-                if seconds is None or not 0.0 <= seconds < _INF:
-                    break  # an exponent, or infinite: the token parser reads or reports it
-                annotations["cost"] = cost_of(seconds)
-            if device is not None:
-                device = unquote(device)
-                if not device:
-                    break
-                annotations["device"] = device
-            if finish is not None:
-                seconds = plain_seconds(finish, finish_unit)
-                if seconds is None or not -_INF < seconds < _INF:
-                    break
-                annotations["finish"] = seconds
-            if group is not None:
-                annotations["group"] = int(group)
-            if persistent is not None or activation is not None or temporary is not None:
-                annotations["mem"] = mem_of(
-                    int(persistent) * byte_units[persistent_unit] if persistent else 0,
-                    int(activation) * byte_units[activation_unit] if activation else 0,
-                    int(temporary) * byte_units[temporary_unit] if temporary else 0,
-                )
-            if order is not None:
-                annotations["order"] = int(order)
-            if start is not None:
-                seconds = plain_seconds(start, start_unit)
-                if seconds is None or not -_INF < seconds < _INF:
-                    break
-                annotations["start"] = seconds
+            annotations = typed_annotations(tail.groups())
+            if annotations is None:
+                break  # a value the token parser reads or reports
             results = results_text.replace("%", "").split(", ")
             if output_text is not None:
                 result_types = [cache.get(output_text) or make_type(output_text)]

@@ -29,6 +29,11 @@ VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesO
 """Ops whose ``dtype``/``shape`` params describe a variable (persistent memory)."""
 
 
+def is_variable_op(op: str) -> bool:
+    """Whether ``op`` is a TF variable op (``tf.`` + one of :data:`VARIABLE_OPS`)."""
+    return op.startswith("tf.") and op[3:] in VARIABLE_OPS
+
+
 UNKNOWN_RANK = "*"
 """How a ``shape`` param of unknown rank is written."""
 
@@ -79,7 +84,7 @@ def variable_type(node: Node) -> TensorType | None:
     A node is a variable when its op is in :data:`VARIABLE_OPS` (``tf.VarHandleOp``...) and its
     params have a ``dtype`` and a ``shape``. Unknown dims are ``None`` in the result.
     """
-    if not node.op.startswith("tf.") or node.op[3:] not in VARIABLE_OPS:
+    if not is_variable_op(node.op):
         return None
     dtype_text = node.params.get("dtype")
     shape = node.params.get("shape")
