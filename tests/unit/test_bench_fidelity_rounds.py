@@ -191,14 +191,19 @@ def test_rounds_and_steps_below_one_are_refused(capsys):
     assert bench_fidelity.main(["--calibration-runs", "0"]) == 1
 
 
+def _render_committed(tmp_path: Path, name: str) -> tuple[str, list[Row]]:
+    """``--render`` of the committed ``benchmarks/results/<name>``: the page's text and the run's rows."""
+    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
+    (tmp_path / "fidelity.json").write_text(committed.read_text())
+    assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
+    rows, _, _, _ = read_json(committed)
+    return (tmp_path / "fidelity.md").read_text(), rows
+
+
 def test_the_committed_one_round_results_still_render(tmp_path):
     # --render on a committed run from before --rounds (fidelity-quiet-1135.json, rows without
     # rounds_s): every pair shows its one value and no spread.
-    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity-quiet-1135.json"
-    (tmp_path / "fidelity.json").write_text(committed.read_text())
-    assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
-    text = (tmp_path / "fidelity.md").read_text()
-    rows, _, _, _ = read_json(committed)
+    text, rows = _render_committed(tmp_path, "fidelity-quiet-1135.json")
     assert "one session per pair" in text and "interleaved rounds" not in text
     first = rows[0]
     assert f"| {first.measured_s:.4g} | {first.measured_s:.4g} | — | {first.simulated_s:.4g} |" in text
@@ -207,10 +212,6 @@ def test_the_committed_one_round_results_still_render(tmp_path):
 def test_the_committed_page_renders_its_rounds(tmp_path):
     # --render on the committed fidelity.json (a --rounds 3 run): every row keeps its three rounds,
     # the page says so and shows each pair's measured median among them.
-    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "fidelity.json"
-    (tmp_path / "fidelity.json").write_text(committed.read_text())
-    assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
-    text = (tmp_path / "fidelity.md").read_text()
-    rows, _, _, _ = read_json(committed)
+    text, rows = _render_committed(tmp_path, "fidelity.json")
     assert "3 interleaved rounds" in text
     assert all(len(row.rounds_s) == 3 and row.measured_s in row.rounds_s for row in rows)
