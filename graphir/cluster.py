@@ -60,6 +60,7 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
     recv_cpu_preempts = true    # the receive CPU stretches what runs on the receiver's core, is not queued on it
     control_sends = true        # a control dependency between devices is an empty tensor's transfer
     send_when_idle = true       # enforced order: a tensor leaves at its device's next idle moment
+    transfer_lanes = true       # each device's sends and receives share one serial lane; no wire resource
 
 Every ordered device pair is one FIFO channel whose transfer time is the papers' linear model
 ``latency + bytes / bandwidth`` (Celeritas §4.2.1 ``t = k·d + b``; Pesto §3.1

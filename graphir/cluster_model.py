@@ -170,12 +170,23 @@ class TransferService:
             waiting sends then run newest first (the queue's front).
             Under ``dynamic`` the inline runs are short (a node with several successors, or whose
             successor waits for another input, ends one) and tensors leave when made.
+        transfer_lanes: with a :class:`TransferCpu`, each device's transfer CPU (the sends *and*
+            the receives of its core, both directions) runs on one serial lane per device, and the
+            wire between the two ends is no resource of its own (the rig's loopback: a transfer is
+            CPU on both ends). A transfer's send takes the sender's lane, its receive the
+            receiver's lane (FIFO, from one latency after the send began), and it arrives no
+            earlier than its lone-transfer time ``latency + bytes / bandwidth``. So a lone
+            transfer keeps the calibrated link time, a stream of transfers one way runs at the
+            slower end's per-byte CPU, and traffic both ways at once pays each core's send plus
+            receive CPU (:mod:`graphir.links`, "Transfer lanes"). Off: the route is held for
+            ``bytes / bandwidth`` and receives on different transfers overlap freely.
     """
 
     serve_when_idle: bool = False
     recv_cpu_preempts: bool = False
     control_sends: bool = False
     send_when_idle: bool = False
+    transfer_lanes: bool = False
 
 
 @attrs.frozen

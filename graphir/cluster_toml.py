@@ -31,7 +31,7 @@ from graphir.cluster_model import (
 
 TRANSFER_CPU_KEYS = ("send_cpu", "send_cpu_per_byte", "recv_cpu", "recv_cpu_per_byte")
 """The ``[overheads]`` keys of :class:`graphir.cluster_model.TransferCpu`, in its field order."""
-SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends", "send_when_idle")
+SERVICE_KEYS = ("serve_when_idle", "recv_cpu_preempts", "control_sends", "send_when_idle", "transfer_lanes")
 """The ``[runtime]`` keys of :class:`graphir.cluster_model.TransferService`, in its field order."""
 
 

@@ -73,6 +73,31 @@ Alone on its route a transfer takes
 ``latency + max(bytes / bandwidth, send_cpu, recv_cpu)`` (:meth:`LinkModel.transfer_time`), which
 is ``latency + bytes / bandwidth`` without CPU charges.
 
+**Transfer lanes** (``topology`` with a ``transfer_cpu`` on a cluster whose
+:class:`~graphir.cluster_model.TransferService` says ``transfer_lanes``; off by default and on
+every paper preset). On the rig a transfer is CPU on both ends: gRPC's threads run on each
+worker's one pinned core and the loopback "wire" is no resource of its own. The link's
+``bandwidth`` is fitted from one tensor in flight, whose two ends mostly run one after the other;
+with many tensors in flight the two cores work on different tensors at once, so holding the route
+for ``bytes / bandwidth`` per tensor charges a stream the lone-transfer rate (lstm-train's reads:
+simulated at 1.67 GB/s, streamed at 2.0-2.7 GB/s on the rig, ``benchmarks/results/ruler-lstm.md``).
+Instead, each device has one **lane**, its core's transfer CPU, which its sends and its receives
+both take, one at a time (a core cannot send and receive at once: measured, 4 MiB tensors 50 at a
+time both ways take 4.0 ms per pair against 1.9 ms one way, ``benchmarks/results/ruler-stream.md``).
+A booking takes the lane's first idle slot that holds it (:class:`Lane`), so a send may run before
+a receive booked for later::
+
+    begin    = the first slot of the sender's lane at or after max(requested, sender's compute free)
+    sender   compute and lane busy [begin, begin + send_cpu(B)]
+    receiver lane busy [r, r + recv_cpu(B)]  with  r its lane's first slot at or after begin + latency
+    arrival  = max(begin + latency + max(bytes / bandwidth, send_cpu(B)), r + recv_cpu(B))
+
+The route holds nothing. Alone, a transfer takes ``latency + max(bytes / bandwidth, send_cpu,
+recv_cpu)``, its :meth:`LinkModel.transfer_time` as without lanes; back to back one way, one arrives
+per ``max(send_cpu, recv_cpu)`` (the slower end); both ways at once, each core pays its sends plus
+its receives. With ``recv_cpu_preempts`` the receive CPU stretches the node running on the
+receiver at ``r`` (:attr:`LinkModel.receive_start`), when the lane, not the latency, lets it run.
+
 The cluster's ``transfer_overhead`` (seconds per transfer, the runtime's send/recv cost) is added to
 every pair's latency, for every rule.
 
@@ -84,6 +109,7 @@ its links. FastT's rank uses the maximum over pairs instead (:meth:`LinkModel.ma
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING
 
@@ -139,6 +165,44 @@ def _route_names(
     return (f"{src}.out", *wires, f"{dst}.in")
 
 
+class Lane:
+    """The busy intervals of one device's transfer lane (module docstring, "Transfer lanes").
+
+    Sorted, disjoint ``[start, end)`` intervals. A booking takes the first idle slot at or after
+    its ready time that holds it (a send may run before a receive booked later in time, as a core
+    runs whichever gRPC work has arrived). Bookings are requested at non-decreasing times ``now``
+    (the simulator's event order), so the intervals that end before a request are dropped and the
+    search stays short.
+    """
+
+    __slots__ = ("ends", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def take(self, ready: float, seconds: float, now: float) -> float:
+        """Book ``seconds`` at the first idle slot at or after ``ready`` (>= ``now``); return its start.
+
+        ``now``: when the booking is requested; the intervals that end by then are dropped.
+        """
+        starts, ends = self.starts, self.ends
+        over = bisect.bisect_right(ends, now)
+        if over > 64:  # over before this request: no later request (at or after now) reaches them
+            del starts[:over], ends[:over]
+        i = bisect.bisect_right(ends, ready)
+        t = ready
+        count = len(starts)
+        while i < count and t + seconds > starts[i]:
+            if ends[i] > t:
+                t = ends[i]
+            i += 1
+        if seconds > 0.0:
+            starts.insert(i, t)
+            ends.insert(i, t + seconds)
+        return t
+
+
 class LinkModel:
     """Transfer times and routes between the devices of one cluster, by device position.
 
@@ -168,6 +232,12 @@ class LinkModel:
         recv_cpu_preempts: ``topology`` with a ``transfer_cpu`` on a cluster whose receive CPU is
             taken from what runs on the receiver's core: :meth:`book` does not queue it on the
             receiver's compute, the simulator stretches the node running there.
+        lanes: per device, its transfer lane (``topology`` with a ``transfer_cpu`` on a cluster
+            whose runtime says ``transfer_lanes``; module docstring), else None. The lanes keep the
+            bookings :meth:`book` makes: one link model per simulation.
+        receive_start: with a ``transfer_cpu``, when the receive CPU of the last transfer
+            :meth:`book` queued starts (one latency after it began, or later when the receiver's
+            lane or compute is busy): where the simulator's ``recv_cpu_preempts`` charge lands.
         mean_latency, mean_seconds_per_byte: the representative pair (see the module docstring).
     """
 
@@ -190,6 +260,8 @@ class LinkModel:
         "serve_when_idle",
         "control_sends",
         "send_when_idle",
+        "lanes",
+        "receive_start",
     )
 
     def __init__(
@@ -242,6 +314,10 @@ class LinkModel:
         self.compute_resource: list[int] = [-1] * count
         if congestion == "task" or self.transfer_cpu is not None:
             self.compute_resource = [ids.setdefault(f"{name}.compute", len(ids)) for name in device_names]
+        self.lanes: list[Lane] | None = None
+        if self.transfer_cpu is not None and service is not None and service.transfer_lanes:
+            self.lanes = [Lane() for _ in device_names]
+        self.receive_start = 0.0
         self.resource_names = tuple(ids)
         self.routes = routes
         pairs = count * (count - 1)
@@ -331,14 +407,17 @@ class LinkModel:
         """Queue one transfer on the resources of its route (FIFO); return ``(begin, arrival, held)``.
 
         ``resource_free[r]`` is when resource ``r`` is next free; it is advanced for every resource
-        the transfer holds (see the module docstring, "Latency and occupancy"). ``held`` is how long
-        the route is held. ``src != dst``.
+        the transfer holds (see the module docstring, "Latency and occupancy" and "Transfer lanes").
+        ``held`` is how long the route is held (under lanes, which hold no route: the receiver's
+        lane time). ``src != dst``.
         """
         route = self.routes[src][dst]
         begin = requested
         for r in route:
             if resource_free[r] > begin:
                 begin = resource_free[r]
+        if self.lanes is not None:
+            return self._book_lanes(resource_free, begin, nbytes, src, dst)
         cpu = self.transfer_cpu
         if self.holds_latency:
             held = self._latency_rows[src][dst] + nbytes / self._bandwidth_rows[src][dst]
@@ -356,16 +435,44 @@ class LinkModel:
             latency = self._latency_rows[src][dst]
             delivered = begin + (held if held > sending else sending) + latency
             if self.recv_cpu_preempts:  # taken from what runs on the receiver's core (the simulator's charge)
-                unpacked = begin + latency + cpu.recv_seconds(nbytes)
+                unpack = begin + latency
+                unpacked = unpack + cpu.recv_seconds(nbytes)
             else:
                 receiver = self.compute_resource[dst]
                 unpack = resource_free[receiver] if resource_free[receiver] > begin + latency else begin + latency
                 unpacked = unpack + cpu.recv_seconds(nbytes)
                 resource_free[receiver] = unpacked
+            self.receive_start = unpack
             arrival = delivered if delivered > unpacked else unpacked
         for r in route:
             resource_free[r] = begin + held
         return begin, arrival, held
+
+    def _book_lanes(
+        self, resource_free: list[float], begin: float, nbytes: float, src: int, dst: int
+    ) -> tuple[float, float, float]:
+        """:meth:`book` under ``transfer_lanes`` (module docstring, "Transfer lanes").
+
+        The route holds nothing; ``held`` is the receiver's lane time. Sets :attr:`receive_start`.
+        """
+        cpu = self.transfer_cpu
+        lanes = self.lanes
+        assert cpu is not None and lanes is not None
+        requested = begin
+        sender = self.compute_resource[src]
+        if resource_free[sender] > begin:
+            begin = resource_free[sender]
+        sending = cpu.send_seconds(nbytes)
+        begin = lanes[src].take(begin, sending, requested)
+        resource_free[sender] = begin + sending
+        latency = self._latency_rows[src][dst]
+        receiving = cpu.recv_seconds(nbytes)
+        unpack = lanes[dst].take(begin + latency, receiving, requested)
+        unpacked = unpack + receiving
+        self.receive_start = unpack
+        occupancy = nbytes / self._bandwidth_rows[src][dst]
+        alone = begin + latency + (occupancy if occupancy > sending else sending)
+        return begin, (alone if alone > unpacked else unpacked), receiving
 
     def latency_between(self, src: int, dst: int) -> float:
         """The latency of ``src -> dst`` (a control dependency's delay across devices; 0 when equal)."""

@@ -76,6 +76,10 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
     the node running on the receiver when the bytes arrive (``start + latency``) takes that much
     longer (its finish event is pushed back when it comes up), a receive that overlaps a node's
     start by part of its time adds that part, and one in an idle gap costs nothing.
+  - ``transfer_lanes``: each device's sends and receives share one serial lane (its core's
+    transfer CPU) and the route holds nothing (:mod:`graphir.links`, "Transfer lanes"); a
+    receive's CPU runs when the receiver's lane is free, and that is when ``recv_cpu_preempts``
+    charges it to the node running there.
 * A control edge (a dependency without data) delays its consumer until the producer finished,
   plus the link latency when the two are on different devices; it occupies no channel. Under
   ``topology`` on a cluster whose runtime says ``control_sends`` (TF: a ``_Send``/``_Recv`` of a
@@ -354,7 +358,7 @@ def simulate_placement(
         moved[du * num_devices + dv] += value_bytes[x]
         held_s[du * num_devices + dv] += held
         if recv_seconds is not None:
-            heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(value_bytes[x])))
+            heappush(charges[dv], (links.receive_start, recv_seconds(value_bytes[x])))
         return sent
 
     def signal(u: int, du: int, dv: int, now: float) -> float:
@@ -363,10 +367,10 @@ def simulate_placement(
             return now + latency_between(du, dv)
         when = signalled.get((u, dv))
         if when is None:  # one empty tensor per (source, device), booked like a transfer of 0 bytes
-            begin, when, held = book(resource_free, now, 0, du, dv)
+            _, when, held = book(resource_free, now, 0, du, dv)
             held_s[du * num_devices + dv] += held
             if recv_seconds is not None:
-                heappush(charges[dv], (begin + latency_between(du, dv), recv_seconds(0)))
+                heappush(charges[dv], (links.receive_start, recv_seconds(0)))
             signalled[(u, dv)] = when
         return when
 

@@ -82,7 +82,9 @@ __all__ = [
 WORKER_ENVIRONMENT = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 """Set in every rig worker's environment: TF's BFC allocator for CPU tensors (see the module docstring)."""
 
-WORKER_SERVICE = TransferService(serve_when_idle=True, recv_cpu_preempts=True, control_sends=True, send_when_idle=True)
+WORKER_SERVICE = TransferService(
+    serve_when_idle=True, recv_cpu_preempts=True, control_sends=True, send_when_idle=True, transfer_lanes=True
+)
 """How the rig's workers serve transfers (``[runtime]`` of the calibrated cluster file), from how :func:`rig`
 starts them, not fitted: each worker's compute pool is one thread on one pinned core, and TF's gRPC
 worker service answers a peer's ``RecvTensor`` on that pool, behind the executor's own ready work
@@ -103,7 +105,10 @@ moment for 76-88 % of the tensors and within 0.1 ms of the producer's end for 24
 order 90 % left within 0.1 ms of the producer's end. Of the tensors whose sender kept running more
 than 0.5 ms after making them, 89-100 % left at or after its next idle moment and none before, in
 inception_v1 balanced, gpt-train balanced and lstm-train fine splits alike (enforced), the newest
-first (see ``benchmarks/results/fidelity-notes.md``)."""
+first (see ``benchmarks/results/fidelity-notes.md``). A transfer is CPU on both ends and the loopback
+is no resource: each worker's sends and receives run on its one core, one after the other
+(``transfer_lanes``; :func:`stream_runs` measures streams one way and both ways at once,
+``benchmarks/results/ruler-stream.md``)."""
 
 _REPLICA = re.compile(r"/replica:\d+")
 _RECV_LABEL = re.compile(r"\]\s+(\S+) from (\S+) to (\S+)")
@@ -428,6 +433,8 @@ class RigCalibration:
             models run on the first device (:func:`graph_gaps`).
         transfer_cpu: ``(bytes, count, sender CPU s, receiver CPU s)`` per step, beyond the same
             tensors kept on the sender (:func:`transfer_cpu_runs`).
+        streams: ``(way, bytes, K, extra step s)``: ``K`` transfers in flight at once, one way or
+            both ways (:func:`stream_runs`).
     """
 
     transfers: dict[tuple[str, str], list[tuple[int, float]]]
@@ -437,6 +444,7 @@ class RigCalibration:
     stream: dict[str, tuple[float, float]]
     graphs: list[tuple[int, float, float]] = dataclasses.field(default_factory=list)
     transfer_cpu: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
+    streams: list[tuple[str, int, int, float]] = dataclasses.field(default_factory=list)
 
 
 def calibration_runs(
@@ -511,14 +519,7 @@ def calibration_runs(
             if seconds:
                 result.transfers.setdefault((src, dst), []).append((size, float(statistics.median(seconds))))
         for (name, length), target in chain_targets.items():
-            for _ in range(2):
-                session.run(target)
-            walls = []
-            for _ in range(repeats):
-                begin = time.perf_counter()
-                session.run(target)
-                walls.append(time.perf_counter() - begin)
-            result.chains.setdefault(name, []).append((length, float(statistics.median(walls))))
+            result.chains.setdefault(name, []).append((length, _median_wall(session, target, repeats)))
             if length == max(chain_lengths):
                 kernels = [
                     stat.seconds
@@ -533,6 +534,18 @@ def calibration_runs(
             result.matmul[name] = (2.0 * matmul_n**3, matmul_s)
             result.stream[name] = (3.0 * 4 * stream_elements, stream_s)
     return result
+
+
+def _median_wall(session: Any, target: Any, steps: int, warmup: int = 2) -> float:
+    """The median wall time of ``steps`` untraced ``session.run(target)`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        session.run(target)
+    walls = []
+    for _ in range(steps):
+        begin = time.perf_counter()
+        session.run(target)
+        walls.append(time.perf_counter() - begin)
+    return float(statistics.median(walls))
 
 
 def _op_median(traces: Sequence[StepTrace], name: str) -> float:
@@ -582,11 +595,20 @@ def process_cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
+TRANSFER_CPU_COUNTS = (16, 64)
+"""The ``K`` of :func:`transfer_cpu_runs`: tensors in flight at once, as in a model's step (TF issues every
+``RecvTensor`` of a step at its start: up to 344-647 in flight in lstm-train's topo split). Measured
+in one rig session (18:23 UTC 2026-11-24, load 3.0-3.4, ``benchmarks/results/ruler-stream.md``), the
+fixed CPU per transfer fitted from ``K`` = 1 and 8 was 71 µs (sender) and 46 µs (receiver), from
+``K`` = 16 and 64 25 and 26 µs, per byte 0.23/0.44 and 0.27/0.44 ns: a lone transfer wakes the
+runtime's threads, one of many does not; 200 tensors of 4 KiB in flight took 34 µs each."""
+
+
 def transfer_cpu_runs(
     cluster: Cluster,
     servers: Any,
     sizes: Sequence[int] = (4 << 10, 1 << 20, 4 << 20),
-    counts: Sequence[int] = (1, 8),
+    counts: Sequence[int] = TRANSFER_CPU_COUNTS,
     steps: int = 20,
 ) -> list[tuple[int, int, float, float]]:
     """The CPU time transfers cost the sending and the receiving worker: ``(bytes, count, sender s, receiver s)``.
@@ -640,4 +662,53 @@ def transfer_cpu_runs(
             moved = cpu_per_step(sent, src, dst)
             kept = cpu_per_step(local, src, dst)
             out.append((size, count, moved[0] - kept[0], moved[1] - kept[1]))
+    return out
+
+
+STREAM_CASES = ((4 << 10, 200), (4 << 20, 50))
+"""``(bytes, K)`` of :func:`stream_runs`: many small tensors (the per-transfer cost) and many large ones
+(the per-byte cost), ``K`` of them in flight at once."""
+
+
+def stream_runs(
+    cluster: Cluster, servers: Any, cases: Sequence[tuple[int, int]] = STREAM_CASES, steps: int = 9
+) -> list[tuple[str, int, int, float]]:
+    """Wall time of many transfers in flight at once: ``(way, bytes, K, extra seconds per step)``.
+
+    ``way`` is ``"a->b"`` (``K`` tensors made on ``a``, consumed on ``b``) for each ordered pair of the
+    first two devices, or ``"both"`` (``K`` each way in the same step). Each case runs untraced: the
+    median step of ``steps`` with the transfers minus the median step of the same graph with every
+    tensor consumed where it is made (twice, interleaved, the median of the two differences), so
+    the number is what the stream adds to a step. Unlike :func:`calibration_runs`' lone transfer,
+    the ``K`` transfers overlap: what the link does under :class:`~graphir.cluster_model.TransferService`'s
+    ``transfer_lanes`` (each worker's core runs its sends and receives one after the other; the
+    slower end sets a one-way stream's rate, and traffic both ways pays each core's send plus
+    receive).
+    """
+    from graphir.backends.tf.run import session_config
+    from graphir.importers.tf import load_tensorflow
+
+    tf = load_tensorflow("measuring transfer streams on the rig")
+    if len(cluster.devices) < 2:
+        raise BackendError("rig: a transfer stream needs two devices")
+    a, b = cluster.devices[0], cluster.devices[1]
+    ways = {f"{a.name}->{b.name}": ((a, b),), f"{b.name}->{a.name}": ((b, a),), "both": ((a, b), (b, a))}
+    graph = tf.Graph()
+    targets: list[tuple[str, int, int, Any, Any]] = []
+    with graph.as_default():
+        for way, directions in ways.items():
+            for size, count in cases:
+                moved, kept = [], []
+                for src, dst in directions:
+                    with tf.device(src.tf_device):
+                        made = [tf.fill([max(size // 4, 1)], float(k + 1)) for k in range(count)]
+                        kept += [tf.reduce_sum(t[:1]) for t in made]
+                    with tf.device(dst.tf_device):
+                        moved += [tf.reduce_sum(t[:1]) for t in made]
+                targets.append((way, size, count, tf.group(*moved), tf.group(*kept)))
+    out = []
+    with tf.compat.v1.Session(servers.target, graph=graph, config=session_config(tf)) as session:
+        for way, size, count, moved, kept in targets:
+            extra = [_median_wall(session, moved, steps) - _median_wall(session, kept, steps) for _ in range(2)]
+            out.append((way, size, count, float(statistics.median(extra))))
     return out

@@ -39,7 +39,14 @@ negative, the latency is set to 0 and the bandwidth refitted through the origin.
   each worker's on-CPU time per step with ``K`` tensors sent minus the same tensors kept on the
   sender (:func:`graphir.backends.tf.rig.transfer_cpu_runs`), fitted as ``a + K·(c0 + c1·bytes)``
   over sizes and ``K`` by relative least squares, pooled over the pairs (one description for the
-  testbed); ``a`` (the step's cost of involving a second worker) is dropped, negative terms are 0;
+  testbed); ``a`` (the step's cost of involving a second worker) is dropped, negative terms are 0.
+  ``K`` is 16 and 64 tensors in flight at once, as in a model's step: a lone transfer costs more
+  fixed CPU (:data:`graphir.backends.tf.rig.TRANSFER_CPU_COUNTS`). The rig's ``[runtime]`` runs
+  these costs on one **transfer lane** per worker (``transfer_lanes``, :mod:`graphir.links`);
+* a **stream check** (:func:`graphir.backends.tf.rig.stream_runs`): ``K`` tensors in flight one way
+  and both ways at once, untraced, merged over the runs by median, written as comments of the
+  cluster TOML beside what the fitted description predicts for them
+  (:meth:`RigFit.stream_predictions`), so each calibration says how well its lanes hold;
 * each device's roofline: one core's FLOP/s (a 1024² MatMul) and bytes/s (an ``AddV2`` of 16 MiB
   vectors, bytes read + written), so ``profile{mode=analytical}`` works on the rig too.
 
@@ -310,6 +317,9 @@ class RigFit:
         transfer_cpu: the CPU a transfer costs its two workers, None when not measured.
         service: how the rig's workers serve transfers (:data:`graphir.backends.tf.rig.WORKER_SERVICE`:
             how the rig starts them, not fitted; written as ``[runtime]``).
+        streams: ``(way, bytes, K, median extra step s)`` of the stream check
+            (:func:`graphir.backends.tf.rig.stream_runs`), written with what the fitted cluster's
+            link model predicts for them (:meth:`stream_predictions`).
     """
 
     links: tuple[LinkFit, ...]
@@ -320,6 +330,41 @@ class RigFit:
     mem_bandwidth: dict[str, float]
     transfer_cpu: TransferCpu | None = None
     service: TransferService = TransferService()
+    streams: tuple[tuple[str, int, int, float], ...] = ()
+
+    def stream_predictions(self, cluster: Cluster) -> list[tuple[str, int, int, float, float]]:
+        """Each stream check as ``(way, bytes, K, measured s, predicted s)``.
+
+        The prediction books the ``K`` transfers (both ways: alternately) requested at 0 with the
+        fitted numbers on :class:`graphir.links.LinkModel` under ``topology`` (so with this fit's
+        ``service``, e.g. ``transfer_lanes``) and takes the last arrival.
+        """
+        from graphir.links import LinkModel
+
+        names = cluster.device_names
+        position = {name: k for k, name in enumerate(names)}
+        latency = np.zeros((len(names), len(names)))
+        bandwidth = np.full((len(names), len(names)), np.inf)
+        for fit in self.links:
+            latency[position[fit.src], position[fit.dst]] = fit.latency
+            bandwidth[position[fit.src], position[fit.dst]] = fit.bandwidth
+        out = []
+        for way, nbytes, count, measured in self.streams:
+            links = LinkModel(  # afresh per check: the lanes keep their bookings
+                names, latency, bandwidth, congestion="topology", transfer_cpu=self.transfer_cpu, service=self.service
+            )
+            if way == "both":
+                directions = [(0, 1), (1, 0)]
+            else:
+                src, dst = way.split("->")
+                directions = [(position[src], position[dst])]
+            free = [0.0] * links.num_resources
+            last = 0.0
+            for _ in range(count):
+                for a, b in directions:
+                    last = max(last, links.book(free, 0.0, nbytes, a, b)[1])
+            out.append((way, nbytes, count, measured, last))
+        return out
 
     def stats(self) -> dict[str, Stat]:
         """Pass statistics of the overheads and speeds."""
@@ -343,8 +388,14 @@ class RigFit:
             f"# Calibrated on the rig by graphir calibrate-comm{{rig=true}} from cluster '{cluster.spec}'.",
             "# step-overhead (client -> master -> worker, per step; [overheads] step is their median): "
             + ", ".join(f"{n} {s * 1e6:.0f} us" for n, s in sorted(self.step_overhead.items())),
-            "",
         ]
+        if self.streams and len(cluster.devices) >= 2:
+            lines.append("# streams (K tensors in flight, untraced; extra step time, measured / this file predicts):")
+            lines += [
+                f"#   {way} {nbytes >> 10} KiB x {count}: {measured * 1e3:.2f} / {predicted * 1e3:.2f} ms"
+                for way, nbytes, count, measured, predicted in self.stream_predictions(cluster)
+            ]
+        lines.append("")
         by_kind: dict[str, list[str]] = {}
         for device in cluster.devices:
             by_kind.setdefault(device.kind, []).append(device.name)
@@ -402,7 +453,11 @@ def fit_rig(measured: Any) -> RigFit:
     stream = {name: nbytes / seconds for name, (nbytes, seconds) in measured.stream.items() if seconds > 0}
     overhead = min((fit.latency for fit in links), default=0.0)
     cpu = fit_transfer_cpu(measured.transfer_cpu)
-    return RigFit(tuple(links), overhead, op_overhead, step_overhead, peak, stream, cpu)
+    by_case: dict[tuple[str, int, int], list[float]] = {}
+    for way, nbytes, count, seconds in measured.streams:
+        by_case.setdefault((way, nbytes, count), []).append(seconds)
+    streams = tuple((*case, float(statistics.median(values))) for case, values in sorted(by_case.items()))
+    return RigFit(tuple(links), overhead, op_overhead, step_overhead, peak, stream, cpu, streams=streams)
 
 
 def fit_transfer_cpu(samples: Sequence[tuple[int, int, float, float]]) -> TransferCpu | None:
@@ -451,7 +506,14 @@ def calibrate_rig(
     the per-op overhead only). With ``runs`` > 1 the whole measurement is repeated on a freshly
     started rig each time and the runs are merged before fitting (:func:`merge_calibrations`).
     """
-    from graphir.backends.tf.rig import WORKER_SERVICE, calibration_runs, graph_gaps, rig, transfer_cpu_runs
+    from graphir.backends.tf.rig import (
+        WORKER_SERVICE,
+        calibration_runs,
+        graph_gaps,
+        rig,
+        stream_runs,
+        transfer_cpu_runs,
+    )
 
     if runs < 1:
         raise PassError(f"calibration needs at least one run, got {runs}")
@@ -464,6 +526,7 @@ def calibrate_rig(
         with rig(cluster) as servers:
             run = calibration_runs(cluster, servers, sizes, repeats)
             run.transfer_cpu = transfer_cpu_runs(cluster, servers)
+            run.streams = stream_runs(cluster, servers)
             if modules:
                 run.graphs = graph_gaps(modules, servers, cluster.devices[0].name, steps=repeats)
         measured.append(run)
@@ -514,6 +577,7 @@ def merge_calibrations(runs: Sequence[Any]) -> Any:
         },
         [gap for run in runs for gap in run.graphs],
         [sample for run in runs for sample in run.transfer_cpu],
+        [sample for run in runs for sample in run.streams],
     )
 
 

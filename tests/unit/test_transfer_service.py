@@ -262,6 +262,7 @@ def test_runtime_table_round_trips_and_rejects_bad_values(tmp_path):
         "recv_cpu_preempts = true",
         "control_sends = false",
         "send_when_idle = true",
+        "transfer_lanes = false",
     ]
     assert service_toml(TransferService()) == []
     path.write_text(SLOW_MESH2)
@@ -286,7 +287,7 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     from graphir.passes.profile.calibrate_comm import fit_rig
 
     assert WORKER_SERVICE == TransferService(
-        serve_when_idle=True, recv_cpu_preempts=True, control_sends=True, send_when_idle=True
+        serve_when_idle=True, recv_cpu_preempts=True, control_sends=True, send_when_idle=True, transfer_lanes=True
     )
     fitted = fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
     path = tmp_path / "rig.toml"
@@ -295,7 +296,7 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     path.write_text(dataclasses.replace(fitted, service=WORKER_SERVICE).toml(cpu_workers_cluster(2)))
     assert (
         "[runtime]\nserve_when_idle = true\nrecv_cpu_preempts = true\ncontrol_sends = true\nsend_when_idle = true\n"
-        in path.read_text()
+        "transfer_lanes = true\n" in path.read_text()
     )
     assert load_cluster_toml(path).service == WORKER_SERVICE
 
