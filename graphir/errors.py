@@ -107,6 +107,27 @@ class Location:
 UNKNOWN = Location()
 
 
+class SourceLines:
+    """The lines of a parsed text, for :class:`Location` objects made only when one is asked for.
+
+    The `.gir` parser gives each node the line number and this shared object instead of a
+    :class:`Location` (one object fewer per node); :attr:`graphir.ir.Node.loc` calls
+    :meth:`location` the first time a diagnostic or a copy wants it.
+    """
+
+    __slots__ = ("file", "lines")
+
+    def __init__(self, file: str | None, lines: list[str]):
+        self.file = file
+        self.lines = lines  # line ``n`` (1-based) is ``lines[n - 1]``
+
+    def location(self, line: int) -> Location:
+        """The location of the first character of line ``line`` past its indentation."""
+        text = self.lines[line - 1]
+        indent = 4 if text[:5] == "    %" else len(text) - len(text.lstrip())
+        return Location(self.file, line, indent + 1, text)
+
+
 def describe_exception(exc: BaseException, limit: int = 300) -> str:
     """``Type: message`` of a library exception on one line (whitespace folded, long text cut)."""
     text = " ".join(str(exc).split())

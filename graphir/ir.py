@@ -19,7 +19,7 @@ import attrs
 
 from graphir.annotations import ANNOTATIONS, Cost, Mem
 from graphir.attributes import DenseTensor, ParamValue
-from graphir.errors import Location
+from graphir.errors import Location, SourceLines
 from graphir.types import TensorType
 
 if TYPE_CHECKING:
@@ -139,7 +139,8 @@ class Node:
         "graph",
         "_seq",
         "_index_pos",
-        "loc",
+        "_loc",
+        "_line",
         "control_inputs",
         "control_users",
     )
@@ -154,9 +155,26 @@ class Node:
         self.graph: Graph | None = None
         self._seq = 0
         self._index_pos = -1
-        self.loc: Location | None = None
+        self._loc: Location | SourceLines | None = None
+        self._line = 0
         self.control_inputs: list[Node] = []
         self.control_users: list[Node] = []
+
+    @property
+    def loc(self) -> Location | None:
+        """Where the node came from (a `.gir` line or an imported node name), or None.
+
+        The `.gir` parser stores the line number and the text's shared :class:`SourceLines`
+        instead: the :class:`Location` is made on the first read (diagnostics, copies).
+        """
+        loc = self._loc
+        if type(loc) is SourceLines:
+            loc = self._loc = loc.location(self._line)
+        return loc  # type: ignore[return-value]
+
+    @loc.setter
+    def loc(self, loc: Location | None) -> None:
+        self._loc = loc
 
     # ----------------------------------------------------------------- annotations
     cost: Cost | None = _annotation_property("cost", "compute time (Cost), or None")  # type: ignore[assignment]
@@ -426,7 +444,8 @@ class Graph:
         output_types: Sequence[TensorType],
         params: dict[str, ParamValue],
         annotations: dict[str, Any],
-        loc: Location | None,
+        loc: Location | SourceLines | None,
+        line: int = 0,
     ) -> Node:
         """:meth:`add_node` for readers that checked everything themselves (the `.gir` parser).
 
@@ -434,7 +453,9 @@ class Graph:
         ``name`` and every output name are new in this graph, ``annotations`` holds values their
         declarations' ``check`` accepts unchanged, and ``params`` and ``annotations`` are fresh
         dicts the node may own. Operands are connected afterwards (:meth:`Node.add_input`). The
-        graph's versions are not bumped here: call :meth:`touch_all` once after a batch.
+        graph's versions are not bumped here: call :meth:`touch_all` once after a batch. ``loc``
+        may be the parsed text's :class:`~graphir.errors.SourceLines` with the node's ``line``
+        (its :attr:`Node.loc` is then made when first read).
         """
         node = Node.__new__(Node)
         node.op = op
@@ -445,7 +466,8 @@ class Graph:
         node.graph = self
         node._seq = next(self._seq)
         node._index_pos = -1
-        node.loc = loc
+        node._loc = loc
+        node._line = line
         node.control_inputs = []
         node.control_users = []
         values = self._values

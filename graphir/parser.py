@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from graphir.annotations import ANNOTATIONS
 from graphir.attributes import DenseTensor
-from graphir.errors import Location, ParseError
+from graphir.errors import Location, ParseError, SourceLines
 from graphir.fastline import (
     _ANNOTATION_LIST,
     _HEAD,
@@ -70,6 +70,7 @@ class _Parser(_ValueGrammar):
         # Only "\n" ends a line: str.splitlines would also split at U+2028 and friends, which may
         # appear (escaped by the printer, but raw in hand-written text) inside string literals.
         self.lines = [line.rstrip("\r") for line in text.split("\n")]
+        self.source = SourceLines(filename, self.lines)  # the nodes' locations, made when asked for
         self.line_no = 0
         self.cur: _Line | None = None
         self.type_cache: dict[str, TensorType] = {}
@@ -234,7 +235,7 @@ class _Parser(_ValueGrammar):
         make_type = self.scanner._type
         add_node = graph.add_node_unchecked
         connect = body.connect
-        filename = self.filename
+        source = self.source
         head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
         # The annotation lists of a large graph come in a few shapes (which keys, which mem
         # fields): the last two shapes seen are tried first, each by its own pattern, which is
@@ -295,10 +296,7 @@ class _Parser(_ValueGrammar):
                 break  # the general path reports the redefinition with its column
             number += 1
             self.line_no = number
-            indent = 4 if text[:5] == "    %" else len(text) - len(text.lstrip())
-            node = add_node(
-                op, node_name, results, result_types, {}, annotations, Location(filename, number, indent + 1, text)
-            )
+            node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
             controls = controls_text.replace("@", "").split(", ") if controls_text else None
             connect(node, operands, operand_types, controls, number, text)
 
@@ -518,9 +516,9 @@ class _Body:
                 if name in node_names:
                     cols, line = parser._cols(_NodeRecord(*record, None))
                     raise parser.error(f"redefinition of node '@{name}'", cols.name, line)
-                indent = 4 if source[:5] == "    %" else len(source) - len(source.lstrip())
-                loc = Location(parser.filename, line_no, indent + 1, source)
-                node = graph.add_node_unchecked(op, name, outputs, output_types, params, annotations, loc)
+                node = graph.add_node_unchecked(
+                    op, name, outputs, output_types, params, annotations, parser.source, line_no
+                )
                 self.connect(node, operands, operand_types, controls, line_no, source)
                 return
             record = _NodeRecord(*record, None)  # nameless: named by the path below

@@ -273,3 +273,35 @@ def test_types_are_shared_by_spelling_and_never_merged_across_spellings():
     distinct = [types[name] for name in ("a", "b", "c", "d")]
     assert [str(t) for t in distinct] == ["f32[2]", "i32[2]", "f32[2,1]", "f32[1,2]"]
     assert len({id(t) for t in distinct}) == 4 and len(set(distinct)) == 4
+
+
+def test_node_locations_are_made_when_first_read():
+    # Three lines, one per reading path: the plain-line loop (%a), the general fast path (a
+    # param: %b) and the token parser (a trailing comment: %c). Expected by hand: the node
+    # line's number, the column of its first non-blank character (5 after four spaces, 3
+    # after two) and the line's text as written.
+    lines = [
+        "module @m {",
+        "  graph @g() {",
+        "    %a = t.A() : () -> f32[2] [cost = 1us]",
+        "    %b = t.B(%a) {k = 1} : (f32[2]) -> f32[2]",
+        "  %c = t.C(%b) : (f32[2]) -> f32[3] // a comment",
+        "    return %c",
+        "  }",
+        "}",
+    ]
+    module = parse_module("\n".join(lines) + "\n", "m.gir")
+    graph = module.graph
+    expected = {"a": (3, 5), "b": (4, 5), "c": (5, 3)}
+    for name, (line, col) in expected.items():
+        loc = graph.get_node(name).loc
+        assert (loc.file, loc.line, loc.col) == ("m.gir", line, col), name
+        assert loc.source_line.rstrip() == lines[line - 1].rstrip()
+        assert graph.get_node(name).loc is loc  # made once, then kept
+    node_a = graph.get_node("a")
+    fresh = parse_module("\n".join(lines) + "\n", "m.gir").graph.get_node("a")
+    assert type(fresh._loc).__name__ == "SourceLines"  # nothing made until asked for
+    from graphir.errors import Location
+
+    node_a.loc = Location(node="elsewhere")
+    assert node_a.loc == Location(node="elsewhere")
