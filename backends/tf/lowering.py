@@ -22,19 +22,21 @@ TensorFlow's own transfers, as with any other cross-device tensor. A constant th
 read as static data (``Pad``'s pads, ``Slice``'s starts) stays unconsumed, is pruned by the
 runtime, and is left out of :attr:`LoweredGraph.const_devices`.
 
-**Large weights live outside the graph.** A constant of more than :data:`LARGE_WEIGHT_BYTES`
-(1 MiB) on a device of this process becomes a non-trainable resource variable, created once on
-the constant's device from the constant's (lazy) loader; the ``tf.function`` captures it and reads
-it with one ``ReadVariableOp`` named like the constant (the op :attr:`LoweredGraph.const_devices`
-records). Smaller constants, and any on a remote task, stay graph ``Const`` ops. Variables rather
-than captured eager tensors because a SavedModel stores variables in its checkpoint shards (with
-their devices, ``save_variable_devices``), while captured eager tensors are folded into the saved
-graph as constants again, which brings back the copies and TensorFlow's 2 GB GraphDef limit. The
-weight data is read once: the loader's array initialises the variable and is dropped; neither the
-trace nor the GraphDef holds a copy. :meth:`LoweredGraph.graph_def` embeds the weights as ``Const``
-ops by default (a self-contained GraphDef, what ``--emit=tf-graphdef`` writes; it must stay under
-2 GB); ``graph_def(embed_weights=False)`` references them instead: each captured handle becomes a
-``VarHandleOp`` (``shared_name`` = its node name, on the weight's device), which
+**Large weights live outside the graph.** A constant of more than :data:`LARGE_WEIGHT_BYTES` (1 MiB)
+on a device of this process becomes a non-trainable resource variable, created once on the
+constant's device from the constant's (lazy) loader; the ``tf.function`` captures it and reads it
+with one ``ReadVariableOp`` named like the constant (the op :attr:`LoweredGraph.const_devices`
+records). A large weight that only ops with a ``weight_layout`` facet read (a convolution's filters)
+is stored in the layout their lowerings read it in (TensorFlow's ``[k..., C, M]``), so no step
+transposes it (:func:`_stored_layout`). Smaller constants, and any on a remote task, stay graph
+``Const`` ops. Variables rather than captured eager tensors because a SavedModel stores variables in
+its checkpoint shards (with their devices, ``save_variable_devices``), while captured eager tensors
+are folded into the saved graph as constants again, which brings back the copies and TensorFlow's 2
+GB GraphDef limit. The weight data is read once: the loader's array initialises the variable and is
+dropped; neither the trace nor the GraphDef holds a copy. :meth:`LoweredGraph.graph_def` embeds the
+weights as ``Const`` ops by default (a self-contained GraphDef, what ``--emit=tf-graphdef`` writes;
+it must stay under 2 GB); ``graph_def(embed_weights=False)`` references them instead: each captured
+handle becomes a ``VarHandleOp`` (``shared_name`` = its node name, on the weight's device), which
 :meth:`LoweredGraph.initialize_weights` fills in a session one weight at a time.
 
 **Enforcing the order** (``enforce_order=True``; by default when the placement recorded the
@@ -65,7 +67,7 @@ import numpy as np
 
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
-from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype
+from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype, weight_layout_of
 from graphir.simulator import recorded_order
 
 __all__ = ["LoweredGraph", "check_supported", "lower", "lowering_sequence", "module_opset", "node_devices"]
@@ -426,10 +428,16 @@ def _lower_onnx(
     # Large weights: one variable each, created (eagerly, once) on the constant's device.
     local = _local_devices(tf)
     variables: dict[Value, Any] = {}
+    laid_out: dict[Value, tuple[int, ...]] = {}
+    outputs_set = set(graph.outputs)
     for value, device in const_device.items():
         if large_weight_bytes is None or value.nbytes <= large_weight_bytes or not local(device):
             continue
         array = _constant_array(value)
+        perm = None if value in outputs_set else _stored_layout(value)
+        if perm is not None:
+            array = np.ascontiguousarray(np.transpose(array, perm))
+            laid_out[value] = perm
         with _device_scope(tf, device), tf.init_scope():
             variables[value] = tf.Variable(array, trainable=False, name=_scope_name(value.name))
         del array
@@ -463,7 +471,8 @@ def _lower_onnx(
                 try:
                     convert = lowering_of(node.op)
                     assert convert is not None  # check_supported ran first
-                    results = convert(OpContext(tf, node, opset, operands), operands)
+                    arrived = {k: laid_out[v] for k, v in enumerate(onnx_inputs(node)) if v in laid_out}
+                    results = convert(OpContext(tf, node, opset, operands, arrived), operands)
                 except BackendError:
                     raise
                 except Exception as exc:  # TensorFlow rejects a shape or dtype: name the node
@@ -519,6 +528,26 @@ def _lower_onnx(
         _graph_def=lambda: concrete.graph.as_graph_def(),
         weights=weights,
     )
+
+
+def _stored_layout(value: Value) -> tuple[int, ...] | None:
+    """The permutation to store large weight ``value`` in: the one every reader's lowering applies.
+
+    Every use must be at an input whose op declares a ``weight_layout`` (``Conv``'s filters), all with
+    the same permutation; otherwise (another op reads ONNX's layout) ``None``, and the weight is
+    stored as ONNX lays it out.
+    """
+    perms = set()
+    for user in value.users:
+        layout_of = weight_layout_of(user.op)
+        layout = layout_of(user) if layout_of is not None else {}
+        for position, operand in enumerate(onnx_inputs(user)):
+            if operand is value:
+                perms.add(layout.get(position))
+    if len(perms) != 1:
+        return None
+    (perm,) = perms
+    return perm
 
 
 def _constant_array(value: Value) -> np.ndarray:

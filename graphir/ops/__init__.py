@@ -3,7 +3,7 @@
 This package is the IR's dialect library (in the spirit of xDSL's IRDL definitions): what each op
 *means* to the compiler is written in one place, grouped by op family, instead of in four parallel
 string tables (verifier, cost model, operation splitting, ONNX -> TensorFlow lowering). An
-:class:`OpDef` has four optional facets:
+:class:`OpDef` has five optional facets:
 
 * ``type_rule(node, operand types, result types) -> message | None``, run by the verifier;
 * ``cost(node, input shapes, output shapes, input bytes, output bytes) -> (flops, bytes, temporary)``,
@@ -11,7 +11,9 @@ string tables (verifier, cost model, operation splitting, ONNX -> TensorFlow low
 * ``split``: a :class:`SplitRule`, the dimensions OS-DPOS tries and the function planning how FastT
   operation splitting cuts the op (:mod:`graphir.ops.split_plan`);
 * ``lower(cx, operands) -> results``: the TensorFlow lowering of an ONNX-imported op; it receives the
-  ``tensorflow`` module in ``cx.tf`` (:mod:`graphir.ops.lower_context`), so nothing here imports it.
+  ``tensorflow`` module in ``cx.tf`` (:mod:`graphir.ops.lower_context`), so nothing here imports it;
+* ``weight_layout(node) -> {input position: permutation}``: the layout the lowering reads a weight
+  in, so the lowering driver can store a large weight that way once instead of permuting it each step.
 
 **Op kinds.** An op kind is registered either under its dialect-qualified name (``onnx.Conv``) or
 under its bare op type (``Relu``), which stands for that op type in every dialect. Costs are keyed by
@@ -54,6 +56,8 @@ from graphir.ops.registry import (
     split_rule,
     type_rule,
     type_rule_of,
+    weight_layout,
+    weight_layout_of,
 )
 from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_value, static_shape, variable_bytes
 
@@ -101,4 +105,6 @@ __all__ = [
     "type_rule",
     "type_rule_of",
     "variable_bytes",
+    "weight_layout",
+    "weight_layout_of",
 ]

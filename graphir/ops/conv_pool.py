@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphir.ops.lower_context import OpContext, _arg, _vector_length
-from graphir.ops.registry import Estimate, cost, lowering, split_rule
+from graphir.ops.lower_context import OpContext, _arg, _vector_length, onnx_inputs
+from graphir.ops.registry import Estimate, cost, lowering, split_rule, weight_layout
 from graphir.ops.split_plan import (
     Dim,
     SplitError,
@@ -208,9 +208,12 @@ def _filters(cx: OpContext, w: Any, perm: list[int]) -> Any:
     convolution's device but ahead of its activation, work the cost of the convolution node
     cannot place in time (fidelity-notes.md, resnet50-infer). The original constant is then
     unconsumed and pruned. A weight that is a ``Fill`` is made again in the filter layout
-    (:func:`_filled`). Weights read from a variable (large local weights) are transposed in the
-    graph.
+    (:func:`_filled`). A large weight (a variable) that only convolutions read is stored in the
+    filter layout by the lowering driver (:func:`_filter_layout`, ``cx.laid_out``) and read as is;
+    one that another op reads too keeps ONNX's layout and is transposed in the graph.
     """
+    if cx.laid_out.get(1) == tuple(perm):
+        return w
     op_type = getattr(getattr(w, "op", None), "type", None)
     if op_type == "Fill":
         filled = _filled(cx, w, perm)
@@ -220,6 +223,17 @@ def _filters(cx: OpContext, w: Any, perm: list[int]) -> Any:
     if array is None:
         return cx.tf.transpose(w, perm)
     return cx.tf.constant(np.ascontiguousarray(np.transpose(array, perm)), dtype=w.dtype)
+
+
+@weight_layout("Conv", "ConvTranspose")
+def _filter_layout(node: Node) -> dict[int, tuple[int, ...]]:
+    """Weights ``[M, C/group, k...]`` (``ConvTranspose``: ``[C, M/group, k...]``) read as ``[k..., C/group, M]``."""
+    inputs = onnx_inputs(node)
+    shape = inputs[1].type.shape if len(inputs) > 1 and inputs[1] is not None else None
+    if shape is None:
+        return {}
+    rank = len(shape)
+    return {1: (*range(2, rank), 1, 0)}
 
 
 def _filled(cx: OpContext, w: Any, perm: list[int]) -> Any:

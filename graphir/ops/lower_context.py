@@ -37,12 +37,16 @@ class OpContext:
         operands: the TF tensors of the node's ONNX inputs (``None`` for absent ones), when the
             driver passes them: ranks and shapes the IR leaves unknown are then read from the
             tensors' static shapes.
+        laid_out: ONNX input position -> the permutation its operand already arrives in: the
+            driver stored a large weight in the layout the op's ``weight_layout`` facet asks for
+            (the IR type, and so :meth:`static_shape`, still describe ONNX's layout).
     """
 
     tf: Any
     node: Node
     opset: int
     operands: list[Any] | None = None
+    laid_out: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def error(self, message: str) -> BackendError:
         """A one-line :class:`BackendError` about this node (naming its op and node)."""

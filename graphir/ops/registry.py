@@ -11,10 +11,10 @@ type's (``onnx.Sum`` -> ``Sum``, an n-ary elementwise add; ``tf.Sum`` has a redu
 own). Type rules, split rules and lowerings are dialect-specific (layouts and semantics differ
 between ONNX and TensorFlow) and resolve by the qualified name only.
 
-Facets are registered with the decorators :func:`type_rule`, :func:`cost`, :func:`split_rule` and
-:func:`lowering` (or :func:`define`), which merge into the op's one :class:`OpDef`. Setting a facet
-that is already set is an error, so two family modules cannot silently disagree; plugins that want
-to replace a facet pass ``replace=True`` to :func:`define`.
+Facets are registered with the decorators :func:`type_rule`, :func:`cost`, :func:`split_rule`,
+:func:`lowering` and :func:`weight_layout` (or :func:`define`), which merge into the op's one
+:class:`OpDef`. Setting a facet that is already set is an error, so two family modules cannot
+silently disagree; plugins that want to replace a facet pass ``replace=True`` to :func:`define`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ __all__ = [
     "split_rule",
     "type_rule",
     "type_rule_of",
+    "weight_layout",
+    "weight_layout_of",
 ]
 
 Shape = tuple[int, ...]
@@ -56,6 +58,11 @@ TypeRule = Callable[["Node", list["TensorType"], list["TensorType"]], "str | Non
 Lowering = Callable[[Any, list[Any]], list[Any]]
 """``fn(cx, operands) -> results`` with ``cx`` a :class:`graphir.ops.lower_context.OpContext` (it
 carries the ``tensorflow`` module, so defining a lowering needs no TensorFlow import)."""
+WeightLayout = Callable[["Node"], "dict[int, tuple[int, ...]]"]
+"""``fn(node)`` -> ONNX input position -> the permutation the op's lowering applies to a weight read
+there (``Conv``'s filters: ONNX ``[M, C, k...]`` to TensorFlow's ``[k..., C, M]``). The lowering driver
+stores a large weight that only such inputs read already permuted, and tells the lowering so
+(``OpContext.laid_out``), instead of transposing it every step."""
 
 
 @attrs.frozen
@@ -81,6 +88,7 @@ class OpDef:
         cost: the FLOP / byte / scratch estimator (:data:`Estimator`) of the analytical cost model.
         split: the operation-splitting rule (:class:`SplitRule`).
         lower: the TensorFlow lowering (:data:`Lowering`) of an ONNX-imported op.
+        weight_layout: the layout its lowering reads weights in (:data:`WeightLayout`).
     """
 
     name: str
@@ -88,16 +96,20 @@ class OpDef:
     cost: Estimator | None = None
     split: SplitRule | None = None
     lower: Lowering | None = None
+    weight_layout: WeightLayout | None = None
 
 
 OPS: dict[str, OpDef] = {}
 """Op kind -> definition. Read it through the lookups below; add to it with :func:`define`."""
 
-_FACETS = ("type_rule", "cost", "split", "lower")
+_FACETS = ("type_rule", "cost", "split", "lower", "weight_layout")
 
 
 def define(name: str, *, replace: bool = False, **facets: Any) -> OpDef:
-    """Set facets (``type_rule``, ``cost``, ``split``, ``lower``) of op kind ``name``; returns the definition.
+    """Set facets (``type_rule``, ``cost``, ``split``, ``lower``, ``weight_layout``) of op kind ``name``.
+
+    Returns:
+        The op's definition.
 
     Raises:
         ValueError: an unknown facet, or a facet that is already set (unless ``replace``).
@@ -135,6 +147,11 @@ def cost(*names: str) -> Callable[[Estimator], Estimator]:
 def lowering(*names: str) -> Callable[[Lowering], Lowering]:
     """Decorator: the function lowers ``names`` to TensorFlow; a name without a dialect means ``onnx.<name>``."""
     return _decorator("lower", tuple(n if "." in n else "onnx." + n for n in names))
+
+
+def weight_layout(*names: str) -> Callable[[WeightLayout], WeightLayout]:
+    """Decorator: the function gives the weight layout (:data:`WeightLayout`) of the ONNX ops ``names``."""
+    return _decorator("weight_layout", tuple(n if "." in n else "onnx." + n for n in names))
 
 
 def split_rule(dims: tuple[str, ...], *names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -183,6 +200,12 @@ def lowering_of(op: str) -> Lowering | None:
     """The TensorFlow lowering of the qualified op ``op`` (``None`` when it has none)."""
     definition = OPS.get(op)
     return definition.lower if definition is not None else None
+
+
+def weight_layout_of(op: str) -> WeightLayout | None:
+    """The weight layout of the qualified op ``op`` (``None``: its lowering reads weights as ONNX lays them out)."""
+    definition = OPS.get(op)
+    return definition.weight_layout if definition is not None else None
 
 
 def lowered_ops() -> Iterator[str]:

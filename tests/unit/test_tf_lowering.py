@@ -323,6 +323,93 @@ def test_constant_conv_weights_are_transposed_once_at_lowering(tmp_path):
     assert counts == {"transposes": 4, "of_consts": 0}
 
 
+def _large_conv_model(path: Path) -> int:
+    """Conv (256x128x3x3 weights, 1.18 MiB) -> Relu -> ConvTranspose (256x128x3x3, 1.18 MiB), whose
+    weights are also summed into a second output; returns the weight bytes.
+
+    Both weights are above the large-weight threshold (1 MiB), so both are held as variables.
+    """
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((256, 128, 3, 3)) / 30).astype(np.float32)
+    wt = (rng.standard_normal((256, 128, 3, 3)) / 30).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("ConvTranspose", ["r", "wt"], ["y"], name="deconv"),
+        helper.make_node("ReduceSum", ["wt"], ["s"], name="wsum", keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "bigconvs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 8, 8])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 10, 10]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+        ],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(wt, "wt")],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return w.nbytes
+
+
+def test_variable_conv_weights_are_held_in_filter_layout(tmp_path):
+    """A large weight (a variable) that only convolutions read is stored in TF's filter layout.
+
+    Worked by hand: the lowering transposes activations to NHWC and back around each convolution
+    (4 transposes). Before, each variable weight was transposed too, every step (6). Now ``w``, read
+    only by the Conv (as input #1, filter permutation [2, 3, 1, 0]), is stored as a 3x3x128x256
+    variable and read as is; ``wt`` is also read by ``ReduceSum``, which needs ONNX's layout, so it
+    stays 256x128x3x3 and is transposed for the ConvTranspose (1 weight transpose: 5 in all). The
+    SavedModel-style GraphDef (weights as handles, filled by ``initialize_weights``) and the embedded
+    one both still match onnxruntime.
+    """
+    model = tmp_path / "bigconvs.onnx"
+    weight_bytes = _large_conv_model(model)
+    assert weight_bytes > 1 << 20
+    result = _check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["bigconvs.onnx"]
+    _assert_proven(result)
+    assert result["weights"] == 2
+    script = textwrap.dedent(
+        f"""
+        import json
+        import numpy as np
+        import onnxruntime
+        import tensorflow as tf
+        from graphir.backends.tf import lower
+        from graphir.importers import load_module
+        lowered = lower(load_module({str(model)!r}))
+        shapes = {{w.value: list(w.variable.shape) for w in lowered.weights.values()}}
+        x = np.random.default_rng(3).standard_normal((1, 128, 8, 8)).astype(np.float32)
+        want = onnxruntime.InferenceSession({str(model)!r}).run(None, {{"x": x}})
+        errors = []
+        for embed in (True, False):
+            graph_def = lowered.graph_def(embed_weights=embed)
+            nodes = list(graph_def.node)
+            for function in graph_def.library.function:
+                nodes += list(function.node_def)
+            transposes = sum(node.op == "Transpose" for node in nodes)
+            with tf.Graph().as_default() as graph:
+                tf.compat.v1.import_graph_def(graph_def, name="")
+                with tf.compat.v1.Session(graph=graph) as session:
+                    if not embed:
+                        lowered.initialize_weights(session)
+                    got = session.run(list(lowered.fetches), {{lowered.feeds[0]: x}})
+            errors.append([transposes] + [
+                float(np.max(np.abs(g - w)) / max(1e-6, float(np.max(np.abs(w))))) for g, w in zip(got, want)
+            ])
+        print(json.dumps({{"shapes": shapes, "runs": errors}}))
+        """
+    )
+    (out,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
+    assert out["shapes"] == {"w": [3, 3, 128, 256], "wt": [256, 128, 3, 3]}
+    for transposes, *errors in out["runs"]:
+        assert transposes == 5
+        assert max(errors) <= TOLERANCE
+
+
 def _filled_conv_model(path: Path) -> None:
     """Conv whose 8x3x3x3 weights are ``ConstantOfShape`` (0.5) -> Relu -> ConvTranspose of 8x4x2x2 filled (0.25).
 
