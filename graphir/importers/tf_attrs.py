@@ -19,14 +19,11 @@ import numpy as np
 from graphir.attributes import DenseTensor, Opaque, ParamValue, dtype_from_numpy, numpy_dtype
 from graphir.extras import require
 from graphir.ir import Node
+from graphir.ops.work import VARIABLE_OPS, variable_bytes
 from graphir.types import DType, TensorType
 
 if TYPE_CHECKING:
     pass
-
-
-VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp"})
-"""Ops whose ``dtype``/``shape`` params describe a variable (persistent memory)."""
 
 
 def is_variable_op(op: str) -> bool:
@@ -99,9 +96,11 @@ def variable_type(node: Node) -> TensorType | None:
 
 
 def persistent_bytes(node: Node) -> int:
-    """Bytes of the variable ``node`` creates (0 for other nodes or a variable of unknown shape)."""
-    var_type = variable_type(node)
-    return 0 if var_type is None else var_type.nbytes_or(0)
+    """Bytes of the variable ``node`` creates (0 for other nodes or a variable of unknown shape).
+
+    The op library's :func:`graphir.ops.variable_bytes` sizes it, as the profile does.
+    """
+    return variable_bytes(node) if is_variable_op(node.op) else 0
 
 
 def _dtype_from_param(text: str) -> DType | None:

@@ -270,14 +270,16 @@ def fallback_count(nodes: Iterable[Node]) -> int:
 
 # --------------------------------------------------------------------------- memory facts
 
-VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable"})
-"""Bare op types of TensorFlow variables: persistent memory of the size their params give."""
+VARIABLE_OPS = frozenset({"VarHandleOp", "VariableV2", "Variable", "_VarHandlesOp"})
+"""Bare op types of TensorFlow variables: persistent memory of the size their params give
+(``_VarHandlesOp``, Grappler's batch of handles, has list params and sizes to 0). The one list: the
+TF importer's :func:`graphir.importers.tf_attrs.is_variable_op` reads it too."""
 OWNS_VALUE_OPS = frozenset({"Constant", "Const"})
 """Bare op types that own their value (ONNX ``Constant``, TF ``Const``): their result is persistent."""
 
 
 def is_variable(op: str) -> bool:
-    """True when ``op`` (any dialect) is a TensorFlow variable (``VarHandleOp``, ``VariableV2``, ``Variable``)."""
+    """True when ``op`` (any dialect) is a TensorFlow variable (a bare type in :data:`VARIABLE_OPS`)."""
     return bare_op(op) in VARIABLE_OPS
 
 
