@@ -16,6 +16,7 @@ traceback only under ``--debug``.
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
 import re
@@ -455,8 +456,32 @@ def main() -> None:
 
     The process is one-shot: the imported graph lives until exit, so the cyclic collector is
     told never to walk it again (:func:`~graphir.gcpause.freeze_after_pauses`; the objects of the
-    imported Python modules are frozen first).
+    imported Python modules are frozen first), and the process ends without freeing it
+    (:func:`exit_without_teardown`).
     """
     gc.freeze()
     freeze_after_pauses()
-    sys.exit(run())
+    exit_without_teardown(run())
+
+
+def exit_without_teardown(status: int) -> NoReturn:
+    """End the process with ``status`` as :func:`sys.exit` would, but without the interpreter's teardown.
+
+    The teardown frees every object still alive one by one, the frozen graph included: 0.7 s of a
+    1M-node ``--emit=summary`` (0.05 s at 100k nodes), for memory the operating system takes back
+    at once. The exit handlers (:mod:`atexit`: logging, ``weakref.finalize``, TensorFlow's) still
+    run and the standard streams are flushed. While a thread that is not a daemon is still running,
+    the normal exit (which waits for it) is taken instead.
+    """
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        main_thread = threading.main_thread()
+        if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
+            sys.exit(status)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that went away (`| head`), or a closed stream
+            pass
+    os._exit(status)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -470,6 +471,50 @@ def test_console_script_exit_codes(files):
         [str(script), "ok.gir", "--passes=dce"], capture_output=True, text=True, timeout=60, check=False
     )
     assert good.returncode == 0 and good.stdout.startswith("module @m") and good.stderr == ""
+
+
+EXIT_PLUGIN = """\
+import atexit, os, pathlib, threading, time
+
+def _mark():
+    pathlib.Path("atexit-ran").write_text("yes")
+
+atexit.register(_mark)
+if os.environ.get("EXIT_PLUGIN_THREAD"):
+    def _late():
+        time.sleep(0.3)
+        pathlib.Path("thread-ran").write_text("yes")
+
+    threading.Thread(target=_late, daemon=False).start()
+"""
+
+
+def test_console_script_ends_without_teardown_but_keeps_exit_handlers(files):
+    """``main`` skips the interpreter's teardown: exit handlers still run, all output arrives, and
+    a thread that is not a daemon is still waited for (the normal exit is taken then)."""
+    script = Path(sys.executable).parent / "graphir-opt"
+    (files / "exit_plugin.py").write_text(EXIT_PLUGIN)
+    # Many nodes: the printed module (stdout, a pipe) is larger than any pipe buffer.
+    lines = [f"    %n{i} = onnx.Relu(%n{i - 1}) : (f32[2]) -> f32[2]" for i in range(1, 3000)]
+    (files / "long.gir").write_text(
+        "module @m {\n  graph @main(%n0 : f32[2]) {\n" + "\n".join(lines) + "\n    return %n2999\n  }\n}\n"
+    )
+    done = subprocess.run(
+        [str(script), "long.gir", "--load-plugin=exit_plugin.py"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=files,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("module @m") and done.stdout.endswith("    return %n2999\n  }\n}\n")
+    assert (files / "atexit-ran").read_text() == "yes"
+    (files / "atexit-ran").unlink()
+    threaded = subprocess.run(
+        [str(script), "ok.gir", "--load-plugin=exit_plugin.py"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=files,
+        env={**os.environ, "EXIT_PLUGIN_THREAD": "1"},
+    )  # fmt: skip
+    assert threaded.returncode == 0 and threaded.stdout.startswith("module @m")
+    assert (files / "thread-ran").read_text() == "yes"  # waited for, not cut off
+    assert (files / "atexit-ran").read_text() == "yes"
 
 
 def test_negative_seed_is_handled(files, capsys, isolated_registry):
