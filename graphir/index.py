@@ -173,13 +173,21 @@ class GraphIndex:
             first = insertion[cycle[0]]
             loc = first.loc if first.loc is not None else Location(node=first.name)
             raise VerifyError(f"graph '{graph.name}' has a cycle: {format_cycle(names)}", loc)
-        rank = np.empty(len(insertion), dtype=np.int64)
-        rank[order] = np.arange(len(insertion), dtype=np.int64)
-        index.nodes = [insertion[u] for u in order.tolist()]
+        in_order = np.array_equal(order, np.arange(len(insertion)))  # as a printed graph is
+        if in_order:  # the insertion positions are the topological ones
+            index.nodes = insertion
+            src_t, dst_t = src_arr, dst_arr
+        else:
+            rank = np.empty(len(insertion), dtype=np.int64)
+            rank[order] = np.arange(len(insertion), dtype=np.int64)
+            index.nodes = [insertion[u] for u in order.tolist()]
+            for position, node in enumerate(index.nodes):
+                node._index_pos = position
+            src_t = rank[src_arr] if len(src_arr) else src_arr
+            dst_t = rank[dst_arr] if len(dst_arr) else dst_arr
         values: list[Value] = []  # results of nodes in topological order; edges refer to them by number
         output_counts: list[int] = []
-        for position, node in enumerate(index.nodes):
-            node._index_pos = position
+        for node in index.nodes:
             annotations = node._annotations
             if annotations:
                 group = annotations.get("group", 0)
@@ -210,8 +218,6 @@ class GraphIndex:
             dtype=np.int64,
             count=len(values),
         )
-        src_t = rank[src_arr] if len(src_arr) else src_arr
-        dst_t = rank[dst_arr] if len(dst_arr) else dst_arr
         # A value's number is its producer's first result number plus its output index (values are
         # grouped by producer in topological order, and a result's output_index is its place there).
         first_value = np.zeros(len(output_counts) + 1, dtype=np.int64)
