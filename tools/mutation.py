@@ -421,6 +421,31 @@ EQUIVALENT: tuple[tuple[str, str, str, str, str], ...] = (
         "numpy (2.x, as pinned) takes any negative size in reshape as the inferred dimension",
     ),
     (
+        "memory",
+        "keys = np.fromiter(itertools.chain.from_iterable(arrival), dtype=np.int64, count=count).reshape(-1, 2)",
+        "keys = np.fromiter(itertools.chain.from_iterable(arrival), dtype=np.int64, count=count).reshape(- 2, 2)",
+        "",
+        "numpy (2.x, as pinned) takes any negative size in reshape as the inferred dimension",
+    ),
+    (
+        "memory",
+        "half = len(times) // 2",
+        "half = len(times) // 3",
+        "",
+        "where a full block is cut changes only the blocks' sizes (both parts keep at least 171 of the "
+        "513 breakpoints): every level and peak is the one a flat list gives, whatever the cut "
+        "(test_ledger_blocks_agree_with_a_brute_force_sweep checks the answers against a sweep)",
+    ),
+    (
+        "memory",
+        "if holder != home or not self._is_output[x]:  # a graph output stays home until the end",
+        "if holder is not home or not self._is_output[x]:  # a graph output stays home until the end",
+        "",
+        "place stores one argument object both as _home[x] and as the first key of copy_end[x], and a "
+        "dict keeps a key's first object, so the holder equal to home is home itself and no other "
+        "holder equals it: `!=` and `is not` agree whatever int type the device is",
+    ),
+    (
         "fastt",
         "indegree = np.bincount(problem.edge_dst, minlength=n) if len(problem.edge_dst) "
         "else np.zeros(n, dtype=np.int64)",

@@ -147,6 +147,95 @@ def test_place_needs_the_transfer_of_a_remote_input(tmp_path: Path) -> None:
         memory.place(c, 1, 1.1, 2.1)
 
 
+def _small(tmp_path: Path, body: str, outputs: str):
+    """A module of ``body`` on the two-device ``CLUSTER`` (input ``%in : f32[1]``) returning ``outputs``."""
+    path = tmp_path / "cluster.toml"
+    path.write_text(CLUSTER)
+    return parse_module(
+        f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{\n{body}    return {outputs}\n  }}\n}}\n'
+    )
+
+
+def test_a_graph_output_lives_until_the_end_of_the_step(tmp_path: Path) -> None:
+    # o (1,000 B) is a graph output no node reads, made by the first node; q (10,000 B) by the
+    # second, on the same device: o stays until the makespan 3 s, so on [1, 3) both are held.
+    # Were o freed when its producer finishes (a result no node reads), the peak would be 10,000 B.
+    module = _small(
+        tmp_path,
+        """    %o = t.A(%in) : (f32[1]) -> f32[250] [cost = 1s, device = "g0", order = 0]
+    %q = t.B(%in) : (f32[1]) -> f32[2500] [cost = 2s, device = "g0", order = 1]
+""",
+        "%o, %q",
+    )
+    result = simulate(module)
+    assert result.makespan == pytest.approx(3.0)
+    assert result.peak_memory.tolist() == [11_000, 0]
+    assert output_mask(module.graph, module.graph.index()).tolist() == [True, True]
+
+
+def test_paper_rule_adds_persistent_and_activation(tmp_path: Path) -> None:
+    # One node with mem = {persistent = 12 B, activation = 4 B}: the whole step holds 16 B on g0;
+    # peak_memory leaves the persistent bytes out (4 B); ScheduleMemory's ledger holds all 16 B.
+    module = _small(
+        tmp_path,
+        "    %v = t.V(%in) : (f32[1]) -> f32[1]"
+        ' [cost = 1s, mem = {persistent = 12B, activation = 4B}, device = "g0", order = 0]\n',
+        "%v",
+    )
+    index = module.graph.index()
+    result = simulate(module)
+    args = (index, output_mask(module.graph, index), np.asarray([0]), result.start, result.finish, {}, 1.0, 2)
+    assert peak_memory(*args, model="paper").tolist() == [4, 0]
+    memory = ScheduleMemory(index, module.graph, (15, 10**9), "paper")
+    assert not memory.fits(0, 0, 0.0, 1.0)
+    memory.capacity[0] = 16
+    assert memory.fits(0, 0, 0.0, 1.0)
+    memory.place(0, 0, 0.0, 1.0)
+    assert memory.peaks() == [16, 0]
+
+
+def test_a_result_still_to_be_read_is_held_past_its_producer(tmp_path: Path) -> None:
+    # x (100,000 B, read by no node) is placed first, at [5, 6) on g0. Then y (1,000 B) at [0, 1):
+    # z still has to read y, so y is held from 0 on, through [5, 6): 101,000 B there. A capacity
+    # of 100,500 B refuses it; had y been held only while its producer runs, it would fit.
+    module = _small(
+        tmp_path,
+        """    %x = t.A(%in) : (f32[1]) -> f32[25000] [cost = 1s]
+    %y = t.B(%in) : (f32[1]) -> f32[250] [cost = 1s]
+    %z = t.C(%y) : (f32[250]) -> f32[1] [cost = 1s]
+""",
+        "%z",
+    )
+    index = module.graph.index()
+    a, b, c = (index.position(module.graph.get_value(name).producer) for name in ("x", "y", "z"))
+    memory = ScheduleMemory(index, module.graph, (100_500, 10**9), "liveness")
+    memory.place(a, 0, 5.0, 6.0)
+    assert memory.ledgers[0].usage_at(6.0) == 0  # x, read by nobody, only while A runs
+    assert not memory.fits(b, 0, 0.0, 1.0)
+    memory.capacity[0] = 101_000
+    assert memory.fits(b, 0, 0.0, 1.0)
+    memory.place(b, 0, 0.0, 1.0)
+    assert memory.ledgers[0].usage_at(5.5) == 101_000
+    memory.place(c, 0, 6.0, 7.0)
+    assert memory.ledgers[0].usage_at(7.0) == 4  # y freed when z, its last reader, finishes; z is an output
+
+
+def test_every_ledger_change_bumps_its_version() -> None:
+    # Callers cache answers per version (baechi's per-device fit cache): each change must show.
+    ledger = MemoryLedger()
+    seen = [ledger.version]
+    for change in (
+        lambda: ledger.hold(5),
+        lambda: ledger.allocate(10, 1.0, 2.0),
+        lambda: ledger.allocate(3, 4.0),
+        lambda: ledger.free(3, 6.0),
+    ):
+        change()
+        assert ledger.version not in seen
+        seen.append(ledger.version)
+    assert ledger.peak() == 15
+
+
 def test_ledger_frees_before_allocations_at_equal_times() -> None:
     ledger = MemoryLedger()
     ledger.hold(7)
