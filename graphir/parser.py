@@ -25,7 +25,7 @@ from graphir.fastline import (
     _HEAD,
     _TYPES,
     LineScanner,
-    shape_match,
+    shape_reader,
     typed_annotations,
 )
 from graphir.gcpause import gc_paused
@@ -238,8 +238,9 @@ class _Parser(_ValueGrammar):
         source = self.source
         head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
         # The annotation lists of a large graph come in a few shapes (which keys, which mem
-        # fields): the last two shapes seen are tried first, each by its own pattern, which is
-        # a strict subset of the general one with the same groups (fastline.shape_pattern).
+        # fields): the last two shapes seen are tried first, each by its own pattern, which
+        # matches a strict subset of the general one (fastline.shape_pattern), and read by its
+        # own reader (same annotations as typed_annotations of the general groups).
         last_shape = other_shape = None
         while number < end:
             text = lines[number]
@@ -252,21 +253,25 @@ class _Parser(_ValueGrammar):
             if types is None:
                 break
             pos = types.end()
-            tail = last_shape(text, pos) if last_shape is not None else None
-            if tail is None:
-                tail = other_shape(text, pos) if other_shape is not None else None
+            tail = last_shape[0](text, pos) if last_shape is not None else None
+            if tail is not None:
+                read = last_shape[1]
+            else:
+                tail = other_shape[0](text, pos) if other_shape is not None else None
                 if tail is not None:
                     last_shape, other_shape = other_shape, last_shape
+                    read = last_shape[1]
                 else:
                     tail = annotations_match(text, pos)
                     if tail is None:
                         break
-                    last_shape, other_shape = shape_match(tail.groups()), last_shape
+                    last_shape, other_shape = shape_reader(tail.groups()), last_shape
+                    read = _general_groups
             results_text, op, name, operands_text, controls_text = head.groups()
             inputs_text, output_text, outputs_text = types.groups()
             if not results_text or "." not in op:
                 break
-            annotations = typed_annotations(tail.groups())
+            annotations = read(tail)
             if annotations is None:
                 break  # a value the token parser reads or reports
             results = results_text.replace("%", "").split(", ")
@@ -602,6 +607,11 @@ class _Body:
             )
         graph.touch_all()
         graph._uses_exact_version = graph._version  # every use was appended with its operand
+
+
+def _general_groups(match: Any) -> dict[str, Any] | None:
+    """:func:`~graphir.fastline.typed_annotations` of a :data:`~graphir.fastline._ANNOTATION_LIST` match."""
+    return typed_annotations(match.groups())
 
 
 def _source_record(line_no: int, source: str) -> _NodeRecord:
