@@ -39,6 +39,8 @@ _TYPES = re.compile(
     rf" : \((?P<inputs>(?:{TYPE}(?:, {TYPE})*)?)\) -> (?:(?P<output>{TYPE})|\((?P<outputs>(?:{TYPE}(?:, {TYPE})*)?)\))"
 )
 _TYPE_LIST = re.compile(TYPE)
+_HEAD_TYPES = re.compile(_HEAD.pattern + _TYPES.pattern)
+"""A node line up to its annotations (groups: :data:`_HEAD`'s, then :data:`_TYPES`')."""
 
 
 def _item(key: str, value: str) -> str:

@@ -22,8 +22,7 @@ from graphir.attributes import DenseTensor
 from graphir.errors import Location, ParseError, SourceLines
 from graphir.fastline import (
     _ANNOTATION_LIST,
-    _HEAD,
-    _TYPES,
+    _HEAD_TYPES,
     LineScanner,
     shape_reader,
     typed_annotations,
@@ -236,74 +235,80 @@ class _Parser(_ValueGrammar):
         add_node = graph.add_node_unchecked
         connect = body.connect
         source = self.source
-        head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
+        head_types_match, annotations_match = _HEAD_TYPES.match, _ANNOTATION_LIST.match
+        cache_get = cache.get
         # The annotation lists of a large graph come in a few shapes (which keys, which mem
         # fields): the last two shapes seen are tried first, each by its own pattern, which
         # matches a strict subset of the general one (fastline.shape_pattern), and read by its
         # own reader (same annotations as typed_annotations of the general groups).
         last_shape = other_shape = None
-        while number < end:
-            text = lines[number]
-            # Three matches rather than one: a pattern with fewer groups saves fewer marks when
-            # it backtracks (one pattern for the whole line costs about 1.6 times as much).
-            head = head_match(text)
-            if head is None:
-                break
-            types = types_match(text, head.end())
-            if types is None:
-                break
-            pos = types.end()
-            tail = last_shape[0](text, pos) if last_shape is not None else None
-            if tail is not None:
-                read = last_shape[1]
-            else:
-                tail = other_shape[0](text, pos) if other_shape is not None else None
+        try:
+            while number < end:
+                text = lines[number]
+                # Two matches rather than one: a pattern with fewer groups saves fewer marks when
+                # it backtracks (one pattern for the whole line costs about 1.6 times as much).
+                head_types = head_types_match(text)
+                if head_types is None:
+                    break
+                pos = head_types.end()
+                tail = last_shape[0](text, pos) if last_shape is not None else None
                 if tail is not None:
-                    last_shape, other_shape = other_shape, last_shape
                     read = last_shape[1]
                 else:
-                    tail = annotations_match(text, pos)
-                    if tail is None:
+                    tail = other_shape[0](text, pos) if other_shape is not None else None
+                    if tail is not None:
+                        last_shape, other_shape = other_shape, last_shape
+                        read = last_shape[1]
+                    else:
+                        tail = annotations_match(text, pos)
+                        if tail is None:
+                            break
+                        last_shape, other_shape = shape_reader(tail.groups()), last_shape
+                        read = _general_groups
+                results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text = (
+                    head_types.groups()
+                )
+                if not results_text or "." not in op:
+                    break
+                annotations = read(tail)
+                if annotations is None:
+                    break  # a value the token parser reads or reports
+                results = results_text.replace("%", "").split(", ")
+                if output_text is not None:
+                    result_types = [cache_get(output_text) or make_type(output_text)]
+                    if result_types[0] is None or len(results) != 1 or results[0] in values:
                         break
-                    last_shape, other_shape = shape_reader(tail.groups()), last_shape
-                    read = _general_groups
-            results_text, op, name, operands_text, controls_text = head.groups()
-            inputs_text, output_text, outputs_text = types.groups()
-            if not results_text or "." not in op:
-                break
-            annotations = read(tail)
-            if annotations is None:
-                break  # a value the token parser reads or reports
-            results = results_text.replace("%", "").split(", ")
-            if output_text is not None:
-                result_types = [cache.get(output_text) or make_type(output_text)]
-                if result_types[0] is None or len(results) != 1 or results[0] in values:
+                else:
+                    result_types = [cache_get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
+                    if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
+                        break
+                    if any(result in values for result in results):
+                        break
+                if operands_text:
+                    operands = operands_text.replace("%", "").split(", ")
+                    if not inputs_text:
+                        break
+                    # An operand's type was mostly read on its value's line: look-ups first.
+                    operand_types = list(map(cache_get, inputs_text.split(", ")))
+                    if not all(operand_types):
+                        operand_types = [cache_get(piece) or make_type(piece) for piece in inputs_text.split(", ")]
+                        if not all(operand_types):
+                            break
+                    if len(operand_types) != len(operands):
+                        break
+                elif inputs_text:
                     break
-            else:
-                result_types = [cache.get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
-                if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
-                    break
-                if any(result in values for result in results):
-                    break
-            if operands_text:
-                operands = operands_text.replace("%", "").split(", ")
-                if not inputs_text:
-                    break
-                operand_types = [cache.get(piece) or make_type(piece) for piece in inputs_text.split(", ")]
-                if len(operand_types) != len(operands) or not all(operand_types):
-                    break
-            elif inputs_text:
-                break
-            else:
-                operands = operand_types = []
-            node_name = name if name is not None else results[0]
-            if node_name in node_names:
-                break  # the general path reports the redefinition with its column
-            number += 1
-            self.line_no = number
-            node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
-            controls = controls_text.replace("@", "").split(", ") if controls_text else None
-            connect(node, operands, operand_types, controls, number, text)
+                else:
+                    operands = operand_types = []
+                node_name = name if name is not None else results[0]
+                if node_name in node_names:
+                    break  # the general path reports the redefinition with its column
+                number += 1
+                node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
+                controls = controls_text.replace("@", "").split(", ") if controls_text else None
+                connect(node, operands, operand_types, controls, number, text)
+        finally:
+            self.line_no = number  # the first line not read here (the general path reads it)
 
     def parse_constant(self, graph: Graph) -> Value:
         """A ``const`` line after its keyword; returns the new constant."""
