@@ -477,11 +477,12 @@ class Graph:
         values = self._values
         # Each Value is built field by field (what Value.__init__ and add_node set), without the
         # __init__ call: this runs once per result of a large parsed graph.
-        outputs = []
-        for i, out_type in enumerate(output_types):
+        node.outputs = outputs = []
+        i = 0
+        for value_name in output_names:
             value = _new_object(Value)
-            value.name = value_name = output_names[i]
-            value.type = out_type
+            value.name = value_name
+            value.type = output_types[i]
             value.kind = _RESULT
             value.producer = node
             value.output_index = i
@@ -490,7 +491,7 @@ class Graph:
             value.graph = self
             values[value_name] = value
             outputs.append(value)
-        node.outputs = outputs
+            i += 1
         self._nodes[node] = None
         self._node_names[name] = node
         return node

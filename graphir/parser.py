@@ -68,7 +68,9 @@ class _Parser(_ValueGrammar):
         self.filename = filename
         # Only "\n" ends a line: str.splitlines would also split at U+2028 and friends, which may
         # appear (escaped by the printer, but raw in hand-written text) inside string literals.
-        self.lines = [line.rstrip("\r") for line in text.split("\n")]
+        self.lines = text.split("\n")
+        if "\r" in text:
+            self.lines = [line.rstrip("\r") for line in self.lines]
         self.source = SourceLines(filename, self.lines)  # the nodes' locations, made when asked for
         self.line_no = 0
         self.cur: _Line | None = None
@@ -241,7 +243,7 @@ class _Parser(_ValueGrammar):
         # fields): the last two shapes seen are tried first, each by its own pattern, which
         # matches a strict subset of the general one (fastline.shape_pattern), and read by its
         # own reader (same annotations as typed_annotations of the general groups).
-        last_shape = other_shape = None
+        last_match, last_read = other_match, other_read = _NO_SHAPE
         try:
             while number < end:
                 text = lines[number]
@@ -251,19 +253,20 @@ class _Parser(_ValueGrammar):
                 if head_types is None:
                     break
                 pos = head_types.end()
-                tail = last_shape[0](text, pos) if last_shape is not None else None
+                tail = last_match(text, pos)
                 if tail is not None:
-                    read = last_shape[1]
+                    read = last_read
                 else:
-                    tail = other_shape[0](text, pos) if other_shape is not None else None
+                    tail = other_match(text, pos)
                     if tail is not None:
-                        last_shape, other_shape = other_shape, last_shape
-                        read = last_shape[1]
+                        last_match, last_read, other_match, other_read = other_match, other_read, last_match, last_read
+                        read = last_read
                     else:
                         tail = annotations_match(text, pos)
                         if tail is None:
                             break
-                        last_shape, other_shape = shape_reader(tail.groups()), last_shape
+                        other_match, other_read = last_match, last_read
+                        last_match, last_read = shape_reader(tail.groups())
                         read = _general_groups
                 results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text = (
                     head_types.groups()
@@ -462,6 +465,7 @@ class _Body:
     def __init__(self, parser: _Parser, graph: Graph):
         self.parser = parser
         self.graph = graph
+        self.values = graph._values  # the graph's own table (read by connect once per node)
         self.pending: dict[str, list[tuple[Node, int, TensorType, int, str]]] = {}
         self.controls: list[tuple[Node, list[str], int, str]] = []
         self.nameless: list[Node] = []
@@ -472,19 +476,22 @@ class _Body:
         line_no: int, source: str,
     ) -> None:  # fmt: skip
         """Connect ``node``'s operands (the defined ones now), then its newly defined results."""
-        values = self.graph._values
+        values = self.values
         inputs = node.inputs
-        for k, value_name in enumerate(operands):
+        k = 0
+        for value_name in operands:
             value = values.get(value_name)
             declared = operand_types[k]
             if value is None:
                 self.pending.setdefault(value_name, []).append((node, k, declared, line_no, source))
                 inputs.append(None)  # type: ignore[arg-type]  # set when the value is defined
-                continue
-            if value.type is not declared and value.type != declared:
-                self._mismatch(line_no, k, value, declared, source)
-            inputs.append(value)
-            value.uses.append((node, k))
+            else:
+                value_type = value.type
+                if value_type is not declared and value_type != declared:
+                    self._mismatch(line_no, k, value, declared, source)
+                inputs.append(value)
+                value.uses.append((node, k))
+            k += 1
         if controls:
             self.controls.append((node, controls, line_no, source))
         if self.pending:
@@ -612,6 +619,14 @@ class _Body:
             )
         graph.touch_all()
         graph._uses_exact_version = graph._version  # every use was appended with its operand
+
+
+def _no_match(text: str, pos: int) -> None:
+    """The annotation-list match of no shape (the plain-line loop's start)."""
+    return None
+
+
+_NO_SHAPE = (_no_match, typed_annotations)
 
 
 def _general_groups(match: Any) -> dict[str, Any] | None:
