@@ -79,9 +79,7 @@ def _same(left: dict | None, right: dict | None) -> bool:
     """Equal annotations, value types included (1 == 1.0 would hide an int read as a float)."""
     if left is None or right is None:
         return left is right
-    return list(left.items()) == list(right.items()) and all(
-        type(left[key]) is type(right[key]) for key in left
-    )
+    return list(left.items()) == list(right.items()) and all(type(left[key]) is type(right[key]) for key in left)
 
 
 def test_every_shape_reader_reads_what_typed_annotations_reads():
