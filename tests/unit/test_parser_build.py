@@ -3,10 +3,17 @@
 ``Graph.add_node_unchecked`` sets each field of a :class:`~graphir.ir.Node` and its result
 :class:`~graphir.ir.Value` objects directly (no ``__init__``), and ``LineScanner._type`` builds a
 rank-1 static type without a regular expression; both must give what the checked paths give.
+The head and types patterns use possessive repeats, which must match as the plain ones do.
 """
 
 from __future__ import annotations
 
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from graphir.fastline import _HEAD_TYPES
 from graphir.ir import Graph, Node, Value
 from graphir.parser import _Parser, parse_module
 from graphir.printer import print_module
@@ -49,3 +56,32 @@ def test_type_misses_build_what_the_token_parser_builds():
 def test_crlf_text_reads_as_lf_text():
     text = print_module(make_synthetic_module(200, seed=3))
     assert print_module(parse_module(text.replace("\n", "\r\n"))) == text
+
+
+_GREEDY_HEAD_TYPES = re.compile(_HEAD_TYPES.pattern.replace("*+", "*").replace("++", "+"))
+_LINES = [line for line in print_module(make_synthetic_module(300, seed=5)).split("\n") if " = " in line]
+_LINES += [
+    "    %a, %b = t.Op @n(%x, %y) ctrl(@c, @d) : (f32[1, 3], i64[]) -> (f32[2], f32[?,n])",
+    "    t.Op() : () -> ()",
+    "    %a = t.Op(%x,%y) : (f32[1]) -> f32[1]",
+]
+
+
+_EDIT_CHARS = st.sampled_from(list(" ,%@()[]=:->f32ctrl"))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.sampled_from(_LINES),
+    st.lists(
+        st.tuples(st.integers(0, 160), st.integers(0, 3), st.sampled_from(list(" ,%@()[]=:->f32ctrl"))), max_size=3
+    ),
+)
+def test_possessive_head_types_match_as_the_greedy_pattern(line, edits):
+    for position, delete, insert in edits:
+        position = min(position, len(line))
+        line = line[:position] + insert + line[position + delete :]
+    possessive, greedy = _HEAD_TYPES.match(line), _GREEDY_HEAD_TYPES.match(line)
+    assert (possessive is None) == (greedy is None), line
+    if possessive is not None:
+        assert possessive.groups() == greedy.groups() and possessive.end() == greedy.end(), line  # type: ignore[union-attr]
