@@ -138,7 +138,11 @@ def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
             continue
         separator = ", "
     closing = "\\]" if separator == ", " else ""
-    return re.compile("".join(parts) + closing + "\\Z")
+    # Digit runs possessive: in a number, a byte size, a group or an order, each run is followed
+    # by a character that is not a digit (".", an exponent, a unit, a separator), so the greedy
+    # run is the only one that can succeed (same matches, no backtracking points).
+    pattern = "".join(parts) + closing + "\\Z"
+    return re.compile(pattern.replace("\\d+", "\\d++").replace("\\d*", "\\d*+"))
 
 
 def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], tuple[str | None, ...]]:
