@@ -441,10 +441,10 @@ class LineScanner:
         distinct tensor size) is built here as :func:`~graphir.parse_values._static_type` builds
         it; anything else goes to ``read_type``.
         """
-        bracket = text.find("[")
-        dims = text[bracket + 1 : -1]
-        if dims.isdigit() and dims.isascii() and text[-1] == "]":  # rank 1 (dims: [0-9]+), no regex needed
-            dtype = _DTYPES.get(text[:bracket])
+        short, _, rest = text.partition("[")
+        dims = rest[:-1]
+        if dims.isdigit() and dims.isascii() and rest[-1:] == "]":  # rank 1 (dims: [0-9]+), no regex needed
+            dtype = _DTYPES.get(short)
             if dtype is not None:
                 tensor_type = _new(TensorType)
                 _set_dtype(tensor_type, dtype)
