@@ -29,15 +29,19 @@ from graphir.types import DType, TensorType
 
 
 def _possessive(pattern: str) -> str:
-    r"""``pattern`` with each ``*`` or ``+`` after a class or a group made possessive (``*+``, ``++``).
+    r"""``pattern`` with ``*+?`` after a class or a group, and ``*+`` after ``\d``, made possessive.
 
-    Only for :data:`_HEAD` and :data:`_TYPES`, where every such repeat is followed by a character
-    it cannot match (a name by ``,``, space or a parenthesis; ``(?:, %name)*`` by ``)`` or `` = ``;
-    a type's ``[^\]]*`` by ``]``): the greedy choice is then the only one that can succeed, so
-    the matches are the same, and the engine keeps no backtracking points (a fifth cheaper on a
-    node line).
+    Only for the patterns of canonical lines here (:data:`_HEAD`, :data:`_TYPES`, the shape
+    patterns), where every such repeat is followed by a character it cannot match: a name by ``,``,
+    a space or a parenthesis; ``(?:, %name)*`` by ``)`` or `` = ``; a type's ``[^\]]*`` by ``]``; a
+    string's characters by its closing quote (each piece of a string starts with a character other
+    than ``"``); a digit run by a non-digit; and an optional part that matched starts with a
+    character that what follows it cannot start with. The greedy choice is then the only one that
+    can succeed, so the matches are the same (tests compare them), and the engine keeps no
+    backtracking points (each node line about a fifth cheaper to match).
     """
-    return re.sub(r"(?<=[\])])([*+])", r"\1+", pattern)
+    pattern = re.sub(r"(?<=[\])])([*+?])", r"\1+", pattern)
+    return re.sub(r"(?<=\\d)([*+])", r"\1+", pattern)
 
 
 _NAME = NAME_CHARS + "+"
@@ -138,11 +142,7 @@ def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
             continue
         separator = ", "
     closing = "\\]" if separator == ", " else ""
-    # Digit runs possessive: in a number, a byte size, a group or an order, each run is followed
-    # by a character that is not a digit (".", an exponent, a unit, a separator), so the greedy
-    # run is the only one that can succeed (same matches, no backtracking points).
-    pattern = "".join(parts) + closing + "\\Z"
-    return re.compile(pattern.replace("\\d+", "\\d++").replace("\\d*", "\\d*+"))
+    return re.compile(_possessive("".join(parts) + closing + "\\Z"))
 
 
 def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], tuple[str | None, ...]]:

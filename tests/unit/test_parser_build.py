@@ -58,7 +58,7 @@ def test_crlf_text_reads_as_lf_text():
     assert print_module(parse_module(text.replace("\n", "\r\n"))) == text
 
 
-_GREEDY_HEAD_TYPES = re.compile(_HEAD_TYPES.pattern.replace("*+", "*").replace("++", "+"))
+_GREEDY_HEAD_TYPES = re.compile(_HEAD_TYPES.pattern.replace("*+", "*").replace("++", "+").replace("?+", "?"))
 _LINES = [line for line in print_module(make_synthetic_module(300, seed=5)).split("\n") if " = " in line]
 _LINES += [
     "    %a, %b = t.Op @n(%x, %y) ctrl(@c, @d) : (f32[1, 3], i64[]) -> (f32[2], f32[?,n])",
