@@ -16,6 +16,7 @@ parser when an error found later (an undefined operand, a bad annotation) needs 
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Callable
 from typing import Any
@@ -26,18 +27,42 @@ from graphir.lexer import NAME_CHARS, NUMBER, STRING, TYPE, UNIT, unquote
 from graphir.parse_values import _STATIC_TYPE
 from graphir.types import DType, TensorType
 
+
+def _possessive(pattern: str) -> str:
+    r"""``pattern`` with ``*+?`` after a class or a group, and ``*+`` after ``\d``, made possessive.
+
+    Only for the patterns of canonical lines here (:data:`_HEAD`, :data:`_TYPES`, the shape
+    patterns), where every such repeat is followed by a character it cannot match: a name by ``,``,
+    a space or a parenthesis; ``(?:, %name)*`` by ``)`` or `` = ``; a type's ``[^\]]*`` by ``]``; a
+    string's characters by its closing quote (each piece of a string starts with a character other
+    than ``"``); a digit run by a non-digit; and an optional part that matched starts with a
+    character that what follows it cannot start with. The greedy choice is then the only one that
+    can succeed, so the matches are the same (tests compare them), and the engine keeps no
+    backtracking points (each node line about a fifth cheaper to match).
+    """
+    pattern = re.sub(r"(?<=[\])])([*+?])", r"\1+", pattern)
+    return re.sub(r"(?<=\\d)([*+])", r"\1+", pattern)
+
+
 _NAME = NAME_CHARS + "+"
 _HEAD = re.compile(
-    rf" *(?:(?P<results>%{_NAME}(?:, %{_NAME})*) = )?"
-    r"(?P<op>[A-Za-z_][A-Za-z0-9_.$]*)"
-    rf"(?: @(?P<name>{_NAME}))?"
-    rf"\((?P<operands>(?:%{_NAME}(?:, %{_NAME})*)?)\)"
-    rf"(?: ctrl\((?P<controls>@{_NAME}(?:, @{_NAME})*)\))?"
+    _possessive(
+        rf" *(?:(?P<results>%{_NAME}(?:, %{_NAME})*) = )?"
+        r"(?P<op>[A-Za-z_][A-Za-z0-9_.$]*)"
+        rf"(?: @(?P<name>{_NAME}))?"
+        rf"\((?P<operands>(?:%{_NAME}(?:, %{_NAME})*)?)\)"
+        rf"(?: ctrl\((?P<controls>@{_NAME}(?:, @{_NAME})*)\))?"
+    )
 )
 _TYPES = re.compile(
-    rf" : \((?P<inputs>(?:{TYPE}(?:, {TYPE})*)?)\) -> (?:(?P<output>{TYPE})|\((?P<outputs>(?:{TYPE}(?:, {TYPE})*)?)\))"
+    _possessive(
+        rf" : \((?P<inputs>(?:{TYPE}(?:, {TYPE})*)?)\) -> "
+        rf"(?:(?P<output>{TYPE})|\((?P<outputs>(?:{TYPE}(?:, {TYPE})*)?)\))"
+    )
 )
 _TYPE_LIST = re.compile(TYPE)
+_HEAD_TYPES = re.compile(_HEAD.pattern + _TYPES.pattern)
+"""A node line up to its annotations (groups: :data:`_HEAD`'s, then :data:`_TYPES`')."""
 
 
 def _item(key: str, value: str) -> str:
@@ -93,55 +118,115 @@ def annotation_shape(groups: tuple[str | None, ...]) -> tuple[bool, ...]:
 
 
 def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
-    """An annotation-list pattern for one shape (:func:`annotation_shape`), with the same groups.
+    """An annotation-list pattern for one shape (:func:`annotation_shape`), with only its own groups.
 
     It matches exactly the lists of :data:`_ANNOTATION_LIST` that hold these items (and mem
-    fields) and no others, and gives the same groups: present items are written out with their
-    separators (no look-behinds, no optional items to try), absent ones keep their groups in a
-    branch that fails at once (``(?!)``), so group ``k`` means the same in both patterns. A large
-    graph's lines share a few shapes, and this match costs about a quarter of the general one.
+    fields) and no others: present items are written out with their separators (no
+    look-behinds, no optional items to try), absent ones not at all, so its groups are those of
+    the present items in order (:func:`shape_layout` puts them where the general pattern has
+    them). A large graph's lines share a few shapes, and this match costs under half the general one.
     """
     present = iter(shape)
     parts: list[str] = []
     separator = " \\["
     for key, value in _ITEMS:
         if key == "mem":
-            fields = [(field, next(present)) for field in _MEM_FIELDS]
-            if not any(on for _, on in fields):
-                parts.append("(?:(?!)" + "()" * (2 * len(_MEM_FIELDS)) + ")?")
+            fields = [field for field in _MEM_FIELDS if next(present)]
+            if not fields:
                 continue
-            inner, field_separator = [], ""
-            for field, on in fields:
-                if on:
-                    inner.append(f"{field_separator}{field} = {_BYTES}")
-                    field_separator = ", "
-                else:
-                    inner.append("(?:(?!)()())?")
-            parts.append(f"{separator}mem = \\{{" + "".join(inner) + "\\}")
+            inner = ", ".join(f"{field} = {_BYTES}" for field in fields)
+            parts.append(f"{separator}mem = \\{{{inner}\\}}")
         elif next(present):
             parts.append(f"{separator}{key} = {value}")
         else:
-            parts.append("(?:(?!)" + "()" * _group_count(value) + ")?")
             continue
         separator = ", "
     closing = "\\]" if separator == ", " else ""
-    return re.compile("".join(parts) + closing + "\\Z")
+    return re.compile(_possessive("".join(parts) + closing + "\\Z"))
 
 
-_ANNOTATION_LIST = re.compile(_ANNOTATIONS)
-_SHAPE_MATCHES: dict[tuple[bool, ...], Callable[[str, int], re.Match[str] | None]] = {}
-""":func:`shape_pattern`'s ``match`` per shape, made once (at most 2^11 shapes exist)."""
+def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], tuple[str | None, ...]]:
+    """Maps a :func:`shape_pattern` match's groups, with ``(None,)`` appended, to the general pattern's groups."""
+    present = iter(shape)
+    positions: list[int] = []
+    own = 0
+    for key, value in _ITEMS:
+        for pattern in (_BYTES,) * len(_MEM_FIELDS) if key == "mem" else (value,):
+            count = _group_count(pattern)
+            if next(present):
+                positions.extend(range(own, own + count))
+                own += count
+            else:
+                positions.extend([-1] * count)  # the appended None
+    return operator.itemgetter(*positions)
 
 
-def shape_match(groups: tuple[str | None, ...]) -> Callable[[str, int], re.Match[str] | None]:
-    """The ``match`` of the :func:`shape_pattern` of a :data:`_ANNOTATION_LIST` match's groups."""
+AnnotationMatch = Callable[[str, int], "re.Match[str] | None"]
+AnnotationRead = Callable[["re.Match[str]"], "dict[str, Any] | None"]
+_SHAPE_READERS: dict[tuple[bool, ...], tuple[AnnotationMatch, AnnotationRead]] = {}
+"""Per shape: its pattern's ``match`` and the reader of such a match, made once (at most 2^11 shapes)."""
+
+
+def shape_reader(groups: tuple[str | None, ...]) -> tuple[AnnotationMatch, AnnotationRead]:
+    """The ``match`` of a shape's :func:`shape_pattern` and the reader of its matches.
+
+    The shape is that of a :data:`_ANNOTATION_LIST` match's ``groups``; the reader gives what
+    :func:`typed_annotations` gives for the same list read by the general pattern.
+    """
     shape = annotation_shape(groups)
-    match = _SHAPE_MATCHES.get(shape)
-    if match is None:
-        match = _SHAPE_MATCHES[shape] = shape_pattern(shape).match
-    return match
+    reader = _SHAPE_READERS.get(shape)
+    if reader is None:
+        read = _cost_mem_reader(shape)
+        if read is None:
+            layout = shape_layout(shape)
+
+            def read(match: re.Match[str]) -> dict[str, Any] | None:
+                return typed_annotations(layout(match.groups() + _NO_GROUP))
+
+        reader = _SHAPE_READERS[shape] = (shape_pattern(shape).match, read)
+    return reader
 
 
+def _cost_mem_reader(shape: tuple[bool, ...]) -> AnnotationRead | None:
+    """:func:`typed_annotations` for a shape of ``cost`` and ``mem`` fields only, or None for another shape.
+
+    The lists of a graph not yet placed have this shape. The reader takes its values from the
+    shape pattern's own groups, without the general pattern's 17 groups and checks of absent items.
+    """
+    keys = [field if key == "mem" else key for key, _ in _ITEMS for field in (_MEM_FIELDS if key == "mem" else (key,))]
+    present = {key for key, on in zip(keys, shape, strict=True) if on}
+    if not present or not present <= {"cost", *_MEM_FIELDS}:
+        return None
+    with_cost = "cost" in present
+    first = 2 if with_cost else 0  # the own group of the first present mem field
+    positions = {}
+    for field in _MEM_FIELDS:
+        positions[field] = first if field in present else -1
+        first += 2 if field in present else 0
+    persistent, activation, temporary = (positions[field] for field in _MEM_FIELDS)
+    with_mem = present != {"cost"}
+
+    def read(match: re.Match[str]) -> dict[str, Any] | None:
+        groups = match.groups()
+        annotations: dict[str, Any] = {}
+        if with_cost:
+            seconds = _seconds_of(groups[0], groups[1])  # type: ignore[arg-type]
+            if not 0.0 <= seconds < _INF:
+                return None  # negative or infinite: the token parser reports it
+            annotations["cost"] = _cost_of(seconds)
+        if with_mem:
+            annotations["mem"] = _mem_of(
+                int(groups[persistent]) * _BYTE_UNITS[groups[persistent + 1]] if persistent >= 0 else 0,  # type: ignore[arg-type,index]
+                int(groups[activation]) * _BYTE_UNITS[groups[activation + 1]] if activation >= 0 else 0,  # type: ignore[arg-type,index]
+                int(groups[temporary]) * _BYTE_UNITS[groups[temporary + 1]] if temporary >= 0 else 0,  # type: ignore[arg-type,index]
+            )
+        return annotations
+
+    return read
+
+
+_NO_GROUP = (None,)
+_ANNOTATION_LIST = re.compile(_ANNOTATIONS)
 _TAIL = re.compile(_TYPES.pattern + _ANNOTATIONS)
 _LINE = re.compile(_HEAD.pattern + _TYPES.pattern + _ANNOTATIONS)
 _STRINGS = re.compile(STRING)
@@ -182,39 +267,41 @@ _BYTE_UNITS = BYTE_UNITS
 _LINE_MATCH = _LINE.match
 _EXPONENT = {unit: f"e{exponent}" for unit, exponent in TIME_UNITS.items()}
 _new = object.__new__
-_set = object.__setattr__
-
-
-def plain_seconds(number: str, unit: str) -> float | None:
-    """:func:`~graphir.attributes.seconds_from` by one ``float``, or None when that is not exact.
-
-    A short number without an exponent gives the same correctly rounded value; any other number
-    text is left to :func:`~graphir.attributes.seconds_from` (None).
-    """
-    if len(number) <= 28 and "e" not in number and "E" not in number:
-        return float(number + _EXPONENT[unit])
-    return None
+# The slots' own setters: a frozen attrs class refuses plain stores, and these skip the name
+# lookup of object.__setattr__ (about a third cheaper per field).
+_set_dtype = TensorType.__dict__["dtype"].__set__
+_set_shape = TensorType.__dict__["shape"].__set__
+_set_times = Cost.__dict__["times"].__set__
+_set_persistent = Mem.__dict__["persistent"].__set__
+_set_activation = Mem.__dict__["activation"].__set__
+_set_temporary = Mem.__dict__["temporary"].__set__
 
 
 def _seconds_of(number: str, unit: str) -> float:
-    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan)."""
-    seconds = plain_seconds(number, unit)
-    return seconds_from(number, unit) if seconds is None else seconds
+    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan).
+
+    A short number without an exponent is read by one ``float`` of the text with the unit's
+    exponent appended, which gives the same correctly rounded value; any other text goes to
+    :func:`~graphir.attributes.seconds_from`.
+    """
+    if len(number) <= 28 and "e" not in number and "E" not in number:
+        return float(number + _EXPONENT[unit])
+    return seconds_from(number, unit)
 
 
 def _cost_of(seconds: float) -> Cost:
     """``Cost.of(seconds)`` for a finite, non-negative float (what its converter would check)."""
     cost = _new(Cost)
-    _set(cost, "times", ((DEFAULT_KIND, seconds),))
+    _set_times(cost, ((DEFAULT_KIND, seconds),))
     return cost
 
 
 def _mem_of(persistent: int, activation: int, temporary: int) -> Mem:
     """``Mem(...)`` for non-negative ints (what its validators would check)."""
     mem = _new(Mem)
-    _set(mem, "persistent", persistent)
-    _set(mem, "activation", activation)
-    _set(mem, "temporary", temporary)
+    _set_persistent(mem, persistent)
+    _set_activation(mem, activation)
+    _set_temporary(mem, temporary)
     return mem
 
 
@@ -354,14 +441,24 @@ class LineScanner:
         distinct tensor size) is built here as :func:`~graphir.parse_values._static_type` builds
         it; anything else goes to ``read_type``.
         """
+        short, _, rest = text.partition("[")
+        dims = rest[:-1]
+        if dims.isdigit() and dims.isascii() and rest[-1:] == "]":  # rank 1 (dims: [0-9]+), no regex needed
+            dtype = _DTYPES.get(short)
+            if dtype is not None:
+                tensor_type = _new(TensorType)
+                _set_dtype(tensor_type, dtype)
+                _set_shape(tensor_type, (int(dims),))
+                self.type_cache[text] = tensor_type
+                return tensor_type
         static = _STATIC_TYPE_MATCH(text)
         if static is not None:
             short, dims = static.groups()
             dtype = _DTYPES.get(short)
             if dtype is not None:
                 tensor_type = _new(TensorType)
-                _set(tensor_type, "dtype", dtype)
-                _set(tensor_type, "shape", tuple(map(int, dims.split(","))) if dims else ())
+                _set_dtype(tensor_type, dtype)
+                _set_shape(tensor_type, tuple(map(int, dims.split(","))) if dims else ())
                 self.type_cache[text] = tensor_type
                 return tensor_type
         return self.read_type(text) if text.endswith("]") and "[" in text else None

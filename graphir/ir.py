@@ -57,6 +57,10 @@ class ExternalTensor:
 ConstData = DenseTensor | ExternalTensor
 
 
+_RESULT = ValueKind.RESULT
+_new_object = object.__new__
+
+
 class Value:
     """One tensor: a name unique in its graph, a type, where it comes from, and its uses.
 
@@ -457,7 +461,7 @@ class Graph:
         may be the parsed text's :class:`~graphir.errors.SourceLines` with the node's ``line``
         (its :attr:`Node.loc` is then made when first read).
         """
-        node = Node.__new__(Node)
+        node = _new_object(Node)
         node.op = op
         node.name = name
         node.inputs = []
@@ -471,15 +475,23 @@ class Graph:
         node.control_inputs = []
         node.control_users = []
         values = self._values
-        outputs = []
-        for i, out_type in enumerate(output_types):
-            value = Value(output_names[i], out_type, ValueKind.RESULT)
+        # Each Value is built field by field (what Value.__init__ and add_node set), without the
+        # __init__ call: this runs once per result of a large parsed graph.
+        node.outputs = outputs = []
+        i = 0
+        for value_name in output_names:
+            value = _new_object(Value)
+            value.name = value_name
+            value.type = output_types[i]
+            value.kind = _RESULT
             value.producer = node
             value.output_index = i
+            value.uses = []
+            value.const = None
             value.graph = self
-            values[value.name] = value
+            values[value_name] = value
             outputs.append(value)
-        node.outputs = outputs
+            i += 1
         self._nodes[node] = None
         self._node_names[name] = node
         return node

@@ -22,10 +22,9 @@ from graphir.attributes import DenseTensor
 from graphir.errors import Location, ParseError, SourceLines
 from graphir.fastline import (
     _ANNOTATION_LIST,
-    _HEAD,
-    _TYPES,
+    _HEAD_TYPES,
     LineScanner,
-    shape_match,
+    shape_reader,
     typed_annotations,
 )
 from graphir.gcpause import gc_paused
@@ -69,7 +68,9 @@ class _Parser(_ValueGrammar):
         self.filename = filename
         # Only "\n" ends a line: str.splitlines would also split at U+2028 and friends, which may
         # appear (escaped by the printer, but raw in hand-written text) inside string literals.
-        self.lines = [line.rstrip("\r") for line in text.split("\n")]
+        self.lines = text.split("\n")
+        if "\r" in text:
+            self.lines = [line.rstrip("\r") for line in self.lines]
         self.source = SourceLines(filename, self.lines)  # the nodes' locations, made when asked for
         self.line_no = 0
         self.cur: _Line | None = None
@@ -236,69 +237,81 @@ class _Parser(_ValueGrammar):
         add_node = graph.add_node_unchecked
         connect = body.connect
         source = self.source
-        head_match, types_match, annotations_match = _HEAD.match, _TYPES.match, _ANNOTATION_LIST.match
+        head_types_match, annotations_match = _HEAD_TYPES.match, _ANNOTATION_LIST.match
+        cache_get = cache.get
         # The annotation lists of a large graph come in a few shapes (which keys, which mem
-        # fields): the last two shapes seen are tried first, each by its own pattern, which is
-        # a strict subset of the general one with the same groups (fastline.shape_pattern).
-        last_shape = other_shape = None
-        while number < end:
-            text = lines[number]
-            # Three matches rather than one: a pattern with fewer groups saves fewer marks when
-            # it backtracks (one pattern for the whole line costs about 1.6 times as much).
-            head = head_match(text)
-            if head is None:
-                break
-            types = types_match(text, head.end())
-            if types is None:
-                break
-            pos = types.end()
-            tail = last_shape(text, pos) if last_shape is not None else None
-            if tail is None:
-                tail = other_shape(text, pos) if other_shape is not None else None
+        # fields): the last two shapes seen are tried first, each by its own pattern, which
+        # matches a strict subset of the general one (fastline.shape_pattern), and read by its
+        # own reader (same annotations as typed_annotations of the general groups).
+        last_match, last_read = other_match, other_read = _NO_SHAPE
+        try:
+            while number < end:
+                text = lines[number]
+                # Two matches rather than one: a pattern with fewer groups saves fewer marks when
+                # it backtracks (one pattern for the whole line costs about 1.6 times as much).
+                head_types = head_types_match(text)
+                if head_types is None:
+                    break
+                pos = head_types.end()
+                tail = last_match(text, pos)
                 if tail is not None:
-                    last_shape, other_shape = other_shape, last_shape
+                    read = last_read
                 else:
-                    tail = annotations_match(text, pos)
-                    if tail is None:
+                    tail = other_match(text, pos)
+                    if tail is not None:
+                        last_match, last_read, other_match, other_read = other_match, other_read, last_match, last_read
+                        read = last_read
+                    else:
+                        tail = annotations_match(text, pos)
+                        if tail is None:
+                            break
+                        other_match, other_read = last_match, last_read
+                        last_match, last_read = shape_reader(tail.groups())
+                        read = _general_groups
+                results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text = (
+                    head_types.groups()
+                )
+                if not results_text or "." not in op:
+                    break
+                annotations = read(tail)
+                if annotations is None:
+                    break  # a value the token parser reads or reports
+                results = results_text.replace("%", "").split(", ")
+                if output_text is not None:
+                    result_types = [cache_get(output_text) or make_type(output_text)]
+                    if result_types[0] is None or len(results) != 1 or results[0] in values:
                         break
-                    last_shape, other_shape = shape_match(tail.groups()), last_shape
-            results_text, op, name, operands_text, controls_text = head.groups()
-            inputs_text, output_text, outputs_text = types.groups()
-            if not results_text or "." not in op:
-                break
-            annotations = typed_annotations(tail.groups())
-            if annotations is None:
-                break  # a value the token parser reads or reports
-            results = results_text.replace("%", "").split(", ")
-            if output_text is not None:
-                result_types = [cache.get(output_text) or make_type(output_text)]
-                if result_types[0] is None or len(results) != 1 or results[0] in values:
+                else:
+                    result_types = [cache_get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
+                    if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
+                        break
+                    if any(result in values for result in results):
+                        break
+                if operands_text:
+                    operands = operands_text.replace("%", "").split(", ")
+                    if not inputs_text:
+                        break
+                    # An operand's type was mostly read on its value's line: look-ups first.
+                    operand_types = list(map(cache_get, inputs_text.split(", ")))
+                    if not all(operand_types):
+                        operand_types = [cache_get(piece) or make_type(piece) for piece in inputs_text.split(", ")]
+                        if not all(operand_types):
+                            break
+                    if len(operand_types) != len(operands):
+                        break
+                elif inputs_text:
                     break
-            else:
-                result_types = [cache.get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
-                if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
-                    break
-                if any(result in values for result in results):
-                    break
-            if operands_text:
-                operands = operands_text.replace("%", "").split(", ")
-                if not inputs_text:
-                    break
-                operand_types = [cache.get(piece) or make_type(piece) for piece in inputs_text.split(", ")]
-                if len(operand_types) != len(operands) or not all(operand_types):
-                    break
-            elif inputs_text:
-                break
-            else:
-                operands = operand_types = []
-            node_name = name if name is not None else results[0]
-            if node_name in node_names:
-                break  # the general path reports the redefinition with its column
-            number += 1
-            self.line_no = number
-            node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
-            controls = controls_text.replace("@", "").split(", ") if controls_text else None
-            connect(node, operands, operand_types, controls, number, text)
+                else:
+                    operands = operand_types = []
+                node_name = name if name is not None else results[0]
+                if node_name in node_names:
+                    break  # the general path reports the redefinition with its column
+                number += 1
+                node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
+                controls = controls_text.replace("@", "").split(", ") if controls_text else None
+                connect(node, operands, operand_types, controls, number, text)
+        finally:
+            self.line_no = number  # the first line not read here (the general path reads it)
 
     def parse_constant(self, graph: Graph) -> Value:
         """A ``const`` line after its keyword; returns the new constant."""
@@ -452,6 +465,7 @@ class _Body:
     def __init__(self, parser: _Parser, graph: Graph):
         self.parser = parser
         self.graph = graph
+        self.values = graph._values  # the graph's own table (read by connect once per node)
         self.pending: dict[str, list[tuple[Node, int, TensorType, int, str]]] = {}
         self.controls: list[tuple[Node, list[str], int, str]] = []
         self.nameless: list[Node] = []
@@ -462,19 +476,22 @@ class _Body:
         line_no: int, source: str,
     ) -> None:  # fmt: skip
         """Connect ``node``'s operands (the defined ones now), then its newly defined results."""
-        values = self.graph._values
+        values = self.values
         inputs = node.inputs
-        for k, value_name in enumerate(operands):
+        k = 0
+        for value_name in operands:
             value = values.get(value_name)
             declared = operand_types[k]
             if value is None:
                 self.pending.setdefault(value_name, []).append((node, k, declared, line_no, source))
                 inputs.append(None)  # type: ignore[arg-type]  # set when the value is defined
-                continue
-            if value.type is not declared and value.type != declared:
-                self._mismatch(line_no, k, value, declared, source)
-            inputs.append(value)
-            value.uses.append((node, k))
+            else:
+                value_type = value.type
+                if value_type is not declared and value_type != declared:
+                    self._mismatch(line_no, k, value, declared, source)
+                inputs.append(value)
+                value.uses.append((node, k))
+            k += 1
         if controls:
             self.controls.append((node, controls, line_no, source))
         if self.pending:
@@ -602,6 +619,19 @@ class _Body:
             )
         graph.touch_all()
         graph._uses_exact_version = graph._version  # every use was appended with its operand
+
+
+def _no_match(text: str, pos: int) -> None:
+    """The annotation-list match of no shape (the plain-line loop's start)."""
+    return None
+
+
+_NO_SHAPE = (_no_match, typed_annotations)
+
+
+def _general_groups(match: Any) -> dict[str, Any] | None:
+    """:func:`~graphir.fastline.typed_annotations` of a :data:`~graphir.fastline._ANNOTATION_LIST` match."""
+    return typed_annotations(match.groups())
 
 
 def _source_record(line_no: int, source: str) -> _NodeRecord:

@@ -3,18 +3,26 @@
 ``fastline.shape_pattern`` writes out one shape of a built-in annotation list (which keys, which
 ``mem`` fields); the plain-line loop tries the last two shapes before the general pattern
 ``_ANNOTATION_LIST``. That is only right when a shape pattern matches a subset of what the general
-pattern matches, with the same groups. Checked on every one of the 2^11 shapes (with values that
-contain separators inside quotes), against every other shape, and on random edits of such lists.
-"""
+pattern matches, with the same groups once ``shape_layout`` puts them in place, and when a shape's
+reader gives what ``typed_annotations`` gives. Checked on every one of the 2^11 shapes (with values
+that contain separators inside quotes), against every other shape, and on random edits of such lists."""
 
 from __future__ import annotations
 
 import itertools
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphir.fastline import _ANNOTATION_LIST, annotation_shape, shape_pattern
+from graphir.fastline import (
+    _ANNOTATION_LIST,
+    annotation_shape,
+    shape_layout,
+    shape_pattern,
+    shape_reader,
+    typed_annotations,
+)
 from graphir.parser import parse_module
 from graphir.printer import print_module
 
@@ -48,6 +56,12 @@ def _text(shape: tuple[bool, ...]) -> str:
 
 _SHAPES = list(itertools.product([False, True], repeat=11))
 _PATTERNS = {shape: shape_pattern(shape) for shape in _SHAPES}
+_LAYOUTS = {shape: shape_layout(shape) for shape in _SHAPES}
+
+
+def _general(shape: tuple[bool, ...], match: re.Match[str]) -> tuple[str | None, ...]:
+    """A shape pattern's groups where the general pattern has them."""
+    return _LAYOUTS[shape](match.groups() + (None,))
 
 
 def test_every_shape_matches_its_own_list_with_the_general_groups():
@@ -58,7 +72,28 @@ def test_every_shape_matches_its_own_list_with_the_general_groups():
         assert annotation_shape(general.groups()) == shape
         own = _PATTERNS[shape].match(text)
         assert own is not None, text
-        assert own.groups() == general.groups()
+        assert _general(shape, own) == general.groups()
+
+
+def _same(left: dict | None, right: dict | None) -> bool:
+    """Equal annotations, value types included (1 == 1.0 would hide an int read as a float)."""
+    if left is None or right is None:
+        return left is right
+    return list(left.items()) == list(right.items()) and all(type(left[key]) is type(right[key]) for key in left)
+
+
+def test_every_shape_reader_reads_what_typed_annotations_reads():
+    costs = ["1.5us", "0ns", "-2us", "1e400s", "12345678901234567890.123456789e-3ms", "7s"]
+    mems = ["4KiB", "0B", "3GiB"]
+    for shape in _SHAPES:
+        for k, cost in enumerate(costs):
+            text = _text(shape).replace("cost = 1.5us", f"cost = {cost}").replace("4KiB", mems[k % 3])
+            general = _ANNOTATION_LIST.match(text)
+            assert general is not None, text
+            match, read = shape_reader(general.groups())
+            own = match(text, 0)
+            assert own is not None, text
+            assert _same(read(own), typed_annotations(general.groups())), text
 
 
 def test_no_shape_matches_another_shapes_list():
@@ -83,11 +118,11 @@ def test_edited_lists_match_a_shape_only_where_the_general_pattern_agrees(shape,
         position = min(position, len(text))
         text = text[:position] + insert + text[position + delete :]
     general = _ANNOTATION_LIST.match(text)
-    for pattern in (_PATTERNS[shape], *(_PATTERNS[s] for s in _SHAPES[::97])):
-        match = pattern.match(text)
+    for tried in (shape, *_SHAPES[::97]):
+        match = _PATTERNS[tried].match(text)
         if match is not None:
             assert general is not None, text
-            assert match.groups() == general.groups(), text
+            assert _general(tried, match) == general.groups(), text
 
 
 def test_lines_of_alternating_shapes_read_as_printed():
