@@ -118,11 +118,16 @@ def seconds_from(text: str, unit: str) -> float:
     ``1.112us`` read as the same float as the literal ``1.112e-6``. A plain decimal of at most 28
     characters reads through ``float("<text>e<exponent>")``, which is the same single correct
     rounding; longer or exponent-carrying text goes through :mod:`decimal` (whose 28-digit context
-    then decides, as it always did).
+    then decides, as it always did). An exponent too large for :mod:`decimal` gives an infinity
+    (the readers report a duration that is not finite).
     """
     if type(text) is str and len(text) <= 28 and "e" not in text and "E" not in text:
         return float(f"{text}e{TIME_UNITS[unit]}")
-    return float(decimal.Decimal(text).scaleb(TIME_UNITS[unit]))
+    value = decimal.Decimal(text)
+    try:
+        return float(value.scaleb(TIME_UNITS[unit]))
+    except decimal.Overflow:  # an exponent past the context's (1e8055797723): infinite, as float() reads it
+        return -math.inf if value.is_signed() else math.inf
 
 
 def format_duration(seconds: float) -> str:

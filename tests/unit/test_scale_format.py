@@ -20,6 +20,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from graphir.attributes import TIME_UNITS, format_duration, seconds_from
+from graphir.errors import ParseError
+from graphir.parser import parse_module
 
 
 def _reference_seconds_from(text: str, unit: str) -> float:
@@ -115,6 +117,24 @@ def test_seconds_from_matches_on_exponents_and_long_text(text):
     for unit in TIME_UNITS:
         assert math.copysign(1, seconds_from(text, unit)) == math.copysign(1, _reference_seconds_from(text, unit))
         assert seconds_from(text, unit) == _reference_seconds_from(text, unit)
+
+
+def test_an_exponent_beyond_decimal_reads_as_an_infinity_and_is_reported(tmp_path):
+    # decimal's context stops at exponent 999999: past it scaleb overflowed (an internal error,
+    # exit 2, before); the reader now gets an infinity and reports a duration that is not finite.
+    assert seconds_from("17.13297e8055797723", "us") == math.inf
+    assert seconds_from("-17.13297e8055797723", "us") == -math.inf
+    assert seconds_from("1e-8055797723", "us") == 0.0  # underflow is not trapped: zero
+    path = tmp_path / "big.gir"
+    path.write_text(
+        "module @m {\n  graph @main(%x : f32[2]) {\n"
+        "    %y = onnx.Relu(%x) : (f32[2]) -> f32[2] [cost = 17.13297e8055797723us]\n"
+        "    return %y\n  }\n}\n"
+    )
+    with pytest.raises(ParseError) as caught:
+        parse_module(path.read_text(), str(path))
+    first = caught.value.render().splitlines()[0]
+    assert first == f"{path}:3:53: error: duration '17.13297e8055797723us' is not finite"
 
 
 @pytest.mark.parametrize("value", [np.float64(1.5e-5), np.float64("inf"), 3])
