@@ -4,7 +4,7 @@ Built once per structural version of the graph (:meth:`graphir.ir.Graph.index`) 
 every heavy pass. Edges are dependencies between nodes: one per (producer, consumer, value)
 triple, whose bytes are the size of the value it carries, plus one zero-byte control edge per
 control input (``edge_control``). Annotation-derived arrays (times,
-memory, groups) are cached separately and recomputed when any annotation changes.
+memory, groups) are cached separately and recomputed when an annotation they read changes.
 """
 
 from __future__ import annotations
@@ -122,8 +122,7 @@ class GraphIndex:
         self.version = graph._version
         self.nodes: list[Node] = []
         self.values: list[Value] = []
-        self._annotation_version = -1
-        self._cache: dict[object, object] = {}
+        self._cache: dict[object, tuple[object, int]] = {}  # key -> (value, annotation version built at)
         self._last_quotient: tuple[np.ndarray, Quotient] | None = None
 
     @property
@@ -259,22 +258,28 @@ class GraphIndex:
         return np.bincount(self.value_producer, weights=self.value_bytes, minlength=self.num_nodes).astype(np.int64)
 
     # ----------------------------------------------------------------- annotation arrays
-    def _annotation_cached(self, key: object, build: object) -> np.ndarray:
-        if self._annotation_version != self.graph._annotation_version:
-            self._cache.clear()
-            self._annotation_version = self.graph._annotation_version
-        if key not in self._cache:
-            self._cache[key] = build()  # type: ignore[operator]
-        return self._cache[key]  # type: ignore[return-value]
+    def _annotation_cached(self, key: object, build: object, keys: tuple[str, ...] | None = None) -> np.ndarray:
+        """``build()``, cached until an annotation among ``keys`` changes (``None``: any annotation)."""
+        graph = self.graph
+        cached = self._cache.get(key)
+        if cached is not None:
+            value, built = cached  # type: ignore[misc]
+            if built == graph._annotation_version or (
+                keys is not None and not graph.annotations_changed_since(keys, built)
+            ):
+                return value  # type: ignore[no-any-return]
+        value = build()  # type: ignore[operator]
+        self._cache[key] = (value, graph._annotation_version)
+        return value  # type: ignore[no-any-return]
 
     def annotation_list(self, key: str) -> list[Any]:
-        """The ``key`` annotation of every node (None where absent), cached until an annotation changes.
+        """The ``key`` annotation of every node (None where absent), cached until that annotation changes.
 
         One read of each node's annotation table: the simulator's per-node inputs without a property
         call per node. The list is shared: do not modify it.
         """
         return self._annotation_cached(  # type: ignore[return-value]
-            ("annotation", key), lambda: [node._annotations.get(key) for node in self.nodes]
+            ("annotation", key), lambda: [node._annotations.get(key) for node in self.nodes], (key,)
         )
 
     def times(self, kind: str | None = None) -> np.ndarray:
@@ -297,7 +302,7 @@ class GraphIndex:
                     append(nan if value is None else value)
             return np.array(values, dtype=np.float64) if values else np.full(0, np.nan)
 
-        return self._annotation_cached(("times", kind), build)
+        return self._annotation_cached(("times", kind), build, ("cost",))
 
     def persistent_bytes(self) -> np.ndarray:
         """Persistent bytes per node from ``mem`` (0 where absent)."""
@@ -308,7 +313,7 @@ class GraphIndex:
                 _raise_persistent_overflow(self.nodes, sizes)
             return np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
 
-        return self._annotation_cached("persistent", build)
+        return self._annotation_cached("persistent", build, ("mem",))
 
     def groups(self) -> np.ndarray:
         """Group id per node, -1 where the node has no ``group``."""
@@ -318,7 +323,7 @@ class GraphIndex:
                 (n._annotations.get("group", -1) for n in self.nodes), dtype=np.int64, count=self.num_nodes
             )
 
-        return self._annotation_cached("groups", build)
+        return self._annotation_cached("groups", build, ("group",))
 
     def quotient(self) -> Quotient:
         """The coarse graph in which each ``group`` is one node (ungrouped nodes stay alone)."""
@@ -334,7 +339,7 @@ class GraphIndex:
             self._last_quotient = (groups, quotient)
             return quotient
 
-        return self._annotation_cached("quotient", build)  # type: ignore[return-value]
+        return self._annotation_cached("quotient", build, ("group",))  # type: ignore[return-value]
 
 
 def quotient_edges(

@@ -206,19 +206,19 @@ class Node:
             raise KeyError(f"unknown annotation '{key}' (known: {', '.join(sorted(ANNOTATIONS))})")
         self._annotations[key] = kind.check(value)
         if self.graph is not None:
-            self.graph._annotation_version += 1
+            self.graph._annotations_changed(key)
 
     def del_annotation(self, key: str) -> None:
         """Remove an annotation if present."""
         if self._annotations.pop(key, None) is not None and self.graph is not None:
-            self.graph._annotation_version += 1
+            self.graph._annotations_changed(key)
 
     def clear_annotations(self) -> None:
         """Remove every annotation."""
         if self._annotations:
             self._annotations.clear()
             if self.graph is not None:
-                self.graph._annotation_version += 1
+                self.graph._annotations_changed(None)
 
     # ----------------------------------------------------------------- structure
     def set_input(self, operand: int, value: Value) -> None:
@@ -302,6 +302,11 @@ class Graph:
         self._seq = itertools.count()
         self._version = 0
         self._annotation_version = 0
+        # The annotation version at which each key last changed, and at which every key may have
+        # (a cleared node, a batch of parsed nodes): what caches and the verifier read to keep
+        # what depends on other keys only (annotations_changed_since).
+        self._annotation_key_versions: dict[str, int] = {}
+        self._annotation_all_version = 0
         self._index: GraphIndex | None = None
         # The structural version at which a reader that builds use lists in step with operands
         # (the `.gir` parser) finished: the verifier's use-list check is redundant at that version.
@@ -526,13 +531,28 @@ class Graph:
                 changed += 1
             annotations[key] = value
         if changed:
-            self._annotation_version += 1
+            self._annotations_changed(key)
         return changed
 
     def touch_all(self) -> None:
         """Mark the structure and the annotations changed (after :meth:`add_node_unchecked`)."""
         self._version += 1
+        self._annotations_changed(None)
+
+    def _annotations_changed(self, key: str | None) -> None:
+        """Bump the annotation version for a change of ``key`` (``None``: of any key)."""
         self._annotation_version += 1
+        if key is None:
+            self._annotation_all_version = self._annotation_version
+        else:
+            self._annotation_key_versions[key] = self._annotation_version
+
+    def annotations_changed_since(self, keys: Iterable[str], version: int) -> bool:
+        """Whether an annotation among ``keys`` may have changed after annotation version ``version``."""
+        if self._annotation_all_version > version:
+            return True
+        versions = self._annotation_key_versions
+        return any(versions.get(key, -1) > version for key in keys)
 
     def remove_node(self, node: Node) -> None:
         """Remove ``node``.

@@ -103,7 +103,7 @@ def temporary_bytes(index: GraphIndex) -> np.ndarray:
         temporary.flags.writeable = False
         return temporary
 
-    return index._annotation_cached("temporary-bytes", build)
+    return index._annotation_cached("temporary-bytes", build, ("mem",))
 
 
 def whole_step_bytes(index: GraphIndex) -> np.ndarray:

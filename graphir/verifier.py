@@ -71,6 +71,10 @@ def _check_types(graph: Graph) -> None:
             raise _err(node, message)
 
 
+PLACEMENT_KEYS = ("device", "order", "affinity", "colocate")
+"""The annotations :func:`_check_annotations` reads (with the structure and the cluster)."""
+
+
 def _check_annotations(module: Module) -> None:
     graph = module.graph
     devices: dict[str, str] | None = None
@@ -268,8 +272,10 @@ class VerifyState:
     Every structural mutation through the IR API bumps ``Graph._version`` (the same counter that
     invalidates :meth:`~graphir.ir.Graph.index`) and every annotation change bumps
     ``Graph._annotation_version``. A pass that only annotates leaves the first alone, so the
-    structural checks (use lists, acyclicity, types) need not run again; a pass that changes
-    nothing skips the annotation checks too. Mutations outside the API (editing ``params`` or an
+    structural checks (use lists, acyclicity, types) need not run again; the placement checks run
+    again only when a key they read (:data:`PLACEMENT_KEYS`) changed, the group check only when
+    ``group`` did (:meth:`~graphir.ir.Graph.annotations_changed_since`), so ``fuse`` (groups)
+    skips the first and ``place`` (devices, orders) the second. Mutations outside the API (editing ``params`` or an
     op name in place) must call ``graph._touch()``, as they must for the index.
     """
 
@@ -299,14 +305,10 @@ def _verify(module: Module, since: VerifyState | None) -> None:
             _check_uses(graph)
         graph.index()  # raises on a cycle, naming it
         _check_types(graph)
-    annotations = (
-        structural
-        or since is None
-        or since.annotations != graph._annotation_version
-        or since.cluster_spec != module.cluster_spec
-    )
-    if annotations:
+    everything = structural or since is None or since.cluster_spec != module.cluster_spec
+    if everything or graph.annotations_changed_since(PLACEMENT_KEYS, since.annotations):  # type: ignore[union-attr]
         _check_annotations(module)
+    if everything or graph.annotations_changed_since(("group",), since.annotations):  # type: ignore[union-attr]
         check_quotient(graph)
     if since is not None:
         since.graph = graph

@@ -142,6 +142,24 @@ def test_index_is_cached_until_mutation():
     assert g.index().edge_src.tolist() == [0, 0]
 
 
+def test_annotation_arrays_are_rebuilt_only_when_a_key_they_read_changes():
+    g = _rewired_graph(["a", "b"], [("a", "b")])
+    g.node("a").cost = 1.0
+    index = g.index()
+    times, groups = index.times(), index.groups()
+    g.node("b").device = "gpu0"  # neither cost nor group
+    assert index.times() is times and index.groups() is groups
+    g.node("b").group = 3  # group: the groups again, the times kept
+    assert index.times() is times and index.groups() is not groups
+    assert index.groups().tolist() == [-1, 3]
+    g.annotate("cost", [g.node("b")], [2.0])  # cost through the column API
+    assert index.times().tolist() == [1.0, 2.0]
+    times = index.times()
+    g.node("a").clear_annotations()  # any key may have changed
+    assert np.isnan(index.times()[0]) and index.times() is not times
+    assert index.annotation_list("device") == [None, "gpu0"]
+
+
 def test_position_of_foreign_node_rejected():
     g = _rewired_graph(["a"], [])
     h = _rewired_graph(["a"], [])

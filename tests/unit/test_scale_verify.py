@@ -41,7 +41,9 @@ class _Counter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.structural = 0
         self.annotations = 0
+        self.quotient = 0
         real_uses, real_annotations = verifier._check_uses, verifier._check_annotations
+        real_quotient = verifier.check_quotient
 
         def uses(graph):
             self.structural += 1
@@ -51,8 +53,13 @@ class _Counter:
             self.annotations += 1
             real_annotations(module)
 
+        def quotient(graph):
+            self.quotient += 1
+            real_quotient(graph)
+
         monkeypatch.setattr(verifier, "_check_uses", uses)
         monkeypatch.setattr(verifier, "_check_annotations", annotations)
+        monkeypatch.setattr(verifier, "check_quotient", quotient)
 
 
 def test_state_skips_structural_checks_after_annotation_changes(monkeypatch):
@@ -121,15 +128,35 @@ class _Nothing(Pass):
 
 @pytest.mark.parametrize(
     ("full", "expected"),
-    # The initial check is full; annotate: annotations; grow: both; annotate: annotations;
-    # nothing: none. Full: all five checks everything.
-    [(False, (2, 4)), (True, (5, 5))],
+    # The initial check is full; annotate (groups only): the group check, not the placement
+    # check; grow: everything; annotate: the group check; nothing: none. Full: all five check everything.
+    [(False, (2, 2, 4)), (True, (5, 5, 5))],
 )
 def test_pass_manager_verifies_incrementally_unless_full(monkeypatch, full, expected):
     counter = _Counter(monkeypatch)
     manager = PassManager([_Annotate(), _Grow(), _Annotate(), _Nothing()], verify_full=full)
     manager.run(_chain(6), PassContext())
-    assert (counter.structural, counter.annotations) == expected
+    assert (counter.structural, counter.annotations, counter.quotient) == expected
+
+
+def test_state_runs_only_the_checks_of_the_keys_that_changed(monkeypatch):
+    counter = _Counter(monkeypatch)
+    module = _chain(4)
+    state = VerifyState()
+    verify(module, state)
+    assert (counter.annotations, counter.quotient) == (1, 1)
+    module.graph.node("n1").group = 7
+    verify(module, state)  # a group: the quotient check only
+    assert (counter.annotations, counter.quotient) == (1, 2)
+    module.graph.node("n1").device = "gpu0"
+    verify(module, state)  # a device: the placement check only
+    assert (counter.annotations, counter.quotient) == (2, 2)
+    module.graph.node("n1").clear_annotations()  # any key may have changed: both
+    verify(module, state)
+    assert (counter.annotations, counter.quotient) == (3, 3)
+    module.graph.node("n2").order = 0  # an order without a device is still caught
+    with pytest.raises(VerifyError, match="has an 'order' but no 'device'"):
+        verify(module, state)
 
 
 def test_pass_manager_reports_an_annotation_error_after_an_annotating_pass():
