@@ -107,6 +107,8 @@ ParamValue = int | float | str | bool | tuple[Any, ...] | TensorType | DenseTens
 
 TIME_UNITS: dict[str, int] = {"ns": -9, "us": -6, "ms": -3, "s": 0}
 """Unit name -> decimal exponent: ``1.5us`` is the decimal 1.5e-6."""
+_EXPONENT_TEXT = {unit: f"e{exponent}" for unit, exponent in TIME_UNITS.items()}
+"""Unit name -> the exponent suffix :func:`seconds_from` appends (``"us"`` -> ``"e-6"``)."""
 
 BYTE_UNITS: dict[str, int] = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 
@@ -122,7 +124,7 @@ def seconds_from(text: str, unit: str) -> float:
     (the readers report a duration that is not finite).
     """
     if type(text) is str and len(text) <= 28 and "e" not in text and "E" not in text:
-        return float(f"{text}e{TIME_UNITS[unit]}")
+        return float(text + _EXPONENT_TEXT[unit])
     value = decimal.Decimal(text)
     try:
         return float(value.scaleb(TIME_UNITS[unit]))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
-from graphir.attributes import BYTE_UNITS, TIME_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
+from graphir.attributes import BYTE_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
 from graphir.lexer import NAME_CHARS, NUMBER, STRING, TYPE, UNIT, unquote
 from graphir.parse_values import _STATIC_TYPE
 from graphir.types import DType, TensorType
@@ -210,7 +210,7 @@ def _cost_mem_reader(shape: tuple[bool, ...]) -> AnnotationRead | None:
         groups = match.groups()
         annotations: dict[str, Any] = {}
         if with_cost:
-            seconds = _seconds_of(groups[0], groups[1])  # type: ignore[arg-type]
+            seconds = seconds_from(groups[0], groups[1])  # type: ignore[arg-type]
             if not 0.0 <= seconds < _INF:
                 return None  # negative or infinite: the token parser reports it
             annotations["cost"] = _cost_of(seconds)
@@ -265,7 +265,6 @@ _DTYPES = {dtype.short: dtype for dtype in DType}
 _INF = float("inf")
 _BYTE_UNITS = BYTE_UNITS
 _LINE_MATCH = _LINE.match
-_EXPONENT = {unit: f"e{exponent}" for unit, exponent in TIME_UNITS.items()}
 _new = object.__new__
 # The slots' own setters: a frozen attrs class refuses plain stores, and these skip the name
 # lookup of object.__setattr__ (about a third cheaper per field).
@@ -275,18 +274,6 @@ _set_times = Cost.__dict__["times"].__set__
 _set_persistent = Mem.__dict__["persistent"].__set__
 _set_activation = Mem.__dict__["activation"].__set__
 _set_temporary = Mem.__dict__["temporary"].__set__
-
-
-def _seconds_of(number: str, unit: str) -> float:
-    """:func:`~graphir.attributes.seconds_from` for the regex's number text (may be inf; never nan).
-
-    A short number without an exponent is read by one ``float`` of the text with the unit's
-    exponent appended, which gives the same correctly rounded value; any other text goes to
-    :func:`~graphir.attributes.seconds_from`.
-    """
-    if len(number) <= 28 and "e" not in number and "E" not in number:
-        return float(number + _EXPONENT[unit])
-    return seconds_from(number, unit)
 
 
 def _cost_of(seconds: float) -> Cost:
@@ -339,7 +326,7 @@ def typed_annotations(groups: tuple[str | None, ...]) -> dict[str, Any] | None:
     if (affinity is not None or colocate is not None) and not _strings_into(annotations, affinity, colocate):
         return None
     if cost is not None:
-        seconds = _seconds_of(cost, cost_unit)
+        seconds = seconds_from(cost, cost_unit)
         if not 0.0 <= seconds < _INF:
             return None  # negative or infinite: the token parser reports it
         annotations["cost"] = _cost_of(seconds)
@@ -349,7 +336,7 @@ def typed_annotations(groups: tuple[str | None, ...]) -> dict[str, Any] | None:
             return None
         annotations["device"] = device
     if finish is not None:
-        seconds = _seconds_of(finish, finish_unit)
+        seconds = seconds_from(finish, finish_unit)
         if not -_INF < seconds < _INF:
             return None
         annotations["finish"] = seconds
@@ -364,7 +351,7 @@ def typed_annotations(groups: tuple[str | None, ...]) -> dict[str, Any] | None:
     if order is not None:
         annotations["order"] = int(order)
     if start is not None:
-        seconds = _seconds_of(start, start_unit)
+        seconds = seconds_from(start, start_unit)
         if not -_INF < seconds < _INF:
             return None
         annotations["start"] = seconds

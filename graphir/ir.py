@@ -548,7 +548,10 @@ class Graph:
             self._annotation_key_versions[key] = self._annotation_version
 
     def annotations_changed_since(self, keys: Iterable[str], version: int) -> bool:
-        """Whether an annotation among ``keys`` may have changed after annotation version ``version``."""
+        """Whether an annotation among ``keys`` may have changed after annotation version ``version``.
+
+        Always true for ``version`` -1 (before any check).
+        """
         if self._annotation_all_version > version:
             return True
         versions = self._annotation_key_versions

@@ -305,10 +305,11 @@ def _verify(module: Module, since: VerifyState | None) -> None:
             _check_uses(graph)
         graph.index()  # raises on a cycle, naming it
         _check_types(graph)
-    everything = structural or since is None or since.cluster_spec != module.cluster_spec
-    if everything or graph.annotations_changed_since(PLACEMENT_KEYS, since.annotations):  # type: ignore[union-attr]
+    # The version of the last check, or -1 when everything is checked again.
+    last = -1 if structural or since is None or since.cluster_spec != module.cluster_spec else since.annotations
+    if graph.annotations_changed_since(PLACEMENT_KEYS, last):
         _check_annotations(module)
-    if everything or graph.annotations_changed_since(("group",), since.annotations):  # type: ignore[union-attr]
+    if graph.annotations_changed_since(("group",), last):
         check_quotient(graph)
     if since is not None:
         since.graph = graph

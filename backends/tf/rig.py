@@ -538,14 +538,9 @@ def calibration_runs(
 
 def _median_wall(session: Any, target: Any, steps: int, warmup: int = 2) -> float:
     """The median wall time of ``steps`` untraced ``session.run(target)`` after ``warmup`` untimed ones."""
-    for _ in range(warmup):
-        session.run(target)
-    walls = []
-    for _ in range(steps):
-        begin = time.perf_counter()
-        session.run(target)
-        walls.append(time.perf_counter() - begin)
-    return float(statistics.median(walls))
+    from graphir.backends.tf.run import timed_calls
+
+    return float(statistics.median(timed_calls(lambda: session.run(target), steps, warmup)))
 
 
 def _op_median(traces: Sequence[StepTrace], name: str) -> float:

@@ -27,7 +27,7 @@ import dataclasses
 import re
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -362,16 +362,21 @@ def simulated_makespan(module: Module) -> float | None:
     return simulate(module).makespan + module.cluster.step_overhead
 
 
-def time_steps(runner: SessionRunner, inputs: Sequence[np.ndarray], steps: int, warmup: int) -> list[float]:
-    """Run ``warmup`` untimed then ``steps`` timed steps; the wall time of each timed step."""
+def timed_calls(call: Callable[[], Any], steps: int, warmup: int) -> list[float]:
+    """``call()`` ``warmup`` times untimed, then ``steps`` times timed: the wall seconds of each timed call."""
     for _ in range(warmup):
-        runner.run(inputs)
+        call()
     times = []
     for _ in range(steps):
         begin = time.perf_counter()
-        runner.run(inputs)
+        call()
         times.append(time.perf_counter() - begin)
     return times
+
+
+def time_steps(runner: SessionRunner, inputs: Sequence[np.ndarray], steps: int, warmup: int) -> list[float]:
+    """Run ``warmup`` untimed then ``steps`` timed steps; the wall time of each timed step."""
+    return timed_calls(lambda: runner.run(inputs), steps, warmup)
 
 
 def run_module(

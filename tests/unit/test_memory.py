@@ -55,9 +55,14 @@ device = "g0", order = 1]
 
 
 def _module(tmp_path: Path):
+    return _small(tmp_path, BODY)
+
+
+def _small(tmp_path: Path, body: str):
+    """A module of ``body`` (node lines and the return line) on the two-device ``CLUSTER``, input ``%in : f32[1]``."""
     path = tmp_path / "cluster.toml"
     path.write_text(CLUSTER)
-    return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{BODY}  }}\n}}\n')
+    return parse_module(f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{{body}  }}\n}}\n')
 
 
 def test_simulator_times_are_the_hand_worked_ones(tmp_path: Path) -> None:
@@ -147,25 +152,17 @@ def test_place_needs_the_transfer_of_a_remote_input(tmp_path: Path) -> None:
         memory.place(c, 1, 1.1, 2.1)
 
 
-def _small(tmp_path: Path, body: str, outputs: str):
-    """A module of ``body`` on the two-device ``CLUSTER`` (input ``%in : f32[1]``) returning ``outputs``."""
-    path = tmp_path / "cluster.toml"
-    path.write_text(CLUSTER)
-    return parse_module(
-        f'module @m {{cluster = "{path}"}} {{\n  graph @g(%in : f32[1]) {{\n{body}    return {outputs}\n  }}\n}}\n'
-    )
-
-
 def test_a_graph_output_lives_until_the_end_of_the_step(tmp_path: Path) -> None:
     # o (1,000 B) is a graph output no node reads, made by the first node; q (10,000 B) by the
     # second, on the same device: o stays until the makespan 3 s, so on [1, 3) both are held.
     # Were o freed when its producer finishes (a result no node reads), the peak would be 10,000 B.
     module = _small(
         tmp_path,
-        """    %o = t.A(%in) : (f32[1]) -> f32[250] [cost = 1s, device = "g0", order = 0]
+        """
+    %o = t.A(%in) : (f32[1]) -> f32[250] [cost = 1s, device = "g0", order = 0]
     %q = t.B(%in) : (f32[1]) -> f32[2500] [cost = 2s, device = "g0", order = 1]
+    return %o, %q
 """,
-        "%o, %q",
     )
     result = simulate(module)
     assert result.makespan == pytest.approx(3.0)
@@ -178,9 +175,9 @@ def test_paper_rule_adds_persistent_and_activation(tmp_path: Path) -> None:
     # peak_memory leaves the persistent bytes out (4 B); ScheduleMemory's ledger holds all 16 B.
     module = _small(
         tmp_path,
-        "    %v = t.V(%in) : (f32[1]) -> f32[1]"
-        ' [cost = 1s, mem = {persistent = 12B, activation = 4B}, device = "g0", order = 0]\n',
-        "%v",
+        "\n    %v = t.V(%in) : (f32[1]) -> f32[1]"
+        ' [cost = 1s, mem = {persistent = 12B, activation = 4B}, device = "g0", order = 0]\n'
+        "    return %v\n",
     )
     index = module.graph.index()
     result = simulate(module)
@@ -200,11 +197,12 @@ def test_a_result_still_to_be_read_is_held_past_its_producer(tmp_path: Path) -> 
     # of 100,500 B refuses it; had y been held only while its producer runs, it would fit.
     module = _small(
         tmp_path,
-        """    %x = t.A(%in) : (f32[1]) -> f32[25000] [cost = 1s]
+        """
+    %x = t.A(%in) : (f32[1]) -> f32[25000] [cost = 1s]
     %y = t.B(%in) : (f32[1]) -> f32[250] [cost = 1s]
     %z = t.C(%y) : (f32[250]) -> f32[1] [cost = 1s]
+    return %z
 """,
-        "%z",
     )
     index = module.graph.index()
     a, b, c = (index.position(module.graph.get_value(name).producer) for name in ("x", "y", "z"))
