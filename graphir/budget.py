@@ -17,6 +17,7 @@ import contextvars
 
 import numpy as np
 
+from graphir.annotations import Mem
 from graphir.errors import Location, PassError
 from graphir.ir import Module, Node, Value
 
@@ -36,7 +37,11 @@ def human_bytes(count: int) -> str:
 
 def node_bytes(node: Node) -> int:
     """The memory ``node`` needs on its device by itself: ``mem`` total, else its results' bytes."""
-    mem = node.mem
+    return _node_bytes(node, node.mem)
+
+
+def _node_bytes(node: Node, mem: Mem | None) -> int:
+    """:func:`node_bytes` of ``node`` whose ``mem`` annotation is ``mem``."""
     if mem is not None:
         return mem.persistent + mem.activation + mem.temporary
     return sum(value.nbytes for value in node.outputs)
@@ -62,8 +67,11 @@ def check_node_budgets(module: Module, allow_oom: bool | None = None) -> None:
     if (ALLOW_OOM.get() if allow_oom is None else allow_oom) or not module.cluster.devices:
         return
     device, capacity = largest_device_memory(module)
-    for node in module.graph.index().nodes:
-        need = node_bytes(node)
+    index = module.graph.index()
+    # The `mem` annotations from the index's list (one read of each node's table, shared with the
+    # placers) rather than a property call per node.
+    for node, mem in zip(index.nodes, index.annotation_list("mem"), strict=True):
+        need = _node_bytes(node, mem)
         if need <= capacity:
             continue
         loc = node.loc if node.loc is not None else Location(node=node.name)

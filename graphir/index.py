@@ -212,15 +212,13 @@ class GraphIndex:
                 kind = "constant" if value.const is not None else "graph input"
                 raise VerifyError(f"{kind} '{value.name}': {problem}", _value_loc(graph, value))
         index.value_bytes = np.asarray(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
-        index.value_producer = np.fromiter(
-            (v.producer._index_pos for v in values),  # type: ignore[union-attr]
-            dtype=np.int64,
-            count=len(values),
-        )
-        # A value's number is its producer's first result number plus its output index (values are
-        # grouped by producer in topological order, and a result's output_index is its place there).
+        # Values are grouped by producer in topological order, and a result's output_index is its
+        # place there: a value's producer is the node whose group holds it, and its number is its
+        # producer's first result number plus its output index.
+        counts = np.asarray(output_counts, dtype=np.int64)
+        index.value_producer = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         first_value = np.zeros(len(output_counts) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(output_counts, dtype=np.int64), out=first_value[1:])
+        np.cumsum(counts, out=first_value[1:])
         output_index = np.asarray(carried, dtype=np.int64)
         edge_value = np.where(output_index < 0, -1, first_value[src_t] + output_index) if len(carried) else output_index
         sort = np.lexsort((edge_value, dst_t, src_t))

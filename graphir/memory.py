@@ -96,7 +96,7 @@ def temporary_bytes(index: GraphIndex) -> np.ndarray:
 
     def build() -> np.ndarray:
         temporary = np.fromiter(
-            (0 if node.mem is None else node.mem.temporary for node in index.nodes),
+            (0 if mem is None else mem.temporary for mem in index.annotation_list("mem")),
             dtype=np.int64,
             count=index.num_nodes,
         )
@@ -108,11 +108,11 @@ def temporary_bytes(index: GraphIndex) -> np.ndarray:
 
 def whole_step_bytes(index: GraphIndex) -> np.ndarray:
     """The ``paper`` rule per node: ``persistent + activation`` (results' bytes without ``mem``), int64."""
-    out_bytes = index.out_bytes()
+    out_bytes = index.out_bytes().tolist()
     return np.fromiter(
         (
-            out_bytes[u] if node.mem is None else node.mem.persistent + node.mem.activation
-            for u, node in enumerate(index.nodes)
+            out_bytes[u] if mem is None else mem.persistent + mem.activation
+            for u, mem in enumerate(index.annotation_list("mem"))
         ),
         dtype=np.int64,
         count=index.num_nodes,

@@ -27,6 +27,7 @@ import numpy as np
 
 from graphir.index import GraphIndex
 from graphir.links import LinkModel
+from graphir.memory import whole_step_bytes
 from graphir.topo import csr, stable_topological_order
 
 
@@ -55,13 +56,7 @@ class FineGraph:
     @classmethod
     def from_index(cls, index: GraphIndex, comm: LinkModel, kind: str | None = None) -> FineGraph:
         """Arrays of ``index`` with times of device kind ``kind`` (default times when ``None``)."""
-        out_bytes = index.out_bytes()
-        mem = [node.mem for node in index.nodes]
-        node_mem = np.fromiter(
-            (out_bytes[i] if m is None else m.persistent + m.activation for i, m in enumerate(mem)),
-            dtype=np.float64,
-            count=index.num_nodes,
-        )
+        node_mem = whole_step_bytes(index).astype(np.float64)
         return cls(
             num_nodes=index.num_nodes,
             edge_src=index.edge_src,

@@ -201,12 +201,11 @@ class PlacementProblem:
                 raise PassError(f"node '{node.name}' has no cost for device kind '{device.kind}': run 'profile' first")
             times[:, k] = np.bincount(node_group, weights=fine, minlength=n)
         persistent_fine = index.persistent_bytes().astype(np.float64)
+        mems = index.annotation_list("mem")
         activation_fine = np.fromiter(
-            (0 if node.mem is None else node.mem.activation for node in index.nodes),
-            dtype=np.float64,
-            count=len(index.nodes),
+            (0 if mem is None else mem.activation for mem in mems), dtype=np.float64, count=len(mems)
         )
-        no_mem = np.fromiter((node.mem is None for node in index.nodes), dtype=bool, count=len(index.nodes))
+        no_mem = np.fromiter((mem is None for mem in mems), dtype=bool, count=len(mems))
         if no_mem.any():
             activation_fine[no_mem] = index.out_bytes()[no_mem]
         persistent = np.bincount(node_group, weights=persistent_fine, minlength=n)
@@ -215,12 +214,12 @@ class PlacementProblem:
         kinds = [d.kind for d in devices]
         allowed = np.ones((n, num_devices), dtype=bool)
         class_members: dict[str, list[int]] = {}
-        for u, node in enumerate(index.nodes):
-            g = int(node_group[u])
-            if node.affinity is not None:
-                allowed[g] &= np.asarray([kind in node.affinity for kind in kinds])
-            if node.colocate is not None:
-                class_members.setdefault(node.colocate, []).append(g)
+        affinities = index.annotation_list("affinity")
+        for u in [u for u, affinity in enumerate(affinities) if affinity is not None]:
+            allowed[node_group[u]] &= np.asarray([kind in affinities[u] for kind in kinds])
+        colocates = index.annotation_list("colocate")
+        for u in [u for u, name in enumerate(colocates) if name is not None]:
+            class_members.setdefault(colocates[u], []).append(int(node_group[u]))
         # Coarse nodes holding members of one class must share a device; a coarse node may hold
         # members of several classes, which then become one class (union-find over coarse nodes).
         sets: DisjointSets[int] = DisjointSets()
