@@ -49,6 +49,7 @@ from graphir.pass_infra import (
 )
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
+from graphir.printer import PRINT_JOBS
 
 SPLIT_MARKER = "// -----"
 
@@ -70,6 +71,16 @@ def _steps(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"invalid step count '{text}': expected an integer >= 1")
+    return value
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"invalid job count '{text}': expected an integer >= 0 (0: automatic)")
     return value
 
 
@@ -167,6 +178,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
         "--allow-oom",
         action="store_true",
         help="let placement place nodes whose own memory exceeds every device (for analysis; refused by default)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=0,
+        metavar="N",
+        help="processes that print the .gir text of a graph of 20,000 nodes or more (forked copies of this one; "
+        "the output is the same bytes); default 0: two when two cores are available, else one",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit status 2)")
     parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")
@@ -287,6 +306,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 1
     args.stage = "start-up"
     token = ALLOW_OOM.set(args.allow_oom)
+    jobs_token = PRINT_JOBS.set(args.jobs)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args)
@@ -305,6 +325,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         _report_internal_error(exc, args)
         return 2
     finally:
+        PRINT_JOBS.reset(jobs_token)
         ALLOW_OOM.reset(token)
 
 

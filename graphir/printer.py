@@ -15,14 +15,21 @@ Control dependencies print after the operands as ``ctrl(@node, ...)``. Nodes pri
 index's stable topological order, params in their stored order and
 annotations sorted by key inside the trailing ``[...]``, so golden tests can match them alone. A
 node's ``@name`` is printed only when it differs from its first result's name.
+
+The node lines of a graph of :data:`PARALLEL_MIN_NODES` nodes or more are formatted by two
+processes when two cores are available (``graphir-opt --jobs``): the later half in a forked copy of
+this process, sent back through a pipe, so the text is the same bytes as one process writes.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import io
+import os
 import re
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
@@ -271,6 +278,92 @@ _CHUNK = 4096
 """Node lines joined per write: bounded memory for the text of a million-node graph."""
 
 
+PRINT_JOBS: contextvars.ContextVar[int] = contextvars.ContextVar("graphir_print_jobs", default=0)
+"""Processes that print the node lines of a large graph (``graphir-opt --jobs``); 0: automatic
+(two when this process may use two cores or more)."""
+
+PARALLEL_MIN_NODES = 20_000
+"""Below this many nodes a graph is printed in this process (a fork costs more than it saves)."""
+
+
+def print_jobs(num_nodes: int) -> int:
+    """How many processes print ``num_nodes`` node lines: :data:`PRINT_JOBS`, or automatic.
+
+    One unless the graph has :data:`PARALLEL_MIN_NODES` nodes or more, the platform has
+    ``os.fork``, and this process runs no other thread (a forked child gets only the calling
+    thread, and a lock another thread held would stay held in it).
+    """
+    if num_nodes < PARALLEL_MIN_NODES or not hasattr(os, "fork") or threading.active_count() > 1:
+        return 1
+    jobs = PRINT_JOBS.get()
+    if jobs <= 0:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        jobs = min(2, cores)
+    return max(1, min(jobs, num_nodes // (PARALLEL_MIN_NODES // 2)))
+
+
+def _write_lines(nodes: Sequence[Node], line: Callable[[Node], str], out: TextIO) -> None:
+    """Write ``line(node)`` of each node, :data:`_CHUNK` lines per write."""
+    for begin in range(0, len(nodes), _CHUNK):
+        out.write("".join([line(node) for node in nodes[begin : begin + _CHUNK]]))
+
+
+def _write_lines_forked(nodes: Sequence[Node], jobs: int, line: Callable[[Node], str], out: TextIO) -> None:
+    """:func:`_write_lines` with the lines of ``jobs - 1`` later slices of ``nodes`` made in forked children.
+
+    Each child gets a copy of this process (copy-on-write: nothing is serialised), formats its
+    slice, sends the UTF-8 text through a pipe and ends with ``os._exit`` (no exit handlers, no
+    flush of the buffers it inherited). This process formats the first slice meanwhile, writes it,
+    then each child's text in slice order: the same bytes as one process writes. A slice whose
+    child could not be forked, or failed (its exit status is not 0), is formatted here.
+    """
+    bounds = [len(nodes) * k // jobs for k in range(jobs + 1)]
+    children: list[tuple[int, int, int, int]] = []  # (pid, read end, begin, end); pid -1: not forked
+    for k in range(1, jobs):
+        begin, end = bounds[k], bounds[k + 1]
+        try:
+            read_end, write_end = os.pipe()
+        except OSError:  # out of descriptors: this slice is printed here
+            children.append((-1, -1, begin, end))
+            continue
+        try:
+            pid = os.fork()
+        except OSError:  # no memory or no process slot for a copy: this slice is printed here
+            os.close(read_end)
+            os.close(write_end)
+            children.append((-1, -1, begin, end))
+            continue
+        if pid == 0:  # the child: format, send, end without any teardown
+            status = 1
+            try:
+                os.close(read_end)
+                data = memoryview("".join([line(node) for node in nodes[begin:end]]).encode())
+                while data:
+                    data = data[os.write(write_end, data) :]
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(write_end)
+        children.append((pid, read_end, begin, end))
+    texts: list[tuple[bytes | None, int, int]] = []
+    try:
+        _write_lines(nodes[: bounds[1]], line, out)
+    finally:  # every child is waited for, whatever happened here
+        for pid, read_end, begin, end in children:
+            if pid < 0:
+                texts.append((None, begin, end))
+                continue
+            with os.fdopen(read_end, "rb") as pipe:
+                data = pipe.read()
+            _, status = os.waitpid(pid, 0)
+            texts.append((data if status == 0 else None, begin, end))
+    for data, begin, end in texts:
+        if data is not None:
+            out.write(data.decode())
+        else:
+            _write_lines(nodes[begin:end], line, out)
+
+
 def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     """Write ``graph`` as `.gir` text."""
     ttext = _TypeText()
@@ -283,9 +376,11 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
         out.write(inner + _print_constant(value, ttext) + "\n")
     nodes = graph.index().nodes
     with gc_paused():  # printing makes no reference cycles: no collector passes over a big graph
-        for begin in range(0, len(nodes), _CHUNK):
-            lines = [inner + node_line(node) + "\n" for node in nodes[begin : begin + _CHUNK]]
-            out.write("".join(lines))
+        jobs = print_jobs(len(nodes))
+        if jobs > 1:
+            _write_lines_forked(nodes, jobs, lambda node: inner + node_line(node) + "\n", out)
+        else:
+            _write_lines(nodes, lambda node: inner + node_line(node) + "\n", out)
     results = ", ".join("%" + format_name(v.name) for v in graph.outputs)
     out.write(f"{inner}return {results}\n".replace("return \n", "return\n"))
     out.write(f"{indent}}}\n")
