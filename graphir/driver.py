@@ -23,7 +23,7 @@ import re
 import sys
 import traceback
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -54,34 +54,24 @@ from graphir.printer import PRINT_JOBS
 SPLIT_MARKER = "// -----"
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text, 0)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid seed '{text}': expected an integer >= 0") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"invalid seed '{text}': expected an integer >= 0")
-    return value
+def _integer_at_least(minimum: int, what: str, meaning: str = "") -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum``, else a one-line error naming ``what``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"invalid {what} '{text}': expected an integer >= {minimum}{meaning}")
+        return value
+
+    return parse
 
 
-def _steps(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"invalid step count '{text}': expected an integer >= 1")
-    return value
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"invalid job count '{text}': expected an integer >= 0 (0: automatic)")
-    return value
+_seed = _integer_at_least(0, "seed")
+_steps = _integer_at_least(1, "step count")
+_jobs = _integer_at_least(0, "job count", " (0: automatic)")
 
 
 class _StoreEmit(argparse.Action):

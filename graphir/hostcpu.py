@@ -43,6 +43,13 @@ class CpuSpeed:
     measured: bool
 
 
+def available_cores() -> list[int]:
+    """The cores this process may run on (its affinity mask where the platform has one), ascending."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def cache_dir() -> Path:
     """Graphir's per-user cache directory (not created here)."""
     override = os.environ.get(CACHE_DIR_ENV)

@@ -42,6 +42,7 @@ from graphir.attributes import (
     format_value,
 )
 from graphir.gcpause import gc_paused
+from graphir.hostcpu import available_cores
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import TensorType
 
@@ -297,8 +298,7 @@ def print_jobs(num_nodes: int) -> int:
         return 1
     jobs = PRINT_JOBS.get()
     if jobs <= 0:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        jobs = min(2, cores)
+        jobs = min(2, len(available_cores()))
     return max(1, min(jobs, num_nodes // (PARALLEL_MIN_NODES // 2)))
 
 

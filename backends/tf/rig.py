@@ -57,6 +57,7 @@ import numpy as np
 
 from graphir.cluster import Cluster, TransferService
 from graphir.errors import BackendError
+from graphir.hostcpu import available_cores
 from graphir.ir import Module
 
 __all__ = [
@@ -121,7 +122,7 @@ def normalise_device(device: str) -> str:
 
 def rig_cores(count: int) -> list[int]:
     """Cores the ``count`` workers are pinned to: the process's allowed cores, one per task, wrapping."""
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    allowed = available_cores()
     return [allowed[k % len(allowed)] for k in range(count)]
 
 

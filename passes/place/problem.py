@@ -214,12 +214,12 @@ class PlacementProblem:
         kinds = [d.kind for d in devices]
         allowed = np.ones((n, num_devices), dtype=bool)
         class_members: dict[str, list[int]] = {}
-        affinities = index.annotation_list("affinity")
-        for u in [u for u, affinity in enumerate(affinities) if affinity is not None]:
-            allowed[node_group[u]] &= np.asarray([kind in affinities[u] for kind in kinds])
-        colocates = index.annotation_list("colocate")
-        for u in [u for u, name in enumerate(colocates) if name is not None]:
-            class_members.setdefault(colocates[u], []).append(int(node_group[u]))
+        for u, affinity in enumerate(index.annotation_list("affinity")):
+            if affinity is not None:
+                allowed[node_group[u]] &= np.asarray([kind in affinity for kind in kinds])
+        for u, name in enumerate(index.annotation_list("colocate")):
+            if name is not None:
+                class_members.setdefault(name, []).append(int(node_group[u]))
         # Coarse nodes holding members of one class must share a device; a coarse node may hold
         # members of several classes, which then become one class (union-find over coarse nodes).
         sets: DisjointSets[int] = DisjointSets()

@@ -53,7 +53,7 @@ def test_print_jobs_chooses(small_threshold: None, monkeypatch: pytest.MonkeyPat
         PRINT_JOBS.reset(token)
 
 
-def test_a_failing_child_has_its_slice_printed_here(small_threshold: None) -> None:
+def test_a_failing_child_has_its_slice_printed_here(small_threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
     module = make_synthetic_module(600, seed=5)
     nodes = module.graph.index().nodes
     parent = os.getpid()
@@ -72,12 +72,9 @@ def test_a_failing_child_has_its_slice_printed_here(small_threshold: None) -> No
             forked.append(pid)
         return pid
 
+    monkeypatch.setattr(printer.os, "fork", counting_fork)
     out = io.StringIO()
-    try:
-        os.fork = counting_fork
-        printer._write_lines_forked(nodes, 3, line, out)
-    finally:
-        os.fork = real_fork
+    printer._write_lines_forked(nodes, 3, line, out)
     assert len(forked) == 2
     assert out.getvalue() == "".join(node.name + "\n" for node in nodes)
 
