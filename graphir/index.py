@@ -186,9 +186,10 @@ class GraphIndex:
             dst_t = rank[dst_arr] if len(dst_arr) else dst_arr
         values: list[Value] = []  # results of nodes in topological order; edges refer to them by number
         output_counts: list[int] = []
+        check_ints = graph.may_hold("group", "order")
         for node in index.nodes:
             annotations = node._annotations
-            if annotations:
+            if check_ints and annotations:
                 group = annotations.get("group", 0)
                 order = annotations.get("order", 0)
                 # Plain ints in range (every valid annotation) need no further look.
@@ -276,9 +277,13 @@ class GraphIndex:
         One read of each node's annotation table: the simulator's per-node inputs without a property
         call per node. The list is shared: do not modify it.
         """
-        return self._annotation_cached(  # type: ignore[return-value]
-            ("annotation", key), lambda: [node._annotations.get(key) for node in self.nodes], (key,)
-        )
+
+        def build() -> list[Any]:
+            if not self.graph.may_hold(key):
+                return [None] * len(self.nodes)
+            return [node._annotations.get(key) for node in self.nodes]
+
+        return self._annotation_cached(("annotation", key), build, (key,))  # type: ignore[return-value]
 
     def times(self, kind: str | None = None) -> np.ndarray:
         """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
@@ -317,6 +322,8 @@ class GraphIndex:
         """Group id per node, -1 where the node has no ``group``."""
 
         def build() -> np.ndarray:
+            if not self.graph.may_hold("group"):
+                return np.full(self.num_nodes, -1, dtype=np.int64)
             return np.fromiter(
                 (n._annotations.get("group", -1) for n in self.nodes), dtype=np.int64, count=self.num_nodes
             )

@@ -307,6 +307,10 @@ class Graph:
         # what depends on other keys only (annotations_changed_since).
         self._annotation_key_versions: dict[str, int] = {}
         self._annotation_all_version = 0
+        # Every key some node of this graph may hold (removals leave their key here), or None when
+        # unknown (a batch of nodes added by add_node_unchecked and touched without keys): what
+        # lets a check or a column of a key no node holds skip the walk over the nodes.
+        self._annotation_keys: set[str] | None = set()
         self._index: GraphIndex | None = None
         # The structural version at which a reader that builds use lists in step with operands
         # (the `.gir` parser) finished: the verifier's use-list check is redundant at that version.
@@ -534,18 +538,36 @@ class Graph:
             self._annotations_changed(key)
         return changed
 
-    def touch_all(self) -> None:
-        """Mark the structure and the annotations changed (after :meth:`add_node_unchecked`)."""
+    def touch_all(self, keys: Iterable[str] | None = None) -> None:
+        """Mark the structure and the annotations changed (after :meth:`add_node_unchecked`).
+
+        ``keys``: every annotation key the added nodes hold (``None``: not known, any key).
+        """
         self._version += 1
         self._annotations_changed(None)
+        if keys is None:
+            self._annotation_keys = None
+        elif self._annotation_keys is not None:
+            self._annotation_keys.update(keys)
 
     def _annotations_changed(self, key: str | None) -> None:
-        """Bump the annotation version for a change of ``key`` (``None``: of any key)."""
+        """Bump the annotation version for a change of ``key`` (``None``: of any key, none added)."""
         self._annotation_version += 1
         if key is None:
             self._annotation_all_version = self._annotation_version
         else:
             self._annotation_key_versions[key] = self._annotation_version
+            if self._annotation_keys is not None:
+                self._annotation_keys.add(key)
+
+    def may_hold(self, *keys: str) -> bool:
+        """False when no node of this graph holds an annotation among ``keys``.
+
+        True when one may: the answer is kept as annotations are set (a removal does not make it
+        False again), so a False is exact and lets a reader of those keys skip the nodes.
+        """
+        present = self._annotation_keys
+        return present is None or not present.isdisjoint(keys)
 
     def annotations_changed_since(self, keys: Iterable[str], version: int) -> bool:
         """Whether an annotation among ``keys`` may have changed after annotation version ``version``.

@@ -244,6 +244,15 @@ class _Parser(_ValueGrammar):
         # matches a strict subset of the general one (fastline.shape_pattern), and read by its
         # own reader (same annotations as typed_annotations of the general groups).
         last_match, last_read = other_match, other_read = _NO_SHAPE
+        keys = body.keys
+
+        def read_new_shape(match: Any) -> dict[str, Any] | None:
+            # The first line of a shape: its keys are those of every later line of that shape.
+            annotations = _general_groups(match)
+            if annotations is not None:
+                keys.update(annotations)
+            return annotations
+
         try:
             while number < end:
                 text = lines[number]
@@ -267,7 +276,7 @@ class _Parser(_ValueGrammar):
                             break
                         other_match, other_read = last_match, last_read
                         last_match, last_read = shape_reader(tail.groups())
-                        read = _general_groups
+                        read = read_new_shape
                 results_text, op, name, operands_text, controls_text, inputs_text, output_text, outputs_text = (
                     head_types.groups()
                 )
@@ -466,6 +475,7 @@ class _Body:
         self.parser = parser
         self.graph = graph
         self.values = graph._values  # the graph's own table (read by connect once per node)
+        self.keys: set[str] = set()  # the annotation keys of the nodes added unchecked
         self.pending: dict[str, list[tuple[Node, int, TensorType, int, str]]] = {}
         self.controls: list[tuple[Node, list[str], int, str]] = []
         self.nameless: list[Node] = []
@@ -536,6 +546,7 @@ class _Body:
                 node = graph.add_node_unchecked(
                     op, name, outputs, output_types, params, annotations, parser.source, line_no
                 )
+                self.keys.update(annotations)
                 self.connect(node, operands, operand_types, controls, line_no, source)
                 return
             record = _NodeRecord(*record, None)  # nameless: named by the path below
@@ -617,7 +628,7 @@ class _Body:
                 cols.input_types[k],
                 line,
             )
-        graph.touch_all()
+        graph.touch_all(self.keys)
         graph._uses_exact_version = graph._version  # every use was appended with its operand
 
 

@@ -307,9 +307,10 @@ def _verify(module: Module, since: VerifyState | None) -> None:
         _check_types(graph)
     # The version of the last check, or -1 when everything is checked again.
     last = -1 if structural or since is None or since.cluster_spec != module.cluster_spec else since.annotations
-    if graph.annotations_changed_since(PLACEMENT_KEYS, last):
+    # A key no node holds has nothing to check (a graph not yet placed or grouped).
+    if graph.annotations_changed_since(PLACEMENT_KEYS, last) and graph.may_hold(*PLACEMENT_KEYS):
         _check_annotations(module)
-    if graph.annotations_changed_since(("group",), last):
+    if graph.annotations_changed_since(("group",), last) and graph.may_hold("group"):
         check_quotient(graph)
     if since is not None:
         since.graph = graph

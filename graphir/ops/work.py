@@ -185,21 +185,20 @@ def _shape_bytes(type_: TensorType, shape: Shape | None) -> int:
     return 0 if shape is None else math.prod(shape) * type_.dtype.itemsize
 
 
-_STATIC: dict[int, tuple[TensorType, Shape | None, bool, int]] = {}
-"""id(type) -> (the type, its static shape, whether a symbol was replaced, its bytes): graphs repeat
-a few hundred types over thousands of nodes. Each entry holds its type, so an id is never reused
-while cached; the table is emptied when it grows past :data:`_STATIC_LIMIT`."""
-_STATIC_LIMIT = 1 << 16
+def _static_facts(type_: TensorType) -> tuple[Shape | None, bool, int]:
+    """(:func:`static_shape`'s shape, whether a symbol was replaced, its bytes) of ``type_``.
 
-
-def _static_facts(type_: TensorType) -> tuple[TensorType, Shape | None, bool, int]:
-    facts = _STATIC.get(id(type_))
-    if facts is None or facts[0] is not type_:
-        shape, symbolic = static_shape(type_)
-        if len(_STATIC) >= _STATIC_LIMIT:
-            _STATIC.clear()
-        facts = _STATIC[id(type_)] = (type_, shape, symbolic, _shape_bytes(type_, shape))
-    return facts
+    A shape of integers only (nearly every type of a real graph) is its own static shape: it is
+    returned as it is, without a copy.
+    """
+    shape = type_.shape
+    if shape is None:
+        return None, False, 0
+    for dim in shape:
+        if type(dim) is not int:
+            static, symbolic = static_shape(type_)
+            return static, symbolic, _shape_bytes(type_, static)
+    return shape, False, math.prod(shape) * type_.dtype.itemsize  # type: ignore[return-value,arg-type]
 
 
 def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
@@ -213,14 +212,14 @@ def _estimate_with(node: Node, estimator: Estimator | None) -> tuple[float, floa
     ib: list[int] = []
     symbolic = False
     for value in node.inputs:
-        _, shape, sym, nbytes = _static_facts(value.type)
+        shape, sym, nbytes = _static_facts(value.type)
         symbolic |= sym
         ins.append(shape)
         ib.append(nbytes)
     outs: list[Shape | None] = []
     ob: list[int] = []
     for value in node.outputs:
-        _, shape, sym, nbytes = _static_facts(value.type)
+        shape, sym, nbytes = _static_facts(value.type)
         symbolic |= sym
         outs.append(shape)
         ob.append(nbytes)
@@ -236,15 +235,13 @@ def fallback_count(nodes: Iterable[Node]) -> int:
     """How many of ``nodes`` :func:`estimate_node` costs by its bytes-only fallback.
 
     The same answer as ``sum(estimate_node(n)[3] for n in nodes)``, without estimating every
-    node: an op kind with no estimator always falls back, and an estimator reads only the op, the
-    params and the operand and result types, so nodes without params that share the op and the
-    type objects (a parsed graph shares one object per distinct type) share the answer; an
-    estimator that never returns ``None`` (the generic families of :data:`_NEVER_NONE`) is not
-    called at all.
+    node: an op kind with no estimator always falls back, and an estimator that never returns
+    ``None`` (the generic families of :data:`_NEVER_NONE`) is not called at all. The others are
+    called once per node. (A memo of the answer by op and operand types saved nothing on the zoo's
+    graphs and cost a third more where every tensor has its own type.)
     """
     count = 0
     estimators: dict[str, Estimator | None] = {}
-    known: dict[tuple[object, ...], bool] = {}
     for node in nodes:
         op = node.op
         if op in estimators:
@@ -253,18 +250,8 @@ def fallback_count(nodes: Iterable[Node]) -> int:
             estimator = estimators[op] = cost_of(op)
         if estimator is None:
             count += 1
-            continue
-        if estimator in _NEVER_NONE:
-            continue
-        if node.params:
+        elif estimator not in _NEVER_NONE:
             count += _estimate_with(node, estimator)[3]
-            continue
-        # Type objects stay alive (the nodes hold them) while ``known`` exists: ids are not reused.
-        key = (op, *[id(v.type) for v in node.inputs], None, *[id(v.type) for v in node.outputs])
-        fell_back = known.get(key)
-        if fell_back is None:
-            fell_back = known[key] = _estimate_with(node, estimator)[3]
-        count += fell_back
     return count
 
 

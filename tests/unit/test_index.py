@@ -160,6 +160,20 @@ def test_annotation_arrays_are_rebuilt_only_when_a_key_they_read_changes():
     assert index.annotation_list("device") == [None, "gpu0"]
 
 
+def test_columns_of_keys_no_node_holds_follow_the_first_one_set():
+    # Neither column reads the nodes while no node holds its key; once one does, they show it.
+    # A batch touched without keys (touch_all()) may hold any key.
+    g = _rewired_graph(["a", "b", "c"], [("a", "b")])
+    index = g.index()
+    assert index.annotation_list("device") == [None, None, None] and index.groups().tolist() == [-1, -1, -1]
+    g.node("c").device = "gpu1"
+    g.annotate("group", [g.node("b")], [4])
+    assert index.annotation_list("device") == [None, None, "gpu1"] and index.groups().tolist() == [-1, 4, -1]
+    assert g.may_hold("device") and g.may_hold("group", "order") and not g.may_hold("order", "start")
+    g.touch_all()
+    assert g.may_hold("order") and g.may_hold("start")
+
+
 def test_position_of_foreign_node_rejected():
     g = _rewired_graph(["a"], [])
     h = _rewired_graph(["a"], [])

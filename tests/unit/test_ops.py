@@ -21,6 +21,7 @@ from graphir.ops import (
     op_def,
     owns_value,
     split_of,
+    static_shape,
 )
 from graphir.ops.registry import OpDef
 from graphir.tools import opdoc
@@ -80,10 +81,9 @@ def test_estimate_node_uses_the_cost_facet_and_its_fallback():
 
 
 def test_fallback_count_agrees_with_estimate_node_per_node():
-    # By hand: softmax on a known shape has an estimator (no fallback, twice: the memo's second
-    # hit must answer the same); softmax on an unknown-rank input falls back (its estimator needs
-    # the input shape), twice; an op without an estimator falls back once; a node with params is
-    # estimated directly (MatMul: no fallback). Fallbacks: 2 + 1 = 3.
+    # By hand: softmax on a known shape has an estimator (no fallback, twice); softmax on an
+    # unknown-rank input falls back (its estimator needs the input shape), twice; an op without an
+    # estimator falls back once; MatMul with params has an estimate (no fallback). Fallbacks: 3.
     graph = Graph("g")
     known = graph.add_input("a", f32(2, 3))
     unknown = graph.add_input("u", TensorType(DType.F32, None))
@@ -95,6 +95,22 @@ def test_fallback_count_agrees_with_estimate_node_per_node():
     graph.add_node("onnx.MatMul", [known, b], [f32(2, 4)], params={"note": 1})
     nodes = graph.index().nodes
     assert fallback_count(nodes) == 3 == sum(estimate_node(node)[3] for node in nodes)
+
+
+def test_static_facts_of_integer_symbolic_and_unknown_shapes():
+    # By hand: f32[2,3] is its own static shape (the same tuple, 24 bytes); f32[2,batch,3] counts
+    # the symbol as 1 (2*1*3*4 = 24 bytes) and says a symbol was replaced; an unknown dim or rank
+    # has no static shape and 0 bytes. Each agrees with static_shape.
+    from graphir.ops.work import _static_facts
+
+    plain = f32(2, 3)
+    assert _static_facts(plain) == ((2, 3), False, 24) and _static_facts(plain)[0] is plain.shape
+    symbolic = TensorType(DType.F32, (2, "batch", 3))
+    assert _static_facts(symbolic) == ((2, 1, 3), True, 24)
+    for unknown in (TensorType(DType.F32, (2, None)), TensorType(DType.F32, None)):
+        assert _static_facts(unknown) == (None, False, 0)
+    for type_ in (plain, symbolic, TensorType(DType.F32, (2, None))):
+        assert _static_facts(type_)[:2] == static_shape(type_)
 
 
 def test_never_none_estimators_answer_on_unknown_shapes():

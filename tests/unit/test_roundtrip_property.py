@@ -4,7 +4,8 @@
 nodes, control inputs, params of every kind, every annotation). Here each printed module is parsed
 twice, once as usual (canonical node lines through :mod:`graphir.fastline`) and once with the fast
 path switched off (every line through the token parser), and both must print the same bytes and
-hold the same nodes, values, params, annotations and source locations. Synthetic modules with
+hold the same nodes, values, params, annotations and source locations, and know exactly which
+annotation keys their nodes hold (``Graph.may_hold``). Synthetic modules with
 random placements exercise the fast path's built-in annotation pattern at size.
 """
 
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_text_roundtrip import modules
 
-from graphir.annotations import Cost
+from graphir.annotations import ANNOTATIONS, Cost
 from graphir.fastline import LineScanner
 from graphir.ir import Module
 from graphir.parser import _Parser, parse_module
@@ -46,6 +47,13 @@ def _same_modules(a: Module, b: Module) -> None:
     assert [v.name for v in a.graph.outputs] == [v.name for v in b.graph.outputs]
 
 
+def _held_keys_exact(module: Module) -> None:
+    """A parsed graph knows which annotation keys its nodes hold (checks skip the keys none hold)."""
+    graph = module.graph
+    for key in ANNOTATIONS:
+        assert graph.may_hold(key) == any(key in node.annotations for node in graph.nodes), key
+
+
 def _check(module: Module) -> None:
     text = print_module(module)
     fast = parse_module(text, "random.gir")
@@ -53,6 +61,8 @@ def _check(module: Module) -> None:
     slow = _parse_tokens_only(text)
     assert print_module(slow) == text
     _same_modules(fast, slow)
+    _held_keys_exact(fast)
+    _held_keys_exact(slow)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

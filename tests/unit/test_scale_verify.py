@@ -28,12 +28,15 @@ from graphir.verifier import VerifyState, verify
 F32 = TensorType(DType.F32, (4,))
 
 
-def _chain(n: int) -> Module:
+def _chain(n: int, placed: bool = False) -> Module:
+    """A chain of ``n`` Relus; ``placed``: ``n0`` is on gpu0 (a placement key some node holds)."""
     graph = Graph("main")
     value = graph.add_input("x", F32)
     for k in range(n):
         value = graph.add_node("onnx.Relu", [value], [F32], name=f"n{k}").outputs[0]
     graph.set_outputs([value])
+    if placed:
+        graph.node("n0").device = "gpu0"
     return Module("m", graph, cluster_spec="4xV100")
 
 
@@ -64,7 +67,7 @@ class _Counter:
 
 def test_state_skips_structural_checks_after_annotation_changes(monkeypatch):
     counter = _Counter(monkeypatch)
-    module = _chain(5)
+    module = _chain(5, placed=True)
     state = VerifyState()
     verify(module, state)
     assert (counter.structural, counter.annotations) == (1, 1)
@@ -128,35 +131,57 @@ class _Nothing(Pass):
 
 @pytest.mark.parametrize(
     ("full", "expected"),
-    # The initial check is full; annotate (groups only): the group check, not the placement
-    # check; grow: everything; annotate: the group check; nothing: none. Full: all five check everything.
-    [(False, (2, 2, 4)), (True, (5, 5, 5))],
+    # The initial check is full, but no node has a group yet: no group check; annotate (groups
+    # only): the group check, not the placement check; grow: everything; annotate: the group
+    # check; nothing: none. Full: all five check everything, the group check from the second on.
+    [(False, (2, 2, 3)), (True, (5, 5, 4))],
 )
 def test_pass_manager_verifies_incrementally_unless_full(monkeypatch, full, expected):
     counter = _Counter(monkeypatch)
     manager = PassManager([_Annotate(), _Grow(), _Annotate(), _Nothing()], verify_full=full)
-    manager.run(_chain(6), PassContext())
+    manager.run(_chain(6, placed=True), PassContext())
     assert (counter.structural, counter.annotations, counter.quotient) == expected
 
 
 def test_state_runs_only_the_checks_of_the_keys_that_changed(monkeypatch):
     counter = _Counter(monkeypatch)
-    module = _chain(4)
+    module = _chain(4, placed=True)
     state = VerifyState()
-    verify(module, state)
-    assert (counter.annotations, counter.quotient) == (1, 1)
+    verify(module, state)  # no node has a group: no quotient check
+    assert (counter.annotations, counter.quotient) == (1, 0)
     module.graph.node("n1").group = 7
     verify(module, state)  # a group: the quotient check only
-    assert (counter.annotations, counter.quotient) == (1, 2)
+    assert (counter.annotations, counter.quotient) == (1, 1)
     module.graph.node("n1").device = "gpu0"
     verify(module, state)  # a device: the placement check only
-    assert (counter.annotations, counter.quotient) == (2, 2)
+    assert (counter.annotations, counter.quotient) == (2, 1)
     module.graph.node("n1").clear_annotations()  # any key may have changed: both
     verify(module, state)
-    assert (counter.annotations, counter.quotient) == (3, 3)
+    assert (counter.annotations, counter.quotient) == (3, 2)
     module.graph.node("n2").order = 0  # an order without a device is still caught
     with pytest.raises(VerifyError, match="has an 'order' but no 'device'"):
         verify(module, state)
+
+
+def test_checks_of_keys_no_node_holds_are_skipped_until_one_is_set(monkeypatch):
+    # A graph built through the API with no placement key and no group: neither check has
+    # anything to read. The first device set (and later a group) brings its check back; removing
+    # it does not skip the check again (the graph keeps the key as possibly held).
+    counter = _Counter(monkeypatch)
+    module = _chain(3)
+    graph = module.graph
+    assert not graph.may_hold("device", "order", "affinity", "colocate") and not graph.may_hold("group")
+    verify(module)
+    assert (counter.structural, counter.annotations, counter.quotient) == (1, 0, 0)
+    graph.node("n2").device = "gpu9"
+    with pytest.raises(VerifyError, match="unknown device 'gpu9'"):
+        verify(module)
+    assert counter.annotations == 1 and graph.may_hold("device")
+    graph.node("n2").device = None
+    graph.annotate("group", graph.nodes, [0, 1, 0])  # n0 and n2 grouped around n1: a cycle
+    with pytest.raises(VerifyError, match="quotient graph of groups has a cycle"):
+        verify(module)
+    assert (counter.annotations, counter.quotient) == (2, 1) and graph.may_hold("device", "group")
 
 
 def test_pass_manager_reports_an_annotation_error_after_an_annotating_pass():
