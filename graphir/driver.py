@@ -175,7 +175,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
         default=0,
         metavar="N",
         help="processes that print the .gir text of a graph of 20,000 nodes or more (forked copies of this one; "
-        "the output is the same bytes); default 0: two when two cores are available, else one",
+        "the output is the same bytes); default 0: two when two cores are available and the graph has at most "
+        "400,000 nodes (above, the copied pages cost what the second process saves), else one",
     )
     parser.add_argument("--debug", action="store_true", help="print the traceback of an internal error (exit status 2)")
     parser.add_argument("--list-passes", action="store_true", help="list passes with their options and exit")

@@ -53,6 +53,19 @@ def test_print_jobs_chooses(small_threshold: None, monkeypatch: pytest.MonkeyPat
         PRINT_JOBS.reset(token)
 
 
+def test_automatic_jobs_stop_above_the_largest_graph_a_fork_pays_for(small_threshold, monkeypatch) -> None:
+    # Automatic (0) on two cores: two jobs from the threshold up to AUTO_MAX_NODES, one above it;
+    # an explicit count is obeyed above it.
+    monkeypatch.setattr(printer, "AUTO_MAX_NODES", 1000)
+    monkeypatch.setattr(printer, "available_cores", lambda: [0, 1])
+    assert [print_jobs(n) for n in (199, 200, 1000, 1001)] == [1, 2, 2, 1]
+    token = PRINT_JOBS.set(2)
+    try:
+        assert print_jobs(1001) == 2
+    finally:
+        PRINT_JOBS.reset(token)
+
+
 def test_a_failing_child_has_its_slice_printed_here(small_threshold: None, monkeypatch: pytest.MonkeyPatch) -> None:
     module = make_synthetic_module(600, seed=5)
     nodes = module.graph.index().nodes
