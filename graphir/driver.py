@@ -125,7 +125,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--emit", default="gir", action=_StoreEmit, metavar="FORMAT", help="output format (see --list-emitters)"
     )
-    parser.add_argument("-o", "--output", metavar="FILE", help="write output to FILE instead of stdout")
+    parser.add_argument(
+        "-o", "--output", metavar="FILE", help="write output to FILE instead of stdout ('-': stdout, as without -o)"
+    )
     parser.add_argument(
         "--compare",
         metavar="PLACERS",
@@ -295,6 +297,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         args = build_arg_parser().parse_args(argv)
     except SystemExit as exc:  # --help, or a usage error already reported in one line
         return exc.code if isinstance(exc.code, int) else 1
+    if args.output == "-":
+        args.output = None  # the usual spelling of standard output, not a file named '-'
     args.stage = "start-up"
     token = ALLOW_OOM.set(args.allow_oom)
     jobs_token = PRINT_JOBS.set(args.jobs)

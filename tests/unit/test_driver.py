@@ -216,6 +216,13 @@ def test_output_file_is_written_atomically(files, capsys):
     assert stdout_text == written
 
 
+def test_dash_output_is_stdout_not_a_file(files, capsys):
+    code, out, err = cli(capsys, "ok.gir", "--passes=dce", "-o", "-")
+    assert (code, err) == (0, "") and "%z = onnx.Relu" in out and "%dead" not in out
+    assert not (files / "-").exists()
+    assert out == cli(capsys, "ok.gir", "--passes=dce")[1]
+
+
 def test_failing_run_leaves_no_output_file(files, capsys):
     code, _, _ = cli(capsys, "cyc.gir", "-o", "out.gir")
     assert code == 1
