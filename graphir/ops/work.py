@@ -168,6 +168,11 @@ def static_shape(type_: TensorType) -> tuple[Shape | None, bool]:
     shape = type_.shape
     if shape is None:
         return None, False
+    for dim in shape:
+        if type(dim) is not int:
+            break
+    else:  # integers only (nearly every type of a real graph): the shape is its own static shape
+        return shape, False  # type: ignore[return-value]
     symbolic = False
     out = []
     for dim in shape:
@@ -186,19 +191,9 @@ def _shape_bytes(type_: TensorType, shape: Shape | None) -> int:
 
 
 def _static_facts(type_: TensorType) -> tuple[Shape | None, bool, int]:
-    """(:func:`static_shape`'s shape, whether a symbol was replaced, its bytes) of ``type_``.
-
-    A shape of integers only (nearly every type of a real graph) is its own static shape: it is
-    returned as it is, without a copy.
-    """
-    shape = type_.shape
-    if shape is None:
-        return None, False, 0
-    for dim in shape:
-        if type(dim) is not int:
-            static, symbolic = static_shape(type_)
-            return static, symbolic, _shape_bytes(type_, static)
-    return shape, False, math.prod(shape) * type_.dtype.itemsize  # type: ignore[return-value,arg-type]
+    """(:func:`static_shape`'s shape, whether a symbol was replaced, its bytes) of ``type_``."""
+    shape, symbolic = static_shape(type_)
+    return shape, symbolic, _shape_bytes(type_, shape)
 
 
 def estimate_node(node: Node) -> tuple[float, float, int, bool, bool]:
