@@ -488,8 +488,16 @@ class ScheduleMemory:
         """The per-node tables from the (consumer node, value read) pairs and each value's producer node.
 
         ``_inputs[v]``: the distinct values ``v`` reads, ascending; ``_consumers_left[x]``: how many
-        nodes read ``x``; ``_outputs[u]``: the values ``u`` produces, ascending; ``_output_bytes[u]``:
-        their bytes in all. Built with array sorts, not a Python step per edge.
+        nodes read ``x``; ``_output_bytes[u]``: the bytes of the values ``u`` produces, in all;
+        ``_outputs[u]``: those of them that outlive ``u`` if nothing else happens (read by another
+        node, or graph outputs), ascending, and ``_kept_bytes[u]`` their bytes; ``_unread_bytes[u]``:
+        the bytes of the others, which live only while ``u`` runs. Built with array sorts, not a
+        Python step per edge.
+
+        The split is fixed from the start: a value nobody reads never gains a reader, and one that
+        is read still has all its readers to come when its producer is placed (producers are
+        placed first). It keeps :meth:`place` from touching a value no other node reads; on a
+        coarse graph most values are read only inside their producer's group.
         """
         num_values = len(self._value_bytes)
         consumer = np.asarray(consumer, dtype=np.int64)
@@ -500,14 +508,22 @@ class ScheduleMemory:
         read = (pairs % max(num_values, 1)).tolist()
         bounds = np.searchsorted(readers, np.arange(num_nodes + 1)).tolist()
         self._inputs: list[list[int]] = [read[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        self._consumers_left = np.bincount(pairs % max(num_values, 1), minlength=num_values).tolist()
-        by_producer = np.argsort(producer, kind="stable")
+        consumers = np.bincount(pairs % max(num_values, 1), minlength=num_values)
+        self._consumers_left = consumers.tolist()
+        value_bytes = np.asarray(self._value_bytes, dtype=np.int64)
+        output_bytes = np.zeros(num_nodes, dtype=np.int64)
+        np.add.at(output_bytes, producer, value_bytes)
+        self._output_bytes: list[int] = output_bytes.tolist()
+        kept = (consumers > 0) | np.asarray(self._is_output, dtype=bool)
+        kept_bytes = np.zeros(num_nodes, dtype=np.int64)
+        np.add.at(kept_bytes, producer[kept], value_bytes[kept])
+        self._kept_bytes: list[int] = kept_bytes.tolist()
+        self._unread_bytes: list[int] = (output_bytes - kept_bytes).tolist()
+        kept_values = np.flatnonzero(kept)
+        by_producer = kept_values[np.argsort(producer[kept_values], kind="stable")]
         made = by_producer.tolist()
         bounds = np.searchsorted(producer[by_producer], np.arange(num_nodes + 1)).tolist()
         self._outputs: list[list[int]] = [made[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        output_bytes = np.zeros(num_nodes, dtype=np.int64)
-        np.add.at(output_bytes, producer, np.asarray(self._value_bytes, dtype=np.int64))
-        self._output_bytes: list[int] = output_bytes.tolist()
 
     def full(self, node: int, device: int) -> bool:
         """Whether :meth:`fits` is False for ``node`` on ``device`` whatever its slot and received copies.
@@ -542,15 +558,8 @@ class ScheduleMemory:
             return True
         # Allocations over the same interval are added up first (as in place): the peak is a
         # sweep over sums of ints, so one allocation of the total gives exactly the same answer.
-        closed = self._temporary[node]  # bytes held on [start, finish)
-        open_ended = 0  # results still to be read (or graph outputs): held from start on
-        consumers_left = self._consumers_left
-        is_output = self._is_output
-        for x in self._outputs[node]:
-            if consumers_left[x] or is_output[x]:
-                open_ended += value_bytes[x]
-            else:
-                closed += value_bytes[x]
+        closed = self._temporary[node] + self._unread_bytes[node]  # bytes held on [start, finish)
+        open_ended = self._kept_bytes[node]  # results still to be read (or graph outputs): held from start on
         arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
         for x, begin in fresh:
             arriving[begin] = arriving.get(begin, 0) + value_bytes[x]
@@ -575,17 +584,12 @@ class ScheduleMemory:
         copy_end = self._copy_end
         # Allocations over the same interval are added up first: the ledger's levels are sums of
         # ints, so one allocation of the total leaves exactly what one per value would.
-        closed = self._temporary[node]  # bytes held on [start, finish)
-        open_ended = 0  # bytes held from start on, until freed
+        homes = self._home
         for x in self._outputs[node]:
-            if self._consumers_left[x] or self._is_output[x]:
-                open_ended += value_bytes[x]
-            else:
-                closed += value_bytes[x]
-            self._home[x] = device
+            homes[x] = device
             copy_end[x] = {device: finish}
-        ledger.allocate(closed, start, finish)
-        ledger.allocate(open_ended, start)
+        ledger.allocate(self._temporary[node] + self._unread_bytes[node], start, finish)
+        ledger.allocate(self._kept_bytes[node], start)  # freed when the last reader is placed
         arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
         for x, begin, end in received:
             copies = copy_end[x]
