@@ -149,19 +149,22 @@ def format_duration(seconds: float) -> str:
         text = repr(seconds)
         if seconds >= 1.0:  # repr is "ddd.ddd" (no exponent below 1e16): the digits as they are
             return text[:-2] + "s" if text[-2:] == ".0" else text + "s"
-        if seconds >= 1e-4:  # "0.ddd...": the point moves three (ms) or six (us) digits right
+        if seconds >= 1e-3:  # "0.ddd...": the point moves three digits right
             fraction = text[2:]
-            shift, unit = (3, "ms") if seconds >= 1e-3 else (6, "us")
-            if len(fraction) > shift:
-                return fraction[:shift].lstrip("0") + "." + fraction[shift:] + unit
-            return (fraction + "00000")[:shift].lstrip("0") + unit
-        if seconds < 1e-4:  # "d.ddde-05" or "d.ddde-06" (or "de-05"): the point moves 7 + exponent right
-            mantissa, exponent = text.split("e")
-            digits = mantissa[0] + mantissa[2:]
-            point = int(exponent) + 7
-            if point >= len(digits):
-                return digits + "0" * (point - len(digits)) + "us"
-            return digits[:point] + "." + digits[point:] + "us"
+            if len(fraction) > 3:
+                return f"{fraction[:3].lstrip('0')}.{fraction[3:]}ms"
+            return (fraction + "00")[:3].lstrip("0") + "ms"
+        if seconds >= 1e-4:  # "0.000ddd...": six digits right
+            fraction = text[2:]
+            if len(fraction) > 6:
+                return f"{fraction[:6].lstrip('0')}.{fraction[6:]}us"
+            return (fraction + "00000")[:6].lstrip("0") + "us"
+        if text[-1] == "6":  # "d.ddde-06" or "de-06": the mantissa is the number of us as it is
+            return text[:-4] + "us"
+        # "d.ddde-05", "d.de-05" or "de-05": the point moves one digit right
+        if len(text) > 7:
+            return f"{text[0]}{text[2]}.{text[3:-4]}us"
+        return text[0] + text[2] + "us" if len(text) == 7 else text[0] + "0us"
     return _format_duration_general(seconds)
 
 

@@ -15,6 +15,7 @@ error found after a fast path read a line re-reads that line with tokens for its
 from __future__ import annotations
 
 from collections.abc import Container
+from sys import intern
 from typing import Any, NamedTuple
 
 from graphir.annotations import ANNOTATIONS
@@ -235,6 +236,7 @@ class _Parser(_ValueGrammar):
         cache = self.type_cache
         make_type = self.scanner._type
         add_node = graph.add_node_unchecked
+        intern_op = intern
         connect = body.connect
         source = self.source
         head_types_match, annotations_match = _HEAD_TYPES.match, _ANNOTATION_LIST.match
@@ -285,12 +287,16 @@ class _Parser(_ValueGrammar):
                 annotations = read(tail)
                 if annotations is None:
                     break  # a value the token parser reads or reports
-                results = results_text.replace("%", "").split(", ")
                 if output_text is not None:
+                    # One result type: one result ("%name", whose characters include no comma).
+                    if "," in results_text:
+                        break
+                    results = [results_text[1:]]
                     result_types = [cache_get(output_text) or make_type(output_text)]
-                    if result_types[0] is None or len(results) != 1 or results[0] in values:
+                    if result_types[0] is None or results[0] in values:
                         break
                 else:
+                    results = results_text.replace("%", "").split(", ")
                     result_types = [cache_get(piece) or make_type(piece) for piece in outputs_text.split(", ")]
                     if len(result_types) != len(results) or not all(result_types) or len(set(results)) != len(results):
                         break
@@ -316,7 +322,9 @@ class _Parser(_ValueGrammar):
                 if node_name in node_names:
                     break  # the general path reports the redefinition with its column
                 number += 1
-                node = add_node(op, node_name, results, result_types, {}, annotations, source, number)
+                # One string per op name (a graph repeats a few hundred): less memory, and the
+                # later look-ups by op (registries, counts) hash each one once.
+                node = add_node(intern_op(op), node_name, results, result_types, {}, annotations, source, number)
                 controls = controls_text.replace("@", "").split(", ") if controls_text else None
                 connect(node, operands, operand_types, controls, number, text)
         finally:

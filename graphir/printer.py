@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import io
+import json
 import os
 import re
 import threading
@@ -137,7 +138,7 @@ def format_annotations(node: Node, strings: dict[str, str] | None = None) -> str
 
 
 class _AnnotationText:
-    """``[key = value, ...]`` of a node, with this print's table of direct formatters.
+    """The ``" [key = value, ...]"`` functions of one print (one per key tuple), and its table of direct formatters.
 
     The table holds the built-in keys whose registered declaration is still the built-in one
     (checked once per print, not per node); quoted strings (devices, colocation classes) are
@@ -176,18 +177,15 @@ class _AnnotationText:
             namespace[f"format_{number}"] = text
             namespace[f"key_{number}"] = key
             separator = " [" if number == 0 else ", "
-            pieces.append(f"{(separator + key + ' = ')!r} + format_{number}(annotations[key_{number}])")
-        source = "def plan(annotations):\n    return " + " + ".join(pieces) + ' + "]"\n'
-        exec(source, namespace)  # noqa: S102  (the source is built from the sorted keys' reprs above)
+            # The literal text as the inside of a double-quoted literal (JSON's escapes are Python's),
+            # its braces doubled for the f-string below.
+            literal = json.dumps(separator + key + " = ")[1:-1].replace("{", "{{").replace("}", "}}")
+            pieces.append(f"{literal}{{format_{number}(annotations[key_{number}])}}")
+        # One f-string builds the text in one step (a chain of + makes a string per piece).
+        source = 'def plan(annotations):\n    return f"' + "".join(pieces) + ']"\n'
+        exec(source, namespace)  # noqa: S102  (the source is built from the sorted keys' escaped text above)
         plan = self._plans[keys] = namespace["plan"]
         return plan
-
-    def __call__(self, annotations: dict[str, Any]) -> str:
-        # Nodes of one graph carry a few distinct key sets (in a few insertion orders): the
-        # sorted plan is made once per key tuple.
-        keys = tuple(annotations)
-        plan = self._plans.get(keys) or self._plan(keys)
-        return plan(annotations)
 
 
 class _TypeText:
@@ -228,19 +226,29 @@ def print_node(node: Node, type_text: _TypeText | None = None) -> str:
     return _line_printer(type_text or _TypeText(), _NameText("%"), _AnnotationText())(node)
 
 
-def _line_printer(ttext: _TypeText, vtext: _NameText, atext: _AnnotationText) -> Callable[[Node], str]:
-    """A function printing one node line, with the memo tables bound as locals (it runs per node)."""
+def _line_printer(
+    ttext: _TypeText, vtext: _NameText, atext: _AnnotationText, indent: str = "", end: str = ""
+) -> Callable[[Node], str]:
+    """A function printing one node line between ``indent`` and ``end``, with the memo tables bound as locals.
+
+    It runs per node: the indentation and the line end are written by it (not by a wrapper, a
+    call and two concatenations more per node), and the annotation plans are looked up here.
+    """
     type_get = ttext._by_id.get
     name_get = vtext._cache.get
+    plan_get = atext._plans.get
 
     def node_line(node: Node) -> str:
+        # The pieces are made first and joined by one f-string (one string build per line).
         outputs = node.outputs
         inputs = node.inputs
         if len(outputs) == 1:
             first = outputs[0]
-            head = (name_get(first.name) or vtext(first.name)) + " = " + node.op
+            head = name_get(first.name) or vtext(first.name)
             if first.name != node.name:
-                head += " @" + format_name(node.name)
+                head = f"{head} = {node.op} @{format_name(node.name)}"
+            else:
+                head = f"{head} = {node.op}"
             result_types = type_get(id(first.type)) or ttext(first.type)
         else:
             head = (", ".join([vtext(v.name) for v in outputs]) + " = " + node.op) if outputs else node.op
@@ -249,20 +257,24 @@ def _line_printer(ttext: _TypeText, vtext: _NameText, atext: _AnnotationText) ->
             result_types = "(" + ", ".join([ttext(v.type) for v in outputs]) + ")"
         if len(inputs) == 1:
             value = inputs[0]
-            line = head + "(" + (name_get(value.name) or vtext(value.name)) + ")"
-            operand_types = " : (" + (type_get(id(value.type)) or ttext(value.type)) + ") -> "
+            operands = name_get(value.name) or vtext(value.name)
+            operand_types = type_get(id(value.type)) or ttext(value.type)
         else:
-            line = head + "(" + ", ".join([name_get(v.name) or vtext(v.name) for v in inputs]) + ")"
-            operand_types = " : (" + ", ".join([type_get(id(v.type)) or ttext(v.type) for v in inputs]) + ") -> "
+            operands = ", ".join([name_get(v.name) or vtext(v.name) for v in inputs])
+            operand_types = ", ".join([type_get(id(v.type)) or ttext(v.type) for v in inputs])
+        extra = ""
         if node.control_inputs:
-            line += " ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")"
+            extra = " ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")"
         if node.params:
-            line += " {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}"
-        line += operand_types + result_types
+            extra += " {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}"
         annotations = node._annotations
         if annotations:
-            line += atext(annotations)
-        return line
+            # Nodes of one graph carry a few distinct key sets (in a few insertion orders): the
+            # sorted plan is made once per key tuple.
+            keys = tuple(annotations)
+            plan = plan_get(keys) or atext._plan(keys)
+            return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{plan(annotations)}{end}"
+        return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{end}"
 
     return node_line
 
@@ -379,19 +391,19 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
     """Write ``graph`` as `.gir` text."""
     ttext = _TypeText()
     vtext = _NameText("%")
-    node_line = _line_printer(ttext, vtext, _AnnotationText())
+    inner = indent + "  "
+    node_line = _line_printer(ttext, vtext, _AnnotationText(), inner, "\n")
     args = ", ".join(f"%{format_name(v.name)} : {ttext(v.type)}" for v in graph.inputs)
     out.write(f"{indent}graph @{format_name(graph.name)}({args}) {{\n")
-    inner = indent + "  "
     for value in graph.constants:
         out.write(inner + _print_constant(value, ttext) + "\n")
     nodes = graph.index().nodes
     with gc_paused():  # printing makes no reference cycles: no collector passes over a big graph
         jobs = print_jobs(len(nodes))
         if jobs > 1:
-            _write_lines_forked(nodes, jobs, lambda node: inner + node_line(node) + "\n", out)
+            _write_lines_forked(nodes, jobs, node_line, out)
         else:
-            _write_lines(nodes, lambda node: inner + node_line(node) + "\n", out)
+            _write_lines(nodes, node_line, out)
     results = ", ".join("%" + format_name(v.name) for v in graph.outputs)
     out.write(f"{inner}return {results}\n".replace("return \n", "return\n"))
     out.write(f"{indent}}}\n")

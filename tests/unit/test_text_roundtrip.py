@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from graphir.annotations import Cost, Mem
+from graphir.annotations import ANNOTATIONS, AnnotationKind, Cost, Mem, register_annotation
 from graphir.attributes import DenseTensor, Opaque
 from graphir.errors import ParseError
 from graphir.ir import ExternalTensor, Graph, Module
@@ -355,3 +355,21 @@ def test_malformed_unicode_escape_is_a_parse_error(escape):
     line = f'    %y = onnx.Relu(%x) {{s = "{escape}"}} : (f32[2]) -> f32[2]'
     exc = _error(_OK_HEAD + line + "\n    return %y\n" + _OK_TAIL)
     assert exc.loc.line == 3 and exc.loc.col == line.index('"') + 1
+
+
+@pytest.mark.parametrize("key", ["plug{in}", 'plug"in', "plug\\in", "plügin"])
+def test_a_plugin_key_prints_as_it_is_spelt(key):
+    # The printer compiles one f-string per key set: braces, quotes and backslashes in a key must
+    # come out as the key's own characters (the key text is written as it is, not quoted).
+    kind = AnnotationKind(key, "a plugin's test key", str, lambda v: v, str)
+    register_annotation(kind)
+    try:
+        g = Graph()
+        x = g.add_input("x", TensorType(DType.F32, (1,)))
+        node = g.add_node("test.a", [x], [TensorType(DType.F32, (1,))], name="a")
+        node.set_annotation(key, "v")
+        node.device = "gpu0"
+        line = print_module(Module("m", g)).splitlines()[2]
+        assert line.endswith(f' [device = "gpu0", {key} = "v"]')  # keys sorted: "device" < "plug..."
+    finally:
+        del ANNOTATIONS[key]
