@@ -120,6 +120,12 @@ def _annotation_property(key: str, doc: str) -> property:
     return property(getter, setter, deleter, doc)
 
 
+_NO_NODES: tuple = ()
+"""The control lists of a node without control edges: one shared empty tuple (most nodes have
+none, and a million nodes would otherwise hold two million empty lists). The first edge gives
+the node its own list (:meth:`Node.add_control_input`)."""
+
+
 class Node:
     """An op: dialect-qualified name, inputs, outputs, params and annotations.
 
@@ -127,7 +133,8 @@ class Node:
     diagnostics can point at it. ``control_inputs`` are nodes that must finish before this one
     starts without passing data (TensorFlow's ``^name`` inputs): edges of zero bytes, marked as
     control in the array view. Change them with :meth:`add_control_input` /
-    :meth:`remove_control_input` so ``control_users`` stays right.
+    :meth:`remove_control_input` so ``control_users`` stays right; read them as sequences (an
+    empty one may be a tuple, :data:`_NO_NODES`).
 
     Nodes compare by identity. Build them with :meth:`Graph.add_node`; change inputs with
     :meth:`set_input` so use lists stay right.
@@ -161,8 +168,8 @@ class Node:
         self._index_pos = -1
         self._loc: Location | SourceLines | None = None
         self._line = 0
-        self.control_inputs: list[Node] = []
-        self.control_users: list[Node] = []
+        self.control_inputs: list[Node] = _NO_NODES  # type: ignore[assignment]  # a list from the first edge
+        self.control_users: list[Node] = _NO_NODES  # type: ignore[assignment]
 
     @property
     def loc(self) -> Location | None:
@@ -243,13 +250,23 @@ class Node:
             raise ValueError(f"control input '{node.name}' of '{self.name}' is not in the same graph")
         if node in self.control_inputs:
             return
+        if type(self.control_inputs) is tuple:
+            self.control_inputs = []
+        if type(node.control_users) is tuple:
+            node.control_users = []
         self.control_inputs.append(node)
         node.control_users.append(self)
         if self.graph is not None:
             self.graph._touch()
 
     def remove_control_input(self, node: Node) -> None:
-        """Drop the control dependency on ``node``."""
+        """Drop the control dependency on ``node``.
+
+        Raises:
+            ValueError: this node has no control dependency on ``node``.
+        """
+        if node not in self.control_inputs:
+            raise ValueError(f"'{self.name}' has no control input '{node.name}'")
         self.control_inputs.remove(node)
         node.control_users.remove(self)
         if self.graph is not None:
@@ -481,8 +498,8 @@ class Graph:
         node._index_pos = -1
         node._loc = loc
         node._line = line
-        node.control_inputs = []
-        node.control_users = []
+        node.control_inputs = _NO_NODES  # type: ignore[assignment]  # as in Node.__init__
+        node.control_users = _NO_NODES  # type: ignore[assignment]
         values = self._values
         # Each Value is built field by field (what Value.__init__ and add_node set), without the
         # __init__ call: this runs once per result of a large parsed graph.
@@ -598,7 +615,7 @@ class Graph:
             raise ValueError(f"cannot remove '{node.name}': {users} depend on it by control edges")
         for control in node.control_inputs:
             control.control_users.remove(node)
-        node.control_inputs = []
+        node.control_inputs = _NO_NODES  # type: ignore[assignment]
         for operand, value in enumerate(node.inputs):
             value.uses.remove((node, operand))
         for value in node.outputs:

@@ -371,3 +371,26 @@ def test_annotate_sets_a_column_as_set_annotation_would(chain):
         graph.annotate("device", nodes[:1], [""])
     with pytest.raises(KeyError):
         graph.annotate("no-such-key", nodes[:1], [1])
+
+
+def test_control_edges_on_nodes_that_share_the_empty_control_lists():
+    # Nodes without control edges share one empty tuple; the first edge must give each end its own
+    # list, so an edge added to one node never shows up on another.
+    g = Graph()
+    x = g.add_input("x", f32(1))
+    a, b, c = (g.add_node("test.op", [x], [f32(1)], name=name) for name in "abc")
+    assert a.control_inputs == () and b.control_users == ()
+    b.add_control_input(a)
+    assert list(b.control_inputs) == [a] and list(a.control_users) == [b]
+    assert len(c.control_inputs) == 0 and len(c.control_users) == 0
+    assert len(a.control_inputs) == 0 and len(b.control_users) == 0
+    c.add_control_input(a)
+    assert list(a.control_users) == [b, c] and list(c.control_inputs) == [a]
+    with pytest.raises(ValueError, match="'a' has no control input 'c'"):
+        a.remove_control_input(c)
+    b.remove_control_input(a)
+    assert len(b.control_inputs) == 0 and list(a.control_users) == [c]
+    g.remove_node(b)
+    c.remove_control_input(a)
+    g.remove_node(c)
+    assert len(a.control_users) == 0
