@@ -488,11 +488,10 @@ class ScheduleMemory:
         """The per-node tables from the (consumer node, value read) pairs and each value's producer node.
 
         ``_inputs[v]``: the distinct values ``v`` reads, ascending; ``_consumers_left[x]``: how many
-        nodes read ``x``; ``_output_bytes[u]``: the bytes of the values ``u`` produces, in all;
-        ``_outputs[u]``: those of them that outlive ``u`` if nothing else happens (read by another
-        node, or graph outputs), ascending, and ``_kept_bytes[u]`` their bytes; ``_unread_bytes[u]``:
-        the bytes of the others, which live only while ``u`` runs. Built with array sorts, not a
-        Python step per edge.
+        nodes read ``x``; ``_outputs[u]``: the values ``u`` produces that outlive ``u`` if nothing
+        else happens (read by another node, or graph outputs), ascending, and ``_kept_bytes[u]``
+        their bytes; ``_unread_bytes[u]``: the bytes of the others, which live only while ``u``
+        runs. Built with array sorts, not a Python step per edge.
 
         The split is fixed from the start: a value nobody reads never gains a reader, and one that
         is read still has all its readers to come when its producer is placed (producers are
@@ -511,14 +510,13 @@ class ScheduleMemory:
         consumers = np.bincount(pairs % max(num_values, 1), minlength=num_values)
         self._consumers_left = consumers.tolist()
         value_bytes = np.asarray(self._value_bytes, dtype=np.int64)
-        output_bytes = np.zeros(num_nodes, dtype=np.int64)
-        np.add.at(output_bytes, producer, value_bytes)
-        self._output_bytes: list[int] = output_bytes.tolist()
         kept = (consumers > 0) | np.asarray(self._is_output, dtype=bool)
         kept_bytes = np.zeros(num_nodes, dtype=np.int64)
         np.add.at(kept_bytes, producer[kept], value_bytes[kept])
         self._kept_bytes: list[int] = kept_bytes.tolist()
-        self._unread_bytes: list[int] = (output_bytes - kept_bytes).tolist()
+        unread_bytes = np.zeros(num_nodes, dtype=np.int64)
+        np.add.at(unread_bytes, producer[~kept], value_bytes[~kept])
+        self._unread_bytes: list[int] = unread_bytes.tolist()
         kept_values = np.flatnonzero(kept)
         by_producer = kept_values[np.argsort(producer[kept_values], kind="stable")]
         made = by_producer.tolist()
@@ -547,19 +545,19 @@ class ScheduleMemory:
         value_bytes = self._value_bytes
         copy_end = self._copy_end
         fresh = [(x, begin) for x, begin, _ in received if device not in copy_end.get(x, ())]
+        # Allocations over the same interval are added up (as in place): the peak is a sweep over
+        # sums of ints, so one allocation of the total gives exactly the same answer.
+        closed = self._temporary[node] + self._unread_bytes[node]  # bytes held on [start, finish)
+        open_ended = self._kept_bytes[node]  # results still to be read (or graph outputs): held from start on
         # An upper bound first: the peak so far plus every new byte at once. When even that fits,
         # so does the exact sweep below (the bytes are non-negative); list schedulers far from
         # full memory answer most questions here.
-        bound = ledger.peak() + self._persistent[node] + self._temporary[node] + self._output_bytes[node]
+        bound = ledger.peak() + self._persistent[node] + closed + open_ended
         for x, _ in fresh:
             bound += value_bytes[x]
         capacity = self.capacity[device]
         if bound <= capacity:
             return True
-        # Allocations over the same interval are added up first (as in place): the peak is a
-        # sweep over sums of ints, so one allocation of the total gives exactly the same answer.
-        closed = self._temporary[node] + self._unread_bytes[node]  # bytes held on [start, finish)
-        open_ended = self._kept_bytes[node]  # results still to be read (or graph outputs): held from start on
         arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
         for x, begin in fresh:
             arriving[begin] = arriving.get(begin, 0) + value_bytes[x]
@@ -582,12 +580,12 @@ class ScheduleMemory:
         ledger.hold(self._persistent[node])
         value_bytes = self._value_bytes
         copy_end = self._copy_end
-        # Allocations over the same interval are added up first: the ledger's levels are sums of
-        # ints, so one allocation of the total leaves exactly what one per value would.
         homes = self._home
         for x in self._outputs[node]:
             homes[x] = device
             copy_end[x] = {device: finish}
+        # Allocations over the same interval are added up first: the ledger's levels are sums of
+        # ints, so one allocation of the total leaves exactly what one per value would.
         ledger.allocate(self._temporary[node] + self._unread_bytes[node], start, finish)
         ledger.allocate(self._kept_bytes[node], start)  # freed when the last reader is placed
         arriving: dict[float, int] = {}  # transfer begin -> bytes of the new copies
@@ -596,7 +594,7 @@ class ScheduleMemory:
             if device not in copies:
                 arriving[begin] = arriving.get(begin, 0) + value_bytes[x]
                 copies[device] = -math.inf
-            home = self._home[x]
+            home = homes[x]
             copies[home] = max(copies[home], end)  # the producer's copy lives until the transfer ends
         for begin, nbytes in arriving.items():
             ledger.allocate(nbytes, begin)
@@ -609,7 +607,7 @@ class ScheduleMemory:
             self._consumers_left[x] -= 1
             if self._consumers_left[x]:
                 continue
-            home = self._home[x]
+            home = homes[x]
             for holder, end in copies.items():
                 if holder != home or not self._is_output[x]:  # a graph output stays home until the end
                     released[holder, end] = released.get((holder, end), 0) + value_bytes[x]

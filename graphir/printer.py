@@ -177,9 +177,12 @@ class _AnnotationText:
             namespace[f"format_{number}"] = text
             namespace[f"key_{number}"] = key
             separator = " [" if number == 0 else ", "
-            # The literal text as the inside of a double-quoted literal (JSON's escapes are Python's),
-            # its braces doubled for the f-string below.
-            literal = json.dumps(separator + key + " = ")[1:-1].replace("{", "{{").replace("}", "}}")
+            # The literal text as the inside of a double-quoted literal (JSON's escapes of quotes,
+            # backslashes and control characters are Python's; other characters stay as they are,
+            # as a \u escape pair would not make one astral character), braces doubled for the f-string.
+            literal = (
+                json.dumps(separator + key + " = ", ensure_ascii=False)[1:-1].replace("{", "{{").replace("}", "}}")
+            )
             pieces.append(f"{literal}{{format_{number}(annotations[key_{number}])}}")
         # One f-string builds the text in one step (a chain of + makes a string per piece).
         source = 'def plan(annotations):\n    return f"' + "".join(pieces) + ']"\n'

@@ -357,7 +357,7 @@ def test_malformed_unicode_escape_is_a_parse_error(escape):
     assert exc.loc.line == 3 and exc.loc.col == line.index('"') + 1
 
 
-@pytest.mark.parametrize("key", ["plug{in}", 'plug"in', "plug\\in", "plügin"])
+@pytest.mark.parametrize("key", ["plug{in}", 'plug"in', "plug\\in", "plügin", "plug\U0001f600in", "plug\tin"])
 def test_a_plugin_key_prints_as_it_is_spelt(key):
     # The printer compiles one f-string per key set: braces, quotes and backslashes in a key must
     # come out as the key's own characters (the key text is written as it is, not quoted).
