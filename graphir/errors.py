@@ -108,22 +108,36 @@ UNKNOWN = Location()
 
 
 class SourceLines:
-    """The lines of a parsed text, for :class:`Location` objects made only when one is asked for.
+    """The text of a parse, for :class:`Location` objects made only when one is asked for.
 
     The `.gir` parser gives each node the line number and this shared object instead of a
     :class:`Location` (one object fewer per node); :attr:`graphir.ir.Node.loc` calls
-    :meth:`location` the first time a diagnostic or a copy wants it.
+    :meth:`location` the first time a diagnostic or a copy wants it. The text is kept whole (the
+    string the parser read, no copy) and cut into lines only when a line is first asked for:
+    a million line strings held for diagnostics that seldom come cost more memory than the text.
     """
 
-    __slots__ = ("file", "lines")
+    __slots__ = ("file", "text", "_lines")
 
-    def __init__(self, file: str | None, lines: list[str]):
+    def __init__(self, file: str | None, text: str):
         self.file = file
-        self.lines = lines  # line ``n`` (1-based) is ``lines[n - 1]``
+        self.text = text  # lines end at "\n" alone (the parser removed any "\r" before it)
+        self._lines: list[str] | None = None
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines of the text: line ``n`` (1-based) is ``lines[n - 1]``."""
+        if self._lines is None:
+            self._lines = self.text.split("\n")
+        return self._lines
+
+    def line(self, number: int) -> str:
+        """The text of line ``number`` (1-based)."""
+        return self.lines[number - 1]
 
     def location(self, line: int) -> Location:
         """The location of the first character of line ``line`` past its indentation."""
-        text = self.lines[line - 1]
+        text = self.line(line)
         indent = 4 if text[:5] == "    %" else len(text) - len(text.lstrip())
         return Location(self.file, line, indent + 1, text)
 

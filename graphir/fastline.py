@@ -161,7 +161,7 @@ def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], 
     return operator.itemgetter(*positions)
 
 
-AnnotationMatch = Callable[[str, int], "re.Match[str] | None"]
+AnnotationMatch = Callable[[str, int, int], "re.Match[str] | None"]
 AnnotationRead = Callable[["re.Match[str]"], "dict[str, Any] | None"]
 _SHAPE_READERS: dict[tuple[bool, ...], tuple[AnnotationMatch, AnnotationRead]] = {}
 """Per shape: its pattern's ``match`` and the reader of such a match, made once (at most 2^11 shapes)."""

@@ -69,11 +69,14 @@ class _Parser(_ValueGrammar):
         self.filename = filename
         # Only "\n" ends a line: str.splitlines would also split at U+2028 and friends, which may
         # appear (escaped by the printer, but raw in hand-written text) inside string literals.
-        self.lines = text.split("\n")
+        # The text is read in place: line ``line_no + 1`` starts at ``pos``, and no list of line
+        # strings is made (the lines of a large graph are matched where they stand).
         if "\r" in text:
-            self.lines = [line.rstrip("\r") for line in self.lines]
-        self.source = SourceLines(filename, self.lines)  # the nodes' locations, made when asked for
+            text = "\n".join([line.rstrip("\r") for line in text.split("\n")])
+        self.text = text
+        self.source = SourceLines(filename, text)  # the nodes' locations, made when asked for
         self.line_no = 0
+        self.pos = 0  # where the next line starts; past len(text) at the end
         self.cur: _Line | None = None
         self.type_cache: dict[str, TensorType] = {}
         self.scanner = LineScanner(self.type_cache, self._cached_type, dense_from_values)
@@ -82,7 +85,7 @@ class _Parser(_ValueGrammar):
     def error(self, message: str, col: int | None = None, line: _Line | None = None) -> ParseError:
         line = line or self.cur
         if line is None:
-            return ParseError(message, Location(self.filename, max(len(self.lines), 1), 1))
+            return ParseError(message, Location(self.filename, len(self.source.lines), 1))
         if col is None:
             col = line.tokens[line.pos].col if line.pos < len(line.tokens) else line.end_col
         return ParseError(message, Location(self.filename, line.number, col, line.text))
@@ -96,10 +99,17 @@ class _Parser(_ValueGrammar):
             raise self.error(f"unexpected character '{text[pos]}'", pos + 1, line)
         return _Line(number, text, tokens, 0, len(text) + 1)
 
+    def _line_end(self) -> int:
+        """Where the line starting at :attr:`pos` (within the text) ends: at its newline or the end."""
+        end = self.text.find("\n", self.pos)
+        return len(self.text) if end < 0 else end
+
     def next_line(self) -> _Line | None:
         """Advance to the next line holding tokens; ``None`` at end of file."""
-        while self.line_no < len(self.lines):
-            text = self.lines[self.line_no]
+        while self.pos <= len(self.text):
+            end = self._line_end()
+            text = self.text[self.pos : end]
+            self.pos = end + 1
             self.line_no += 1
             line = self._tokenize(self.line_no, text)
             if line.tokens:
@@ -167,17 +177,19 @@ class _Parser(_ValueGrammar):
         body = _Body(self, graph)
         outputs: list[tuple[str, int]] | None = None
         return_line: _Line | None = None
-        lines = self.lines
+        size = len(self.text)
         scan = self.scanner.scan_node_line
         while True:
-            if outputs is None and self.line_no < len(lines):
+            if outputs is None and self.pos <= size:
                 # Canonical node lines without params are read and built in one loop; other node
                 # lines the fast path accepts come back as tuples; the rest go through the tokens.
                 self._read_plain_lines(body)
-                if self.line_no < len(lines):
-                    text = lines[self.line_no]
+                if self.pos <= size:
+                    end = self._line_end()
+                    text = self.text[self.pos : end]
                     fast = scan(text, defined)
                     if fast is not None:
+                        self.pos = end + 1
                         self.line_no += 1
                         body.add(fast + (self.line_no, text))  # a plain tuple: see _Body.add
                         continue
@@ -227,9 +239,11 @@ class _Parser(_ValueGrammar):
         What :meth:`LineScanner.scan_node_line` and :meth:`_Body.add` do for such a line happens
         here inline (the annotations apart), in the same order, since this loop runs once per node.
         """
-        lines = self.lines
+        text = self.text
+        size = len(text)
+        find = text.find
+        pos = self.pos
         number = self.line_no
-        end = len(lines)
         graph = body.graph
         values = graph._values
         node_names = graph._node_names
@@ -256,24 +270,28 @@ class _Parser(_ValueGrammar):
             return annotations
 
         try:
-            while number < end:
-                text = lines[number]
+            while pos <= size:
+                # Each line is matched in the text, between its start and its end (``\Z`` matches
+                # there), with no string of its own.
+                eol = find("\n", pos)
+                if eol < 0:
+                    eol = size
                 # Two matches rather than one: a pattern with fewer groups saves fewer marks when
                 # it backtracks (one pattern for the whole line costs about 1.6 times as much).
-                head_types = head_types_match(text)
+                head_types = head_types_match(text, pos, eol)
                 if head_types is None:
                     break
-                pos = head_types.end()
-                tail = last_match(text, pos)
+                head_end = head_types.end()
+                tail = last_match(text, head_end, eol)
                 if tail is not None:
                     read = last_read
                 else:
-                    tail = other_match(text, pos)
+                    tail = other_match(text, head_end, eol)
                     if tail is not None:
                         last_match, last_read, other_match, other_read = other_match, other_read, last_match, last_read
                         read = last_read
                     else:
-                        tail = annotations_match(text, pos)
+                        tail = annotations_match(text, head_end, eol)
                         if tail is None:
                             break
                         other_match, other_read = last_match, last_read
@@ -326,9 +344,12 @@ class _Parser(_ValueGrammar):
                 # later look-ups by op (registries, counts) hash each one once.
                 node = add_node(intern_op(op), node_name, results, result_types, {}, annotations, source, number)
                 controls = controls_text.replace("@", "").split(", ") if controls_text else None
-                connect(node, operands, operand_types, controls, number, text)
+                connect(node, operands, operand_types, controls, number)
+                pos = eol + 1
         finally:
-            self.line_no = number  # the first line not read here (the general path reads it)
+            # The first line not read here (the general path reads it).
+            self.line_no = number
+            self.pos = pos
 
     def parse_constant(self, graph: Graph) -> Value:
         """A ``const`` line after its keyword; returns the new constant."""
@@ -491,7 +512,7 @@ class _Body:
 
     def connect(
         self, node: Node, operands: list[str], operand_types: list[TensorType], controls: list[str] | None,
-        line_no: int, source: str,
+        line_no: int,
     ) -> None:  # fmt: skip
         """Connect ``node``'s operands (the defined ones now), then its newly defined results."""
         values = self.values
@@ -501,17 +522,17 @@ class _Body:
             value = values.get(value_name)
             declared = operand_types[k]
             if value is None:
-                self.pending.setdefault(value_name, []).append((node, k, declared, line_no, source))
+                self.pending.setdefault(value_name, []).append((node, k, declared, line_no))
                 inputs.append(None)  # type: ignore[arg-type]  # set when the value is defined
             else:
                 value_type = value.type
                 if value_type is not declared and value_type != declared:
-                    self._mismatch(line_no, k, value, declared, source)
+                    self._mismatch(line_no, k, value, declared)
                 inputs.append(value)
                 value.uses.append((node, k))
             k += 1
         if controls:
-            self.controls.append((node, controls, line_no, source))
+            self.controls.append((node, controls, line_no))
         if self.pending:
             for value in node.outputs:
                 self.resolve(value)
@@ -521,15 +542,15 @@ class _Body:
         waiting = self.pending.pop(value.name, None) if self.pending else None
         if not waiting:
             return
-        for node, k, declared, line_no, source in waiting:
+        for node, k, declared, line_no in waiting:
             if value.type is not declared and value.type != declared:
-                self._mismatch(line_no, k, value, declared, source)
+                self._mismatch(line_no, k, value, declared)
             node.inputs[k] = value
             value.uses.append((node, k))
 
-    def _mismatch(self, line_no: int, k: int, value: Value, declared: TensorType, source: str) -> None:
+    def _mismatch(self, line_no: int, k: int, value: Value, declared: TensorType) -> None:
         if self.mismatch is None or (line_no, k) < self.mismatch[:2]:
-            self.mismatch = (line_no, k, value, declared, source)
+            self.mismatch = (line_no, k, value, declared)
 
     def add(self, record: _NodeRecord | tuple[Any, ...]) -> None:
         """Build the node of a line the general fast path (a plain tuple) or the tokens read.
@@ -555,7 +576,7 @@ class _Body:
                     op, name, outputs, output_types, params, annotations, parser.source, line_no
                 )
                 self.keys.update(annotations)
-                self.connect(node, operands, operand_types, controls, line_no, source)
+                self.connect(node, operands, operand_types, controls, line_no)
                 return
             record = _NodeRecord(*record, None)  # nameless: named by the path below
         assert isinstance(record, _NodeRecord)
@@ -589,7 +610,7 @@ class _Body:
                 except ValueError as exc:
                     cols, line = parser._cols(record)
                     raise parser.error(str(exc), cols.annotations[key][0], line) from None
-        self.connect(node, record.inputs, record.input_types, record.controls, record.line, source)
+        self.connect(node, record.inputs, record.input_types, record.controls, record.line)
 
     def finish(self) -> None:
         """Name the nameless nodes, report unconnected operands, connect the control inputs."""
@@ -605,32 +626,32 @@ class _Body:
             node_names[name] = node
         # The first operand problem: a use of a value no line defines, or a type mismatch.
         first: tuple[int, int] | None = self.mismatch[:2] if self.mismatch is not None else None
-        undefined: tuple[int, int, str, str] | None = None
+        undefined: tuple[int, int, str] | None = None
         for value_name, waiting in self.pending.items():
-            for _, k, _, line_no, source in waiting:
+            for _, k, _, line_no in waiting:
                 if undefined is None or (line_no, k) < undefined[:2]:
-                    undefined = (line_no, k, value_name, source)
+                    undefined = (line_no, k, value_name)
         if undefined is not None and (first is None or undefined[:2] < first):
             first = undefined[:2]
-        for node, controls, line_no, source in self.controls:
+        for node, controls, line_no in self.controls:
             if first is not None and first[0] <= line_no:
                 break  # an operand problem comes first (on the same line too: operands come first)
             for k, control_name in enumerate(controls):
                 control = graph.get_node(control_name)
                 if control is None or control in node.control_inputs:
-                    cols, line = parser._cols(_source_record(line_no, source))
+                    cols, line = parser._cols(self._source_record(line_no))
                     twice = control is not None
                     detail = "is listed twice" if twice else "is not a node of this graph"
                     raise parser.error(f"control input '@{control_name}' {detail}", cols.controls[k], line)
                 node.add_control_input(control)
         if first is not None:
             if undefined is not None and undefined[:2] == first:
-                line_no, k, value_name, source = undefined
-                cols, line = parser._cols(_source_record(line_no, source))
+                line_no, k, value_name = undefined
+                cols, line = parser._cols(self._source_record(line_no))
                 raise parser.error(f"use of undefined value '%{value_name}'", cols.inputs[k], line)
             assert self.mismatch is not None
-            line_no, k, value, declared, source = self.mismatch
-            cols, line = parser._cols(_source_record(line_no, source))
+            line_no, k, value, declared = self.mismatch
+            cols, line = parser._cols(self._source_record(line_no))
             raise parser.error(
                 f"operand #{k} '%{value.name}' has type {value.type}, but the op declares {declared}",
                 cols.input_types[k],
@@ -639,8 +660,12 @@ class _Body:
         graph.touch_all(self.keys)
         graph._uses_exact_version = graph._version  # every use was appended with its operand
 
+    def _source_record(self, line_no: int) -> _NodeRecord:
+        """A record standing for node line ``line_no`` by its number and text alone (columns: re-read)."""
+        return _NodeRecord("", None, [], [], [], {}, [], [], {}, line_no, self.parser.source.line(line_no), None)
 
-def _no_match(text: str, pos: int) -> None:
+
+def _no_match(text: str, pos: int, endpos: int) -> None:
     """The annotation-list match of no shape (the plain-line loop's start)."""
     return None
 
@@ -651,11 +676,6 @@ _NO_SHAPE = (_no_match, typed_annotations)
 def _general_groups(match: Any) -> dict[str, Any] | None:
     """:func:`~graphir.fastline.typed_annotations` of a :data:`~graphir.fastline._ANNOTATION_LIST` match."""
     return typed_annotations(match.groups())
-
-
-def _source_record(line_no: int, source: str) -> _NodeRecord:
-    """A record standing for a node line by its number and text alone (columns: re-read)."""
-    return _NodeRecord("", None, [], [], [], {}, [], [], {}, line_no, source, None)
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from graphir.errors import GraphIRError
 from graphir.fastline import _HEAD_TYPES
 from graphir.ir import Graph, Node, Value
 from graphir.parser import _Parser, parse_module
@@ -56,6 +58,31 @@ def test_type_misses_build_what_the_token_parser_builds():
 def test_crlf_text_reads_as_lf_text():
     text = print_module(make_synthetic_module(200, seed=3))
     assert print_module(parse_module(text.replace("\n", "\r\n"))) == text
+
+
+def test_crlf_errors_and_locations_name_the_line_without_its_carriage_return():
+    # The parser reads the lines where they stand in the text: after a run of fast-path lines an
+    # error's line number, column and quoted text, and a node's lazily made location, must be
+    # those of the line (CRLF read as LF), not of a neighbour.
+    lines = [
+        "module @m {",
+        "  graph @main() {",
+        "    %x = test.Op() : () -> f32[2] [cost = 1us]",
+        "    %y = test.Op(%x) : (f32[2]) -> f32[2] [cost = 2us]",
+        "    %z = test.Op(%nope) : (f32[2]) -> f32[2] [cost = 3us]",
+        "    return",
+        "  }",
+        "}",
+        "",
+    ]
+    with pytest.raises(GraphIRError) as info:
+        parse_module("\r\n".join(lines), "t.gir")
+    loc = info.value.loc
+    assert (loc.line, loc.col, loc.source_line) == (5, 18, lines[4])
+    assert "use of undefined value '%nope'" in info.value.message
+    module = parse_module("\r\n".join(lines[:4] + lines[5:]), "t.gir")
+    y = module.graph.get_node("y")
+    assert y is not None and (y.loc.line, y.loc.col, y.loc.source_line) == (4, 5, lines[3])
 
 
 _GREEDY_HEAD_TYPES = re.compile(_HEAD_TYPES.pattern.replace("*+", "*").replace("++", "+").replace("?+", "?"))
