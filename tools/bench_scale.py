@@ -122,6 +122,46 @@ def measure_stages(path: Path) -> dict[str, float]:
     return times
 
 
+class _Slots:
+    __slots__ = ("name", "table", "items")
+
+
+def yardstick() -> float:
+    """CPU seconds of a fixed pure-Python workload, the best of 3 in this process; call it in a fresh child.
+
+    Sessions of this project run on machines of one kind but not of one speed: the same code has
+    taken 1.4 times as long on one 2-core machine as on another. The workload builds what the
+    parser builds per node (an object with slots, a dict, a list, a tuple, a float, a string) for
+    300,000 items, so a page's yardstick says how fast its machine was at this kind of work, and
+    two pages' stage times compare after dividing by their yardsticks.
+    """
+    best = math.inf
+    for _ in range(3):
+        started = time.process_time()
+        kept: list[_Slots] = []
+        for i in range(300_000):
+            item = _Slots()
+            item.name = "v" + str(i)
+            item.table = {"cost": i * 1e-6, "mem": (i, i)}
+            item.items = [item.name, i]
+            kept.append(item)
+        best = min(best, time.process_time() - started)
+        del kept
+    return best
+
+
+def machine_text() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), or what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown processor"
+
+
 def run_command(argv: list[str]) -> tuple[float, int, float]:
     """Wall seconds, peak RSS bytes and CPU seconds (user + system) of a command (output discarded)."""
     started = time.perf_counter()
@@ -194,8 +234,10 @@ def _load_text(load: Sequence[float] | None) -> str:
     return " / ".join(f"{x:.1f}" for x in load) if load else "n/a"
 
 
-def report(results: dict[int, dict], plot_name: str, elapsed: float, repeat: int) -> str:
-    """The Markdown page."""
+def report(
+    results: dict[int, dict], plot_name: str, elapsed: float, repeat: int, machine: dict[str, object] | None = None
+) -> str:
+    """The Markdown page (``machine``: the processor and the yardstick's seconds before and after the runs)."""
     sizes = sorted(results)
     header = "| stage | " + " | ".join(f"{n:,} nodes" for n in sizes) + " | fitted exponent |"
     rule = "|---|" + "---:|" * (len(sizes) + 1)
@@ -210,6 +252,7 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float, repeat: int
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; whole run:"
         f" {elapsed / 60:.1f} min. CPU seconds (user + system) are given beside wall seconds: on a shared machine"
         " the wall clock also measures the other jobs (see the load averages).",
+        *_machine_lines(machine),
         "",
         "## Stages (CPU seconds, user + system, in one process)",
         "",
@@ -278,6 +321,23 @@ def report(results: dict[int, dict], plot_name: str, elapsed: float, repeat: int
     return "\n".join(lines)
 
 
+def _machine_lines(machine: dict[str, object] | None) -> list[str]:
+    if not machine:
+        return []
+    before, after = machine["yardstick_before"], machine["yardstick_after"]
+    return [
+        f"Processor: {machine['processor']}. Yardstick ({yardstick.__name__} in `tools/bench_scale.py`: a fixed"
+        f" pure-Python loop building 300,000 small objects, best of 3, CPU seconds): {before:.3f} s before the"
+        f" runs, {after:.3f} s after. Divide by it to compare pages written on different machines.",
+    ]
+
+
+def _child_yardstick() -> float:
+    """:func:`yardstick` in a fresh interpreter (its heap as a new process's)."""
+    run = subprocess.run([sys.executable, __file__, "--yardstick"], check=True, capture_output=True, text=True)
+    return float(run.stdout)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and write the page and the plot."""
     parser = argparse.ArgumentParser(prog="bench_scale", description=__doc__.split("\n")[0])
@@ -288,15 +348,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale.md")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "scale", help="where inputs and outputs go")
     parser.add_argument("--stages-of", type=Path, help=argparse.SUPPRESS)  # child mode: print stage times
+    parser.add_argument("--yardstick", action="store_true", help=argparse.SUPPRESS)  # child mode: print it
     args = parser.parse_args(argv)
     if args.stages_of is not None:
         print(json.dumps(measure_stages(args.stages_of)))
+        return 0
+    if args.yardstick:
+        print(f"{yardstick():.6f}")
         return 0
     if len(set(args.sizes)) < 2:
         print("bench_scale: error: --sizes needs at least two different sizes for a fit", file=sys.stderr)
         return 1
     started = time.perf_counter()
     compile_package()
+    machine: dict[str, object] = {"processor": machine_text(), "yardstick_before": _child_yardstick()}
     results: dict[int, dict] = {}
     for n in sorted(set(args.sizes)):
         path = synthetic_file(n, args.work)
@@ -327,11 +392,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "summary_cpu": summary["cpu"],
         }
         print(f"bench_scale: {n} nodes: {json.dumps(results[n])}", file=sys.stderr)
+    machine["yardstick_after"] = _child_yardstick()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     plot_path = args.out.with_suffix(".png")
     plot(results, plot_path)
-    args.out.write_text(report(results, plot_path.name, time.perf_counter() - started, args.repeat))
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    args.out.write_text(report(results, plot_path.name, time.perf_counter() - started, args.repeat, machine))
+    saved = {**{str(n): result for n, result in results.items()}, "machine": machine}
+    args.out.with_suffix(".json").write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
     print(f"bench_scale: wrote {args.out}, {plot_path} and {args.out.with_suffix('.json')}", file=sys.stderr)
     return 0
 
