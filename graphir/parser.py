@@ -1,9 +1,10 @@
 """The `.gir` parser: reads what :mod:`graphir.printer` writes, with caret diagnostics.
 
 The format is line-oriented (one op per line). Node lines as the printer writes them are read by
-the fast paths (the common shape inline in :meth:`_Parser._read_plain_lines`, the others by
-:mod:`graphir.fastline`: a few regular expressions per line, no tokens); every other line, and
-any line the fast paths decline, is tokenized (:mod:`graphir.lexer`) and read by recursive
+the fast paths (the commonest by the compiled loop of ``graphir/_girscan.c`` when it is built, the
+common shape inline in :meth:`_Parser._read_plain_lines`, the others by :mod:`graphir.fastline`: a
+few regular expressions per line, no tokens); every other line, and any line the fast paths
+decline, is tokenized (:mod:`graphir.lexer`) and read by recursive
 descent (values: :mod:`graphir.parse_values`). Each node is built when its line is read
 (:class:`_Body`). Values may be used before the line that defines them (so a cyclic graph can be
 read and reported by the verifier rather than rejected as a parse error): such an operand is
@@ -18,21 +19,31 @@ from collections.abc import Container
 from sys import intern
 from typing import Any, NamedTuple
 
-from graphir.annotations import ANNOTATIONS
-from graphir.attributes import DenseTensor
+from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
+from graphir.attributes import BYTE_UNITS, DenseTensor
 from graphir.errors import Location, ParseError, SourceLines
 from graphir.fastline import (
     _ANNOTATION_LIST,
+    _DTYPES,
     _HEAD_TYPES,
     LineScanner,
     shape_reader,
     typed_annotations,
 )
 from graphir.gcpause import gc_paused
-from graphir.ir import ExternalTensor, Graph, Module, Node, Value
+from graphir.ir import _NO_NODES, ExternalTensor, Graph, Module, Node, Value, ValueKind
 from graphir.lexer import tokenize
 from graphir.parse_values import _Line, _ValueGrammar, dense_from_values
 from graphir.types import TensorType
+
+_NATIVE: Any
+try:
+    from graphir import _girscan
+
+    _NATIVE = _girscan
+except ImportError:  # not compiled (no C compiler at install): every line is read in Python
+    _NATIVE = None
+"""The compiled plain-line loop (graphir/_girscan.c) for the commonest node lines, or None."""
 
 
 class _Cols(NamedTuple):
@@ -261,6 +272,9 @@ class _Parser(_ValueGrammar):
         # own reader (same annotations as typed_annotations of the general groups).
         last_match, last_read = other_match, other_read = _NO_SHAPE
         keys = body.keys
+        # The compiled loop reads what it can from each position; the line it stops at is read
+        # below (or stops this loop too), then it goes on from the next.
+        native = body.native_reader()
 
         def read_new_shape(match: Any) -> dict[str, Any] | None:
             # The first line of a shape: its keys are those of every later line of that shape.
@@ -271,6 +285,10 @@ class _Parser(_ValueGrammar):
 
         try:
             while pos <= size:
+                if native is not None:
+                    pos, number = native(text, pos, number)
+                    if pos > size:
+                        break
                 # Each line is matched in the text, between its start and its end (``\Z`` matches
                 # there), with no string of its own.
                 eol = find("\n", pos)
@@ -505,10 +523,30 @@ class _Body:
         self.graph = graph
         self.values = graph._values  # the graph's own table (read by connect once per node)
         self.keys: set[str] = set()  # the annotation keys of the nodes added unchecked
-        self.pending: dict[str, list[tuple[Node, int, TensorType, int, str]]] = {}
-        self.controls: list[tuple[Node, list[str], int, str]] = []
+        self.pending: dict[str, list[tuple[Node, int, TensorType, int]]] = {}
+        self.controls: list[tuple[Node, list[str], int]] = []
         self.nameless: list[Node] = []
-        self.mismatch: tuple[int, int, Value, TensorType, str] | None = None
+        self.mismatch: tuple[int, int, Value, TensorType] | None = None
+        self._native: Any = None  # the compiled plain-line loop of this body, made on first use
+        self._native_made = False
+
+    def native_reader(self) -> Any:
+        """The compiled plain-line loop (:data:`_NATIVE`) bound to this body's graph, or None.
+
+        None when the module is not compiled, or when it refuses the IR classes (their slots are
+        not the ones it sets: it is older or newer than ``graphir/ir.py``).
+        """
+        if not self._native_made:
+            self._native_made = True
+            if _NATIVE is not None:
+                graph, parser = self.graph, self.parser
+                self._native = _NATIVE.make_reader(
+                    graph._values, graph._node_names, graph._nodes, graph._seq, parser.type_cache,
+                    parser.scanner._type, parser.source, self.pending, self.keys, self.controls, graph,
+                    ValueKind.RESULT,
+                    _NO_NODES, DEFAULT_KIND, BYTE_UNITS, _DTYPES, Node, Value, Cost, Mem, TensorType,
+                )  # fmt: skip
+        return self._native
 
     def connect(
         self, node: Node, operands: list[str], operand_types: list[TensorType], controls: list[str] | None,

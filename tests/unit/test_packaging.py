@@ -81,11 +81,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = tmp / "source"
     source.mkdir()
     shutil.copy2(PYPROJECT, source)
-    for extra in ("README.md", "LICENSE", "MANIFEST.in"):
+    for extra in ("README.md", "LICENSE", "MANIFEST.in", "setup.py"):
         if (REPO_ROOT / extra).exists():
             shutil.copy2(REPO_ROOT / extra, source)
     top_folders = {Path(folder).parts[0] for folder in _setuptools_config()["package-dir"].values()}
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "Output")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", "Output")  # the wheel compiles its own
     for folder in sorted(top_folders):
         shutil.copytree(REPO_ROOT / folder, source / folder, ignore=ignore)
 
@@ -124,6 +124,9 @@ def test_wheel_holds_only_the_graphir_namespace(wheel: Path):
     assert top_level == {NAMESPACE, dist_info}, sorted(top_level)
     for package in IMPORTED_PACKAGES:
         assert package.replace(".", "/") + "/__init__.py" in names, package
+    # setup.py's C module (the reader's compiled loop), built for this interpreter.
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    assert f"{NAMESPACE}/_girscan{suffix}" in names, sorted(name for name in names if "_girscan" in name)
 
 
 def test_installed_packages_import_outside_the_repo(installed_venv: Path, tmp_path: Path):
