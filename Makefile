@@ -32,7 +32,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Re-run `pip install -e '.[dev,all]'` only when pyproject.toml or the compiled module (setup.py,
-# graphir/_girscan.c: pip compiles it into graphir/ at install) changes.
+# graphir/_girtext.c: pip compiles it into graphir/ at install) changes.
 STAMP := $(VENV)/.installed-stamp
 # Folders that exist among these are linted (examples/ may hold no Python yet).
 LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
@@ -47,7 +47,7 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(STAMP): pyproject.toml setup.py graphir/_girscan.c | $(BIN)/python
+$(STAMP): pyproject.toml setup.py graphir/_girtext.c | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[dev,all]'
 	touch $@
 

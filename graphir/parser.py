@@ -1,7 +1,7 @@
 """The `.gir` parser: reads what :mod:`graphir.printer` writes, with caret diagnostics.
 
 The format is line-oriented (one op per line). Node lines as the printer writes them are read by
-the fast paths (the commonest by the compiled loop of ``graphir/_girscan.c`` when it is built, the
+the fast paths (the commonest by the compiled loop of ``graphir/_girtext.c`` when it is built, the
 common shape inline in :meth:`_Parser._read_plain_lines`, the others by :mod:`graphir.fastline`: a
 few regular expressions per line, no tokens); every other line, and any line the fast paths
 decline, is tokenized (:mod:`graphir.lexer`) and read by recursive
@@ -38,12 +38,12 @@ from graphir.types import TensorType
 
 _NATIVE: Any
 try:
-    from graphir import _girscan
+    from graphir import _girtext
 
-    _NATIVE = _girscan
+    _NATIVE = _girtext
 except ImportError:  # not compiled (no C compiler at install): every line is read in Python
     _NATIVE = None
-"""The compiled plain-line loop (graphir/_girscan.c) for the commonest node lines, or None."""
+"""The compiled plain-line loop (graphir/_girtext.c) for the commonest node lines, or None."""
 
 
 class _Cols(NamedTuple):

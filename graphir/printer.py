@@ -48,6 +48,18 @@ from graphir.hostcpu import available_cores
 from graphir.ir import Graph, Module, Node, Value
 from graphir.types import TensorType
 
+_NATIVE: Any
+try:
+    from graphir import _girtext
+
+    _NATIVE = _girtext
+except ImportError:  # not compiled (no C compiler at install): every line is formatted in Python
+    _NATIVE = None
+"""The compiled writer (graphir/_girtext.c) of the commonest node lines, or None."""
+
+_NATIVE_KEYS = frozenset({"colocate", "cost", "device", "finish", "group", "mem", "order", "start"})
+"""The annotation keys the compiled writer formats (when their direct formatters are in force)."""
+
 _BARE_NAME = re.compile(r"^[A-Za-z0-9_.$#/-]+$")
 
 
@@ -279,6 +291,18 @@ def _line_printer(
             return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{plan(annotations)}{end}"
         return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{end}"
 
+    writer = None
+    if _NATIVE is not None:
+        keys = frozenset(key for key in _NATIVE_KEYS if key in atext._direct)
+        writer = _NATIVE.make_writer(Node, Value, Cost, Mem, ttext._by_id, ttext, DEFAULT_KIND, keys, indent, end)
+    if writer is not None:
+        # The commonest lines by the compiled writer, the others by node_line (the same bytes).
+        write = writer.lines
+
+        def lines(nodes: list[Node]) -> str:
+            return write(nodes, node_line)
+
+        node_line.lines = lines  # type: ignore[attr-defined]  # read by _lines_text
     return node_line
 
 
@@ -328,10 +352,18 @@ def print_jobs(num_nodes: int) -> int:
     return max(1, min(jobs, num_nodes // (PARALLEL_MIN_NODES // 2)))
 
 
+def _lines_text(nodes: Sequence[Node], line: Callable[[Node], str]) -> str:
+    """``line(node)`` of each node, joined (by the compiled writer when ``line`` has one: ``line.lines``)."""
+    lines = getattr(line, "lines", None)
+    if lines is not None:
+        return lines(list(nodes))
+    return "".join([line(node) for node in nodes])
+
+
 def _write_lines(nodes: Sequence[Node], line: Callable[[Node], str], out: TextIO) -> None:
     """Write ``line(node)`` of each node, :data:`_CHUNK` lines per write."""
     for begin in range(0, len(nodes), _CHUNK):
-        out.write("".join([line(node) for node in nodes[begin : begin + _CHUNK]]))
+        out.write(_lines_text(nodes[begin : begin + _CHUNK], line))
 
 
 def _write_lines_forked(nodes: Sequence[Node], jobs: int, line: Callable[[Node], str], out: TextIO) -> None:
@@ -363,7 +395,7 @@ def _write_lines_forked(nodes: Sequence[Node], jobs: int, line: Callable[[Node],
             status = 1
             try:
                 os.close(read_end)
-                data = memoryview("".join([line(node) for node in nodes[begin:end]]).encode())
+                data = memoryview(_lines_text(nodes[begin:end], line).encode())
                 while data:
                     data = data[os.write(write_end, data) :]
                 status = 0

@@ -126,7 +126,7 @@ def test_wheel_holds_only_the_graphir_namespace(wheel: Path):
         assert package.replace(".", "/") + "/__init__.py" in names, package
     # setup.py's C module (the reader's compiled loop), built for this interpreter.
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
-    assert f"{NAMESPACE}/_girscan{suffix}" in names, sorted(name for name in names if "_girscan" in name)
+    assert f"{NAMESPACE}/_girtext{suffix}" in names, sorted(name for name in names if "_girtext" in name)
 
 
 def test_installed_packages_import_outside_the_repo(installed_venv: Path, tmp_path: Path):

@@ -1,4 +1,4 @@
-"""The compiled plain-line loop (graphir/_girscan.c) builds what the Python loop builds.
+"""The compiled reader (graphir/_girtext.c) builds what the parser's Python loop builds.
 
 The parser hands each run of node lines to the compiled loop first; it builds the nodes of the
 commonest lines and stops, unread, at the first line outside its subset, which the Python loop
@@ -26,7 +26,7 @@ from graphir.tools.synth import make_synthetic_module
 def test_the_compiled_loop_is_built():
     # `make` installs the package with its C module (setup.py); a failed compile is only a
     # warning of pip's, so this is where it shows.
-    assert parser_module._NATIVE is not None, "graphir._girscan is not compiled: is a C compiler installed?"
+    assert parser_module._NATIVE is not None, "graphir._girtext is not compiled: is a C compiler installed?"
 
 
 def _parse(text: str, native: bool) -> tuple[object, _Parser | None, tuple | None]:

@@ -1,27 +1,35 @@
-/* graphir._girscan: the `.gir` reader's plain-line loop for the commonest node lines, compiled.
+/* graphir._girtext: the `.gir` text format's two hot loops, compiled.
  *
- * The parser (graphir/parser.py, _Parser._read_plain_lines) reads canonical node lines with
- * regular expressions and builds each node as it goes. This module does the same for a subset of
- * those lines, with no regular expression and no Python-level call per node:
+ * The reader (Reader, make_reader) is the parser's plain-line loop for the commonest node lines;
+ * the writer (Writer, make_writer) is the printer's node_line for the commonest nodes. Each does
+ * a strict subset of what its Python original does and hands everything else back to it, so the
+ * parsed graph and the printed bytes are the same with or without this module (it is optional:
+ * setup.py builds it when a C compiler is there); tests/unit/test_girtext_reader.py and
+ * test_girtext_writer.py run both ways and compare.
  *
- *     <spaces>%name = dialect.Op(%a, %b) : (T, T) -> T [cost = <decimal><unit>, mem = {...}]
+ * The reader. graphir/parser.py (_Parser._read_plain_lines) reads canonical node lines with
+ * regular expressions and builds each node as it goes. The reader does the same for
  *
- * one result, no `@name`, no params, ASCII only, every operand already defined
- * with the type the line declares, and annotations of `cost` (a plain decimal of at most 28
- * characters) and/or `mem` only. The first line outside that subset ends the call unread, and the
- * Python loop reads it (and reports whatever is wrong with it), then calls here again. So for every
- * line this module accepts it must do exactly what the Python loop does: the same checks in the
- * same order, the same objects with the same fields, the same calls of the type reader on a cache
- * miss; tests/unit/test_girscan.py parses texts both ways and compares the results field by field.
+ *     <spaces>%name = dialect.Op(%a, %b) ctrl(@c) : (T, T) -> T [cost = <decimal><unit>, mem = {...}]
  *
- * Objects are built as the Python loop builds them (object.__new__ and a store per slot, no
- * __init__): the slots' offsets are read from the classes' member descriptors when the reader is
- * made (make_reader), which refuses (returns None, and the Python loop does everything) unless
- * every class has exactly the slots this file sets.
+ * with one result, no `@name`, no params, ASCII only, every operand already defined with the type
+ * the line declares, and annotations of `cost` (a plain decimal of at most 28 characters) and/or
+ * `mem` only, without any regular expression or Python-level call per node. The first line
+ * outside that subset ends the call unread, and the Python loop reads it (and reports whatever is
+ * wrong with it), then calls here again. So for every line it accepts it must do exactly what the
+ * Python loop does: the same checks in the same order, the same objects with the same fields, the
+ * same calls of the type reader on a cache miss.
+ *
+ * Objects are read and built as the Python code does it (object.__new__ and a store per slot, no
+ * __init__): the slots' offsets are read from the classes' member descriptors when a reader or a
+ * writer is made, which is refused (None: the Python code does everything) unless every class has
+ * exactly the slots this file knows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
+#include <math.h>
 #include <string.h>
 
 /* Slots of graphir.ir.Node, graphir.ir.Value, graphir.annotations.Cost and Mem, in this order. */
@@ -760,7 +768,7 @@ done:
 }
 
 static PyTypeObject ReaderType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "graphir._girscan.Reader",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "graphir._girtext.Reader",
     .tp_basicsize = sizeof(Reader),
     .tp_dealloc = (destructor)reader_dealloc,
     .tp_call = (ternaryfunc)reader_call,
@@ -768,21 +776,513 @@ static PyTypeObject ReaderType = {
     .tp_doc = "reader(text, pos, number) -> (pos, number): the compiled plain-line loop of one graph body.",
 };
 
+
+/* ================================================================== the writer
+ *
+ * graphir/printer.py formats a node line with memo tables and compiled annotation plans; the
+ * writer below formats the commonest node lines into one buffer: one result, no params, bare
+ * ASCII names, and annotations among the built-in keys whose direct formatters are in force,
+ * with values of their plain types (a default-kind cost, a Mem of ints, int group and order, a
+ * float start and finish, a device or colocation class of printable ASCII without quotes or
+ * backslashes). Any other node is formatted by the printer's own function (the `fallback`), so
+ * the text is the same bytes either way; tests/unit/test_girtext_writer.py prints modules both
+ * ways. Durations follow graphir.attributes._format_duration_general (the one rule: repr's
+ * digits, the unit by magnitude), byte sizes format_bytes.
+ */
+
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Buffer;
+
+static int buffer_reserve(Buffer *b, Py_ssize_t more) {
+    if (b->size + more <= b->capacity) return 0;
+    Py_ssize_t capacity = b->capacity ? b->capacity : 1 << 16;
+    while (capacity < b->size + more) capacity *= 2;
+    char *data = PyMem_Realloc(b->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->capacity = capacity;
+    return 0;
+}
+
+static inline int buffer_add(Buffer *b, const char *text, Py_ssize_t length) {
+    if (buffer_reserve(b, length) < 0) return -1;
+    memcpy(b->data + b->size, text, (size_t)length);
+    b->size += length;
+    return 0;
+}
+
+static inline int buffer_str(Buffer *b, const char *text) { return buffer_add(b, text, (Py_ssize_t)strlen(text)); }
+
+/* Append an ASCII str; 1 when it is not ASCII (nothing appended), -1 on an error. */
+static inline int buffer_ascii(Buffer *b, PyObject *text) {
+    if (!PyUnicode_IS_ASCII(text)) return 1;
+    return buffer_add(b, (const char *)PyUnicode_DATA(text), PyUnicode_GET_LENGTH(text));
+}
+
+/* Append a name as the printer's format_name leaves a bare one; 1 when it is not bare. */
+static inline int buffer_name(Buffer *b, PyObject *name) {
+    if (!PyUnicode_CheckExact(name) || !PyUnicode_IS_ASCII(name)) return 1;
+    const char *s = (const char *)PyUnicode_DATA(name);
+    Py_ssize_t n = PyUnicode_GET_LENGTH(name);
+    if (n == 0) return 1;
+    for (Py_ssize_t k = 0; k < n; k++)
+        if (!is_name_char(s[k])) return 1;
+    return buffer_add(b, s, n);
+}
+
+/* graphir.attributes.format_duration of a finite float: 0 when appended, 1 for a value the
+ * printer formats (not finite), -1 on an error. */
+static int buffer_duration(Buffer *b, double seconds) {
+    if (seconds == 0.0) return buffer_str(b, "0s");
+    if (!isfinite(seconds)) return 1;
+    if (seconds < 0) {
+        if (buffer_str(b, "-") < 0) return -1;
+        seconds = -seconds;
+    }
+    const char *unit;
+    int shift;
+    if (seconds < 1e-6) {
+        unit = "ns";
+        shift = 9;
+    } else if (seconds < 1e-3) {
+        unit = "us";
+        shift = 6;
+    } else if (seconds < 1.0) {
+        unit = "ms";
+        shift = 3;
+    } else {
+        unit = "s";
+        shift = 0;
+    }
+    char *text = PyOS_double_to_string(seconds, 'r', 0, Py_DTSF_ADD_DOT_0, NULL); /* repr(seconds) */
+    if (text == NULL) return -1;
+    char significant[64];
+    int size = 0, point;
+    char *e = strchr(text, 'e');
+    if (e != NULL) { /* d.ddde-XX or de-XX */
+        significant[size++] = text[0];
+        for (char *c = text + 2; c < e; c++) significant[size++] = *c;
+        point = atoi(e + 1) + shift + 1;
+    } else {
+        char *dot = strchr(text, '.');
+        int whole = (int)(dot - text);
+        if (whole == 1 && text[0] == '0') { /* "0.000ddd" */
+            char *c = dot + 1;
+            int fraction = (int)strlen(c);
+            while (*c == '0') c++;
+            for (; *c; c++) significant[size++] = *c;
+            point = shift + size - fraction;
+        } else {
+            for (char *c = text; *c; c++)
+                if (*c != '.') significant[size++] = *c;
+            while (size > 0 && significant[size - 1] == '0') size--;
+            point = whole + shift;
+        }
+    }
+    PyMem_Free(text);
+    /* Zeros may run to hundreds of places (1e300s, 5e-324s): written straight into the buffer. */
+    if (buffer_reserve(b, size + (point < 0 ? -point : point) + 8) < 0) return -1;
+    char *out = b->data + b->size;
+    Py_ssize_t n = 0;
+    if (point <= 0) {
+        out[n++] = '0';
+        out[n++] = '.';
+        for (int k = 0; k < -point; k++) out[n++] = '0';
+        memcpy(out + n, significant, (size_t)size);
+        n += size;
+    } else if (point >= size) {
+        memcpy(out + n, significant, (size_t)size);
+        n += size;
+        for (int k = 0; k < point - size; k++) out[n++] = '0';
+    } else {
+        memcpy(out + n, significant, (size_t)point);
+        n += point;
+        out[n++] = '.';
+        memcpy(out + n, significant + point, (size_t)(size - point));
+        n += size - point;
+    }
+    b->size += n;
+    return buffer_str(b, unit);
+}
+
+/* graphir.attributes.format_bytes of a non-negative count. */
+static int buffer_bytes(Buffer *b, long long count) {
+    char out[48];
+    static const char *units[] = {"TiB", "GiB", "MiB", "KiB"};
+    static const int shifts[] = {40, 30, 20, 10};
+    if (count != 0 && (count & 1023) == 0) {
+        for (int u = 0; u < 4; u++) {
+            long long size = 1LL << shifts[u];
+            if (count % size == 0) {
+                snprintf(out, sizeof out, "%lld%s", count / size, units[u]);
+                return buffer_str(b, out);
+            }
+        }
+    }
+    snprintf(out, sizeof out, "%lldB", count);
+    return buffer_str(b, out);
+}
+
+/* An exact int that fits a long long and is at least `low`: 0 with *out set, else 1 (or -1). */
+static inline int exact_int(PyObject *value, long long low, long long *out) {
+    if (!PyLong_CheckExact(value)) return 1;
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (overflow || v < low) return 1;
+    *out = v;
+    return 0;
+}
+
+enum { K_COLOCATE, K_COST, K_DEVICE, K_FINISH, K_GROUP, K_MEM, K_ORDER, K_START, K_COUNT };
+static const char *KEY_NAMES[] = {"colocate", "cost", "device", "finish", "group", "mem", "order", "start"};
+
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *node_type, *value_type, *cost_type, *mem_type;
+    Py_ssize_t node_off[N_COUNT], value_off[V_COUNT], cost_off[1], mem_off[3];
+    PyObject *type_texts;   /* dict: id(type) -> its text (the printer's _TypeText table) */
+    PyObject *type_text;    /* callable: type -> its text (a miss; fills the table) */
+    PyObject *default_kind;
+    PyObject *keys;         /* dict: annotation key -> its K_ rank, for the keys formatted here */
+    PyObject *indent, *end; /* ASCII strs */
+} Writer;
+
+static void writer_dealloc(Writer *self) {
+    Py_XDECREF(self->node_type);
+    Py_XDECREF(self->value_type);
+    Py_XDECREF(self->cost_type);
+    Py_XDECREF(self->mem_type);
+    Py_XDECREF(self->type_texts);
+    Py_XDECREF(self->type_text);
+    Py_XDECREF(self->default_kind);
+    Py_XDECREF(self->keys);
+    Py_XDECREF(self->indent);
+    Py_XDECREF(self->end);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The text of a value's type; 1 when it is not ASCII, -1 on an error. */
+static int buffer_type(Writer *self, Buffer *b, PyObject *type) {
+    PyObject *key = PyLong_FromVoidPtr(type);
+    if (key == NULL) return -1;
+    PyObject *text = PyDict_GetItemWithError(self->type_texts, key); /* borrowed */
+    Py_DECREF(key);
+    if (text != NULL) return PyUnicode_CheckExact(text) ? buffer_ascii(b, text) : 1;
+    if (PyErr_Occurred()) return -1;
+    text = PyObject_CallOneArg(self->type_text, type);
+    if (text == NULL) return -1;
+    int status = PyUnicode_CheckExact(text) ? buffer_ascii(b, text) : 1;
+    Py_DECREF(text);
+    return status;
+}
+
+/* One annotation's value text; 0 appended, 1 declined, -1 error. */
+static int buffer_annotation(Writer *self, Buffer *b, int rank, PyObject *value) {
+    switch (rank) {
+    case K_COST: {
+        if (!Py_IS_TYPE(value, self->cost_type)) return 1;
+        PyObject *times = get_slot(value, self->cost_off[0]);
+        if (times == NULL || !PyTuple_CheckExact(times) || PyTuple_GET_SIZE(times) != 1) return 1;
+        PyObject *pair = PyTuple_GET_ITEM(times, 0);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) return 1;
+        PyObject *kind = PyTuple_GET_ITEM(pair, 0), *seconds = PyTuple_GET_ITEM(pair, 1);
+        if (!PyUnicode_CheckExact(kind) || PyUnicode_Compare(kind, self->default_kind) != 0) return PyErr_Occurred() ? -1 : 1;
+        if (!PyFloat_CheckExact(seconds)) return 1;
+        return buffer_duration(b, PyFloat_AS_DOUBLE(seconds));
+    }
+    case K_START:
+    case K_FINISH:
+        if (!PyFloat_CheckExact(value)) return 1;
+        return buffer_duration(b, PyFloat_AS_DOUBLE(value));
+    case K_GROUP:
+    case K_ORDER: {
+        long long v;
+        int status = exact_int(value, LLONG_MIN, &v);
+        if (status) return status;
+        char out[32];
+        snprintf(out, sizeof out, "%lld", v);
+        return buffer_str(b, out);
+    }
+    case K_DEVICE:
+    case K_COLOCATE: {
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_IS_ASCII(value)) return 1;
+        const char *s = (const char *)PyUnicode_DATA(value);
+        Py_ssize_t n = PyUnicode_GET_LENGTH(value);
+        for (Py_ssize_t k = 0; k < n; k++)
+            if (s[k] < 0x20 || s[k] == 0x7f || s[k] == '"' || s[k] == '\\') return 1;
+        if (buffer_str(b, "\"") < 0 || buffer_add(b, s, n) < 0) return -1;
+        return buffer_str(b, "\"");
+    }
+    case K_MEM: {
+        if (!Py_IS_TYPE(value, self->mem_type)) return 1;
+        static const char *fields[] = {"persistent = ", "activation = ", "temporary = "};
+        long long counts[3];
+        for (int f = 0; f < 3; f++) {
+            PyObject *count = get_slot(value, self->mem_off[f]);
+            if (count == NULL) return 1;
+            int status = exact_int(count, 0, &counts[f]);
+            if (status) return status;
+        }
+        if (buffer_str(b, "{") < 0) return -1;
+        int first = 1;
+        for (int f = 0; f < 3; f++) {
+            if (!counts[f]) continue;
+            if ((!first && buffer_str(b, ", ") < 0) || buffer_str(b, fields[f]) < 0 || buffer_bytes(b, counts[f]) < 0)
+                return -1;
+            first = 0;
+        }
+        return buffer_str(b, "}");
+    }
+    }
+    return 1;
+}
+
+/* One node line into the buffer: 0 written, 1 declined (the buffer may hold part of it), -1 error. */
+static int write_node(Writer *self, Buffer *b, PyObject *node) {
+    if (!Py_IS_TYPE(node, self->node_type)) return 1;
+    const Py_ssize_t *n_off = self->node_off, *v_off = self->value_off;
+    PyObject *outputs = get_slot(node, n_off[N_OUTPUTS]), *inputs = get_slot(node, n_off[N_INPUTS]);
+    PyObject *params = get_slot(node, n_off[N_PARAMS]), *annotations = get_slot(node, n_off[N_ANNOTATIONS]);
+    PyObject *controls = get_slot(node, n_off[N_CONTROL_INPUTS]), *op = get_slot(node, n_off[N_OP]);
+    PyObject *name = get_slot(node, n_off[N_NAME]);
+    if (!outputs || !inputs || !params || !annotations || !controls || !op || !name) return 1;
+    if (!PyList_CheckExact(outputs) || PyList_GET_SIZE(outputs) != 1 || !PyList_CheckExact(inputs)) return 1;
+    if (!PyDict_CheckExact(params) || PyDict_GET_SIZE(params) != 0 || !PyDict_CheckExact(annotations)) return 1;
+    if (!PyUnicode_CheckExact(op)) return 1;
+    PyObject *first = PyList_GET_ITEM(outputs, 0);
+    if (!Py_IS_TYPE(first, self->value_type)) return 1;
+    PyObject *first_name = get_slot(first, v_off[V_NAME]), *first_type = get_slot(first, v_off[V_TYPE]);
+    if (!first_name || !first_type) return 1;
+    int status;
+    if (buffer_ascii(b, self->indent) || buffer_str(b, "%")) return -1;
+    if ((status = buffer_name(b, first_name))) return status;
+    if (buffer_str(b, " = ")) return -1;
+    if ((status = buffer_ascii(b, op))) return status;
+    if (!PyUnicode_CheckExact(name)) return 1;
+    int same = PyUnicode_CheckExact(first_name) ? PyUnicode_Compare(first_name, name) : -1;
+    if (same == -1 && PyErr_Occurred()) return -1;
+    if (same != 0) {
+        if (buffer_str(b, " @")) return -1;
+        if ((status = buffer_name(b, name))) return status;
+    }
+    if (buffer_str(b, "(")) return -1;
+    Py_ssize_t count = PyList_GET_SIZE(inputs);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *value = PyList_GET_ITEM(inputs, k);
+        if (!Py_IS_TYPE(value, self->value_type) || get_slot(value, v_off[V_NAME]) == NULL) return 1;
+        if ((k && buffer_str(b, ", ")) || buffer_str(b, "%")) return -1;
+        if ((status = buffer_name(b, get_slot(value, v_off[V_NAME])))) return status;
+    }
+    if (buffer_str(b, ")")) return -1;
+    PyObject *control_seq = PySequence_Fast(controls, "control inputs");
+    if (control_seq == NULL) return -1;
+    Py_ssize_t ncontrols = PySequence_Fast_GET_SIZE(control_seq);
+    status = 0;
+    for (Py_ssize_t k = 0; !status && k < ncontrols; k++) {
+        PyObject *control = PySequence_Fast_GET_ITEM(control_seq, k);
+        if (!Py_IS_TYPE(control, self->node_type) || get_slot(control, n_off[N_NAME]) == NULL) {
+            status = 1;
+            break;
+        }
+        if (buffer_str(b, k ? ", @" : " ctrl(@")) status = -1;
+        else status = buffer_name(b, get_slot(control, n_off[N_NAME]));
+    }
+    Py_DECREF(control_seq);
+    if (status) return status;
+    if (ncontrols && buffer_str(b, ")")) return -1;
+    if (buffer_str(b, " : (")) return -1;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *type = get_slot(PyList_GET_ITEM(inputs, k), v_off[V_TYPE]);
+        if (type == NULL) return 1;
+        if (k && buffer_str(b, ", ")) return -1;
+        if ((status = buffer_type(self, b, type))) return status;
+    }
+    if (buffer_str(b, ") -> ")) return -1;
+    if ((status = buffer_type(self, b, first_type))) return status;
+    if (PyDict_GET_SIZE(annotations)) {
+        PyObject *by_rank[K_COUNT] = {NULL};
+        PyObject *key, *value;
+        Py_ssize_t position = 0;
+        while (PyDict_Next(annotations, &position, &key, &value)) {
+            PyObject *rank = PyUnicode_CheckExact(key) ? PyDict_GetItemWithError(self->keys, key) : NULL;
+            if (rank == NULL) return PyErr_Occurred() ? -1 : 1;
+            by_rank[PyLong_AsLong(rank)] = value;
+        }
+        int written = 0;
+        for (int r = 0; r < K_COUNT; r++) {
+            if (by_rank[r] == NULL) continue;
+            if (buffer_str(b, written ? ", " : " [") || buffer_str(b, KEY_NAMES[r]) || buffer_str(b, " = ")) return -1;
+            if ((status = buffer_annotation(self, b, r, by_rank[r]))) return status;
+            written = 1;
+        }
+        if (buffer_str(b, "]")) return -1;
+    }
+    return buffer_ascii(b, self->end) ? -1 : 0;
+}
+
+/* writer.lines(nodes, fallback) -> str: the lines of `nodes` (a list), each by this writer or,
+ * when it declines one, by fallback(node). */
+static PyObject *writer_lines(Writer *self, PyObject *args) {
+    PyObject *nodes, *fallback;
+    if (!PyArg_ParseTuple(args, "O!O:lines", &PyList_Type, &nodes, &fallback)) return NULL;
+    Buffer b = {NULL, 0, 0};
+    PyObject *pieces = NULL; /* made at the first line the fallback writes */
+    PyObject *result = NULL;
+    Py_ssize_t count = PyList_GET_SIZE(nodes);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *node = PyList_GET_ITEM(nodes, k);
+        Py_ssize_t start = b.size;
+        int status = write_node(self, &b, node);
+        if (status < 0) goto done;
+        if (status == 0) continue;
+        b.size = start; /* declined: the printer's function writes this line */
+        if (pieces == NULL && (pieces = PyList_New(0)) == NULL) goto done;
+        PyObject *head = PyUnicode_FromStringAndSize(b.data ? b.data : "", b.size);
+        if (head == NULL || PyList_Append(pieces, head) < 0) {
+            Py_XDECREF(head);
+            goto done;
+        }
+        Py_DECREF(head);
+        b.size = 0;
+        PyObject *line = PyObject_CallOneArg(fallback, node);
+        if (line == NULL || PyList_Append(pieces, line) < 0) {
+            Py_XDECREF(line);
+            goto done;
+        }
+        Py_DECREF(line);
+    }
+    result = PyUnicode_FromStringAndSize(b.data ? b.data : "", b.size);
+    if (result != NULL && pieces != NULL) {
+        int failed = PyList_Append(pieces, result);
+        Py_DECREF(result);
+        result = NULL;
+        if (!failed) {
+            PyObject *empty = PyUnicode_FromString("");
+            result = empty ? PyUnicode_Join(empty, pieces) : NULL;
+            Py_XDECREF(empty);
+        }
+    }
+done:
+    Py_XDECREF(pieces);
+    PyMem_Free(b.data);
+    return result;
+}
+
+static PyMethodDef writer_methods[] = {
+    {"lines", (PyCFunction)writer_lines, METH_VARARGS,
+     "lines(nodes, fallback) -> str: the node lines of a list of nodes (fallback(node) for a line not written here)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject WriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "graphir._girtext.Writer",
+    .tp_basicsize = sizeof(Writer),
+    .tp_dealloc = (destructor)writer_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = writer_methods,
+    .tp_doc = "The printer's node lines for the commonest nodes (make_writer).",
+};
+
+/* make_writer(Node, Value, Cost, Mem, type_texts, type_text, default_kind, keys, indent, end)
+ * -> a writer, or None when a class's slots are not the expected ones. `keys` names the
+ * annotation keys to format here (the others make the printer's function write the line). */
+static PyObject *make_writer(PyObject *module, PyObject *args) {
+    PyTypeObject *node_type, *value_type, *cost_type, *mem_type;
+    PyObject *type_texts, *type_text, *default_kind, *keys, *indent, *end;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!OUO!UU:make_writer", &PyType_Type, &node_type, &PyType_Type, &value_type,
+                          &PyType_Type, &cost_type, &PyType_Type, &mem_type, &PyDict_Type, &type_texts, &type_text,
+                          &default_kind, &PyFrozenSet_Type, &keys, &indent, &end))
+        return NULL;
+    if (!PyUnicode_IS_ASCII(indent) || !PyUnicode_IS_ASCII(end)) Py_RETURN_NONE;
+    Writer *self = PyObject_New(Writer, &WriterType);
+    if (self == NULL) return NULL;
+    self->node_type = node_type;
+    self->value_type = value_type;
+    self->cost_type = cost_type;
+    self->mem_type = mem_type;
+    self->type_texts = type_texts;
+    self->type_text = type_text;
+    self->default_kind = default_kind;
+    self->indent = indent;
+    self->end = end;
+    PyObject *owned[] = {(PyObject *)node_type, (PyObject *)value_type, (PyObject *)cost_type, (PyObject *)mem_type,
+                         type_texts, type_text, default_kind, indent, end};
+    for (size_t k = 0; k < sizeof(owned) / sizeof(owned[0]); k++) Py_INCREF(owned[k]);
+    self->keys = PyDict_New();
+    if (self->keys == NULL) goto fail;
+    for (int r = 0; r < K_COUNT; r++) {
+        PyObject *key = PyUnicode_InternFromString(KEY_NAMES[r]);
+        int wanted = key ? PySet_Contains(keys, key) : -1;
+        PyObject *rank = wanted > 0 ? PyLong_FromLong(r) : NULL;
+        int failed = wanted < 0 || (wanted > 0 && (rank == NULL || PyDict_SetItem(self->keys, key, rank) < 0));
+        Py_XDECREF(key);
+        Py_XDECREF(rank);
+        if (failed) goto fail;
+    }
+    int status = slot_offsets(node_type, NODE_SLOTS, N_COUNT, self->node_off);
+    if (status == 0) status = slot_offsets(value_type, VALUE_SLOTS, V_COUNT, self->value_off);
+    if (status == 0) status = slot_offsets(cost_type, COST_SLOTS, 1, self->cost_off);
+    if (status == 0) status = slot_offsets(mem_type, MEM_SLOTS, 3, self->mem_off);
+    if (status < 0) goto fail;
+    if (status > 0) {
+        Py_DECREF(self);
+        Py_RETURN_NONE;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+/* format_duration(seconds) -> str or None: the writer's duration text (for tests against the
+ * printer's rule); None for a value it leaves to the printer. */
+static PyObject *format_duration(PyObject *module, PyObject *arg) {
+    double seconds = PyFloat_AsDouble(arg);
+    if (seconds == -1.0 && PyErr_Occurred()) return NULL;
+    Buffer b = {NULL, 0, 0};
+    int status = buffer_duration(&b, seconds);
+    PyObject *result = status < 0 ? NULL : status > 0 ? Py_NewRef(Py_None) : PyUnicode_FromStringAndSize(b.data, b.size);
+    PyMem_Free(b.data);
+    return result;
+}
+
+/* format_bytes(count) -> str or None, as format_duration. */
+static PyObject *format_bytes(PyObject *module, PyObject *arg) {
+    long long count;
+    int status = exact_int(arg, 0, &count);
+    if (status) return status < 0 ? NULL : Py_NewRef(Py_None);
+    Buffer b = {NULL, 0, 0};
+    PyObject *result = buffer_bytes(&b, count) < 0 ? NULL : PyUnicode_FromStringAndSize(b.data, b.size);
+    PyMem_Free(b.data);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"make_reader", make_reader, METH_VARARGS,
      "make_reader(values, node_names, nodes, seq, type_cache, make_type, source, pending, keys, controls, graph, "
      "result_kind, no_nodes, default_kind, byte_units, dtypes, Node, Value, Cost, Mem, TensorType) -> a reader, "
      "or None."},
+    {"make_writer", make_writer, METH_VARARGS,
+     "make_writer(Node, Value, Cost, Mem, type_texts, type_text, default_kind, keys, indent, end) -> a writer, "
+     "or None."},
+    {"format_duration", format_duration, METH_O, "format_duration(seconds) -> the writer's text, or None."},
+    {"format_bytes", format_bytes, METH_O, "format_bytes(count) -> the writer's text, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "graphir._girscan",
-    "The .gir reader's plain-line loop for the commonest node lines, compiled (see graphir/_girscan.c).", -1,
+    PyModuleDef_HEAD_INIT, "graphir._girtext",
+    "The .gir reader's plain-line loop for the commonest node lines, compiled (see graphir/_girtext.c).", -1,
     methods,
 };
 
-PyMODINIT_FUNC PyInit__girscan(void) {
-    if (PyType_Ready(&ReaderType) < 0) return NULL;
+PyMODINIT_FUNC PyInit__girtext(void) {
+    if (PyType_Ready(&ReaderType) < 0 || PyType_Ready(&WriterType) < 0) return NULL;
     return PyModule_Create(&module);
 }
