@@ -68,15 +68,17 @@ def colocate_resource_users(graph: Graph) -> int:
         makes_resource = any(v.type.dtype is DType.RESOURCE for v in node.outputs)
         return (1 if makes_resource and not takes_resource else 2, node.name)
 
-    keys = {node: key(node) for node in nodes}
-    linked = False
-    for node in nodes:
-        for value in node.inputs:
-            if value.type.dtype is DType.RESOURCE and value.producer is not None:
-                sets.union(keys[node], keys[value.producer])
-                linked = True
-    if not linked:
+    links = [
+        (node, value.producer)
+        for node in nodes
+        for value in node.inputs
+        if value.type.dtype is DType.RESOURCE and value.producer is not None
+    ]
+    if not links:  # most graphs: no resource edge, no key per node needed
         return 0
+    keys = {node: key(node) for node in nodes}
+    for node, producer in links:
+        sets.union(keys[node], keys[producer])
     for node in nodes:  # every member of a class, so that two classes merged by a variable stay whole
         if node.colocate is not None:
             sets.union(keys[node], (0, node.colocate))
@@ -176,8 +178,17 @@ class _TfImporter:
             params = self.params(node_def)
             if any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
                 opaque_ops.setdefault(node_def.op, []).append(node_def.name)
-            node = graph.add_node("tf." + node_def.op, (), out_types, name=node_def.name, params=params)
-            node.loc = Location(file=self.source, node=node_def.name)
+            node_name = node_def.name
+            loc = Location(file=self.source, node=node_name)
+            # The names add_node would give (the node's, its results' "name" and "name#k"): TF names
+            # are unique and hold no '#', so these are free; any clash takes add_node's renaming.
+            result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
+            if node_name in graph._node_names or any(r in graph._values for r in result_names):  # noqa: SLF001
+                node = graph.add_node("tf." + node_def.op, (), out_types, name=node_name, params=params)
+                node.loc = loc
+            else:
+                op = "tf." + node_def.op
+                node = graph.add_node_unchecked(op, node_name, result_names, out_types, params, {}, loc)
             nodes[node_def.name] = node
             for k, value in enumerate(node.outputs):
                 values[f"{node_def.name}:{k}"] = value
@@ -196,6 +207,7 @@ class _TfImporter:
                 if value is None:
                     raise self.error(f"uses undefined value '{ref}'", node_def.name)
                 node.add_input(value)
+        graph.touch_all(())  # the nodes added unchecked (no annotations yet)
         self.set_outputs(graph, outputs, values)
         self.colocate(nodes)
         colocate_resource_users(graph)

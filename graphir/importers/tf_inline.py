@@ -72,7 +72,13 @@ class _Flattener:
         return self.library.get(node.op)
 
     def run(self) -> graph_pb2.GraphDef:
+        """The flat graph: every call inlined (the input's references to call results resolved)."""
+        if not self.library and not any(node.op in CALL_OPS for node in self.graph_def.node):
+            return self._copy_flat()
+        return self._inline()
 
+    def _inline(self) -> graph_pb2.GraphDef:
+        """:meth:`run` for any graph: expand every scope, then resolve every node's inputs."""
         self.expand(self.graph_def.node, "", None, [], "", 0)
         for node, data_refs, ctrl_names in self.pending:
             del node.input[:]
@@ -87,6 +93,58 @@ class _Flattener:
         flat = self.flat
         flat.versions.CopyFrom(self.graph_def.versions)
         flat.library.CopyFrom(self.graph_def.library)
+        return flat
+
+    def _copy_flat(self) -> graph_pb2.GraphDef:
+        """:meth:`run` for a graph that calls no function: the graph itself, its inputs checked.
+
+        What :meth:`_inline` makes of such a graph, with its
+        checks and errors in the same order, without copying the nodes one by one: every name
+        defined once (else "defined twice" at the second), every data input a defined node's
+        (else "uses undefined value" at its user), every control input a node (else "refers to an
+        undefined node"); data inputs written ``n`` for ``n:0`` and control inputs after them,
+        each once. Only the nodes whose inputs change from that are rewritten.
+        """
+        emitted = self.emitted
+        for node in self.graph_def.node:
+            if node.name in emitted:
+                raise self.error("node name defined twice", node.name)
+            emitted.add(node.name)
+        flat = self.flat
+        flat.CopyFrom(self.graph_def)  # one copy of the whole graph (its library is empty)
+        for descriptor, _ in flat.ListFields():  # what expand copies: nodes, versions, library
+            if descriptor.name not in ("node", "versions", "library"):
+                flat.ClearField(descriptor.name)
+        flat.library.CopyFrom(self.graph_def.library)  # present, though empty, as run leaves it
+        for node in flat.node:
+            refs = node.input
+            if not refs:
+                continue
+            rewrite = False
+            data: list[str] = []
+            controls: list[str] = []
+            for ref in refs:
+                if ref[:1] == "^":
+                    controls.append(ref[1:])
+                    continue
+                producer, index = _split_ref(ref)
+                if producer not in emitted:
+                    shown = producer if index == 0 else f"{producer}:{index}"
+                    raise self.error(f"uses undefined value '{shown}'", node.name)
+                written = producer if index == 0 else f"{producer}:{index}"
+                if controls or written != ref:
+                    rewrite = True  # after a control input, or "n:0"
+                data.append(written)
+            once = dict.fromkeys(controls)
+            if controls:  # checked after the data inputs, as _inline resolves them
+                for name in controls:
+                    if name not in emitted:
+                        raise self.error(f"control input '^{name}' refers to an undefined node", node.name)
+                rewrite = rewrite or len(once) != len(controls)  # one listed twice: kept once
+            if rewrite:
+                del refs[:]
+                refs.extend(data)
+                refs.extend("^" + name for name in once)
         return flat
 
     def resolve(self, ref: Ref, user: str | None) -> Ref:

@@ -162,10 +162,10 @@ def recover_resource_variables(
     """
     write = write or sys.stderr.write
     report = RecoveryReport()
-    by_name = {node.name: node for node in flat.node}
     candidates = _candidates(flat)
     if not candidates:
         return report
+    by_name = {node.name: node for node in flat.node}
     originals = {name: _copy(by_name[name]) for name in candidates}
     shapes: dict[str, PartialShape] = dict.fromkeys(candidates)
     dtypes: dict[str, int] = {}
@@ -256,15 +256,18 @@ def _candidates(flat: graph_pb2.GraphDef) -> list[str]:
     """Resource placeholders whose every use (through ``Identity``) is a variable op, in node order."""
     from tensorflow.core.framework import types_pb2
 
+    placeholders = [
+        node for node in flat.node if node.op == "Placeholder" and node.attr["dtype"].type == types_pb2.DT_RESOURCE
+    ]
+    if not placeholders:  # most graphs: no table of users needed
+        return []
     users: dict[str, list[node_def_pb2.NodeDef]] = {}
     for node in flat.node:
         for ref in node.input:
             if not ref.startswith("^"):
                 users.setdefault(_split_ref(ref)[0], []).append(node)
     out: list[str] = []
-    for node in flat.node:
-        if node.op != "Placeholder" or node.attr["dtype"].type != types_pb2.DT_RESOURCE:
-            continue
+    for node in placeholders:
         stack, seen, ok = [node.name], set(), True
         while stack and ok:
             name = stack.pop()
