@@ -134,6 +134,17 @@ static int slot_offsets(PyTypeObject *type, const char **names, int count, Py_ss
     return 0;
 }
 
+/* The slot offsets of Node, Value, Cost and Mem: 0, or 1 when a class is not as expected, -1 on an error. */
+static int ir_slot_offsets(PyTypeObject *node_type, PyTypeObject *value_type, PyTypeObject *cost_type,
+                           PyTypeObject *mem_type, Py_ssize_t *node_off, Py_ssize_t *value_off, Py_ssize_t *cost_off,
+                           Py_ssize_t *mem_off) {
+    int status = slot_offsets(node_type, NODE_SLOTS, N_COUNT, node_off);
+    if (status == 0) status = slot_offsets(value_type, VALUE_SLOTS, V_COUNT, value_off);
+    if (status == 0) status = slot_offsets(cost_type, COST_SLOTS, 1, cost_off);
+    if (status == 0) status = slot_offsets(mem_type, MEM_SLOTS, 3, mem_off);
+    return status;
+}
+
 /* make_reader(values, node_names, nodes, seq, type_cache, make_type, source, pending, keys, controls,
  *             graph, result_kind, no_nodes, default_kind, byte_units, dtypes, Node, Value, Cost, Mem,
  *             TensorType)
@@ -176,10 +187,8 @@ static PyObject *make_reader(PyObject *module, PyObject *args) {
     self->minus_one = PyLong_FromLong(-1);
     self->zero = PyLong_FromLong(0);
     if (!self->cost_key || !self->mem_key || !self->minus_one || !self->zero) goto fail;
-    int status = slot_offsets(node_type, NODE_SLOTS, N_COUNT, self->node_off);
-    if (status == 0) status = slot_offsets(value_type, VALUE_SLOTS, V_COUNT, self->value_off);
-    if (status == 0) status = slot_offsets(cost_type, COST_SLOTS, 1, self->cost_off);
-    if (status == 0) status = slot_offsets(mem_type, MEM_SLOTS, 3, self->mem_off);
+    int status = ir_slot_offsets(node_type, value_type, cost_type, mem_type, self->node_off, self->value_off,
+                                 self->cost_off, self->mem_off);
     if (status == 0) status = slot_offsets(tensor_type, TYPE_SLOTS, 2, self->type_off);
     if (status < 0) goto fail;
     if (status > 0) {
@@ -207,13 +216,15 @@ static inline int starts(const char *s, Py_ssize_t p, Py_ssize_t end, const char
     return end - p >= len && memcmp(s + p, lit, (size_t)len) == 0;
 }
 
-/* A `%name` at p (bare name characters only): its end, or -1. */
-static inline Py_ssize_t scan_value_name(const char *s, Py_ssize_t p, Py_ssize_t end) {
-    if (p >= end || s[p] != '%') return -1;
+/* A `<sigil>name` at p (bare name characters only): its end, or -1. */
+static inline Py_ssize_t scan_sigil_name(const char *s, Py_ssize_t p, Py_ssize_t end, char sigil) {
+    if (p >= end || s[p] != sigil) return -1;
     Py_ssize_t q = p + 1;
     while (q < end && is_name_char(s[q])) q++;
     return q > p + 1 ? q : -1;
 }
+static Py_ssize_t scan_value_name(const char *s, Py_ssize_t p, Py_ssize_t end) { return scan_sigil_name(s, p, end, '%'); }
+static Py_ssize_t scan_node_name(const char *s, Py_ssize_t p, Py_ssize_t end) { return scan_sigil_name(s, p, end, '@'); }
 
 /* A type at p as the parser's TYPE pattern reads it ([a-z][a-z0-9]*\[[^\]]*\]), without spaces
  * inside the brackets (the Python loop splits type lists at ", ", so a spaced shape is not one of
@@ -289,6 +300,24 @@ static PyObject *static_type(Reader *self, PyObject *piece, const char *s, Py_ss
     return made;
 }
 
+typedef Py_ssize_t (*ItemScan)(const char *s, Py_ssize_t p, Py_ssize_t end);
+
+/* One or more items separated by ", " from p, each read by `scan`: their spans (past `skip`
+ * sigil characters) into first/last and their number into *count; the end of the list, or -1. */
+static Py_ssize_t scan_list(const char *s, Py_ssize_t p, Py_ssize_t end, ItemScan scan, int skip, Py_ssize_t *first,
+                            Py_ssize_t *last, int *count) {
+    *count = 0;
+    for (;;) {
+        if (*count == MAX_OPERANDS) return -1;
+        Py_ssize_t q = scan(s, p, end);
+        if (q < 0) return -1;
+        first[*count] = p + skip;
+        last[(*count)++] = q;
+        if (!starts(s, q, end, ", ", 2)) return q;
+        p = q + 2;
+    }
+}
+
 /* The type of text s[p:q]: the cache's, else the type reader's (which caches it); a new
  * reference, Py_None (a new reference) when it is not a type, NULL on an error. */
 static PyObject *type_of(Reader *self, PyObject *text_obj, Py_ssize_t p, Py_ssize_t q) {
@@ -359,61 +388,23 @@ static int scan_line(Reader *self, const char *s, Py_ssize_t p, Py_ssize_t end, 
     line->op_end = p;
     if (!dotted || p >= end || s[p] != '(') return 0; /* " @name", or not a node line */
     p++;
-    line->operands = 0;
-    if (p < end && s[p] != ')') {
-        for (;;) {
-            if (line->operands == MAX_OPERANDS) return 0;
-            Py_ssize_t q = scan_value_name(s, p, end);
-            if (q < 0) return 0;
-            line->operand[line->operands] = p + 1;
-            line->operand_end[line->operands++] = q;
-            p = q;
-            if (starts(s, p, end, ", ", 2)) {
-                p += 2;
-                continue;
-            }
-            break;
-        }
+    line->operands = line->controls = line->types = 0;
+    if (p < end && s[p] != ')') { /* operands: %name, ... */
+        p = scan_list(s, p, end, scan_value_name, 1, line->operand, line->operand_end, &line->operands);
+        if (p < 0) return 0;
     }
     if (p >= end || s[p] != ')') return 0;
     p++;
-    line->controls = 0;
     if (starts(s, p, end, " ctrl(", 6)) { /* control inputs: @name, ... */
-        p += 6;
-        for (;;) {
-            if (line->controls == MAX_OPERANDS || p >= end || s[p] != '@') return 0;
-            Py_ssize_t q = p + 1;
-            while (q < end && is_name_char(s[q])) q++;
-            if (q == p + 1) return 0;
-            line->control[line->controls] = p + 1;
-            line->control_end[line->controls++] = q;
-            p = q;
-            if (starts(s, p, end, ", ", 2)) {
-                p += 2;
-                continue;
-            }
-            break;
-        }
-        if (p >= end || s[p] != ')') return 0;
+        p = scan_list(s, p + 6, end, scan_node_name, 1, line->control, line->control_end, &line->controls);
+        if (p < 0 || p >= end || s[p] != ')') return 0;
         p++;
     }
     if (!starts(s, p, end, " : (", 4)) return 0; /* params, or not canonical */
     p += 4;
-    line->types = 0;
-    if (p < end && s[p] != ')') {
-        for (;;) {
-            if (line->types == MAX_OPERANDS) return 0;
-            Py_ssize_t q = scan_type(s, p, end);
-            if (q < 0) return 0;
-            line->type[line->types] = p;
-            line->type_end[line->types++] = q;
-            p = q;
-            if (starts(s, p, end, ", ", 2)) {
-                p += 2;
-                continue;
-            }
-            break;
-        }
+    if (p < end && s[p] != ')') { /* operand types: T, ... */
+        p = scan_list(s, p, end, scan_type, 0, line->type, line->type_end, &line->types);
+        if (p < 0) return 0;
     }
     if (!starts(s, p, end, ") -> ", 5)) return 0;
     p += 5;
@@ -1225,10 +1216,8 @@ static PyObject *make_writer(PyObject *module, PyObject *args) {
         Py_XDECREF(rank);
         if (failed) goto fail;
     }
-    int status = slot_offsets(node_type, NODE_SLOTS, N_COUNT, self->node_off);
-    if (status == 0) status = slot_offsets(value_type, VALUE_SLOTS, V_COUNT, self->value_off);
-    if (status == 0) status = slot_offsets(cost_type, COST_SLOTS, 1, self->cost_off);
-    if (status == 0) status = slot_offsets(mem_type, MEM_SLOTS, 3, self->mem_off);
+    int status = ir_slot_offsets(node_type, value_type, cost_type, mem_type, self->node_off, self->value_off,
+                                 self->cost_off, self->mem_off);
     if (status < 0) goto fail;
     if (status > 0) {
         Py_DECREF(self);
