@@ -30,6 +30,7 @@
 #include <structmember.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 /* Slots of graphir.ir.Node, graphir.ir.Value, graphir.annotations.Cost and Mem, in this order. */
@@ -45,9 +46,14 @@ static const char *TYPE_SLOTS[] = {"dtype", "shape"};
 
 #define MAX_OPERANDS 64 /* a line with more goes to the Python loop */
 
+/* The byte units of graphir.attributes.BYTE_UNITS, smallest first, and their powers of two. */
+static const char *BYTE_UNIT_NAMES[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+static const int BYTE_UNIT_SHIFTS[] = {0, 10, 20, 30, 40};
+#define N_BYTE_UNITS 5
+
 typedef struct {
     PyObject_HEAD
-    /* The graph's tables and the parse's state (borrowed from the parser: it outlives the reader). */
+    /* The graph's tables and the parse's state, the IR classes and constants (references held). */
     PyObject *values;      /* dict: value name -> Value (graph._values) */
     PyObject *node_names;  /* dict: node name -> Node (graph._node_names) */
     PyObject *nodes;       /* dict: Node -> None (graph._nodes) */
@@ -62,39 +68,29 @@ typedef struct {
     PyObject *result_kind; /* ValueKind.RESULT */
     PyObject *no_nodes;    /* the shared empty control list (graphir.ir._NO_NODES) */
     PyObject *default_kind;
-    PyObject *byte_units;  /* dict: unit -> int */
+    PyObject *byte_units;  /* dict: unit -> int (graphir.attributes.BYTE_UNITS) */
     PyObject *dtypes;      /* dict: dtype short name -> DType (graphir.fastline._DTYPES) */
     PyTypeObject *node_type, *value_type, *cost_type, *mem_type, *tensor_type;
     Py_ssize_t node_off[N_COUNT], value_off[V_COUNT], cost_off[1], mem_off[3], type_off[2];
     PyObject *cost_key, *mem_key, *minus_one, *zero;
+    PyObject *unit_bytes[N_BYTE_UNITS]; /* BYTE_UNITS' ints in BYTE_UNIT_NAMES' order (borrowed from byte_units) */
 } Reader;
 
+/* Every object a reader holds a reference to, in make_reader's argument order, then its own constants. */
+static const size_t READER_OBJECTS[] = {
+    offsetof(Reader, values), offsetof(Reader, node_names), offsetof(Reader, nodes), offsetof(Reader, seq),
+    offsetof(Reader, type_cache), offsetof(Reader, make_type), offsetof(Reader, source), offsetof(Reader, pending),
+    offsetof(Reader, keys), offsetof(Reader, controls), offsetof(Reader, graph), offsetof(Reader, result_kind),
+    offsetof(Reader, no_nodes), offsetof(Reader, default_kind), offsetof(Reader, byte_units), offsetof(Reader, dtypes),
+    offsetof(Reader, node_type), offsetof(Reader, value_type), offsetof(Reader, cost_type), offsetof(Reader, mem_type),
+    offsetof(Reader, tensor_type), offsetof(Reader, cost_key), offsetof(Reader, mem_key), offsetof(Reader, minus_one),
+    offsetof(Reader, zero),
+};
+#define N_READER_GIVEN 21 /* the arguments of make_reader; the rest are made there */
+#define READER_OBJECT(self, k) (*(PyObject **)((char *)(self) + READER_OBJECTS[k]))
+
 static void reader_dealloc(Reader *self) {
-    Py_XDECREF(self->values);
-    Py_XDECREF(self->node_names);
-    Py_XDECREF(self->nodes);
-    Py_XDECREF(self->seq);
-    Py_XDECREF(self->type_cache);
-    Py_XDECREF(self->make_type);
-    Py_XDECREF(self->source);
-    Py_XDECREF(self->pending);
-    Py_XDECREF(self->keys);
-    Py_XDECREF(self->controls);
-    Py_XDECREF(self->graph);
-    Py_XDECREF(self->result_kind);
-    Py_XDECREF(self->no_nodes);
-    Py_XDECREF(self->default_kind);
-    Py_XDECREF(self->byte_units);
-    Py_XDECREF(self->dtypes);
-    Py_XDECREF(self->tensor_type);
-    Py_XDECREF(self->node_type);
-    Py_XDECREF(self->value_type);
-    Py_XDECREF(self->cost_type);
-    Py_XDECREF(self->mem_type);
-    Py_XDECREF(self->cost_key);
-    Py_XDECREF(self->mem_key);
-    Py_XDECREF(self->minus_one);
-    Py_XDECREF(self->zero);
+    for (size_t k = 0; k < sizeof(READER_OBJECTS) / sizeof(READER_OBJECTS[0]); k++) Py_XDECREF(READER_OBJECT(self, k));
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -164,23 +160,14 @@ static PyObject *make_reader(PyObject *module, PyObject *args) {
         return NULL;
     Reader *self = PyObject_New(Reader, &ReaderType);
     if (self == NULL) return NULL;
-    PyObject **fields[] = {&self->values, &self->node_names, &self->nodes, &self->seq, &self->type_cache,
-                           &self->make_type, &self->source, &self->pending, &self->keys, &self->controls,
-                           &self->graph,
-                           &self->result_kind, &self->no_nodes, &self->default_kind, &self->byte_units,
-                           &self->dtypes, (PyObject **)&self->node_type, (PyObject **)&self->value_type,
-                           (PyObject **)&self->cost_type, (PyObject **)&self->mem_type,
-                           (PyObject **)&self->tensor_type,
-                           &self->cost_key, &self->mem_key, &self->minus_one, &self->zero};
-    PyObject *given[] = {values, node_names, nodes, seq, type_cache, make_type, source, pending, keys, controls, graph,
-                         result_kind, no_nodes, default_kind, byte_units, dtypes, (PyObject *)node_type,
-                         (PyObject *)value_type, (PyObject *)cost_type, (PyObject *)mem_type,
-                         (PyObject *)tensor_type};
-    size_t count = sizeof(fields) / sizeof(fields[0]);
-    for (size_t k = 0; k < count; k++) *fields[k] = NULL;
-    for (size_t k = 0; k < sizeof(given) / sizeof(given[0]); k++) {
-        Py_INCREF(given[k]);
-        *fields[k] = given[k];
+    PyObject *given[N_READER_GIVEN] = {values, node_names, nodes, seq, type_cache, make_type, source, pending, keys,
+                                       controls, graph, result_kind, no_nodes, default_kind, byte_units, dtypes,
+                                       (PyObject *)node_type, (PyObject *)value_type, (PyObject *)cost_type,
+                                       (PyObject *)mem_type, (PyObject *)tensor_type};
+    for (size_t k = 0; k < sizeof(READER_OBJECTS) / sizeof(READER_OBJECTS[0]); k++)
+        READER_OBJECT(self, k) = k < N_READER_GIVEN ? Py_NewRef(given[k]) : NULL;
+    for (int u = 0; u < N_BYTE_UNITS; u++) { /* a table without a unit leaves its lines to Python */
+        self->unit_bytes[u] = PyDict_GetItemString(byte_units, BYTE_UNIT_NAMES[u]);
     }
     self->cost_key = PyUnicode_InternFromString("cost");
     self->mem_key = PyUnicode_InternFromString("mem");
@@ -470,14 +457,12 @@ static int scan_line(Reader *self, const char *s, Py_ssize_t p, Py_ssize_t end, 
         if (p == digits || p - digits > 18) return 0; /* 18 digits: within a C long long before the unit */
         line->field[f] = digits;
         line->field_end[f] = p;
-        static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-        static const Py_ssize_t unit_lengths[] = {1, 3, 3, 3, 3};
         int u = 0;
-        while (u < 5 && !starts(s, p, end, units[u], unit_lengths[u])) u++;
-        if (u == 5) return 0;
-        p += unit_lengths[u];
+        while (u < N_BYTE_UNITS && !starts(s, p, end, BYTE_UNIT_NAMES[u], (Py_ssize_t)strlen(BYTE_UNIT_NAMES[u]))) u++;
+        if (u == N_BYTE_UNITS) return 0;
+        p += (Py_ssize_t)strlen(BYTE_UNIT_NAMES[u]);
         if (p < end && is_word_char(s[p])) return 0;
-        line->field_unit[f] = PyDict_GetItemString(self->byte_units, units[u]);
+        line->field_unit[f] = self->unit_bytes[u];
         if (line->field_unit[f] == NULL) return 0;
         any = 1;
     }
@@ -904,13 +889,11 @@ static int buffer_duration(Buffer *b, double seconds) {
 /* graphir.attributes.format_bytes of a non-negative count. */
 static int buffer_bytes(Buffer *b, long long count) {
     char out[48];
-    static const char *units[] = {"TiB", "GiB", "MiB", "KiB"};
-    static const int shifts[] = {40, 30, 20, 10};
     if (count != 0 && (count & 1023) == 0) {
-        for (int u = 0; u < 4; u++) {
-            long long size = 1LL << shifts[u];
+        for (int u = N_BYTE_UNITS - 1; u > 0; u--) { /* the largest unit that divides it */
+            long long size = 1LL << BYTE_UNIT_SHIFTS[u];
             if (count % size == 0) {
-                snprintf(out, sizeof out, "%lld%s", count / size, units[u]);
+                snprintf(out, sizeof out, "%lld%s", count / size, BYTE_UNIT_NAMES[u]);
                 return buffer_str(b, out);
             }
         }
@@ -1117,17 +1100,19 @@ static int write_node(Writer *self, Buffer *b, PyObject *node) {
     return buffer_ascii(b, self->end) ? -1 : 0;
 }
 
-/* writer.lines(nodes, fallback) -> str: the lines of `nodes` (a list), each by this writer or,
+/* writer.lines(nodes, fallback) -> str: the lines of `nodes` (a sequence), each by this writer or,
  * when it declines one, by fallback(node). */
 static PyObject *writer_lines(Writer *self, PyObject *args) {
-    PyObject *nodes, *fallback;
-    if (!PyArg_ParseTuple(args, "O!O:lines", &PyList_Type, &nodes, &fallback)) return NULL;
+    PyObject *sequence, *fallback;
+    if (!PyArg_ParseTuple(args, "OO:lines", &sequence, &fallback)) return NULL;
+    PyObject *nodes = PySequence_Fast(sequence, "lines() needs a sequence of nodes");
+    if (nodes == NULL) return NULL;
     Buffer b = {NULL, 0, 0};
     PyObject *pieces = NULL; /* made at the first line the fallback writes */
     PyObject *result = NULL;
-    Py_ssize_t count = PyList_GET_SIZE(nodes);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(nodes);
     for (Py_ssize_t k = 0; k < count; k++) {
-        PyObject *node = PyList_GET_ITEM(nodes, k);
+        PyObject *node = PySequence_Fast_GET_ITEM(nodes, k);
         Py_ssize_t start = b.size;
         int status = write_node(self, &b, node);
         if (status < 0) goto done;
@@ -1161,6 +1146,7 @@ static PyObject *writer_lines(Writer *self, PyObject *args) {
     }
 done:
     Py_XDECREF(pieces);
+    Py_DECREF(nodes);
     PyMem_Free(b.data);
     return result;
 }

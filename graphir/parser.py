@@ -33,17 +33,12 @@ from graphir.fastline import (
 from graphir.gcpause import gc_paused
 from graphir.ir import _NO_NODES, ExternalTensor, Graph, Module, Node, Value, ValueKind
 from graphir.lexer import tokenize
+from graphir.native import girtext
 from graphir.parse_values import _Line, _ValueGrammar, dense_from_values
 from graphir.types import TensorType
 
-_NATIVE: Any
-try:
-    from graphir import _girtext
-
-    _NATIVE = _girtext
-except ImportError:  # not compiled (no C compiler at install): every line is read in Python
-    _NATIVE = None
-"""The compiled plain-line loop (graphir/_girtext.c) for the commonest node lines, or None."""
+_NATIVE = girtext
+"""The compiled reader (graphir/_girtext.c) of the commonest node lines, or None (not built)."""
 
 
 class _Cols(NamedTuple):
@@ -110,16 +105,17 @@ class _Parser(_ValueGrammar):
             raise self.error(f"unexpected character '{text[pos]}'", pos + 1, line)
         return _Line(number, text, tokens, 0, len(text) + 1)
 
-    def _line_end(self) -> int:
-        """Where the line starting at :attr:`pos` (within the text) ends: at its newline or the end."""
+    def _line_at_pos(self) -> tuple[str, int]:
+        """The text of the line starting at :attr:`pos`, and where it ends (its newline or the end)."""
         end = self.text.find("\n", self.pos)
-        return len(self.text) if end < 0 else end
+        if end < 0:
+            end = len(self.text)
+        return self.text[self.pos : end], end
 
     def next_line(self) -> _Line | None:
         """Advance to the next line holding tokens; ``None`` at end of file."""
         while self.pos <= len(self.text):
-            end = self._line_end()
-            text = self.text[self.pos : end]
+            text, end = self._line_at_pos()
             self.pos = end + 1
             self.line_no += 1
             line = self._tokenize(self.line_no, text)
@@ -196,8 +192,7 @@ class _Parser(_ValueGrammar):
                 # lines the fast path accepts come back as tuples; the rest go through the tokens.
                 self._read_plain_lines(body)
                 if self.pos <= size:
-                    end = self._line_end()
-                    text = self.text[self.pos : end]
+                    text, end = self._line_at_pos()
                     fast = scan(text, defined)
                     if fast is not None:
                         self.pos = end + 1
@@ -274,7 +269,7 @@ class _Parser(_ValueGrammar):
         keys = body.keys
         # The compiled loop reads what it can from each position; the line it stops at is read
         # below (or stops this loop too), then it goes on from the next.
-        native = body.native_reader()
+        native = body.native
 
         def read_new_shape(match: Any) -> dict[str, Any] | None:
             # The first line of a shape: its keys are those of every later line of that shape.
@@ -527,26 +522,17 @@ class _Body:
         self.controls: list[tuple[Node, list[str], int]] = []
         self.nameless: list[Node] = []
         self.mismatch: tuple[int, int, Value, TensorType] | None = None
-        self._native: Any = None  # the compiled plain-line loop of this body, made on first use
-        self._native_made = False
-
-    def native_reader(self) -> Any:
-        """The compiled plain-line loop (:data:`_NATIVE`) bound to this body's graph, or None.
-
-        None when the module is not compiled, or when it refuses the IR classes (their slots are
-        not the ones it sets: it is older or newer than ``graphir/ir.py``).
-        """
-        if not self._native_made:
-            self._native_made = True
-            if _NATIVE is not None:
-                graph, parser = self.graph, self.parser
-                self._native = _NATIVE.make_reader(
-                    graph._values, graph._node_names, graph._nodes, graph._seq, parser.type_cache,
-                    parser.scanner._type, parser.source, self.pending, self.keys, self.controls, graph,
-                    ValueKind.RESULT,
-                    _NO_NODES, DEFAULT_KIND, BYTE_UNITS, _DTYPES, Node, Value, Cost, Mem, TensorType,
-                )  # fmt: skip
-        return self._native
+        # The compiled plain-line loop (:data:`_NATIVE`) bound to this body's graph and tables;
+        # None when the module is not built, or when it refuses the IR classes (their slots are
+        # not the ones it sets: it is older or newer than ``graphir/ir.py``).
+        self.native: Any = None
+        if _NATIVE is not None:
+            self.native = _NATIVE.make_reader(
+                graph._values, graph._node_names, graph._nodes, graph._seq, parser.type_cache,
+                parser.scanner._type, parser.source, self.pending, self.keys, self.controls, graph,
+                ValueKind.RESULT, _NO_NODES, DEFAULT_KIND, BYTE_UNITS, _DTYPES, Node, Value, Cost, Mem,
+                TensorType,
+            )  # fmt: skip
 
     def connect(
         self, node: Node, operands: list[str], operand_types: list[TensorType], controls: list[str] | None,

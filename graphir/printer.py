@@ -46,16 +46,11 @@ from graphir.attributes import (
 from graphir.gcpause import gc_paused
 from graphir.hostcpu import available_cores
 from graphir.ir import Graph, Module, Node, Value
+from graphir.native import girtext
 from graphir.types import TensorType
 
-_NATIVE: Any
-try:
-    from graphir import _girtext
-
-    _NATIVE = _girtext
-except ImportError:  # not compiled (no C compiler at install): every line is formatted in Python
-    _NATIVE = None
-"""The compiled writer (graphir/_girtext.c) of the commonest node lines, or None."""
+_NATIVE = girtext
+"""The compiled writer (graphir/_girtext.c) of the commonest node lines, or None (not built)."""
 
 _NATIVE_KEYS = frozenset({"colocate", "cost", "device", "finish", "group", "mem", "order", "start"})
 """The annotation keys the compiled writer formats (when their direct formatters are in force)."""
@@ -299,7 +294,7 @@ def _line_printer(
         # The commonest lines by the compiled writer, the others by node_line (the same bytes).
         write = writer.lines
 
-        def lines(nodes: list[Node]) -> str:
+        def lines(nodes: Sequence[Node]) -> str:
             return write(nodes, node_line)
 
         node_line.lines = lines  # type: ignore[attr-defined]  # read by _lines_text
@@ -356,7 +351,7 @@ def _lines_text(nodes: Sequence[Node], line: Callable[[Node], str]) -> str:
     """``line(node)`` of each node, joined (by the compiled writer when ``line`` has one: ``line.lines``)."""
     lines = getattr(line, "lines", None)
     if lines is not None:
-        return lines(list(nodes))
+        return lines(nodes)
     return "".join([line(node) for node in nodes])
 
 

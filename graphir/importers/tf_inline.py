@@ -135,11 +135,12 @@ class _Flattener:
                 if controls or written != ref:
                     rewrite = True  # after a control input, or "n:0"
                 data.append(written)
-            once = dict.fromkeys(controls)
+            once: dict[str, None] = {}
             if controls:  # checked after the data inputs, as _inline resolves them
                 for name in controls:
                     if name not in emitted:
                         raise self.error(f"control input '^{name}' refers to an undefined node", node.name)
+                once = dict.fromkeys(controls)
                 rewrite = rewrite or len(once) != len(controls)  # one listed twice: kept once
             if rewrite:
                 del refs[:]
