@@ -178,17 +178,14 @@ class _TfImporter:
             params = self.params(node_def)
             if any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
                 opaque_ops.setdefault(node_def.op, []).append(node_def.name)
+            # The names add_node would give: the node's own and its results' "name", "name#1", ...
+            # They are free: the flattening refused a name defined twice, and shape inference a
+            # name with a '#' (TensorFlow's node names cannot hold one).
             node_name = node_def.name
-            loc = Location(file=self.source, node=node_name)
-            # The names add_node would give (the node's, its results' "name" and "name#k"): TF names
-            # are unique and hold no '#', so these are free; any clash takes add_node's renaming.
             result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
-            if node_name in graph._node_names or any(r in graph._values for r in result_names):  # noqa: SLF001
-                node = graph.add_node("tf." + node_def.op, (), out_types, name=node_name, params=params)
-                node.loc = loc
-            else:
-                op = "tf." + node_def.op
-                node = graph.add_node_unchecked(op, node_name, result_names, out_types, params, {}, loc)
+            loc = Location(file=self.source, node=node_name)
+            op_name = "tf." + node_def.op
+            node = graph.add_node_unchecked(op_name, node_name, result_names, out_types, params, {}, loc)
             nodes[node_def.name] = node
             for k, value in enumerate(node.outputs):
                 values[f"{node_def.name}:{k}"] = value

@@ -69,3 +69,20 @@ def test_a_graph_without_calls_takes_the_copy():
     assert [list(node.input) for node in flat.node] == [[], ["^a"], ["a", "^b", "^a"]]
     assert _outcome(CASES["undefined"], fast=True)[1] == "uses undefined value 'zz:2' @ b"
     assert _outcome(CASES["both undefined"], fast=True)[1] == "uses undefined value 'yy' @ b"
+
+
+def test_the_names_the_converter_builds_unchecked_are_free():
+    # tf_convert builds each node with add_node_unchecked under its TF name and its results under
+    # "name", "name#1", ...: that holds because a name defined twice and a name with '#' never
+    # reach it.
+    from graphir.importers.tf import import_graphdef
+
+    for names, message in ((["a", "a"], "node name defined twice"), (["a#1"], "invalid characters")):
+        graph = graph_pb2.GraphDef()
+        for name in names:
+            node = graph.node.add(name=name, op="Const")
+            node.attr["dtype"].type = 1
+            node.attr["value"].tensor.dtype = 1
+            node.attr["value"].tensor.float_val.append(1.0)
+        with pytest.raises(ImportError_, match=message):
+            import_graphdef(graph, name="m", source="g.pb")
