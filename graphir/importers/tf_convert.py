@@ -27,7 +27,7 @@ from graphir.importers.tf_attrs import (
 )
 from graphir.importers.tf_inline import _split_ref
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
-from graphir.types import Dim, DType, TensorType
+from graphir.types import DType, TensorType
 from graphir.unionfind import DisjointSets
 
 if TYPE_CHECKING:
@@ -93,30 +93,73 @@ def colocate_resource_users(graph: Graph) -> int:
     return changed
 
 
-def _import_for_shapes(graph: Any, graph_def: Any) -> bool:
-    """Import ``graph_def`` into the empty ``graph`` for its inferred shapes only; ``False`` if unsupported.
+OutputInfo = tuple[int, tuple[int | None, ...] | None]
+"""What shape inference says of one op output: its dtype enum and its dims (``None`` for an unknown
+rank; ``-1`` or ``None`` for an unknown size)."""
+
+
+def _inferred_outputs(graph_def: Any) -> dict[str, list[OutputInfo]]:
+    """Each op's inferred outputs, by op name: ``graph_def`` imported into a fresh ``tf.Graph``.
+
+    TensorFlow's import infers the type of every output.
+
+    Raises:
+        ValueError, tf.errors.InvalidArgumentError: TensorFlow rejects the graph (naming the node).
+    """
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    found = _inferred_outputs_fast(graph, graph_def)
+    if found is not None:
+        return found
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    result: dict[str, list[OutputInfo]] = {}
+    for op in graph.get_operations():
+        infos: list[OutputInfo] = []
+        for tensor in op.outputs:
+            shape = tensor.shape
+            infos.append((tensor.dtype.as_datatype_enum, None if shape.rank is None else tuple(shape.as_list())))
+        result[op.name] = infos
+    return result
+
+
+def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputInfo]] | None:
+    """:func:`_inferred_outputs` through TensorFlow's internal API; ``None`` where that API differs.
 
     ``tf.graph_util.import_graph_def`` runs the same C import (which infers every shape) and then
-    builds a Python op per node, sets each one's device and colocation, and walks every op's
-    inputs for control dependencies and control-flow contexts (a fresh graph has neither): most
-    of its time on a 100k-node graph. Only the outputs' dtypes and inferred shapes are read here,
-    so each new op is wrapped by ``Operation._from_c_op`` alone (its outputs and its entry in the
-    graph, what ``get_operations`` lists). It uses TensorFlow's internal import API (as
-    ``import_graph_def`` calls it); when that API is missing (another TensorFlow version) the
-    caller falls back to the public function.
+    gives each new op a full Python ``Operation``: it registers the op with the graph, wraps each
+    output in a ``SymbolicTensor`` (a unique id, a ``DType`` object), sets its device and
+    colocation, and walks its inputs for control dependencies and control-flow contexts (a fresh
+    graph has neither). That is most of its time on a 100k-node graph, and none of it is read
+    here. Each op is wrapped instead in the bare C++ ``PyOperation`` over the imported
+    ``TF_Operation``, its outputs in a bare ``PyTensor`` subclass (the dtype enum as given, no
+    id): ``PyTensor._shape`` reads the inferred shape from the C graph as ``(dims, unknown rank)``
+    without a ``TensorShape``. The wrappers are not added to the graph, which the caller keeps
+    alive while they are read. This uses the internal import API as ``import_graph_def`` calls
+    it; when it is missing (another TensorFlow version) the caller falls back to the public
+    function.
     """
     try:
         from tensorflow.python.client import pywrap_tf_session as c_api
-        from tensorflow.python.framework import c_api_util, errors, importer, ops
+        from tensorflow.python.framework import c_api_util, errors, importer
 
+        py_operation = c_api.PyOperation
+        py_tensor = c_api.PyTensor
         options = c_api_util.ScopedTFImportGraphDefOptions()
         importer._PopulateTFImportGraphDefOptions(options.options, "", {}, None, True)  # noqa: SLF001
         mutation_lock = graph._mutation_lock  # noqa: SLF001
         c_graph_handle = graph._c_graph  # noqa: SLF001
         new_operations = graph.new_operations
-        from_c_op = ops.Operation._from_c_op  # noqa: SLF001
     except (ImportError, AttributeError, TypeError):
-        return False
+        return None
+
+    class _Output(py_tensor):  # type: ignore[misc, valid-type]
+        """A bare tensor wrapper: what ``Operation._init_outputs`` builds for each output."""
+
+        def __new__(cls, op: Any, index: int, dtype: int) -> Any:
+            return py_tensor.__new__(cls, op, index, dtype, 0)
+
     buffer = c_api.TF_NewBufferFromString(graph_def.SerializeToString())
     try:
         with mutation_lock():
@@ -126,21 +169,26 @@ def _import_for_shapes(graph: Any, graph_def: Any) -> bool:
                 except errors.InvalidArgumentError as exc:
                     raise ValueError(str(exc)) from None
             c_api_util.ScopedTFImportGraphDefResults(results)
-            for c_op in new_operations():
-                from_c_op(c_op=c_op, g=graph)
+            c_ops = new_operations()
     finally:
         c_api.TF_DeleteBuffer(buffer)
-    return True
+    found: dict[str, list[OutputInfo]] = {}
+    for c_op in c_ops:
+        op = py_operation(c_op, _Output)
+        op.graph = graph  # what a tensor's _shape reads the C graph from
+        op._init_outputs()  # noqa: SLF001
+        infos: list[OutputInfo] = []
+        for tensor in op.outputs:
+            dims, unknown_rank = tensor._shape  # noqa: SLF001
+            infos.append((tensor._dtype, None if unknown_rank else tuple(dims)))  # noqa: SLF001
+        found[op.name] = infos
+    return found
 
 
-def _dims(tensor: Any) -> tuple[Dim, ...] | None:
-    """The inferred dims of a graph tensor (``None`` for unknown rank, ``None`` dims for unknown sizes)."""
-    raw = getattr(tensor, "_shape", None)  # (dims, unknown rank) from the C++ tensor, no TensorShape built
-    if isinstance(raw, tuple) and len(raw) == 2:
-        dims, unknown_rank = raw
-        return None if unknown_rank else tuple(None if d is None or d < 0 else d for d in dims)
-    shape = tensor.shape
-    return None if shape.rank is None else tuple(shape.as_list())
+def _canonical_ref(ref: str) -> str:
+    """The name a flat graph refers to a tensor by: ``"n:0"`` -> ``"n"``, ``"n:2"`` unchanged."""
+    producer, index = _split_ref(ref)
+    return producer if index == 0 else f"{producer}:{index}"
 
 
 class _TfImporter:
@@ -149,7 +197,7 @@ class _TfImporter:
     def __init__(self, flat: graph_pb2.GraphDef, source: str):
         self.flat = flat
         self.source = source
-        self._types: dict[tuple[int, tuple[Dim, ...] | None], TensorType] = {}
+        self._types: dict[OutputInfo, TensorType] = {}  # by what inference said (-1 and None alike)
         self._untyped: list[str] = []
 
     def error(self, message: str, node: str | None = None) -> ImportError_:
@@ -160,49 +208,56 @@ class _TfImporter:
         sys.stderr.write(f"{where}: warning: {message}\n")
 
     def run(self, name: str, outputs: Sequence[str] | None) -> Module:
-        tf_graph = self.shape_inference()
+        inferred = self.shape_inference()
         graph = Graph("main")
+        # Every value under the name a flat GraphDef refers to it by: "n" for output 0, else "n:k"
+        # (the flattening writes every data input so).
         values: dict[str, Value] = {}
         nodes: dict[str, Node] = {}
-        by_name = {op.name: op for op in tf_graph.get_operations()}
         opaque_ops: dict[str, list[str]] = {}
+        source = self.source
         for node_def in self.flat.node:
-            op = by_name[node_def.name]
-            out_types = [self.tensor_type(t.dtype.as_datatype_enum, _dims(t), t) for t in op.outputs]
+            node_name = node_def.name
+            out_types = self.output_types(node_name, inferred[node_name])
             if node_def.op == "Const" and _num_elements(node_def.attr["value"].tensor) > INLINE_ELEMENTS:
                 const_type = out_types[0]
-                values[f"{node_def.name}:0"] = graph.add_constant(
-                    node_def.name, const_type, ExternalTensor(const_type, _tensor_loader(node_def.attr["value"].tensor))
+                values[node_name] = graph.add_constant(
+                    node_name, const_type, ExternalTensor(const_type, _tensor_loader(node_def.attr["value"].tensor))
                 )
                 continue
             params = self.params(node_def)
             if any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
-                opaque_ops.setdefault(node_def.op, []).append(node_def.name)
+                opaque_ops.setdefault(node_def.op, []).append(node_name)
             # The names add_node would give: the node's own and its results' "name", "name#1", ...
             # They are free: the flattening refused a name defined twice, and shape inference a
             # name with a '#' (TensorFlow's node names cannot hold one).
-            node_name = node_def.name
-            result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
-            loc = Location(file=self.source, node=node_name)
-            op_name = "tf." + node_def.op
-            node = graph.add_node_unchecked(op_name, node_name, result_names, out_types, params, {}, loc)
-            nodes[node_def.name] = node
-            for k, value in enumerate(node.outputs):
-                values[f"{node_def.name}:{k}"] = value
+            if len(out_types) == 1:
+                result_names = [node_name]
+            else:
+                result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
+            loc = Location(file=source, node=node_name)
+            node = graph.add_node_unchecked("tf." + node_def.op, node_name, result_names, out_types, params, {}, loc)
+            nodes[node_name] = node
+            results = node.outputs
+            if results:
+                values[node_name] = results[0]
+                for k in range(1, len(results)):
+                    values[f"{node_name}:{k}"] = results[k]
         for node_def in self.flat.node:
             node = nodes.get(node_def.name)
             if node is None:
                 continue
             for ref in node_def.input:
-                if ref.startswith("^"):
+                if ref[:1] == "^":
                     other = nodes.get(ref[1:])
                     if other is not None:  # None: a large Const turned into a constant
                         node.add_control_input(other)
                     continue
-                producer, index = _split_ref(ref)
-                value = values.get(f"{producer}:{index}")
+                value = values.get(ref)
                 if value is None:
-                    raise self.error(f"uses undefined value '{ref}'", node_def.name)
+                    value = values.get(_canonical_ref(ref))  # "n:0"
+                    if value is None:
+                        raise self.error(f"uses undefined value '{ref}'", node_def.name)
                 node.add_input(value)
         graph.touch_all(())  # the nodes added unchecked (no annotations yet)
         self.set_outputs(graph, outputs, values)
@@ -225,10 +280,8 @@ class _TfImporter:
             metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
         return Module(name, graph, None, metadata)
 
-    def shape_inference(self) -> Any:
-        """Import the flat graph into a fresh ``tf.Graph``: TensorFlow infers every output type."""
-        import tensorflow as tf
-
+    def shape_inference(self) -> dict[str, list[OutputInfo]]:
+        """Each node's inferred output types, by node name (TensorFlow's shape inference)."""
         names = {node.name for node in self.flat.node}
         for node in self.flat.node:  # colocation with a node that is not part of the graph (pruned)
             if "_class" in node.attr:
@@ -239,24 +292,26 @@ class _TfImporter:
                 ]
                 del node.attr["_class"].list.s[:]
                 node.attr["_class"].list.s.extend(kept)
-        graph = tf.Graph()
         try:
-            if not _import_for_shapes(graph, self.flat):
-                with graph.as_default():
-                    tf.graph_util.import_graph_def(self.flat, name="")
+            return _inferred_outputs(self.flat)
         except Exception as exc:  # ValueError/InvalidArgumentError naming the node
             raise self.error(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
-        return graph
 
-    def tensor_type(self, dtype_enum: int, dims: tuple[Dim, ...] | None, tensor: Any) -> TensorType:
-        """The shared type of ``tensor`` (a TF graph tensor; its name is built only for the warning)."""
-        key = (dtype_enum, dims)
-        cached = self._types.get(key)
-        if cached is None:
-            cached = self._types[key] = TensorType(_dtype(dtype_enum)[0], dims)
-        if dims is None and cached.dtype not in (DType.RESOURCE, DType.VARIANT):
-            self._untyped.append(tensor.name)
-        return cached
+    def output_types(self, node_name: str, infos: list[OutputInfo]) -> list[TensorType]:
+        """The shared types of one node's inferred outputs (unknown ranks noted for the warning)."""
+        types = self._types
+        out: list[TensorType] = []
+        for info in infos:
+            cached = types.get(info)
+            if cached is None:
+                dtype_enum, dims = info
+                known = None if dims is None else tuple(None if d is None or d < 0 else d for d in dims)
+                cached = types[info] = TensorType(_dtype(dtype_enum)[0], known)
+            if info[1] is None and cached.dtype not in (DType.RESOURCE, DType.VARIANT):
+                k = len(out)
+                self._untyped.append(f"{node_name}:{k}")
+            out.append(cached)
+        return out
 
     def set_outputs(self, graph: Graph, outputs: Sequence[str] | None, values: dict[str, Value]) -> None:
         if outputs is None:
@@ -268,8 +323,7 @@ class _TfImporter:
             return
         chosen: list[Value] = []
         for ref in outputs:
-            producer, index = _split_ref(ref)
-            value = values.get(f"{producer}:{index}")
+            value = values.get(_canonical_ref(ref))
             if value is None:
                 raise self.error(f"graph output '{ref}' is not defined by any node")
             chosen.append(value)

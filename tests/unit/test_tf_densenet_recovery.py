@@ -80,7 +80,9 @@ def save_training_step(
     Returns:
         (GraphDef file, checkpoint directory, placeholder name -> (variable path, shape)).
     """
-    optimizer = keras.optimizers.Adam()
+    # Named, so that its variables sit under "adam/" even after another test made an Adam (Keras
+    # numbers unnamed optimizers per process: "adam_1/...").
+    optimizer = keras.optimizers.Adam(name="adam")
     loss_fn = keras.losses.SparseCategoricalCrossentropy()
 
     @tf.function
