@@ -14,6 +14,13 @@ For each size ``n`` (a seeded :mod:`graphir.tools.synth` module, written once to
   for compiling them (an environment with ``PYTHONDONTWRITEBYTECODE`` would otherwise compile
   them on every start).
 
+* **importers**, at each size up to ``--import-max`` (default 100k): the same kind of seeded graph as
+  an ONNX file (:mod:`graphir.tools.synth_onnx`) and as a TensorFlow GraphDef
+  (:mod:`graphir.tools.synth_tf`), each read by :func:`graphir.importers.load_module` in a fresh
+  process after its framework is imported (CPU and wall seconds of the call alone, the collector set
+  up as ``graphir-opt`` sets it), and by the whole ``graphir-opt FILE --emit=summary`` (which also
+  pays for starting Python and importing the framework: ``import tensorflow`` alone is seconds).
+
 The results go to ``benchmarks/results/scale.md`` with a log-log plot of seconds against nodes
 per stage (``scale.png``) and, per stage, the exponent ``k`` of the least-squares fit
 ``t ~ n**k`` over the sizes (1 is linear; n log n over 10k..1M fits as about 1.1).
@@ -54,6 +61,11 @@ PACKAGE_DIRS = ("graphir", "passes", "backends", "tools")
 SIZES = (10_000, 100_000, 1_000_000)
 SEED = 0
 STAGES = ("parse", "verify", "fuse", "place", "simulate", "print")
+IMPORTERS = {"onnx": ("synth_onnx.py", ".onnx"), "tf": ("synth_tf.py", ".pb")}
+"""Importer -> (the tools/ script writing its seeded synthetic file, the file's suffix)."""
+IMPORT_TARGET = (100_000, 5.0)
+"""The issue's importer target: (nodes, seconds of the import)."""
+IMPORT_MAX = 100_000
 
 
 def _bin(name: str) -> str:
@@ -73,6 +85,68 @@ def synthetic_file(num_nodes: int, directory: Path) -> Path:
         )
         partial.rename(path)
     return path
+
+
+def importer_file(kind: str, num_nodes: int, directory: Path) -> Path:
+    """The seeded synthetic graph of ``num_nodes`` nodes in importer ``kind``'s format, written once."""
+    script, suffix = IMPORTERS[kind]
+    path = directory / f"synth_{num_nodes}_{SEED}{suffix}"
+    if not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(path.name + ".partial")
+        subprocess.run(
+            [sys.executable, str(ROOT / "tools" / script), str(num_nodes), str(partial), "--seed", str(SEED)],
+            check=True,
+            capture_output=True,
+        )
+        partial.rename(path)
+    return path
+
+
+def measure_import(path: Path) -> dict[str, float]:
+    """CPU and wall seconds of :func:`~graphir.importers.load_module` on ``path``; call it in a fresh child.
+
+    The framework the importer needs is imported first (its import is a fixed cost of seconds
+    that the whole command below includes), and the collector is set up as ``graphir-opt`` sets
+    it.
+    """
+    import gc
+
+    from graphir.gcpause import freeze_after_pauses
+    from graphir.importers import load_module
+
+    if path.suffix == ".pb":
+        import tensorflow  # noqa: F401
+    else:
+        import onnx  # noqa: F401
+    gc.freeze()
+    freeze_after_pauses()
+    cpu, wall = time.process_time(), time.perf_counter()
+    module = load_module(path)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    return {"cpu": cpu, "wall": wall, "nodes": len(module.graph)}
+
+
+def measure_importers(num_nodes: int, work: Path, repeat: int) -> dict[str, dict]:
+    """Per importer: the median of ``repeat`` fresh-process imports, and the whole ``--emit=summary`` command."""
+    found: dict[str, dict] = {}
+    for kind in IMPORTERS:
+        path = importer_file(kind, num_nodes, work)
+        runs = [
+            json.loads(
+                subprocess.run(
+                    [sys.executable, __file__, "--import-of", str(path)], check=True, capture_output=True, text=True
+                ).stdout
+            )
+            for _ in range(max(1, repeat))
+        ]
+        found[kind] = {
+            "cpu": statistics.median(r["cpu"] for r in runs),
+            "wall": statistics.median(r["wall"] for r in runs),
+            "runs": runs,
+            "summary": run_repeated([_bin("graphir-opt"), str(path), "--emit=summary"], repeat),
+        }
+    return found
 
 
 def measure_stages(path: Path) -> dict[str, float]:
@@ -216,6 +290,11 @@ def plot(results: dict[int, dict], path: Path) -> None:
     axes.plot(sizes, passes_cpu, marker="s", linestyle="--", label="fuse,place command (CPU)")
     summary_cpu = [results[n]["summary_cpu"] for n in sizes]
     axes.plot(sizes, summary_cpu, marker="s", linestyle=":", label="--emit=summary (CPU)")
+    imported = [n for n in sizes if "importers" in results[n]]
+    if len(imported) >= 2:
+        for kind, style in (("onnx", "-."), ("tf", (0, (1, 3)))):
+            seconds = [results[n]["importers"][kind]["cpu"] for n in imported]
+            axes.plot(imported, seconds, marker="^", linestyle=style, label=f"{kind} import (CPU)")
     reference = [results[sizes[0]]["passes_cpu"] * n / sizes[0] for n in sizes]
     axes.plot(sizes, reference, color="grey", linewidth=0.8, label="slope 1 (linear)")
     axes.set_xscale("log")
@@ -317,8 +396,52 @@ def report(
         wall_text = f"{r['wall']:.2f} s ({wall_ok})"
         cpu_text = f"{r['cpu']:.2f} s ({cpu_ok})"
         lines.append(f"| `{label}` | {n:,} | {target} | {wall_text} | {cpu_text} | {rss_text} |")
+    lines += _importer_lines(results, repeat)
     lines += ["", f"![seconds against nodes, log-log]({plot_name})", ""]
     return "\n".join(lines)
+
+
+def _importer_lines(results: dict[int, dict], repeat: int) -> list[str]:
+    sizes = [n for n in sorted(results) if "importers" in results[n]]
+    if not sizes:
+        return []
+    names = {"onnx": "ONNX", "tf": "TF GraphDef"}
+    lines = [
+        "",
+        "## Importers",
+        "",
+        "The same kind of layered graph as an ONNX file (`tools/synth_onnx.py N --seed 0`) and as a TF",
+        "GraphDef (`tools/synth_tf.py N --seed 0`). `load_module` is the import alone, in a fresh process",
+        f"after `import onnx` / `import tensorflow` (median of {repeat} processes); the whole command",
+        "`graphir-opt FILE --emit=summary` also starts Python and imports the framework",
+        "(`import tensorflow` alone takes seconds) and prints the summary.",
+        "",
+        "| importer | " + " | ".join(f"{n:,} nodes" for n in sizes) + " | fitted exponent |",
+        "|---|" + "---:|" * (len(sizes) + 1),
+    ]
+    for kind, name in names.items():
+        row = [results[n]["importers"][kind] for n in sizes]
+        k = fitted_exponent(sizes, [r["cpu"] for r in row]) if len(sizes) > 1 else float("nan")
+        lines.append(f"| {name} `load_module` CPU | " + " | ".join(f"{r['cpu']:.2f} s" for r in row) + f" | {k:.2f} |")
+        lines.append(f"| {name} `load_module` wall | " + " | ".join(f"{r['wall']:.2f} s" for r in row) + " | |")
+        lines.append(
+            f"| {name} `--emit=summary` wall (whole command) | "
+            + " | ".join(f"{r['summary']['wall']:.2f} s" for r in row)
+            + " | |"
+        )
+        lines.append(
+            f"| {name} `--emit=summary` peak RSS | "
+            + " | ".join(f"{r['summary']['rss'] / 2**30:.2f} GiB" for r in row)
+            + " | |"
+        )
+    n, target = IMPORT_TARGET
+    if n in sizes:
+        lines.append("")
+        for kind, name in names.items():
+            wall = results[n]["importers"][kind]["wall"]
+            verdict = "met" if wall <= target else "not met"
+            lines.append(f"- {name} import of {n:,} nodes: {wall:.2f} s wall, target <= {target:g} s: {verdict}.")
+    return lines
 
 
 def _machine_lines(machine: dict[str, object] | None) -> list[str]:
@@ -347,7 +470,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "scale.md")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "scale", help="where inputs and outputs go")
+    parser.add_argument(
+        "--import-max",
+        type=int,
+        default=IMPORT_MAX,
+        help="time the ONNX and TF importers at the sizes up to this many nodes (default 100k; 0: none)",
+    )
     parser.add_argument("--stages-of", type=Path, help=argparse.SUPPRESS)  # child mode: print stage times
+    parser.add_argument("--import-of", type=Path, help=argparse.SUPPRESS)  # child mode: print an import's times
     parser.add_argument("--yardstick", action="store_true", help=argparse.SUPPRESS)  # child mode: print it
     args = parser.parse_args(argv)
     if args.stages_of is not None:
@@ -355,6 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.yardstick:
         print(f"{yardstick():.6f}")
+        return 0
+    if args.import_of is not None:
+        print(json.dumps(measure_import(args.import_of)))
         return 0
     if len(set(args.sizes)) < 2:
         print("bench_scale: error: --sizes needs at least two different sizes for a fit", file=sys.stderr)
@@ -391,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "passes_cpu": passes["cpu"],
             "summary_cpu": summary["cpu"],
         }
+        if n <= args.import_max:
+            results[n]["importers"] = measure_importers(n, args.work, args.repeat)
         print(f"bench_scale: {n} nodes: {json.dumps(results[n])}", file=sys.stderr)
     machine["yardstick_after"] = _child_yardstick()
     args.out.parent.mkdir(parents=True, exist_ok=True)
