@@ -10,8 +10,9 @@
 #   make bench    core benchmarks (tools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
 #                 mem-model=liveness and =paper (graphir-bench), checked in benchmarks/results/placement-check.md
-#   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print: times, peak RSS
-#                 and a log-log plot in benchmarks/results/scale.md (+ scale.png; tools/bench_scale.py)
+#   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print, and the ONNX and
+#                 TF importers at 10k/100k: times, peak RSS and a log-log plot in benchmarks/results/scale.md
+#                 (+ scale.png; tools/bench_scale.py)
 #   make bench-simulate  simulate on a 100k-node placed graph, every congestion rule and order (1 s budget)
 #   make bench-fidelity  simulate vs measured median step on the 2-worker TF rig (2xcpu-workers; >= 5 models x 3
 #                 placements), table + scatter plot in benchmarks/results/fidelity.md (+ .png); run on a quiet machine

@@ -108,10 +108,11 @@ def _inferred_outputs(graph_def: Any) -> dict[str, list[OutputInfo]]:
     """
     import tensorflow as tf
 
-    graph = tf.Graph()
+    graph = tf.Graph()  # kept alive while the fast path reads it
     found = _inferred_outputs_fast(graph, graph_def)
     if found is not None:
         return found
+    graph = tf.Graph()  # the fast path may have filled the other one before its API failed
     with graph.as_default():
         tf.graph_util.import_graph_def(graph_def, name="")
     result: dict[str, list[OutputInfo]] = {}
@@ -137,8 +138,8 @@ def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputI
     id): ``PyTensor._shape`` reads the inferred shape from the C graph as ``(dims, unknown rank)``
     without a ``TensorShape``. The wrappers are not added to the graph, which the caller keeps
     alive while they are read. This uses the internal import API as ``import_graph_def`` calls
-    it; when it is missing (another TensorFlow version) the caller falls back to the public
-    function.
+    it; when that API or the wrappers' differ (another TensorFlow version) the caller falls back
+    to the public function on a fresh graph.
     """
     try:
         from tensorflow.python.client import pywrap_tf_session as c_api
@@ -173,15 +174,18 @@ def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputI
     finally:
         c_api.TF_DeleteBuffer(buffer)
     found: dict[str, list[OutputInfo]] = {}
-    for c_op in c_ops:
-        op = py_operation(c_op, _Output)
-        op.graph = graph  # what a tensor's _shape reads the C graph from
-        op._init_outputs()  # noqa: SLF001
-        infos: list[OutputInfo] = []
-        for tensor in op.outputs:
-            dims, unknown_rank = tensor._shape  # noqa: SLF001
-            infos.append((tensor._dtype, None if unknown_rank else tuple(dims)))  # noqa: SLF001
-        found[op.name] = infos
+    try:
+        for c_op in c_ops:
+            op = py_operation(c_op, _Output)
+            op.graph = graph  # what a tensor's _shape reads the C graph from
+            op._init_outputs()  # noqa: SLF001
+            infos: list[OutputInfo] = []
+            for tensor in op.outputs:
+                dims, unknown_rank = tensor._shape  # noqa: SLF001
+                infos.append((tensor._dtype, None if unknown_rank else tuple(dims)))  # noqa: SLF001
+            found[op.name] = infos
+    except (AttributeError, TypeError, ValueError):  # the wrappers' API differs in this TensorFlow
+        return None
     return found
 
 

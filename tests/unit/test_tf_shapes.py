@@ -62,3 +62,19 @@ def test_the_fast_path_reads_every_output(capsys: pytest.CaptureFixture[str]) ->
     types = {v.name: v.type for n in module.graph.nodes for v in n.outputs}
     assert types["rows"].shape == (None, 6) and types["same"].shape is None
     assert types["uniq#1"].dtype is DType.I32 and types["thirds#2"].shape == (None, 2)
+
+
+def test_wrappers_that_differ_fall_back_to_the_public_api(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tensorflow.python.client import pywrap_tf_session
+
+    expected, _ = _imported(capsys)
+
+    def other_signature(*args: object) -> object:
+        raise TypeError("PyOperation takes other arguments in this TensorFlow")
+
+    monkeypatch.setattr(pywrap_tf_session, "PyOperation", other_signature)
+    assert tf_convert._inferred_outputs_fast(tf.Graph(), _graph_def()) is None
+    text, _ = _imported(capsys)
+    assert text == expected
