@@ -61,8 +61,8 @@ PACKAGE_DIRS = ("graphir", "passes", "backends", "tools")
 SIZES = (10_000, 100_000, 1_000_000)
 SEED = 0
 STAGES = ("parse", "verify", "fuse", "place", "simulate", "print")
-IMPORTERS = {"onnx": ("synth_onnx.py", ".onnx"), "tf": ("synth_tf.py", ".pb")}
-"""Importer -> (the tools/ script writing its seeded synthetic file, the file's suffix)."""
+IMPORTERS = {"onnx": ("ONNX", "synth_onnx.py", ".onnx"), "tf": ("TF GraphDef", "synth_tf.py", ".pb")}
+"""Importer -> (its name on the page, the tools/ script writing its seeded synthetic file, the file's suffix)."""
 IMPORT_TARGET = (100_000, 5.0)
 """The issue's importer target: (nodes, seconds of the import)."""
 IMPORT_MAX = 100_000
@@ -73,23 +73,12 @@ def _bin(name: str) -> str:
     return str(Path(sys.executable).with_name(name))
 
 
-def synthetic_file(num_nodes: int, directory: Path) -> Path:
-    """The seeded synthetic module of ``num_nodes`` nodes as `.gir` text, written once."""
-    path = directory / f"synth_{num_nodes}_{SEED}.gir"
-    if not path.exists():
-        directory.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        subprocess.run(
-            [sys.executable, str(ROOT / "tools" / "synth.py"), str(num_nodes), str(partial), "--seed", str(SEED)],
-            check=True,
-        )
-        partial.rename(path)
-    return path
+def synthetic_file(num_nodes: int, directory: Path, script: str = "synth.py", suffix: str = ".gir") -> Path:
+    """The seeded synthetic graph of ``num_nodes`` nodes that ``tools/<script>`` writes, written once.
 
-
-def importer_file(kind: str, num_nodes: int, directory: Path) -> Path:
-    """The seeded synthetic graph of ``num_nodes`` nodes in importer ``kind``'s format, written once."""
-    script, suffix = IMPORTERS[kind]
+    ``synth.py`` writes `.gir` text; the importers' inputs come from ``synth_onnx.py`` and
+    ``synth_tf.py`` (:data:`IMPORTERS`).
+    """
     path = directory / f"synth_{num_nodes}_{SEED}{suffix}"
     if not path.exists():
         directory.mkdir(parents=True, exist_ok=True)
@@ -97,10 +86,21 @@ def importer_file(kind: str, num_nodes: int, directory: Path) -> Path:
         subprocess.run(
             [sys.executable, str(ROOT / "tools" / script), str(num_nodes), str(partial), "--seed", str(SEED)],
             check=True,
-            capture_output=True,
         )
         partial.rename(path)
     return path
+
+
+def _child_runs(mode: str, path: Path, repeat: int) -> list[dict]:
+    """What this script prints in child mode ``mode`` (``--stages-of``, ``--import-of``) for ``path``.
+
+    Run in ``repeat`` fresh processes: one run is noisy, the caller takes medians.
+    """
+    argv = [sys.executable, __file__, mode, str(path)]
+    return [
+        json.loads(subprocess.run(argv, check=True, capture_output=True, text=True).stdout)
+        for _ in range(max(1, repeat))
+    ]
 
 
 def measure_import(path: Path) -> dict[str, float]:
@@ -130,16 +130,9 @@ def measure_import(path: Path) -> dict[str, float]:
 def measure_importers(num_nodes: int, work: Path, repeat: int) -> dict[str, dict]:
     """Per importer: the median of ``repeat`` fresh-process imports, and the whole ``--emit=summary`` command."""
     found: dict[str, dict] = {}
-    for kind in IMPORTERS:
-        path = importer_file(kind, num_nodes, work)
-        runs = [
-            json.loads(
-                subprocess.run(
-                    [sys.executable, __file__, "--import-of", str(path)], check=True, capture_output=True, text=True
-                ).stdout
-            )
-            for _ in range(max(1, repeat))
-        ]
+    for kind, (_, script, suffix) in IMPORTERS.items():
+        path = synthetic_file(num_nodes, work, script, suffix)
+        runs = _child_runs("--import-of", path, repeat)
         found[kind] = {
             "cpu": statistics.median(r["cpu"] for r in runs),
             "wall": statistics.median(r["wall"] for r in runs),
@@ -405,7 +398,6 @@ def _importer_lines(results: dict[int, dict], repeat: int) -> list[str]:
     sizes = [n for n in sorted(results) if "importers" in results[n]]
     if not sizes:
         return []
-    names = {"onnx": "ONNX", "tf": "TF GraphDef"}
     lines = [
         "",
         "## Importers",
@@ -419,7 +411,7 @@ def _importer_lines(results: dict[int, dict], repeat: int) -> list[str]:
         "| importer | " + " | ".join(f"{n:,} nodes" for n in sizes) + " | fitted exponent |",
         "|---|" + "---:|" * (len(sizes) + 1),
     ]
-    for kind, name in names.items():
+    for kind, (name, _, _) in IMPORTERS.items():
         row = [results[n]["importers"][kind] for n in sizes]
         k = fitted_exponent(sizes, [r["cpu"] for r in row]) if len(sizes) > 1 else float("nan")
         lines.append(f"| {name} `load_module` CPU | " + " | ".join(f"{r['cpu']:.2f} s" for r in row) + f" | {k:.2f} |")
@@ -437,7 +429,7 @@ def _importer_lines(results: dict[int, dict], repeat: int) -> list[str]:
     n, target = IMPORT_TARGET
     if n in sizes:
         lines.append("")
-        for kind, name in names.items():
+        for kind, (name, _, _) in IMPORTERS.items():
             wall = results[n]["importers"][kind]["wall"]
             verdict = "met" if wall <= target else "not met"
             lines.append(f"- {name} import of {n:,} nodes: {wall:.2f} s wall, target <= {target:g} s: {verdict}.")
@@ -498,15 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: dict[int, dict] = {}
     for n in sorted(set(args.sizes)):
         path = synthetic_file(n, args.work)
-        # Each stage's time is the median over fresh processes (one run of a stage is noisy).
-        stage_runs = [
-            json.loads(
-                subprocess.run(
-                    [sys.executable, __file__, "--stages-of", str(path)], check=True, capture_output=True, text=True
-                ).stdout
-            )
-            for _ in range(max(1, args.repeat))
-        ]
+        stage_runs = _child_runs("--stages-of", path, args.repeat)
         stages = {stage: statistics.median(run[stage] for run in stage_runs) for stage in stage_runs[0]}
         opt = _bin("graphir-opt")
         load_before = list(os.getloadavg())

@@ -25,7 +25,6 @@ from graphir.importers.tf_attrs import (
     _tensor_loader,
     _tensor_param,
 )
-from graphir.importers.tf_inline import _split_ref
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import DType, TensorType
 from graphir.unionfind import DisjointSets
@@ -189,19 +188,13 @@ def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputI
     return found
 
 
-def _canonical_ref(ref: str) -> str:
-    """The name a flat graph refers to a tensor by: ``"n:0"`` -> ``"n"``, ``"n:2"`` unchanged."""
-    producer, index = _split_ref(ref)
-    return producer if index == 0 else f"{producer}:{index}"
-
-
 class _TfImporter:
     """Build the graphir graph from a flat GraphDef, with types from TensorFlow's shape inference."""
 
     def __init__(self, flat: graph_pb2.GraphDef, source: str):
         self.flat = flat
         self.source = source
-        self._types: dict[OutputInfo, TensorType] = {}  # by what inference said (-1 and None alike)
+        self._types: dict[OutputInfo, TensorType] = {}  # keyed by what inference said
         self._untyped: list[str] = []
 
     def error(self, message: str, node: str | None = None) -> ImportError_:
@@ -214,8 +207,8 @@ class _TfImporter:
     def run(self, name: str, outputs: Sequence[str] | None) -> Module:
         inferred = self.shape_inference()
         graph = Graph("main")
-        # Every value under the name a flat GraphDef refers to it by: "n" for output 0, else "n:k"
-        # (the flattening writes every data input so).
+        # Every value under the name the flat GraphDef refers to it by: "n" for output 0, else "n:k"
+        # (the flattening writes every data input and every graph output so: tf_inline._ref_text).
         values: dict[str, Value] = {}
         nodes: dict[str, Node] = {}
         opaque_ops: dict[str, list[str]] = {}
@@ -235,10 +228,7 @@ class _TfImporter:
             # The names add_node would give: the node's own and its results' "name", "name#1", ...
             # They are free: the flattening refused a name defined twice, and shape inference a
             # name with a '#' (TensorFlow's node names cannot hold one).
-            if len(out_types) == 1:
-                result_names = [node_name]
-            else:
-                result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
+            result_names = [f"{node_name}#{k}" if k else node_name for k in range(len(out_types))]
             loc = Location(file=source, node=node_name)
             node = graph.add_node_unchecked("tf." + node_def.op, node_name, result_names, out_types, params, {}, loc)
             nodes[node_name] = node
@@ -259,9 +249,7 @@ class _TfImporter:
                     continue
                 value = values.get(ref)
                 if value is None:
-                    value = values.get(_canonical_ref(ref))  # "n:0"
-                    if value is None:
-                        raise self.error(f"uses undefined value '{ref}'", node_def.name)
+                    raise self.error(f"uses undefined value '{ref}'", node_def.name)
                 node.add_input(value)
         graph.touch_all(())  # the nodes added unchecked (no annotations yet)
         self.set_outputs(graph, outputs, values)
@@ -318,6 +306,7 @@ class _TfImporter:
         return out
 
     def set_outputs(self, graph: Graph, outputs: Sequence[str] | None, values: dict[str, Value]) -> None:
+        """The graph outputs: ``outputs`` as the flat graph names them (``_Flattener.flat_output``), else the sinks."""
         if outputs is None:
             sinks: list[Value] = []
             for node in graph.nodes:
@@ -327,7 +316,7 @@ class _TfImporter:
             return
         chosen: list[Value] = []
         for ref in outputs:
-            value = values.get(_canonical_ref(ref))
+            value = values.get(ref)
             if value is None:
                 raise self.error(f"graph output '{ref}' is not defined by any node")
             chosen.append(value)

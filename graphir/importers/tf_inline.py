@@ -32,6 +32,12 @@ Ref = tuple[str, int]
 """A tensor reference during flattening: (node or alias name, output index)."""
 
 
+def _ref_text(ref: Ref) -> str:
+    """How the flat graph writes a tensor reference: ``("n", 0)`` -> ``"n"``, ``("n", 2)`` -> ``"n:2"``."""
+    name, index = ref
+    return name if index == 0 else f"{name}:{index}"
+
+
 class _Flattener:
     """Inline every function call of a GraphDef into one flat GraphDef.
 
@@ -58,8 +64,7 @@ class _Flattener:
 
     def flat_output(self, ref: str) -> str:
         """Map a tensor name of the original graph to the flat graph (call results resolved)."""
-        target = self.resolve(_split_ref(ref), None)
-        return f"{target[0]}:{target[1]}"
+        return _ref_text(self.resolve(_split_ref(ref), None))
 
     def function_of(self, node: node_def_pb2.NodeDef) -> function_pb2.FunctionDef | None:
         """The library function a node calls (through ``f`` or as its op type), else ``None``."""
@@ -84,7 +89,7 @@ class _Flattener:
             del node.input[:]
             for ref in data_refs:
                 target = self.resolve(ref, node.name)
-                node.input.append(target[0] if target[1] == 0 else f"{target[0]}:{target[1]}")
+                node.input.append(_ref_text(target))
             seen: dict[str, None] = {}
             for ctrl in ctrl_names:
                 for target in self.resolve_ctrl(ctrl, node.name):
@@ -127,11 +132,10 @@ class _Flattener:
                 if ref[:1] == "^":
                     controls.append(ref[1:])
                     continue
-                producer, index = _split_ref(ref)
-                if producer not in emitted:
-                    shown = producer if index == 0 else f"{producer}:{index}"
-                    raise self.error(f"uses undefined value '{shown}'", node.name)
-                written = producer if index == 0 else f"{producer}:{index}"
+                target = _split_ref(ref)
+                written = _ref_text(target)
+                if target[0] not in emitted:
+                    raise self.error(f"uses undefined value '{written}'", node.name)
                 if controls or written != ref:
                     rewrite = True  # after a control input, or "n:0"
                 data.append(written)
@@ -156,8 +160,7 @@ class _Flattener:
             if hops > 10_000:
                 raise self.error(f"cyclic function references at '{ref[0]}'", user)
         if ref[0] not in self.emitted:
-            shown = ref[0] if ref[1] == 0 else f"{ref[0]}:{ref[1]}"
-            raise self.error(f"uses undefined value '{shown}'", user)
+            raise self.error(f"uses undefined value '{_ref_text(ref)}'", user)
         return ref
 
     def resolve_ctrl(self, name: str, user: str) -> list[str]:
