@@ -29,7 +29,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from graphir.pass_infra import (
     register_algorithm,
     register_pass,
 )
+from graphir.passes.place.pairing import pair_gradients
 from graphir.passes.place.problem import (
     PlacementProblem,
     coarse_devices,
@@ -130,6 +131,8 @@ class Placer(Algorithm):
     """
 
     execution_order: ClassVar[str] = "enforced"
+    uses_training: ClassVar[bool] = False
+    """Whether the placer reads ``problem.training`` (``place`` then finds the training structure)."""
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """Place (and optionally schedule) the coarse graph of ``problem``."""
@@ -157,6 +160,11 @@ class Place(Pass):
     Options:
         algo: the placer, a name from the placer registry (``register_placer``); each placer has its
             own options, listed with it.
+        gradients: on a training graph (:mod:`graphir.passes.training`), ``colocate`` keeps every
+            gradient, update and variable with its forward op, for any placer (colocation classes,
+            :mod:`graphir.passes.place.pairing`); ``free`` leaves them to the placer and hides the
+            training structure from it; ``auto``: the placer's own choice (``auto`` pairs and adds
+            the stage placer on training graphs, ``stages`` keeps layers whole, the others are free).
     """
 
     name: ClassVar[str] = "place"
@@ -168,6 +176,7 @@ class Place(Pass):
     algorithm_kind: ClassVar[str] = "placement algorithm"
     algo: str = DEFAULT_ALGO
     placer: Placer | None = None
+    gradients: Literal["auto", "free", "colocate"] = "auto"
 
     def __post_init__(self) -> None:
         """Reject an unknown algorithm when the pipeline is parsed; default the placer's options."""
@@ -185,11 +194,18 @@ class Place(Pass):
         placer = self.placer
         assert placer is not None
         started = time.perf_counter()
-        problem = PlacementProblem.from_module(module, placer.device_hints(module))  # sizes checked here first
+        training = self.gradients == "colocate" or (placer.uses_training and self.gradients == "auto")
+        # sizes checked here first
+        problem = PlacementProblem.from_module(module, placer.device_hints(module), training=training)
         check_node_budgets(module)  # a node larger than every device: one line, unless --allow-oom
+        pairs: dict[str, int] = {}
+        if self.gradients == "colocate":
+            problem, pairs = pair_gradients(problem)
         ctx.log(f"place: {self.algo} on {problem.num_nodes} coarse nodes, {problem.num_devices} devices")
         placement = placer.place(problem, placement_context(module, ctx))
-        return PassResult(True, apply_placement(module, problem, placement, self.algo, started))
+        stats = apply_placement(module, problem, placement, self.algo, started)
+        stats.update({f"gradients.{key}": value for key, value in pairs.items()})
+        return PassResult(True, stats)
 
 
 def placement_context(module: Module, ctx: PassContext) -> PlacementContext:

@@ -80,9 +80,11 @@ from graphir.passes.place import (  # noqa: F401  (the members register)
     register_placer,
 )
 from graphir.passes.place.memory_guard import GUARD_PLANS, lowered_capacity
+from graphir.passes.place.pairing import pair_gradients
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.passes.place.refine import Candidate, candidate, critical_path_bound, refine
 from graphir.passes.place.refine_fine import fine_problem, offload
+from graphir.passes.place.stages import Stages, accelerators
 
 PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "order-place", "adjusting", "m-sct")
 """The members of the portfolio, in the order they run: those that win most often in the placement
@@ -151,6 +153,7 @@ class WorkModel:
             "m-topo": 2e-5 * self.coarse,
             "m-etf": 5e-5 * self.coarse * self.devices,
             "m-sct": 2e-3 * self.coarse,
+            "stages": 1e-5 * self.coarse,
         }.get(name, list_scheduler)
         simulations = 2 if name == "single" else 1  # single is simulated in two orders
         return simulations * self.simulation + placer + per_fine * self.fine
@@ -227,6 +230,7 @@ class Auto(Placer):
     """
 
     name: ClassVar[str] = "auto"
+    uses_training: ClassVar[bool] = True
     budget: float = 0.0
     mem_model: Literal["paper", "liveness"] = "liveness"
     congestion: Literal["pair", "port", "task", "topology"] = "topology"
@@ -336,6 +340,123 @@ class Auto(Placer):
         stats["auto.offload-ms"] = round(outcome.best.makespan * 1e3, 3)
         return (outcome.best, fine) if outcome.best.better_than(refined) else None
 
+    def _training_runs(self, problem: PlacementProblem) -> list[tuple[str, Placer, PlacementProblem]]:
+        """The training graph's members: ``stages`` on every accelerator and on half of them, METIS paired.
+
+        ``metis+paired`` is METIS on the problem with every gradient colocated with its forward op
+        (:func:`graphir.passes.place.pairing.pair_gradients`); its answer is a placement of the
+        problem itself (pairing only adds constraints).
+        """
+        count = len(accelerators(problem))
+        runs: list[tuple[str, Placer, PlacementProblem]] = [(f"stages{count}", Stages(stages=count), problem)]
+        if count >= 4:
+            runs.append((f"stages{count // 2}", Stages(stages=count // 2), problem))
+        runs.append(("metis+paired", PLACERS["metis"](), pair_gradients(problem)[0]))
+        return runs
+
+    def _training_members(
+        self,
+        problem: PlacementProblem,
+        ctx: PlacementContext,
+        judge: Callable[[str, np.ndarray, np.ndarray], Candidate],
+        candidates: list[Candidate],
+        stats: dict[str, Stat],
+    ) -> float:
+        """Run :meth:`_training_runs` on ``problem`` as candidates; returns the modelled seconds spent."""
+        model = WorkModel.of(problem)
+        spent = 0.0
+        for name, placer, target in self._training_runs(problem):
+            spent += model.member("stages" if name.startswith("stages") else "metis", False)
+            try:
+                answer = placer.place(target, ctx)
+            except (GraphIRError, ImportError) as exc:
+                stats[f"auto.{name}-ms"] = "failed"
+                ctx.log(f"auto: {name} failed: {exc}")
+                continue
+            device = np.asarray(answer.device, dtype=np.int64)
+            member = judge(name, device, list_schedule(problem, device)[0])
+            stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
+            if not member.fits:
+                stats[f"auto.{name}-overflow-B"] = member.overflow
+            candidates.append(member)
+        return spent
+
+    def _fine_members(
+        self,
+        problem: PlacementProblem,
+        ctx: PlacementContext,
+        duration: np.ndarray,
+        simulate: CandidateSimulator,
+        stats: dict[str, Stat],
+    ) -> tuple[tuple[Candidate, PlacementProblem] | None, float]:
+        """The training members and METIS on the fine graph (fused groups split): fuse must not cost their answer.
+
+        On a fused training graph the coarse groups can hold a layer's forward and its gradients
+        apart, or be too large to balance memory (issue 37: ``fuse,place`` out of memory where
+        ``place{algo=metis}`` on the unfused graph fits); these members also place the fine graph
+        (:func:`graphir.passes.place.refine_fine.fine_problem`) and are simulated there. Returns the
+        best fine candidate with its problem (``None`` when all failed) and the modelled seconds spent.
+        """
+        fine = fine_problem(problem, duration)
+        if problem.fine.colocation is not None:  # the graph's own classes, not the groups holding them
+            fine = dataclasses.replace(fine, colocation=problem.fine.colocation)
+        model = WorkModel.of(fine)
+        spent = model.simulation  # building the fine problem
+        runs = [*self._training_runs(fine), ("metis", PLACERS["metis"](), fine)]
+        best: Candidate | None = None
+        for name, placer, target in runs:
+            spent += 2 * model.simulation + model.member("metis", False)  # plan, list-schedule, simulate
+            try:
+                answer = placer.place(target, ctx)
+            except (GraphIRError, ImportError) as exc:
+                stats[f"auto.fine.{name}-ms"] = "failed"
+                ctx.log(f"auto: fine {name} failed: {exc}")
+                continue
+            device = np.asarray(answer.device, dtype=np.int64)
+            start = list_schedule(fine, device)[0]
+            member = candidate(fine, f"fine.{name}", device, start, simulate(fine, device, start, self.congestion))
+            stats[f"auto.fine.{name}-ms"] = round(member.makespan * 1e3, 3)
+            if not member.fits:
+                stats[f"auto.fine.{name}-overflow-B"] = member.overflow
+            if best is None or member.key() < best.key():
+                best = member
+        return (None if best is None else (best, fine)), spent
+
+    def _finish_fine(
+        self,
+        fine_answer: tuple[Candidate, PlacementProblem],
+        coarse_best: Candidate,
+        left: float,
+        simulate: CandidateSimulator,
+        stats: dict[str, Stat],
+        began: float,
+    ) -> Placement:
+        """A fine-graph candidate beat every coarse one: refine it on the fine graph with the budget left."""
+        best, fine = fine_answer
+        stats["auto.chosen"] = best.name
+        stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
+        stats["auto.coarse-best-ms"] = round(coarse_best.makespan * 1e3, 3)
+        stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)
+        refined = best
+        if self.refine:
+            allowance = max(0, int(left // WorkModel.of(fine).simulation))
+
+            def judge_fine(device: np.ndarray, start: np.ndarray) -> Candidate:
+                return candidate(fine, "trial", device, start, simulate(fine, device, start, self.congestion))
+
+            outcome = refine(fine, best, judge_fine, allowance)
+            stats["auto.refine-sims"] = outcome.simulations
+            stats["auto.refine-allowance"] = allowance
+            stats["auto.refine-moves"] = outcome.moves
+            if outcome.best.better_than(best):
+                refined = dataclasses.replace(outcome.best, name=best.name)
+        stats["auto.refined-ms"] = round(refined.makespan * 1e3, 3)
+        gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
+        stats["auto.refine-gain-pct"] = round(100 * gain, 2)
+        stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
+        stats["estimated-makespan-s"] = refined.makespan
+        return Placement(refined.device, refined.start, stats, problem=fine)
+
     @staticmethod
     def _has_mem_model(name: str) -> bool:
         """Whether member ``name`` plans with a ``mem-model`` (and so reads the devices' capacities)."""
@@ -398,7 +519,15 @@ class Auto(Placer):
             candidates.append(member)
         left = (PORTFOLIO_SHARE + REPLAN_SHARE) * budget - spent
         spent += self._replan(problem, member_ctx, judge, candidates, stats, left)
+        fine_answer: tuple[Candidate, PlacementProblem] | None = None
+        if problem.training is not None:
+            spent += self._training_members(problem, member_ctx, judge, candidates, stats)
+            if problem.num_nodes < len(problem.node_group) and single_duration is not None:
+                fine_answer, cost = self._fine_members(problem, member_ctx, single_duration, simulate, stats)
+                spent += cost
         best = min(candidates, key=Candidate.key)
+        if fine_answer is not None and fine_answer[0].better_than(best):
+            return self._finish_fine(fine_answer, best, budget - spent, simulate, stats, began)
         stats["auto.chosen"] = best.name
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
         stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)

@@ -31,9 +31,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphir.errors import PassError
+from graphir.index import GraphIndex
 from graphir.ir import Module
 from graphir.links import LinkModel
 from graphir.memory import output_mask, temporary_bytes
+from graphir.passes.training import training_structure
 from graphir.topo import csr
 from graphir.unionfind import DisjointSets
 
@@ -54,6 +56,8 @@ class FineGraph:
         value_bytes: bytes of each value.
         value_output: whether each value is a graph output (it lives until the end of the step).
         temporary: ``mem.temporary`` bytes of each fine node (0 without ``mem``).
+        colocation: ``colocate`` class per fine node (-1: none; classes numbered by first member),
+            for a placer that places the fine graph of a fused problem.
     """
 
     node_names: tuple[str, ...]
@@ -65,6 +69,7 @@ class FineGraph:
     value_bytes: np.ndarray
     value_output: np.ndarray
     temporary: np.ndarray
+    colocation: np.ndarray | None = None
 
 
 def graph_fields(
@@ -112,6 +117,41 @@ def coarse_devices(node_group: np.ndarray, num_groups: int, fine_device: np.ndar
     return device, int(differs[0]) if len(differs) else -1
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainingView:
+    """The forward/backward structure of a training graph, per fine node (:mod:`graphir.passes.training`).
+
+    The arrays of :class:`graphir.passes.training.TrainingStructure` without its node objects (a
+    placer never sees the Module).
+
+    Attributes:
+        role: int8 role per fine node (``FORWARD`` ... ``OTHER``).
+        anchor: int64 fine forward node each fine node belongs to, -1 none.
+        layer: int64 layer per fine node, -1 none.
+        num_layers: number of layers.
+    """
+
+    role: np.ndarray
+    anchor: np.ndarray
+    layer: np.ndarray
+    num_layers: int
+
+
+def fine_memory(index: GraphIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per fine node, ``(persistent, activation)`` bytes as float64: ``mem`` where present, else the results' bytes.
+
+    The one reading of the ``mem`` annotation for the placement problem's ``memory`` and
+    ``persistent`` (the ``paper`` rule's per-node bytes, :func:`graphir.memory.whole_step_bytes`).
+    """
+    persistent = index.persistent_bytes().astype(np.float64)
+    mems = index.annotation_list("mem")
+    activation = np.fromiter((0 if mem is None else mem.activation for mem in mems), dtype=np.float64, count=len(mems))
+    no_mem = np.fromiter((mem is None for mem in mems), dtype=bool, count=len(mems))
+    if no_mem.any():
+        activation[no_mem] = index.out_bytes()[no_mem]
+    return persistent, activation
+
+
 @dataclasses.dataclass
 class PlacementProblem:
     """The coarse graph and the cluster, as arrays.
@@ -137,6 +177,8 @@ class PlacementProblem:
             without hints).
         cluster: the cluster the problem was built from (``None`` for a hand-built problem);
             :meth:`link_model` builds its link model under another congestion rule from it.
+        training: the training graph's structure per fine node when asked for
+            (``from_module(..., training=True)``) and the graph is one; else ``None``.
     """
 
     num_nodes: int
@@ -163,15 +205,19 @@ class PlacementProblem:
     fine: FineGraph
     preferred: np.ndarray
     cluster: Cluster | None = None
+    training: TrainingView | None = None
 
     @classmethod
-    def from_module(cls, module: Module, hints: Mapping[str, str] | None = None) -> PlacementProblem:
+    def from_module(
+        cls, module: Module, hints: Mapping[str, str] | None = None, *, training: bool = False
+    ) -> PlacementProblem:
         """Build the problem from the module's quotient graph and cluster.
 
         Args:
             module: the module to place (read only).
             hints: preferred device name per fine node name (``Placer.device_hints``); a coarse
                 node prefers its first hinted member's device.
+            training: also find the training graph's structure (:attr:`training`; O(V+E)).
 
         Raises:
             PassError: a node has no cost for some device kind of the cluster, a coarse node's
@@ -200,14 +246,7 @@ class PlacementProblem:
                 node = index.nodes[int(np.flatnonzero(np.isnan(fine))[0])]
                 raise PassError(f"node '{node.name}' has no cost for device kind '{device.kind}': run 'profile' first")
             times[:, k] = np.bincount(node_group, weights=fine, minlength=n)
-        persistent_fine = index.persistent_bytes().astype(np.float64)
-        mems = index.annotation_list("mem")
-        activation_fine = np.fromiter(
-            (0 if mem is None else mem.activation for mem in mems), dtype=np.float64, count=len(mems)
-        )
-        no_mem = np.fromiter((mem is None for mem in mems), dtype=bool, count=len(mems))
-        if no_mem.any():
-            activation_fine[no_mem] = index.out_bytes()[no_mem]
+        persistent_fine, activation_fine = fine_memory(index)
         persistent = np.bincount(node_group, weights=persistent_fine, minlength=n)
         memory = persistent + np.bincount(node_group, weights=activation_fine, minlength=n)
 
@@ -217,9 +256,12 @@ class PlacementProblem:
         for u, affinity in enumerate(index.annotation_list("affinity")):
             if affinity is not None:
                 allowed[node_group[u]] &= np.asarray([kind in affinity for kind in kinds])
+        fine_colocation = np.full(len(node_group), -1, dtype=np.int64)
+        class_number: dict[str, int] = {}
         for u, name in enumerate(index.annotation_list("colocate")):
             if name is not None:
                 class_members.setdefault(name, []).append(int(node_group[u]))
+                fine_colocation[u] = class_number.setdefault(name, u)
         # Coarse nodes holding members of one class must share a device; a coarse node may hold
         # members of several classes, which then become one class (union-find over coarse nodes).
         sets: DisjointSets[int] = DisjointSets()
@@ -283,9 +325,11 @@ class PlacementProblem:
                 value_bytes=index.value_bytes,
                 value_output=output_mask(graph, index),
                 temporary=temporary_bytes(index),
+                colocation=fine_colocation,
             ),
             preferred=preferred,
             cluster=cluster,
+            training=_training_view(module) if training else None,
         )
 
     def link_model(self, congestion: str) -> LinkModel:
@@ -305,6 +349,14 @@ class PlacementProblem:
     def mean_comm_times(self) -> np.ndarray:
         """Per coarse edge, the representative transfer time (mean over ordered device pairs), for priorities."""
         return self.links.mean_transfer_times(self.edge_bytes)
+
+
+def _training_view(module: Module) -> TrainingView | None:
+    """:class:`TrainingView` of ``module``'s training structure, ``None`` when it is not a training graph."""
+    structure = training_structure(module)
+    if structure is None:
+        return None
+    return TrainingView(structure.role, structure.anchor, structure.layer, structure.num_layers)
 
 
 def expand_placement(problem: PlacementProblem, device: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
