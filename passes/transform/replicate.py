@@ -8,11 +8,11 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
 1. **Replica types.** ``n`` replicas each process ``G / n`` samples of the global batch ``G``. The
    per-replica types (and the values of constants that encode the batch: ``Reshape`` targets,
    ``Tile`` multiples, the loss's mean divisor) come from the same model **at batch** ``G / n``
-   (:func:`module_at_batch`): the zoo's builder traces the training step again, or, for graphs whose
-   shapes all flow from the placeholders, TensorFlow re-infers them after the placeholders'
-   leading dimension is changed (:mod:`graphir.passes.transform.batching`). Re-tracing is needed because
-   Keras and TF's gradient code bake the batch into constants; shape inference alone cannot undo
-   that. The replica model must have the same node names and ops as the module.
+   (:func:`module_at_batch`), which graphir re-batches in the IR
+   (:func:`graphir.passes.transform.rebatch.rebatch`: a symbolic batch dimension propagated
+   through the ops' batch rules), so a GraphDef whose batch Keras and TF's gradient code baked into
+   constants re-batches without TensorFlow. The replica model must have the same node names and
+   ops as the module.
 2. **What is replicated.** The *batch sources* are the placeholders (and graph inputs) whose leading
    dimension is the module's batch, plus any node without data inputs whose type changes with the
    batch. ``F`` = everything reachable from them by data edges. A node of ``F`` that takes or makes
@@ -50,15 +50,15 @@ The baseline placement of this graph ("data parallel", TF-slim's deployment) is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
-from graphir.annotations import Cost, Mem
+from graphir.annotations import Cost
 from graphir.attributes import DenseTensor, numpy_dtype
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
-from graphir.passes.profile.roofline import analyze_graph, kind_times
+from graphir.passes.profile.roofline import kind_times
+from graphir.passes.transform.rebatch import recompute_mem, scaled_costs
 from graphir.types import DType, TensorType
 
 __all__ = [
@@ -128,26 +128,20 @@ class DataParallelGraph:
 def module_at_batch(module: Module, batch: int) -> Module:
     """The model of ``module`` at ``batch`` samples per step, with the same node names.
 
-    ``module`` itself when its batch already is ``batch``; otherwise TensorFlow rebuilds it (see
-    the module docstring and :mod:`graphir.passes.transform.batching`).
+    ``module`` itself when its batch already is ``batch``; otherwise graphir re-batches it in the IR
+    (:func:`graphir.passes.transform.rebatch.rebatch`: the batch dimension propagated symbolically,
+    result types and every batch-carrying constant rewritten). TensorFlow is not involved: a frozen
+    GraphDef with its batch baked into ``Reshape`` targets and the loss divisor re-batches too.
 
     Raises:
-        PassError: the module has no batch, or the rebuild failed.
+        PassError: the module has no batch input, or a node where the batch cannot be proven.
     """
-    from graphir.passes.transform.batching import graphdef_at_batch, module_batch
+    from graphir.passes.transform.batching import module_batch
+    from graphir.passes.transform.rebatch import rebatch
 
     if module_batch(module) == batch:
         return module
-    from graphir.backends.tf.measure import module_graphdef
-    from graphir.importers.tf import import_graphdef
-
-    graph_def, how = graphdef_at_batch(module, module_graphdef(module, np.random.default_rng(0)), batch)
-    try:
-        return import_graphdef(graph_def, name=f"{module.name}_b{batch}", source=f"<{module.name} at batch {batch}>")
-    except Exception as exc:  # TF shape inference rejects a graph whose batch is baked into constants
-        message = " ".join(str(exc).split()).split("error: ", 1)[-1]
-        hint = " (the graph bakes its batch into constants: register a batch builder)" if how == "placeholders" else ""
-        raise PassError(f"cannot rebuild '{module.name}' at batch {batch}: {message}{hint}") from None
+    return rebatch(module, batch)
 
 
 # --------------------------------------------------------------------------- classification
@@ -226,29 +220,6 @@ def _classify(
 
 
 # --------------------------------------------------------------------------- costs
-
-
-def _round(seconds: float) -> float:
-    return float(f"{seconds:.12g}")
-
-
-def _scaled_costs(module: Module, originals: Sequence[Node], replicas: Sequence[Node]) -> list[Cost | None]:
-    """Each original's cost times (roofline at the replica's shapes / roofline at the original's)."""
-    before = kind_times(module.cluster, originals)[0]
-    after = kind_times(module.cluster, replicas)[0]
-    costs: list[Cost | None] = []
-    for i, node in enumerate(originals):
-        cost = node.cost
-        if cost is None:
-            costs.append(None)
-            continue
-        kinds: dict[str, float] = {}
-        for kind, seconds in cost.times:
-            ref = kind if kind in before else next(iter(before), None)  # a kind-independent cost: first kind
-            base = float(before[ref][i]) if ref is not None else 0.0
-            kinds[kind] = _round(seconds * float(after[ref][i]) / base) if ref is not None and base > 0 else seconds
-        costs.append(Cost(kinds))
-    return costs
 
 
 # --------------------------------------------------------------------------- the rewrite
@@ -461,7 +432,7 @@ def _annotate_costs(
     """Scale replicated costs, cost the aggregation, recompute ``mem`` (see the module docstring)."""
     profiled = any(n.cost is not None for n in module.graph.nodes)
     if profiled:
-        costs = _scaled_costs(result, originals, rep_nodes)
+        costs = scaled_costs(result, originals, rep_nodes)
         for copies in rep_copies:
             for node, cost in zip(originals, costs, strict=True):
                 if cost is not None:
@@ -469,8 +440,6 @@ def _annotate_costs(
         if aggregation_nodes:
             times = kind_times(result.cluster, aggregation_nodes)[0]
             for i, node in enumerate(aggregation_nodes):
-                node.cost = Cost({kind: _round(float(t[i])) for kind, t in times.items()})
+                node.cost = Cost({kind: float(f"{float(t[i]):.12g}") for kind, t in times.items()})
     if any(n.mem is not None for n in module.graph.nodes):
-        work = analyze_graph(result.graph)
-        for i, node in enumerate(result.graph.index().nodes):
-            node.mem = Mem(int(work.persistent[i]), int(work.activation[i]), int(work.temporary[i]))
+        recompute_mem(result)
