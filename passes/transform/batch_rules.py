@@ -513,6 +513,8 @@ def _fold(node: Node, facts: BatchFacts) -> Any:  # noqa: C901, PLR0911, PLR0912
         return np.take(args[0], np.asarray(args[1]), axis=int(args[2]))  # type: ignore[arg-type, call-overload]
     if op in ("Reshape", "ExpandDims", "Squeeze"):
         return np.asarray(args[0]).reshape(facts.shape(node.outputs[0]))
+    if op == "InvertPermutation":
+        return np.argsort(np.asarray(args[0])).astype(np.asarray(args[0]).dtype)
     return None
 
 

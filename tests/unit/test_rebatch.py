@@ -285,7 +285,7 @@ def differences(rebatched: Module, traced: Module) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["gpt", "cnn"])
+@pytest.mark.parametrize("model", ["gpt", "cnn", "lstm", "transformer"])
 def test_zoo_training_steps_rebatch_as_tensorflow_retraces_them(model, tmp_path):
     from graphir.importers import load_module
 
