@@ -32,7 +32,7 @@ from graphir.passes.fuse import topo_order
 from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos
 from graphir.passes.profile import calibrate_comm
 from graphir.passes.profile import tf as profile_tf
-from graphir.passes.transform import data_parallel, split
+from graphir.passes.transform import data_parallel, microbatch, split
 
 __all__ = [
     "baechi",

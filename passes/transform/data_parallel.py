@@ -21,7 +21,12 @@ placement problem's arrays do not hold, so the placer computes it in its *device
 ``place`` reads the answer as ``problem.preferred`` (a fusion group follows its first member).
 
 Requires nothing; provides nothing. Options: ``replicas`` (>= 1), ``batch`` (the global batch, 0:
-the module's own; a multiple of ``replicas``). Statistics: ``replicas``, ``global-batch``,
+the module's own; a multiple of ``replicas``), ``microbatches`` (per replica, >= 1: each replica
+accumulates that many micro-batches, names ``replica<r>/mb<m>/...``, see ``microbatch``).
+**Feeds**: each replica gets its own batch placeholders (``replica<r>/x``, at ``G / N``), so the
+data-parallel graph is fed ``N`` slices of the batch (with micro-batches, each replica's
+placeholder is split in ``M`` by a ``graphir.split``); ``microbatch`` alone keeps the original
+placeholders and feeds. Statistics: ``replicas``, ``global-batch``,
 ``replica-batch``, ``replicated-nodes`` (per replica), ``shared-nodes``, ``aggregated-values``,
 ``aggregation-nodes``, ``nodes``.
 
@@ -105,12 +110,14 @@ class DataParallel(Pass):
         inputs: ``free`` (the replicas' graph inputs depend on nothing) or ``after-reads`` (each
             replica's inputs wait for the variable reads it consumes: the issue order of TF-slim's
             host copies, :func:`issue_inputs_after_reads`).
+        microbatches: micro-batches per replica (>= 1; gradient accumulation, as ``microbatch``).
     """
 
     name: ClassVar[str] = "data-parallel"
     replicas: int = 2
     batch: int = 0
     inputs: Literal["free", "after-reads"] = "free"
+    microbatches: int = 1
 
     def __post_init__(self) -> None:
         """Reject impossible options when the pipeline is parsed."""
@@ -118,12 +125,14 @@ class DataParallel(Pass):
             raise ValueError(f"replicas must be >= 1, got {self.replicas}")
         if self.batch < 0:
             raise ValueError(f"batch must be >= 0 (0: the module's own), got {self.batch}")
+        if self.microbatches < 1:
+            raise ValueError(f"microbatches must be >= 1, got {self.microbatches}")
         if self.inputs not in INPUT_ORDERS:
             raise ValueError(f"inputs must be one of {'|'.join(INPUT_ORDERS)}, got '{self.inputs}'")
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the data-parallel graph and move it into ``module``."""
-        result = data_parallel(module, self.replicas, batch=self.batch)
+        result = data_parallel(module, self.replicas, batch=self.batch, microbatches=self.microbatches)
         module.graph = result.module.graph
         module.metadata = result.module.metadata
         ordered = issue_inputs_after_reads(module) if self.inputs == "after-reads" else 0

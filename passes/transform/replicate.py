@@ -8,11 +8,11 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
 1. **Replica types.** ``n`` replicas each process ``G / n`` samples of the global batch ``G``. The
    per-replica types (and the values of constants that encode the batch: ``Reshape`` targets,
    ``Tile`` multiples, the loss's mean divisor) come from the same model **at batch** ``G / n``
-   (:func:`module_at_batch`): the zoo's builder traces the training step again, or, for graphs whose
-   shapes all flow from the placeholders, TensorFlow re-infers them after the placeholders'
-   leading dimension is changed (:mod:`graphir.passes.transform.batching`). Re-tracing is needed because
-   Keras and TF's gradient code bake the batch into constants; shape inference alone cannot undo
-   that. The replica model must have the same node names and ops as the module.
+   (:func:`module_at_batch`), which graphir re-batches in the IR
+   (:func:`graphir.passes.transform.rebatch.rebatch`: a symbolic batch dimension propagated
+   through the ops' batch rules), so a GraphDef whose batch Keras and TF's gradient code baked into
+   constants re-batches without TensorFlow. The replica model must have the same node names and
+   ops as the module.
 2. **What is replicated.** The *batch sources* are the placeholders (and graph inputs) whose leading
    dimension is the module's batch, plus any node without data inputs whose type changes with the
    batch. ``F`` = everything reachable from them by data edges. A node of ``F`` that takes or makes
@@ -50,21 +50,24 @@ The baseline placement of this graph ("data parallel", TF-slim's deployment) is
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 import numpy as np
 
-from graphir.annotations import Cost, Mem
+from graphir.annotations import Cost
 from graphir.attributes import DenseTensor, numpy_dtype
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
-from graphir.passes.profile.roofline import analyze_graph, kind_times
+from graphir.passes.profile.roofline import kind_times
+from graphir.passes.transform.rebatch import recompute_mem, scaled_costs
 from graphir.types import DType, TensorType
 
 __all__ = [
     "DataParallelGraph",
     "AGGREGATION_PREFIX",
+    "MICROBATCHES_METADATA",
     "REPLICAS_METADATA",
+    "copy_name",
+    "copy_of",
     "data_parallel",
     "module_at_batch",
     "replica_name",
@@ -74,6 +77,8 @@ __all__ = [
 
 REPLICAS_METADATA = "data_parallel_replicas"
 """Module metadata key holding the number of replicas of a data-parallel graph."""
+MICROBATCHES_METADATA = "microbatches"
+"""Module metadata key holding the number of micro-batches per replica (gradient accumulation)."""
 
 _PLACEMENT_KEYS = ("device", "order", "start", "finish")
 
@@ -84,6 +89,46 @@ AGGREGATION_PREFIX = "dp/"
 def replica_name(name: str, replica: int) -> str:
     """The name of replica ``replica``'s copy of node or value ``name``."""
     return f"replica{replica}/{name}"
+
+
+def copy_name(name: str, replica: int, microbatch: int, replicas: int, microbatches: int) -> str:
+    """The name of copy ``(replica, microbatch)`` of node or value ``name`` in a ``replicas x microbatches`` graph.
+
+    ``replica<r>/x`` when there is one micro-batch (data parallelism as before), ``mb<m>/x`` with one
+    replica and several micro-batches, ``replica<r>/mb<m>/x`` with both.
+    """
+    if microbatches == 1:
+        return replica_name(name, replica)
+    if replicas == 1:
+        return f"mb{microbatch}/{name}"
+    return f"replica{replica}/mb{microbatch}/{name}"
+
+
+def _prefixed(name: str, word: str) -> tuple[int, str] | None:
+    if not name.startswith(word):
+        return None
+    head, sep, rest = name.partition("/")
+    digits = head[len(word) :]
+    return (int(digits), rest) if sep and digits.isdigit() else None
+
+
+def copy_of(name: str) -> tuple[int, int, str]:
+    """``(replica or 0, micro-batch or 0, original name)`` of a copy's name; ``(-1, -1, name)`` for a shared node.
+
+    The inverse of :func:`copy_name`: ``replica2/mb1/x`` -> ``(2, 1, "x")``, ``mb3/x`` -> ``(0, 3, "x")``,
+    ``replica1/x`` -> ``(1, 0, "x")``; aggregation nodes (``dp/...``) and other shared nodes -> ``(-1, -1, name)``.
+    """
+    replica = _prefixed(name, "replica")
+    rest = name
+    r = 0
+    if replica is not None:
+        r, rest = replica
+    micro = _prefixed(rest, "mb")
+    if micro is not None:
+        return r, micro[0], micro[1]
+    if replica is not None:
+        return r, 0, rest
+    return -1, -1, name
 
 
 def replica_of(name: str) -> int:
@@ -108,7 +153,9 @@ class DataParallelGraph:
         shared: names of the shared original nodes, topological.
         sources: original names of the batch sources (placeholders...).
         aggregated: original names of the values aggregated over the replicas.
-        aggregation_nodes: names of the new aggregation nodes (sums, scalings, concats).
+        aggregation_nodes: names of the new aggregation nodes (splits, sums, scalings, concats).
+        microbatches: micro-batches per replica.
+        microbatch: samples per step of one copy (``global_batch / (replicas * microbatches)``).
     """
 
     module: Module
@@ -120,6 +167,8 @@ class DataParallelGraph:
     sources: list[str]
     aggregated: list[str]
     aggregation_nodes: list[str]
+    microbatches: int = 1
+    microbatch: int = 0
 
 
 # --------------------------------------------------------------------------- the model at another batch
@@ -128,26 +177,20 @@ class DataParallelGraph:
 def module_at_batch(module: Module, batch: int) -> Module:
     """The model of ``module`` at ``batch`` samples per step, with the same node names.
 
-    ``module`` itself when its batch already is ``batch``; otherwise TensorFlow rebuilds it (see
-    the module docstring and :mod:`graphir.passes.transform.batching`).
+    ``module`` itself when its batch already is ``batch``; otherwise graphir re-batches it in the IR
+    (:func:`graphir.passes.transform.rebatch.rebatch`: the batch dimension propagated symbolically,
+    result types and every batch-carrying constant rewritten). TensorFlow is not involved: a frozen
+    GraphDef with its batch baked into ``Reshape`` targets and the loss divisor re-batches too.
 
     Raises:
-        PassError: the module has no batch, or the rebuild failed.
+        PassError: the module has no batch input, or a node where the batch cannot be proven.
     """
-    from graphir.passes.transform.batching import graphdef_at_batch, module_batch
+    from graphir.passes.transform.batching import module_batch
+    from graphir.passes.transform.rebatch import rebatch
 
     if module_batch(module) == batch:
         return module
-    from graphir.backends.tf.measure import module_graphdef
-    from graphir.importers.tf import import_graphdef
-
-    graph_def, how = graphdef_at_batch(module, module_graphdef(module, np.random.default_rng(0)), batch)
-    try:
-        return import_graphdef(graph_def, name=f"{module.name}_b{batch}", source=f"<{module.name} at batch {batch}>")
-    except Exception as exc:  # TF shape inference rejects a graph whose batch is baked into constants
-        message = " ".join(str(exc).split()).split("error: ", 1)[-1]
-        hint = " (the graph bakes its batch into constants: register a batch builder)" if how == "placeholders" else ""
-        raise PassError(f"cannot rebuild '{module.name}' at batch {batch}: {message}{hint}") from None
+    return rebatch(module, batch)
 
 
 # --------------------------------------------------------------------------- classification
@@ -228,40 +271,25 @@ def _classify(
 # --------------------------------------------------------------------------- costs
 
 
-def _round(seconds: float) -> float:
-    return float(f"{seconds:.12g}")
-
-
-def _scaled_costs(module: Module, originals: Sequence[Node], replicas: Sequence[Node]) -> list[Cost | None]:
-    """Each original's cost times (roofline at the replica's shapes / roofline at the original's)."""
-    before = kind_times(module.cluster, originals)[0]
-    after = kind_times(module.cluster, replicas)[0]
-    costs: list[Cost | None] = []
-    for i, node in enumerate(originals):
-        cost = node.cost
-        if cost is None:
-            costs.append(None)
-            continue
-        kinds: dict[str, float] = {}
-        for kind, seconds in cost.times:
-            ref = kind if kind in before else next(iter(before), None)  # a kind-independent cost: first kind
-            base = float(before[ref][i]) if ref is not None else 0.0
-            kinds[kind] = _round(seconds * float(after[ref][i]) / base) if ref is not None and base > 0 else seconds
-        costs.append(Cost(kinds))
-    return costs
-
-
 # --------------------------------------------------------------------------- the rewrite
 
 
-def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Module | None = None) -> DataParallelGraph:
-    """Build the data-parallel graph of a training-step module (see the module docstring).
+def data_parallel(
+    module: Module,
+    replicas: int,
+    *,
+    batch: int = 0,
+    replica: Module | None = None,
+    microbatches: int = 1,
+) -> DataParallelGraph:
+    """Build the data-parallel (and micro-batched) graph of a training-step module (see the module docstring).
 
     Args:
         module: a training-step graph (placeholders with a leading batch dimension, variables).
-        replicas: number of replicas ``n`` (>= 1; 1 re-batches the model to ``batch``).
-        batch: global batch ``G`` (0: the module's own batch); must be a multiple of ``replicas``.
-        replica: the model at batch ``G / n`` with the same node names (default: :func:`module_at_batch`).
+        replicas: number of replicas ``D`` (>= 1; 1 re-batches the model to ``batch``).
+        batch: global batch ``G`` (0: the module's own batch); must be a multiple of ``D * M``.
+        replica: the model at batch ``G / (D * M)`` with the same node names (default: :func:`module_at_batch`).
+        microbatches: micro-batches ``M`` per replica (>= 1): gradient accumulation.
 
     Returns:
         The new module and what was replicated, shared and aggregated.
@@ -274,6 +302,8 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
 
     if replicas < 1:
         raise PassError(f"replicas must be >= 1, got {replicas}")
+    if microbatches < 1:
+        raise PassError(f"microbatches must be >= 1, got {microbatches}")
     if batch < 0:
         raise PassError(f"batch must be >= 0 (0: the module's own), got {batch}")
     graph = module.graph
@@ -282,14 +312,31 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
         raise PassError(f"node '{grouped.name}' is in a fusion group: replicate before fusing")
     own_batch = module_batch(module)
     global_batch = batch or own_batch
+    if microbatches > 1 and global_batch % (replicas * microbatches):
+        per = f" per replica ({global_batch} / {replicas})" if replicas > 1 else ""
+        raise PassError(
+            f"microbatch{{n={microbatches}}}: {microbatches} does not divide the batch{per} "
+            f"{global_batch // replicas if global_batch % replicas == 0 else global_batch}"
+        )
     if global_batch % replicas:
         raise PassError(f"the global batch {global_batch} is not a multiple of {replicas} replicas")
+    copies = replicas * microbatches
     replica_batch = global_batch // replicas
+    copy_batch = global_batch // copies
     if replica is None:
-        replica = module_at_batch(module, replica_batch)
+        replica = module_at_batch(module, copy_batch)
     nodes, replicated, sources, rep_inputs, rep_constants = _classify(module, replica, own_batch)
+    # With micro-batches, a batch input is fed once per replica at the replica batch and split.
+    feeds = (
+        [n for n in nodes if n in sources and n.op == "tf.Placeholder" and _leading(n.outputs[0].type) == own_batch]
+        if microbatches > 1
+        else []
+    )
+    feed_inputs = (
+        [v for v in graph.inputs if v in rep_inputs and _leading(v.type) == own_batch] if microbatches > 1 else []
+    )
     shared_nodes = [n for n in nodes if n not in replicated]
-    replicated_nodes = [n for n in nodes if n in replicated]
+    replicated_nodes = [n for n in nodes if n in replicated and n not in feeds]
     rgraph = replica.graph
     for node in shared_nodes:
         other = _replica_node(replica, node)
@@ -300,14 +347,41 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
                     "it depends on the batch but is not replicated"
                 )
 
+    def cname(name: str, k: int) -> str:
+        return copy_name(name, k // microbatches, k % microbatches, replicas, microbatches)
+
+    def feed_name(name: str, r: int) -> str:
+        return replica_name(name, r) if replicas > 1 else name
+
     new = Graph(graph.name)
     shared_map: dict[Value, Value] = {}
-    rep_maps: list[dict[Value, Value]] = [{} for _ in range(replicas)]
+    rep_maps: list[dict[Value, Value]] = [{} for _ in range(copies)]
+    splits: list[Node] = []
+
+    def split_feed(whole: Value, original: Value, r: int) -> None:
+        prefix = f"{AGGREGATION_PREFIX}replica{r}/" if replicas > 1 else AGGREGATION_PREFIX
+        part = rgraph.value(original.name).type
+        split = new.add_node(
+            "graphir.split",
+            [whole],
+            [part] * microbatches,
+            name=f"{prefix}split/{original.name}",
+            output_names=[cname(original.name, r * microbatches + m) for m in range(microbatches)],
+            params={"axis": 0},
+        )
+        splits.append(split)
+        for m in range(microbatches):
+            rep_maps[r * microbatches + m][original] = split.outputs[m]
+
     for value in graph.inputs:
-        if value in rep_inputs:
+        if value in feed_inputs:
+            whole = _with_leading(value.type, replica_batch)
+            for r in range(replicas):
+                split_feed(new.add_input(feed_name(value.name, r), whole), value, r)
+        elif value in rep_inputs:
             rtype = rgraph.value(value.name).type
-            for i in range(replicas):
-                rep_maps[i][value] = new.add_input(replica_name(value.name, i), rtype)
+            for k in range(copies):
+                rep_maps[k][value] = new.add_input(cname(value.name, k), rtype)
         else:
             shared_map[value] = new.add_input(value.name, value.type)
     for value in graph.constants:
@@ -316,19 +390,32 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
             data = other.const
             if data is None and other.producer is not None and other.producer.op == "tf.Const":
                 data = other.producer.params.get("value")  # the importer keeps small constants as Const nodes
-            for i in range(replicas):
-                rep_maps[i][value] = new.add_constant(replica_name(value.name, i), other.type, data)
+            for k in range(copies):
+                rep_maps[k][value] = new.add_constant(cname(value.name, k), other.type, data)
         else:
             shared_map[value] = new.add_constant(value.name, value.type, value.const)
 
-    def copy_annotations(source: Node, target: Node, rep: int) -> None:
+    def copy_annotations(source: Node, target: Node, k: int) -> None:
         for key, value in source.annotations.items():
             if key in _PLACEMENT_KEYS:
                 continue
-            if key == "colocate" and rep >= 0:
-                value = replica_name(str(value), rep)
+            if key == "colocate" and k >= 0:
+                value = cname(str(value), k)
             target.set_annotation(key, value)
 
+    feed_copies: list[dict[Node, Node]] = [{} for _ in range(replicas)]
+    for node in feeds:
+        value = node.outputs[0]
+        whole = _with_leading(value.type, replica_batch)
+        for r in range(replicas):
+            copy = new.add_node(
+                node.op, [], [whole], name=feed_name(node.name, r), output_names=[feed_name(value.name, r)]
+            )
+            copy.params = {**node.params, "shape": tuple(d if isinstance(d, int) else -1 for d in whole.shape or ())}
+            copy.loc = node.loc
+            copy_annotations(node, copy, r * microbatches if replicas > 1 else -1)
+            feed_copies[r][node] = copy
+            split_feed(copy.outputs[0], value, r)
     shared_copy: dict[Node, Node] = {}
     for node in shared_nodes:
         copy = new.add_node(
@@ -341,74 +428,86 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
         for a, b in zip(node.outputs, copy.outputs, strict=True):
             shared_map[a] = b
     rep_nodes = [_replica_node(replica, n) for n in replicated_nodes]
-    rep_copies: list[dict[Node, Node]] = [{} for _ in range(replicas)]
-    for i in range(replicas):
+    rep_copies: list[dict[Node, Node]] = [{} for _ in range(copies)]
+    for k in range(copies):
         for node, other in zip(replicated_nodes, rep_nodes, strict=True):
             copy = new.add_node(
                 node.op,
                 [],
                 [v.type for v in other.outputs],
-                name=replica_name(node.name, i),
-                output_names=[replica_name(v.name, i) for v in node.outputs],
+                name=cname(node.name, k),
+                output_names=[cname(v.name, k) for v in node.outputs],
             )
             copy.params = dict(other.params)  # the replica's params: batch-dependent constants rescaled
             copy.loc = node.loc
-            copy_annotations(node, copy, i)
-            rep_copies[i][node] = copy
+            copy_annotations(node, copy, k)
+            rep_copies[k][node] = copy
             for a, b in zip(node.outputs, copy.outputs, strict=True):
-                rep_maps[i][a] = b
+                rep_maps[k][a] = b
+
+    def copy_node(k: int, node: Node) -> Node:
+        found = rep_copies[k].get(node)
+        return found if found is not None else feed_copies[k // microbatches][node]
 
     aggregated: dict[Value, Value] = {}
-    aggregation_nodes: list[Node] = []
+    aggregation_nodes: list[Node] = [*splits]
     inverse: dict[DType, Value] = {}
+
+    def add_n(values: list[Value], out_type: TensorType, name: str) -> Value:
+        summed = new.add_node(
+            "tf.AddN", values, [out_type], name=name, params={"N": len(values), "T": out_type.dtype.short}
+        )
+        aggregation_nodes.append(summed)
+        return summed.outputs[0]
 
     def aggregate(value: Value) -> Value:
         done = aggregated.get(value)
         if done is not None:
             return done
-        copies = [rep_maps[i][value] for i in range(replicas)]
-        if replicas == 1:
-            aggregated[value] = copies[0]
-            return copies[0]
-        out_type = copies[0].type
+        parts = [rep_maps[k][value] for k in range(copies)]
+        if copies == 1:
+            aggregated[value] = parts[0]
+            return parts[0]
+        out_type = parts[0].type
         if out_type != value.type and out_type.shape is not None and value.type.shape is not None:
-            axis = next(k for k, (a, b) in enumerate(zip(out_type.shape, value.type.shape, strict=False)) if a != b)
+            axis = next(i for i, (a, b) in enumerate(zip(out_type.shape, value.type.shape, strict=False)) if a != b)
             whole = TensorType(
-                value.type.dtype, tuple(d * replicas if k == axis else d for k, d in enumerate(out_type.shape))
+                value.type.dtype, tuple(d * copies if i == axis else d for i, d in enumerate(out_type.shape))
             )  # type: ignore[operator]
             concat = new.add_node(
-                "graphir.concat",
-                copies,
-                [whole],
-                name=f"{AGGREGATION_PREFIX}concat/{value.name}",
-                params={"axis": axis},
+                "graphir.concat", parts, [whole], name=f"{AGGREGATION_PREFIX}concat/{value.name}", params={"axis": axis}
             )
             aggregation_nodes.append(concat)
             aggregated[value] = concat.outputs[0]
             return concat.outputs[0]
+        if microbatches > 1 and replicas > 1:  # each replica accumulates its micro-batches first
+            locals_ = [
+                add_n(
+                    parts[r * microbatches : (r + 1) * microbatches],
+                    out_type,
+                    f"{AGGREGATION_PREFIX}replica{r}/sum/{value.name}",
+                )
+                for r in range(replicas)
+            ]
+            total = add_n(locals_, out_type, f"{AGGREGATION_PREFIX}sum/{value.name}")
+        else:
+            total = add_n(parts, out_type, f"{AGGREGATION_PREFIX}sum/{value.name}")
         dtype = out_type.dtype
-        summed = new.add_node(
-            "tf.AddN",
-            copies,
-            [out_type],
-            name=f"{AGGREGATION_PREFIX}sum/{value.name}",
-            params={"N": replicas, "T": dtype.short},
-        )
         scale = inverse.get(dtype)
         if scale is None:
-            data = np.asarray(1.0 / replicas, dtype=numpy_dtype(dtype))
+            data = np.asarray(1.0 / copies, dtype=numpy_dtype(dtype))
             scale = new.add_constant(
                 f"{AGGREGATION_PREFIX}inv_replicas_{dtype.short}", TensorType(dtype, ()), DenseTensor.from_numpy(data)
             )
             inverse[dtype] = scale
         mean = new.add_node(
             "tf.Mul",
-            [summed.outputs[0], scale],
+            [total, scale],
             [out_type],
             name=f"{AGGREGATION_PREFIX}mean/{value.name}",
             params={"T": dtype.short},
         )
-        aggregation_nodes.extend((summed, mean))
+        aggregation_nodes.append(mean)
         aggregated[value] = mean.outputs[0]
         return mean.outputs[0]
 
@@ -420,23 +519,29 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
             if control in shared_copy:
                 copy.add_control_input(shared_copy[control])
             else:
-                for i in range(replicas):
-                    copy.add_control_input(rep_copies[i][control])
-    for i in range(replicas):
+                for k in range(copies):
+                    copy.add_control_input(copy_node(k, control))
+    for k in range(copies):
         for node in replicated_nodes:
-            copy = rep_copies[i][node]
+            copy = rep_copies[k][node]
             for value in node.inputs:
-                copy.add_input(rep_maps[i].get(value) or shared_map[value])
+                copy.add_input(rep_maps[k].get(value) or shared_map[value])
             for control in node.control_inputs:
-                copy.add_control_input(shared_copy[control] if control in shared_copy else rep_copies[i][control])
+                copy.add_control_input(shared_copy[control] if control in shared_copy else copy_node(k, control))
+    for r in range(replicas):
+        for node, copy in feed_copies[r].items():
+            for control in node.control_inputs:
+                if control in shared_copy:
+                    copy.add_control_input(shared_copy[control])
     new.set_outputs(shared_map[v] if v in shared_map else aggregate(v) for v in graph.outputs)
 
     metadata = dict(module.metadata)
     metadata[REPLICAS_METADATA] = replicas
+    metadata[MICROBATCHES_METADATA] = microbatches
     result = Module(module.name, new, module.cluster_spec, metadata)
     if module.cluster_spec is not None:
         result.set_cluster(module.cluster)
-    _annotate_costs(module, result, replicated_nodes, rep_nodes, rep_copies, aggregation_nodes)
+    _annotate_costs(module, result, replicated_nodes, rep_nodes, rep_copies, aggregation_nodes, feeds, feed_copies)
     return DataParallelGraph(
         module=result,
         replicas=replicas,
@@ -445,9 +550,17 @@ def data_parallel(module: Module, replicas: int, *, batch: int = 0, replica: Mod
         replicated=[n.name for n in replicated_nodes],
         shared=[n.name for n in shared_nodes],
         sources=[n.name for n in nodes if n in sources] + [v.name for v in graph.inputs if v in rep_inputs],
-        aggregated=[v.name for v in aggregated if replicas > 1],
+        aggregated=[v.name for v in aggregated if copies > 1],
         aggregation_nodes=[n.name for n in aggregation_nodes],
+        microbatches=microbatches,
+        microbatch=copy_batch,
     )
+
+
+def _with_leading(value_type: TensorType, leading: int) -> TensorType:
+    shape = value_type.shape
+    assert shape is not None
+    return TensorType(value_type.dtype, (leading, *shape[1:]))
 
 
 def _annotate_costs(
@@ -457,20 +570,25 @@ def _annotate_costs(
     rep_nodes: list[Node],
     rep_copies: list[dict[Node, Node]],
     aggregation_nodes: list[Node],
+    feeds: list[Node],
+    feed_copies: list[dict[Node, Node]],
 ) -> None:
     """Scale replicated costs, cost the aggregation, recompute ``mem`` (see the module docstring)."""
     profiled = any(n.cost is not None for n in module.graph.nodes)
     if profiled:
-        costs = _scaled_costs(result, originals, rep_nodes)
+        costs = scaled_costs(result, originals, rep_nodes)
         for copies in rep_copies:
             for node, cost in zip(originals, costs, strict=True):
                 if cost is not None:
                     copies[node].cost = cost
+        for copies in feed_copies:
+            fed = [copies[n] for n in feeds]
+            for node, cost in zip(fed, scaled_costs(result, feeds, fed), strict=True):
+                if cost is not None:
+                    node.cost = cost
         if aggregation_nodes:
             times = kind_times(result.cluster, aggregation_nodes)[0]
             for i, node in enumerate(aggregation_nodes):
-                node.cost = Cost({kind: _round(float(t[i])) for kind, t in times.items()})
+                node.cost = Cost({kind: float(f"{float(t[i]):.12g}") for kind, t in times.items()})
     if any(n.mem is not None for n in module.graph.nodes):
-        work = analyze_graph(result.graph)
-        for i, node in enumerate(result.graph.index().nodes):
-            node.mem = Mem(int(work.persistent[i]), int(work.activation[i]), int(work.temporary[i]))
+        recompute_mem(result)
