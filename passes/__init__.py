@@ -22,6 +22,7 @@ from graphir.passes import (
     critical_path,
     dce,
     fuse,
+    parallelize,
     place,
     schedule,
     simulate,
@@ -29,7 +30,7 @@ from graphir.passes import (
     verify_acyclic,
 )
 from graphir.passes.fuse import topo_order
-from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos
+from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos, pipeline
 from graphir.passes.profile import calibrate_comm
 from graphir.passes.profile import tf as profile_tf
 from graphir.passes.transform import data_parallel, microbatch, split
@@ -49,6 +50,8 @@ __all__ = [
     "ilp",
     "metis",
     "os_dpos",
+    "parallelize",
+    "pipeline",
     "place",
     "profile",
     "profile_tf",

@@ -80,6 +80,23 @@ class Placement:
     problem: PlacementProblem | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class PlacementHints:
+    """What a placer computes on the Module before its problem is built (:meth:`Placer.hints`).
+
+    Attributes:
+        device: a preferred device name per fine node name; reaches the placer as
+            ``problem.preferred`` (a coarse node prefers its first hinted member's device).
+        order: an order key per fine node name; reaches the placer as ``problem.priority`` (a
+            coarse node takes its members' smallest key).
+        stats: statistics to report with the placement.
+    """
+
+    device: Mapping[str, str] | None = None
+    order: Mapping[str, float] | None = None
+    stats: Mapping[str, Stat] | None = None
+
+
 def _silent(message: str) -> None:
     """The default progress sink: drop the message."""
 
@@ -147,6 +164,14 @@ class Placer(Algorithm):
         """
         return None
 
+    def hints(self, module: Module) -> PlacementHints:
+        """Everything the placer computes on the Module before ``place`` builds the problem.
+
+        Default: :meth:`device_hints` alone. A placer whose order depends on the graph's meaning
+        (``pipeline``: the schedule's passes) overrides this to give order keys as well.
+        """
+        return PlacementHints(device=self.device_hints(module))
+
 
 PLACERS: dict[str, type[Placer]] = {}
 """Every placer by ``algo`` name."""
@@ -195,14 +220,17 @@ class Place(Pass):
         assert placer is not None
         started = time.perf_counter()
         training = self.gradients == "colocate" or (placer.uses_training and self.gradients == "auto")
+        hints = placer.hints(module)
         # sizes checked here first
-        problem = PlacementProblem.from_module(module, placer.device_hints(module), training=training)
+        problem = PlacementProblem.from_module(module, hints.device, hints.order, training=training)
         check_node_budgets(module)  # a node larger than every device: one line, unless --allow-oom
         pairs: dict[str, int] = {}
         if self.gradients == "colocate":
             problem, pairs = pair_gradients(problem)
         ctx.log(f"place: {self.algo} on {problem.num_nodes} coarse nodes, {problem.num_devices} devices")
         placement = placer.place(problem, placement_context(module, ctx))
+        if hints.stats:
+            placement.stats = {**hints.stats, **placement.stats}
         stats = apply_placement(module, problem, placement, self.algo, started)
         stats.update({f"gradients.{key}": value for key, value in pairs.items()})
         return PassResult(True, stats)

@@ -175,6 +175,7 @@ class PlacementProblem:
         fine: the fine graph's names and value-level edges.
         preferred: device per coarse node from the placer's device hints (-1: none; all -1
             without hints).
+        priority: order key per coarse node from the placer's order hints (``None`` without).
         cluster: the cluster the problem was built from (``None`` for a hand-built problem);
             :meth:`link_model` builds its link model under another congestion rule from it.
         training: the training graph's structure per fine node when asked for
@@ -206,10 +207,16 @@ class PlacementProblem:
     preferred: np.ndarray
     cluster: Cluster | None = None
     training: TrainingView | None = None
+    priority: np.ndarray | None = None
 
     @classmethod
     def from_module(
-        cls, module: Module, hints: Mapping[str, str] | None = None, *, training: bool = False
+        cls,
+        module: Module,
+        hints: Mapping[str, str] | None = None,
+        keys: Mapping[str, float] | None = None,
+        *,
+        training: bool = False,
     ) -> PlacementProblem:
         """Build the problem from the module's quotient graph and cluster.
 
@@ -217,6 +224,8 @@ class PlacementProblem:
             module: the module to place (read only).
             hints: preferred device name per fine node name (``Placer.device_hints``); a coarse
                 node prefers its first hinted member's device.
+            keys: an order key per fine node name (``PlacementHints.order``); a coarse node takes
+                its members' smallest (unkeyed members: 0).
             training: also find the training graph's structure (:attr:`training`; O(V+E)).
 
         Raises:
@@ -298,6 +307,11 @@ class PlacementProblem:
                     raise PassError(f"node '{name}' is hinted to unknown device '{hint}'")
                 fine_device[u] = position[hint]
             preferred = coarse_devices(node_group, n, fine_device)[0]
+        priority = None
+        if keys:
+            fine_key = np.fromiter((keys.get(name, 0.0) for name in node_names), dtype=np.float64, count=len(node_names))
+            priority = np.full(n, np.inf)
+            np.minimum.at(priority, node_group, fine_key)
         member_order = np.argsort(node_group, kind="stable")
         bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
         members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]
@@ -330,6 +344,7 @@ class PlacementProblem:
             preferred=preferred,
             cluster=cluster,
             training=_training_view(module) if training else None,
+            priority=priority,
         )
 
     def link_model(self, congestion: str) -> LinkModel:

@@ -1,0 +1,326 @@
+"""``parallelize``: search data parallelism x pipeline stages x micro-batches x schedule, and op placement.
+
+A training step that does not fit one device, or whose critical path is most of its time, is run in
+practice by pipeline parallelism (GPipe; 1F1B / PipeDream-Flush) combined with data parallelism, as
+Megatron-LM, Alpa and Mist plan it. This pass plans it on graphir's own pieces, judged by the one
+simulator:
+
+1. **Candidates.** For ``N`` accelerators and the module's batch ``G``: every data-parallel degree
+   ``D`` dividing ``N`` (and ``G``), ``S = N / D`` stages, every micro-batch count ``M`` (powers of
+   two up to ``max-microbatches``, dividing ``G / D``) and, with ``S > 1``, each schedule of
+   ``schedules``. ``D = N, S = 1`` is data parallelism (with ``M > 1``: gradient accumulation), and
+   ``D = 1, S = N, M = 1`` the stage placement.
+2. **Screening** (no rewrite): the layer profile of the module
+   (:func:`graphir.passes.place.pipeline.layer_profile`: per layer, forward and backward compute,
+   update, persistent and saved bytes, boundary bytes) is scaled to the micro-batch ``G / (D M)``
+   (compute and activations in proportion, plus the per-op overhead of each copy), the stages are
+   cut (:func:`graphir.passes.place.pipeline.partition_layers`, memory a hard limit under the
+   schedule's live micro-batches) and the step is estimated by the schedule's event model
+   (:func:`graphir.passes.place.pipeline_schedule.pipeline_timeline`) plus, with ``D > 1``, the
+   gradients' exchange (each stage's gradient bytes twice over ``(D - 1) / D`` of its link, a ring
+   all-reduce's traffic). A candidate whose split does not fit is skipped with its reason.
+3. **Judging.** The ``finalists`` best estimates (fewest copies first on ties), within the budget,
+   are rewritten for real (``microbatch``/``data-parallel``'s one rewrite,
+   :func:`graphir.passes.transform.replicate.data_parallel`), placed by ``place{algo=pipeline}``
+   and simulated; so is plain op placement (``place{algo=auto}`` on the module as given). The
+   simulator's verdict decides: the fastest candidate that fits memory, else the least overflow.
+   The module becomes the winner (rewritten graph, placement, recorded order).
+
+**Budget** (``budget=``, modelled seconds as ``auto``'s, never the clock; 0: the default, 60 s):
+a finalist is charged for its rewritten graph's size (rewrite, placement and one simulation:
+:data:`SECONDS_PER_NODE` per node), ``auto`` its own budget; a finalist that would exceed the
+budget is skipped and reported. Deterministic under ``--seed``: the search has no randomness and
+``auto`` is seeded by it.
+
+A graph without a backward pass is placed by ``auto`` alone, and the pass says so. Statistics list
+every candidate: ``cand.D<d>xS<s>xM<m>.<schedule>`` = estimate, simulated makespan, peak memory and
+OOM, or why it was skipped; ``chosen`` names the winner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import numpy as np
+
+from graphir.clone import clone_module
+from graphir.errors import PassError
+from graphir.ir import Module
+from graphir.links import LinkModel
+from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
+from graphir.passes.place import Place
+from graphir.passes.place.pipeline import (
+    LayerProfile,
+    accelerators,
+    layer_profile,
+    partition_layers,
+    training_layout,
+)
+from graphir.passes.place.pipeline_schedule import SCHEDULES, activation_copies, pipeline_timeline
+from graphir.simulator import SimResult, simulate
+
+SECONDS_PER_NODE = 40e-6
+"""Modelled cost of a finalist per node of its rewritten graph: the rewrite, ``place{algo=pipeline}``
+and one simulation (measured on the 2-core machine: see benchmarks/results/parallelize.md)."""
+
+DEFAULT_BUDGET = 60.0
+"""The default budget in modelled seconds."""
+
+AUTO_SHARE = 0.25
+"""Share of the budget kept for ``place{algo=auto}`` (plain op placement, run with its own default budget)."""
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One point of the search: ``D`` replicas x ``S`` stages x ``M`` micro-batches under a schedule."""
+
+    replicas: int
+    stages: int
+    microbatches: int
+    schedule: str
+    estimate: float = np.inf
+    note: str = ""
+    makespan: float = np.inf
+    overflow: float = np.inf
+    peak: float = 0.0
+    module: Module | None = None
+
+    @property
+    def label(self) -> str:
+        """``D2xS2xM8.1f1b`` (``auto`` for plain op placement)."""
+        if self.stages == 0:
+            return "auto"
+        schedule = self.schedule if self.stages > 1 else "accumulate"
+        return f"D{self.replicas}xS{self.stages}xM{self.microbatches}.{schedule}"
+
+    @property
+    def copies(self) -> int:
+        """Copies of forward and backward in the rewritten graph."""
+        return self.replicas * self.microbatches
+
+    def verdict(self) -> tuple[float, float, int]:
+        """Sort key of judged candidates: least overflow, then makespan, then fewest copies."""
+        return (self.overflow, self.makespan, self.copies)
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    out, m = [], 1
+    while m <= limit:
+        out.append(m)
+        m *= 2
+    return out
+
+
+def _judge(candidate: Candidate, result: SimResult) -> None:
+    candidate.makespan = result.makespan
+    candidate.overflow = float(np.maximum(result.peak_memory - result.memory_limit, 0).sum())
+    candidate.peak = float(result.peak_memory.max()) if len(result.peak_memory) else 0.0
+
+
+@register_pass
+@dataclasses.dataclass(frozen=True)
+class Parallelize(Pass):
+    """Choose data parallelism x pipeline stages x micro-batches x schedule, or op placement, by the simulator.
+
+    Requires ``cost``; provides ``device`` and ``order`` (and rewrites the graph into the winner's
+    micro-batched, replicated form). See the module docstring for the search.
+
+    Options:
+        budget: work budget in modelled seconds (0: 60).
+        schedules: pipeline schedules to try (``1f1b``, ``gpipe``).
+        max-microbatches: the largest micro-batch count tried.
+        finalists: candidates rewritten and simulated after screening (besides ``auto``).
+    """
+
+    name: ClassVar[str] = "parallelize"
+    requires: ClassVar[tuple[str, ...]] = ("cost",)
+    provides: ClassVar[tuple[str, ...]] = ("device", "order")
+    budget: float = 0.0
+    schedules: tuple[str, ...] = ("1f1b", "gpipe")
+    max_microbatches: int = 32
+    finalists: int = 3
+
+    def __post_init__(self) -> None:
+        """Reject bad options when the pipeline is parsed."""
+        if self.budget < 0:
+            raise ValueError(f"budget must be >= 0 (0: the default), got {self.budget}")
+        unknown = [s for s in self.schedules if s not in SCHEDULES]
+        if unknown or not self.schedules:
+            raise ValueError(f"schedules must be among {', '.join(SCHEDULES)}, got '{','.join(self.schedules)}'")
+        if self.max_microbatches < 1:
+            raise ValueError(f"max-microbatches must be >= 1, got {self.max_microbatches}")
+        if self.finalists < 1:
+            raise ValueError(f"finalists must be >= 1, got {self.finalists}")
+
+    def run(self, module: Module, ctx: PassContext) -> PassResult:
+        """Screen, judge and apply the best candidate (module docstring)."""
+        budget = self.budget or DEFAULT_BUDGET
+        try:
+            layout = training_layout(module)
+        except PassError as exc:
+            ctx.log(f"parallelize: {exc}; placing with auto")
+            print(
+                f"parallelize: '{module.name}' is not a training graph: placed by place{{algo=auto}}",
+                file=ctx.log_stream,
+            )
+            result = Place().run(module, ctx)
+            return PassResult(True, {"chosen": "auto", "fallback": "not a training graph", **result.stats})
+        stats: dict[str, Stat] = {}
+        screened = self._screen(module, layout, stats, ctx)
+        judged: list[Candidate] = []
+        spent = 0.0
+        copy_nodes = int((layout.copy >= 0).sum())
+        shared_nodes = len(layout.nodes) - copy_nodes
+        for candidate in screened:
+            if len(judged) >= self.finalists:
+                break
+            size = candidate.copies * copy_nodes + shared_nodes
+            cost = size * SECONDS_PER_NODE
+            if spent + cost > budget * (1 - AUTO_SHARE):
+                candidate.note = f"skipped: budget ({size} nodes)"
+                continue
+            spent += cost
+            self._try(module, candidate, ctx)
+            judged.append(candidate)
+        auto = Candidate(1, 0, 1, "")
+        self._try_auto(module, auto, ctx)
+        judged.append(auto)
+        for candidate in [*screened, auto]:
+            stats[f"cand.{candidate.label}"] = self._describe(candidate)
+        best = min(judged, key=Candidate.verdict)
+        assert best.module is not None
+        module.graph = best.module.graph
+        module.metadata = best.module.metadata
+        stats.update(
+            {
+                "chosen": best.label,
+                "makespan-ms": round(best.makespan * 1e3, 3),
+                "fits": "yes" if best.overflow == 0 else "no",
+                "candidates": len(screened) + 1,
+                "simulated": len(judged),
+                "nodes": len(module.graph),
+            }
+        )
+        ctx.log(f"parallelize: chose {best.label} ({best.makespan * 1e3:.3f} ms simulated)")
+        return PassResult(True, stats)
+
+    # ----------------------------------------------------------------------------- screening
+
+    def _screen(self, module: Module, layout: object, stats: dict[str, Stat], ctx: PassContext) -> list[Candidate]:
+        """Every candidate with its estimate (or skip note), best estimates first."""
+        from graphir.passes.place.pipeline import TrainingLayout
+        from graphir.passes.transform.batching import module_batch
+
+        assert isinstance(layout, TrainingLayout)
+        cluster = module.cluster
+        targets = accelerators(cluster)
+        kind = cluster.devices[targets[0]].kind
+        profile = layer_profile(module, layout, kind)
+        overhead = cluster.kind_device(kind).op_overhead
+        links = LinkModel.from_cluster(cluster)
+        try:
+            batch = module_batch(module)
+        except PassError:
+            batch = 1  # no batch to divide: stage placements only
+        count = len(targets)
+        stats["batch"] = batch
+        stats["layers"] = profile.num_layers
+        out: list[Candidate] = []
+        for replicas in [d for d in range(1, count + 1) if count % d == 0 and batch % d == 0]:
+            stages = count // replicas
+            per_replica = batch // replicas
+            for microbatches in [m for m in _powers_of_two(self.max_microbatches) if per_replica % m == 0]:
+                schedules = self.schedules if stages > 1 else self.schedules[:1]
+                for schedule in schedules:
+                    candidate = Candidate(replicas, stages, microbatches, schedule)
+                    self._estimate(candidate, profile, targets, links, overhead, module)
+                    out.append(candidate)
+        out.sort(key=lambda c: (c.estimate, c.copies, c.label))
+        ctx.log(f"parallelize: {len(out)} candidates screened, {sum(np.isfinite(c.estimate) for c in out)} fit")
+        return out
+
+    def _estimate(
+        self,
+        candidate: Candidate,
+        profile: LayerProfile,
+        targets: list[int],
+        links: LinkModel,
+        overhead: float,
+        module: Module,
+    ) -> None:
+        """The event model's step time of ``candidate`` (``inf`` and a note when it does not fit)."""
+        stages, replicas, microbatches = candidate.stages, candidate.replicas, candidate.microbatches
+        scale = 1.0 / (replicas * microbatches)
+        schedule = candidate.schedule
+        copies = [activation_copies(schedule, s, stages, microbatches) for s in range(stages)]
+        capacity = [float(module.cluster.devices[targets[s]].memory) for s in range(stages)]
+        pair = targets[:2] if len(targets) > 1 else targets
+        boundary = np.asarray(
+            [
+                links.transfer_time(f * scale, pair[0], pair[-1]) + links.transfer_time(g * scale, pair[-1], pair[0])
+                for f, g in zip(profile.send.tolist(), profile.send_back.tolist(), strict=True)
+            ]
+        )
+        stage_of_layer = partition_layers(
+            profile, stages, copies=copies, capacity=capacity, boundary_time=boundary, scale=scale
+        )
+        if stage_of_layer is None:
+            candidate.note = "skipped: no split of the layers fits memory"
+            return
+        stage = np.asarray(stage_of_layer)
+        used = int(stage.max()) + 1
+        ops = np.bincount(stage, weights=profile.ops, minlength=used) * overhead
+        forward = np.bincount(stage, weights=profile.forward, minlength=used) * scale + ops / 2
+        backward = np.bincount(stage, weights=profile.backward, minlength=used) * scale + ops / 2
+        update = np.bincount(stage, weights=profile.update, minlength=used)
+        cuts = [k for k in range(len(stage) - 1) if stage[k] != stage[k + 1]]
+        send = [links.transfer_time(profile.send[c] * scale, pair[0], pair[-1]) for c in cuts]
+        back = [links.transfer_time(profile.send_back[c] * scale, pair[-1], pair[0]) for c in cuts]
+        timeline = pipeline_timeline(
+            schedule, microbatches, forward.tolist(), backward.tolist(), send=send, send_back=back, update=update
+        )
+        exchange = 0.0
+        if replicas > 1:
+            gradient = np.bincount(stage, weights=profile.persistent, minlength=used) / 3.0  # Adam: var, m, v
+            a, b = targets[0], targets[stages] if stages < len(targets) else targets[-1]
+            exchange = max(links.transfer_time(2.0 * g * (replicas - 1) / replicas, a, b) for g in gradient)
+        candidate.estimate = timeline.makespan + exchange
+
+    # ----------------------------------------------------------------------------- judging
+
+    def _try(self, module: Module, candidate: Candidate, ctx: PassContext) -> None:
+        """Rewrite, place and simulate ``candidate`` on a copy of ``module``."""
+        from graphir.passes.transform.replicate import data_parallel
+
+        trial = clone_module(module)
+        try:
+            if candidate.copies > 1:
+                rewritten = data_parallel(trial, candidate.replicas, microbatches=candidate.microbatches).module
+                trial.graph = rewritten.graph
+                trial.metadata = rewritten.metadata
+            Place.of("pipeline", stages=candidate.stages, schedule=candidate.schedule).run(trial, ctx)
+            _judge(candidate, simulate(trial))
+        except PassError as exc:
+            candidate.note = f"failed: {exc}"
+            return
+        candidate.module = trial
+
+    def _try_auto(self, module: Module, candidate: Candidate, ctx: PassContext) -> None:
+        """Plain op placement (``place{algo=auto}``, its default budget) on a copy of ``module``."""
+        trial = clone_module(module)
+        Place().run(trial, ctx)
+        _judge(candidate, simulate(trial))
+        candidate.module = trial
+
+    @staticmethod
+    def _describe(candidate: Candidate) -> str:
+        parts = []
+        if np.isfinite(candidate.estimate):
+            parts.append(f"est {candidate.estimate * 1e3:.3f} ms")
+        if candidate.module is not None:
+            oom = " OOM" if candidate.overflow > 0 else ""
+            parts.append(f"sim {candidate.makespan * 1e3:.3f} ms, peak {candidate.peak / 2**30:.2f} GiB{oom}")
+        if candidate.note:
+            parts.append(candidate.note)
+        return "; ".join(parts) or "not judged"
