@@ -538,7 +538,7 @@ def test_place_options_belong_to_the_chosen_placer() -> None:
         parse_pipeline("profile,place{algo=heft time-limit=5}")
     message = (
         "unknown option 'time-limit' for place{algo=heft} "
-        "(heft options: mem-model, plan-congestion; place options: algo)"
+        "(heft options: mem-model, plan-congestion; place options: algo, gradients)"
     )
     assert str(caught.value).startswith(f"<pipeline>:1:25: error: {message}")  # the caret under time-limit
     with pytest.raises(PassOptionError, match=r"1:12: error: unknown placement algorithm 'nope' for pass 'place'"):

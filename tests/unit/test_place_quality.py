@@ -26,6 +26,7 @@ T_BIG = 10e-6 + 2**30 / 12e9  # one transfer of an f32[2^28] (1 GiB): 89.5 ms, w
 NOT_COMPARED = {
     "file": "reads a placement from a file, places nothing itself",
     "data-parallel": "places only graphs that the data-parallel pass replicated",
+    "stages": "places only training graphs (layers of forward, gradients, updates): tests/unit/test_place_stages.py",
 }
 
 

@@ -81,7 +81,8 @@ def test_tutorial_has_a_placer_plugin_with_its_golden_test():
     assert "--load-plugin=%S/../round_robin.py" in golden
     assert "place{algo=round-robin stride=2}" in golden
     message = (
-        "error: unknown option 'strid' for place{algo=round-robin} (round-robin options: stride; place options: algo)"
+        "error: unknown option 'strid' for place{algo=round-robin} "
+        "(round-robin options: stride; place options: algo, gradients)"
     )
     assert f"// ERR:         {message}" in golden
     commands = " ".join(script for script, _ in steps())
