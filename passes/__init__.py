@@ -48,6 +48,7 @@ __all__ = [
     "heft",
     "ilp",
     "metis",
+    "microbatch",
     "os_dpos",
     "place",
     "profile",
