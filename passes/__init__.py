@@ -49,6 +49,7 @@ __all__ = [
     "heft",
     "ilp",
     "metis",
+    "microbatch",
     "os_dpos",
     "parallelize",
     "pipeline",

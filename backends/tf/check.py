@@ -15,6 +15,21 @@ one JSON object per model (one line each):
 * ``weights``: constants held as variables outside the graph (above 1 MiB), ``graphdef_bytes`` the
   size of the session's GraphDef (weights referenced, not embedded).
 
+**Training-step mode** (``--train GRAPH.pb --passes='microbatch{n=2},place{algo=m-topo}'``): a TF
+training-step GraphDef (variables, optimizer updates) is run for one step twice from the same
+initial variables (seeded: weights ``0.05 N(0,1)``, Adam's slots zero so that the slots after the
+step are the gradients' moments, scalar variables such as Adam's beta powers 0.5) and the same
+batch (seeded; integers in ``[0, --int-high)``): as imported, on one device, and after ``passes``
+(a rewrite such as ``microbatch`` or ``data-parallel`` and a placement) lowered on the logical CPUs.
+A data-parallel graph's per-replica feeds (``replica<r>/x``) get the replica's slice of the batch.
+One JSON line: ``max_rel_error``, the largest ``max |new - original|`` of a variable after the step
+over the largest magnitude among the variables of its role (weights, Adam's first moments, Adam's
+second moments: a variable whose gradient is zero in exact arithmetic, such as attention's key
+bias, holds rounding noise that a per-variable ratio would report as a large error);
+``max_rel_error_per_variable`` (each variable against itself, with the worst named) and
+``update_rel_error`` (the same over the variables' changes) for information; ``loss_rel_error``;
+the variables compared and how many the step changed; the nodes and devices used.
+
 TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
 fresh process (:func:`configure_logical_cpus` first, which also turns oneDNN's graph rewrites
 off: they fuse ops under new names, e.g. a ``Pad`` into its ``Conv2D``). The tests call it through ``subprocess``.
@@ -37,6 +52,7 @@ from graphir.extras import require
 
 __all__ = [
     "check_onnx_model",
+    "check_training_step",
     "configure_logical_cpus",
     "placement_mismatches",
     "reference_values",
@@ -211,10 +227,124 @@ def check_onnx_model(
     }
 
 
+def initial_variables(module: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded variable values for a training step (see the module docstring), by VarHandleOp name."""
+    from graphir.backends.tf.run import random_variables
+
+    values = random_variables(module, seed)
+    for node in module.graph.nodes:
+        if node.op.startswith("tf.ResourceApply") and node.op.endswith("Adam"):
+            for slot in node.inputs[1:3]:
+                if slot.producer is not None and slot.producer.name in values:
+                    values[slot.producer.name] = np.zeros_like(values[slot.producer.name])
+    for name, array in values.items():
+        if array.ndim == 0 and array.dtype.kind == "f":
+            values[name] = np.asarray(0.5, dtype=array.dtype)
+    return values
+
+
+def variable_roles(module: Any) -> dict[str, str]:
+    """``weights``, ``adam_m`` or ``adam_v`` for each variable an Adam update reads, by VarHandleOp name."""
+    roles: dict[str, str] = {}
+    for node in module.graph.nodes:
+        if node.op.startswith("tf.ResourceApply") and node.op.endswith("Adam"):
+            for value, role in zip(node.inputs[:3], ("weights", "adam_m", "adam_v"), strict=False):
+                if value.producer is not None:
+                    roles[value.producer.name] = role
+    return roles
+
+
+def _scaled_error(got: np.ndarray, want: np.ndarray, scale: float) -> float:
+    """``max |got - want|`` over the largest magnitude of the variables of the same role."""
+    if got.shape != want.shape:
+        return float("inf")
+    if not want.size:
+        return 0.0
+    return float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) / max(scale, 1e-30)
+
+
+def _replica_feed(name: str, whole: dict[str, np.ndarray], replicas: int) -> np.ndarray:
+    """The array fed to input ``name``: a replica's slice of the batch for ``replica<r>/x``."""
+    from graphir.copies import copy_of
+
+    if name in whole:
+        return whole[name]
+    replica, _, original = copy_of(name)
+    if replica < 0 or original not in whole:
+        raise GraphIRError(f"the rewritten graph takes an input '{name}' the original does not")
+    array = whole[original]
+    size = array.shape[0] // replicas
+    return array[replica * size : (replica + 1) * size]
+
+
+def check_training_step(
+    path: Path, cluster: str, passes: str, devices: int, seed: int = 0, int_high: int = 2
+) -> dict[str, Any]:
+    """One training step as imported and after ``passes``, from the same variables and batch (module docstring)."""
+    from graphir.backends.tf import lower
+    from graphir.backends.tf.run import SessionRunner, random_inputs
+    from graphir.copies import REPLICAS_METADATA
+    from graphir.importers import load_module
+    from graphir.pass_infra import PassContext
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+
+    original = load_module(path)
+    original.cluster_spec = cluster
+    rewritten = load_module(path)
+    rewritten.cluster_spec = cluster
+    PassManager(parse_pipeline(passes)).run(rewritten, PassContext(seed=seed))
+    variables = initial_variables(original, seed)
+    lowered = lower(original, enforce_order=False)
+    inputs = random_inputs(original, lowered.input_names, seed=seed, int_high=int_high)
+    with SessionRunner(original, lowered, "", devices, variables=variables, timeout_s=600) as runner:
+        (loss,) = runner.run(inputs)
+        want = runner.read_variables()
+    lowered_new = lower(rewritten, enforce_order=False)
+    whole = dict(zip(lowered.input_names, inputs, strict=True))
+    replicas = int(rewritten.metadata.get(REPLICAS_METADATA, 1) or 1)  # type: ignore[arg-type]
+    feeds = [_replica_feed(name, whole, replicas) for name in lowered_new.input_names]
+    with SessionRunner(rewritten, lowered_new, "", devices, variables=variables, timeout_s=600) as runner:
+        (new_loss,) = runner.run(feeds)
+        got = runner.read_variables()
+    roles = variable_roles(original)
+    scale: dict[str, float] = {}
+    for name, array in want.items():
+        role = roles.get(name, "other")
+        scale[role] = max(scale.get(role, 0.0), float(np.max(np.abs(array))) if array.size else 0.0)
+    errors = {n: _scaled_error(got[n], want[n], scale[roles.get(n, "other")]) for n in want}
+    strict = {n: relative_error([got[n]], [want[n]]) for n in want}
+    changed = [n for n in want if not np.array_equal(want[n], variables.get(n, want[n]))]
+    updates = {n: relative_error([got[n] - variables[n]], [want[n] - variables[n]]) for n in changed if n in variables}
+    worst = max(errors, key=errors.__getitem__) if errors else ""
+    worst_strict = max(strict, key=strict.__getitem__) if strict else ""
+    worst_update = max(updates, key=updates.__getitem__) if updates else ""
+    return {
+        "model": path.name,
+        "passes": passes,
+        "nodes": len(original.graph),
+        "nodes_after": len(rewritten.graph),
+        "devices": sorted({n.device for n in rewritten.graph.nodes if n.device}),
+        "variables": len(want),
+        "changed": len(changed),
+        "max_rel_error": errors.get(worst, 0.0),
+        "worst_variable": worst,
+        "max_rel_error_per_variable": strict.get(worst_strict, 0.0),
+        "worst_per_variable": worst_strict,
+        "update_rel_error": updates.get(worst_update, 0.0),
+        "worst_update": worst_update,
+        "loss_rel_error": relative_error([new_loss], [loss]),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m graphir.backends.tf.check", description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument(
+        "--train", action="store_true", help="the models are TF training-step GraphDefs: compare one step"
+    )
+    parser.add_argument("--int-high", type=int, default=2, help="--train: integer inputs lie in [0, N)")
     parser.add_argument("--cluster", default="4xcpu")
     parser.add_argument("--passes", default="profile,fuse{algo=cpd-topo},place{algo=adjusting}")
     parser.add_argument("--devices", type=int, default=4, help="logical CPU devices to create")
@@ -225,7 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = 0
     for model in args.models:
         try:
-            result = check_onnx_model(model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed)
+            if args.train:
+                result = check_training_step(model, args.cluster, args.passes, args.devices, args.seed, args.int_high)
+            else:
+                result = check_onnx_model(model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed)
         except GraphIRError as exc:
             result = {"model": model.name, "error": exc.one_line()}
             status = 1

@@ -55,6 +55,14 @@ import numpy as np
 
 from graphir.annotations import Cost
 from graphir.attributes import DenseTensor, numpy_dtype
+from graphir.copies import (
+    MICROBATCHES_METADATA,
+    REPLICAS_METADATA,
+    copy_name,
+    copy_of,
+    replica_name,
+    replica_of,
+)
 from graphir.errors import PassError
 from graphir.ir import Graph, Module, Node, Value
 from graphir.passes.profile.roofline import kind_times
@@ -75,69 +83,10 @@ __all__ = [
     "replica_of",
 ]
 
-REPLICAS_METADATA = "data_parallel_replicas"
-"""Module metadata key holding the number of replicas of a data-parallel graph."""
-MICROBATCHES_METADATA = "microbatches"
-"""Module metadata key holding the number of micro-batches per replica (gradient accumulation)."""
-
 _PLACEMENT_KEYS = ("device", "order", "start", "finish")
 
 AGGREGATION_PREFIX = "dp/"
 """Name prefix of the aggregation nodes :func:`data_parallel` adds (``dp/sum/...``, ``dp/mean/...``)."""
-
-
-def replica_name(name: str, replica: int) -> str:
-    """The name of replica ``replica``'s copy of node or value ``name``."""
-    return f"replica{replica}/{name}"
-
-
-def copy_name(name: str, replica: int, microbatch: int, replicas: int, microbatches: int) -> str:
-    """The name of copy ``(replica, microbatch)`` of node or value ``name`` in a ``replicas x microbatches`` graph.
-
-    ``replica<r>/x`` when there is one micro-batch (data parallelism as before), ``mb<m>/x`` with one
-    replica and several micro-batches, ``replica<r>/mb<m>/x`` with both.
-    """
-    if microbatches == 1:
-        return replica_name(name, replica)
-    if replicas == 1:
-        return f"mb{microbatch}/{name}"
-    return f"replica{replica}/mb{microbatch}/{name}"
-
-
-def _prefixed(name: str, word: str) -> tuple[int, str] | None:
-    if not name.startswith(word):
-        return None
-    head, sep, rest = name.partition("/")
-    digits = head[len(word) :]
-    return (int(digits), rest) if sep and digits.isdigit() else None
-
-
-def copy_of(name: str) -> tuple[int, int, str]:
-    """``(replica or 0, micro-batch or 0, original name)`` of a copy's name; ``(-1, -1, name)`` for a shared node.
-
-    The inverse of :func:`copy_name`: ``replica2/mb1/x`` -> ``(2, 1, "x")``, ``mb3/x`` -> ``(0, 3, "x")``,
-    ``replica1/x`` -> ``(1, 0, "x")``; aggregation nodes (``dp/...``) and other shared nodes -> ``(-1, -1, name)``.
-    """
-    replica = _prefixed(name, "replica")
-    rest = name
-    r = 0
-    if replica is not None:
-        r, rest = replica
-    micro = _prefixed(rest, "mb")
-    if micro is not None:
-        return r, micro[0], micro[1]
-    if replica is not None:
-        return r, 0, rest
-    return -1, -1, name
-
-
-def replica_of(name: str) -> int:
-    """The replica a node name belongs to (``replica3/x`` -> 3), or -1 for a shared node."""
-    if not name.startswith("replica"):
-        return -1
-    head, sep, _ = name.partition("/")
-    digits = head[len("replica") :]
-    return int(digits) if sep and digits.isdigit() else -1
 
 
 @dataclasses.dataclass
