@@ -263,16 +263,16 @@ class Parallelize(Pass):
             ]
         )
         stage_of_layer = partition_layers(
-            profile, stages, copies=copies, capacity=capacity, boundary_time=boundary, scale=scale
+            profile, stages, copies=copies, capacity=capacity, boundary_time=boundary, scale=scale, op_overhead=overhead
         )
         if stage_of_layer is None:
             candidate.note = "skipped: no split of the layers fits memory"
             return
         stage = np.asarray(stage_of_layer)
         used = int(stage.max()) + 1
-        ops = np.bincount(stage, weights=profile.ops, minlength=used) * overhead
-        forward = np.bincount(stage, weights=profile.forward, minlength=used) * scale + ops / 2
-        backward = np.bincount(stage, weights=profile.backward, minlength=used) * scale + ops / 2
+        layer_forward, layer_backward = profile.at(scale, overhead)
+        forward = np.bincount(stage, weights=layer_forward, minlength=used)
+        backward = np.bincount(stage, weights=layer_backward, minlength=used)
         update = np.bincount(stage, weights=profile.update, minlength=used)
         cuts = [k for k in range(len(stage) - 1) if stage[k] != stage[k + 1]]
         send = [links.transfer_time(profile.send[c] * scale, pair[0], pair[-1]) for c in cuts]

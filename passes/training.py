@@ -41,6 +41,10 @@ created for, so :func:`training_structure` recovers it **from the graph's struct
    of its scope's and its forward predecessors', so layers never decrease along a forward edge (an
    op with no scope of its own, a residual ``Add``, joins its predecessors'; one with neither takes
    its successors' smallest). Every other node takes the layer of its anchor.
+7. **Copies.** In a micro-batched or replicated graph (``mb3/x``, ``replica1/x``:
+   :func:`graphir.copies.copy_of`) the name hints and scopes are read on the
+   original names, so every copy of a layer's ops has that layer's number, and a gradient's hint
+   names a forward op of its own copy.
 
 Known limits: an activation read by several layers' gradients without a confirming name (DenseNet's
 concatenations in an unnamed graph) anchors to its last forward consumer; gradient ops that only
@@ -54,6 +58,7 @@ import dataclasses
 
 import numpy as np
 
+from graphir.copies import copy_of
 from graphir.ir import Module, Node
 from graphir.types import DType
 
@@ -104,6 +109,16 @@ class TrainingStructure:
         """Nodes per role name."""
         tally = np.bincount(self.role.astype(np.int64), minlength=len(ROLE_NAMES))
         return {name: int(tally[k]) for k, name in enumerate(ROLE_NAMES)}
+
+
+def _copy_prefix(name: str) -> tuple[str, str]:
+    """``(copy prefix, original name)`` of a node of a micro-batched or replicated graph (``("", name)`` otherwise).
+
+    The copies of one op (``mb3/x``, ``replica1/mb0/x``: :func:`graphir.copies.copy_of`)
+    are one op of the model: the name hints and the layers read the original name.
+    """
+    original = copy_of(name)[2]
+    return name[: len(name) - len(original)], original
 
 
 def _gradient_hint(name: str) -> str | None:
@@ -327,12 +342,13 @@ def training_structure(module: Module) -> TrainingStructure | None:
         ]
         if not touched:
             continue
-        hint = _gradient_hint(nodes[u].name)
+        prefix, original = _copy_prefix(nodes[u].name)
+        hint = _gradient_hint(original)
         chosen = -1
         if hint is not None:
             parts = hint.split("/")
             for cut in range(len(parts), 0, -1):
-                f = forward_by_name.get("/".join(parts[:cut]))
+                f = forward_by_name.get(prefix + "/".join(parts[:cut]))
                 if f is not None and any(value_producer[x] == f or (f, x) in forward_inputs for x in touched):
                     chosen = f
                     break
@@ -388,7 +404,7 @@ def _layers(nodes: list[Node], forward: list[bool], preds: list[list[int]], succ
     """Layer per node (forward nodes only; -1 elsewhere): name-scope keys made monotone along forward edges."""
     n = len(nodes)
     positions = [u for u in range(n) if forward[u]]
-    keys = _layer_keys([nodes[u].name for u in positions])
+    keys = _layer_keys([_copy_prefix(nodes[u].name)[1] for u in positions])  # copies share their layers
     key_of = dict(zip(positions, keys, strict=True))
     numbers: dict[tuple[str, ...], int] = {}
     layer = [-1] * n

@@ -2,7 +2,7 @@
 
 The graph is a training step, usually rewritten by ``microbatch{n=M}`` (``M`` copies of forward and
 backward on ``G / M`` samples each, gradients summed once, one update) and possibly by
-``data-parallel`` as well (``D`` replicas; :func:`graphir.passes.transform.replicate.copy_of` names
+``data-parallel`` as well (``D`` replicas; :func:`graphir.copies.copy_of` names
 copy ``(r, m)`` of a node). The placement:
 
 1. **Layers** (:func:`training_layout`): the forward/backward pairing
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
+from graphir.copies import MICROBATCHES_METADATA, REPLICAS_METADATA, copy_of
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.passes.place import Placement, PlacementContext, PlacementHints, Placer, register_placer
@@ -104,8 +105,6 @@ class TrainingLayout:
 
 
 def _copies(module: Module) -> tuple[int, int]:
-    from graphir.passes.transform.replicate import MICROBATCHES_METADATA, REPLICAS_METADATA
-
     replicas = module.metadata.get(REPLICAS_METADATA, 1)
     microbatches = module.metadata.get(MICROBATCHES_METADATA, 1)
     if not isinstance(replicas, int) or replicas < 1 or not isinstance(microbatches, int) or microbatches < 1:
@@ -122,7 +121,6 @@ def training_layout(module: Module) -> TrainingLayout:
     from graphir.passes.training import BACKWARD as ROLE_BACKWARD
     from graphir.passes.training import FORWARD as ROLE_FORWARD
     from graphir.passes.training import training_structure
-    from graphir.passes.transform.replicate import copy_of
 
     structure = training_structure(module)
     if structure is None:
@@ -201,7 +199,10 @@ class LayerProfile:
         working: bytes of all results of the layer's copy-0 nodes (a bound on its transient set).
         send: bytes one copy sends forward across boundary ``l | l+1`` (``L - 1`` entries).
         send_back: bytes one copy sends back across boundary ``l | l+1``.
-        ops: copy 0's nodes per layer (for the per-op overhead of more micro-batches).
+        forward_fixed, backward_fixed: the part of ``forward`` / ``backward`` that does not shrink with
+            the batch: each op's launch (or dispatch) time, at most its cost (the roofline's constant,
+            :func:`graphir.passes.profile.roofline.roofline`).
+        ops: copy 0's nodes per layer.
     """
 
     forward: np.ndarray
@@ -212,12 +213,27 @@ class LayerProfile:
     working: np.ndarray
     send: np.ndarray
     send_back: np.ndarray
+    forward_fixed: np.ndarray
+    backward_fixed: np.ndarray
     ops: np.ndarray
 
     @property
     def num_layers(self) -> int:
         """``L``."""
         return len(self.forward)
+
+    def at(self, scale: float, op_overhead: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward seconds per layer of one copy on ``scale`` times the profiled batch.
+
+        Each op keeps its fixed part and its kernel scales with the batch (compute and activation
+        traffic in proportion; an estimate for screening, the rewrite's own costs are the
+        roofline's at the new shapes); ``op_overhead`` is the executor's per-op cost the simulator
+        adds (:attr:`graphir.cluster_model.Device.op_overhead`), split evenly between the phases.
+        """
+        extra = self.ops * op_overhead / 2
+        forward = self.forward_fixed + (self.forward - self.forward_fixed) * scale + extra
+        backward = self.backward_fixed + (self.backward - self.backward_fixed) * scale + extra
+        return forward, backward
 
 
 def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerProfile:
@@ -239,8 +255,12 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
     def per_layer(mask: np.ndarray, weights: np.ndarray) -> np.ndarray:
         return np.bincount(layer[mask], weights=weights[mask], minlength=count)
 
+    device = module.cluster.kind_device(kind)
+    fixed = np.minimum(times, max(device.launch_overhead, device.kernel_dispatch))
     forward = per_layer(first & (layout.phase == FORWARD), times)
     backward = per_layer(first & (layout.phase == BACKWARD), times)
+    forward_fixed = per_layer(first & (layout.phase == FORWARD), fixed)
+    backward_fixed = per_layer(first & (layout.phase == BACKWARD), fixed)
     update = per_layer(shared, times)
     persistent = per_layer(np.ones(len(layer), dtype=bool), index.persistent_bytes().astype(np.float64))
     out_bytes = index.out_bytes().astype(np.float64)
@@ -281,6 +301,8 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
         working=working,
         send=np.cumsum(send)[: count - 1],
         send_back=np.cumsum(send_back)[: count - 1],
+        forward_fixed=forward_fixed,
+        backward_fixed=backward_fixed,
         ops=ops,
     )
 
@@ -303,6 +325,7 @@ def partition_layers(
     capacity: Sequence[float],
     boundary_time: Sequence[float] = (),
     scale: float = 1.0,
+    op_overhead: float = 0.0,
 ) -> list[int] | None:
     """Contiguous layer ranges for ``stages`` stages (module docstring, step 2): the stage of each layer.
 
@@ -313,14 +336,17 @@ def partition_layers(
         capacity: per stage, its device's memory bytes.
         boundary_time: per boundary ``l | l+1``, seconds to send one micro-batch's activations and
             gradients across it (empty: free).
-        scale: the micro-batch's share of the profiled batch (times and activation bytes scale by it).
+        scale: the micro-batch's share of the profiled batch (:meth:`LayerProfile.at`; activation
+            bytes scale by it).
+        op_overhead: the executor's per-op seconds (:meth:`LayerProfile.at`).
 
     Returns:
         The stage of each layer (non-decreasing, every stage non-empty), or ``None`` when no split fits.
     """
     count = profile.num_layers
     stages = min(stages, count)
-    work = np.concatenate(([0.0], np.cumsum((profile.forward + profile.backward) * scale)))
+    forward, backward = profile.at(scale, op_overhead)
+    work = np.concatenate(([0.0], np.cumsum(forward + backward)))
     persistent = np.concatenate(([0.0], np.cumsum(profile.persistent)))
     saved = np.concatenate(([0.0], np.cumsum(profile.saved * scale)))
     working = profile.working * scale

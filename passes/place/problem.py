@@ -309,7 +309,9 @@ class PlacementProblem:
             preferred = coarse_devices(node_group, n, fine_device)[0]
         priority = None
         if keys:
-            fine_key = np.fromiter((keys.get(name, 0.0) for name in node_names), dtype=np.float64, count=len(node_names))
+            fine_key = np.fromiter(
+                (keys.get(name, 0.0) for name in node_names), dtype=np.float64, count=len(node_names)
+            )
             priority = np.full(n, np.inf)
             np.minimum.at(priority, node_group, fine_key)
         member_order = np.argsort(node_group, kind="stable")
