@@ -28,8 +28,11 @@ copy ``(r, m)`` of a node). The placement:
    micro-batches); other shared nodes go with their first user, else their first producer.
 4. **Order** (:mod:`graphir.passes.place.pipeline_schedule`): each stage runs its passes in the
    schedule's order; a node of copy ``(r, m)`` is keyed by the start of its pass ``(phase, m)`` in
-   the schedule's event model with the layer profile's times, shared nodes that feed the copies
-   (variable reads) before them, the others (sums, updates) after. The coarse graph is then
+   the schedule's event model with the layer profile's times; shared nodes that feed the copies
+   (variable reads, the split of a feed) come before them, and the others (a gradient's sums, the
+   update) where their inputs arrive: the end of the passes that made them plus the transfer
+   (the link model), so a layer's gradient exchange and update overlap the backward passes of
+   the layers before it, as data-parallel frameworks overlap their all-reduce. The coarse graph is then
    ordered by those keys (Kahn's algorithm taking the smallest key among ready nodes:
    :func:`graphir.passes.place.problem.keyed_topological_order`), so the order is always a
    linear extension of the graph and never deadlocks, and each device's sequence is the schedule's.
@@ -59,6 +62,7 @@ from graphir.passes.place.pipeline_schedule import (
     pipeline_timeline,
 )
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
+from graphir.passes.place.stages import split_layers
 from graphir.types import DType
 from graphir.unionfind import DisjointSets
 
@@ -326,8 +330,12 @@ def partition_layers(
     boundary_time: Sequence[float] = (),
     scale: float = 1.0,
     op_overhead: float = 0.0,
+    memory_first: bool = False,
 ) -> list[int] | None:
     """Contiguous layer ranges for ``stages`` stages (module docstring, step 2): the stage of each layer.
+
+    PipeDream's DP (:func:`graphir.passes.place.stages.split_layers`, the one implementation) on one
+    micro-batch's figures: forward + backward time per layer, the boundary's transfers.
 
     Args:
         profile: the layers, at the profiled batch.
@@ -339,6 +347,7 @@ def partition_layers(
         scale: the micro-batch's share of the profiled batch (:meth:`LayerProfile.at`; activation
             bytes scale by it).
         op_overhead: the executor's per-op seconds (:meth:`LayerProfile.at`).
+        memory_first: balance memory shares instead, with no limit (the fallback when nothing fits).
 
     Returns:
         The stage of each layer (non-decreasing, every stage non-empty), or ``None`` when no split fits.
@@ -346,44 +355,23 @@ def partition_layers(
     count = profile.num_layers
     stages = min(stages, count)
     forward, backward = profile.at(scale, op_overhead)
-    work = np.concatenate(([0.0], np.cumsum(forward + backward)))
-    persistent = np.concatenate(([0.0], np.cumsum(profile.persistent)))
-    saved = np.concatenate(([0.0], np.cumsum(profile.saved * scale)))
-    working = profile.working * scale
-    boundary = np.zeros(count + 1)
+    comm = np.zeros((stages, count + 1))
     if len(boundary_time):
-        boundary[1:count] = np.asarray(boundary_time, dtype=np.float64)[: count - 1]
-    inf = np.inf
-    # best[s][j]: slowest stage of the best split of layers 0..j-1 into s + 1 stages; cut[s][j]: its last cut.
-    best = np.full((stages, count + 1), inf)
-    cut = np.zeros((stages, count + 1), dtype=np.int64)
-
-    def stage_cost(s: int, i: np.ndarray, j: int) -> np.ndarray:
-        """Time of a stage holding layers i..j-1 as stage s (inf where it does not fit)."""
-        time = work[j] - work[i]
-        peak = np.array([working[a:j].max() if a < j else 0.0 for a in i.tolist()])
-        memory = persistent[j] - persistent[i] + copies[s] * (saved[j] - saved[i]) + peak
-        return np.where(memory <= capacity[s], time, inf)
-
-    for j in range(1, count + 1):
-        best[0][j] = stage_cost(0, np.array([0]), j)[0]
-    for s in range(1, stages):
-        for j in range(s + 1, count + 1):
-            i = np.arange(s, j)
-            candidate = np.maximum(np.maximum(best[s - 1][i], boundary[i]), stage_cost(s, i, j))
-            k = int(np.argmin(candidate))
-            best[s][j] = candidate[k]
-            cut[s][j] = i[k]
-    if not np.isfinite(best[stages - 1][count]):
+        comm[1:, 1:count] = np.asarray(boundary_time, dtype=np.float64)[: count - 1]
+    starts = split_layers(
+        np.repeat((forward + backward)[:, None], stages, axis=1),
+        profile.persistent,
+        profile.saved * scale,
+        profile.working * scale,
+        comm=comm,
+        copies=copies[:stages],
+        capacity=capacity[:stages],
+        memory_first=memory_first,
+    )
+    if starts is None:
         return None
-    stage_of_layer = [0] * count
-    j = count
-    for s in range(stages - 1, -1, -1):
-        i = int(cut[s][j]) if s else 0
-        for layer in range(i, j):
-            stage_of_layer[layer] = s
-        j = i
-    return stage_of_layer
+    bounds = [*starts, count]
+    return [s for s in range(stages) for _ in range(bounds[s], bounds[s + 1])]
 
 
 # --------------------------------------------------------------------------- the plan
@@ -462,9 +450,9 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
     capacity = [float(cluster.devices[targets[s]].memory) for s in range(stages)]
     boundary = _boundary_times(profile, links, targets[:stages], 1.0)
     stage_of_layer = partition_layers(profile, stages, copies=copies, capacity=capacity, boundary_time=boundary)
-    if stage_of_layer is None:  # nothing fits: balance compute alone, the simulator reports the overflow
+    if stage_of_layer is None:  # nothing fits: balance memory shares, the simulator reports the overflow
         stage_of_layer = partition_layers(
-            profile, stages, copies=[0.0] * stages, capacity=[np.inf] * stages, boundary_time=boundary
+            profile, stages, copies=copies, capacity=capacity, boundary_time=boundary, memory_first=True
         )
         assert stage_of_layer is not None
     stage_arr = np.asarray(stage_of_layer, dtype=np.int64)
@@ -480,6 +468,7 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
     node_stage = stage_arr[layout.layer]
     device = np.full(n, -1, dtype=np.int64)
     key = np.zeros(n)
+    ready = np.zeros(n)
     copy_nodes = np.flatnonzero(layout.copy >= 0)
     for u_ in copy_nodes.tolist():
         c = int(layout.copy[u_])
@@ -487,7 +476,8 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
         s = int(node_stage[u_])
         device[u_] = targets[r * stages + s]
         key[u_] = timeline.start[s][(int(layout.phase[u_]), m)]
-    _place_shared(module, layout, node_stage, stages, device, key, targets, timeline.makespan)
+        ready[u_] = timeline.finish[s][(int(layout.phase[u_]), m)]
+    _place_shared(module, layout, node_stage, stages, device, key, ready, targets, links)
     return PipelinePlan(
         device=device,
         key=key,
@@ -508,8 +498,9 @@ def _place_shared(
     stages: int,
     device: np.ndarray,
     key: np.ndarray,
+    ready: np.ndarray,
     targets: Sequence[int],
-    end: float,
+    links: LinkModel,
 ) -> None:
     """Devices and keys of the shared nodes (module docstring, steps 3 and 4), in place."""
     nodes = layout.nodes
@@ -560,16 +551,30 @@ def _place_shared(
             producers = [int(device[position[p]]) for p in (*nodes[u].predecessors, *nodes[u].control_inputs)]
             placed = [d for d in producers if d >= 0]
             device[u] = placed[0] if placed else targets[int(node_stage[u]) % len(targets)]
-    # Keys: shared nodes downstream of a copy run after the step's passes, the others before.
-    after = np.zeros(len(nodes), dtype=bool)
+    # Keys: a shared node that feeds the copies (a variable's read, the split of a feed) runs before
+    # them; one downstream of a copy (a gradient's sum, the update) when its inputs are there: the
+    # end of the pass that made them (the schedule's event model), plus their transfer.
     copy = layout.copy
-    for u in range(len(nodes)):  # topological
-        if copy[u] < 0 and any(
-            copy[position[p]] >= 0 or after[position[p]] for p in (*nodes[u].predecessors, *nodes[u].control_inputs)
-        ):
+    after = np.zeros(len(nodes), dtype=bool)
+    for u in shared:  # topological
+        arrival = -1.0
+        for value in nodes[u].inputs:
+            p = value.producer
+            if p is None:
+                continue
+            q = position[p]
+            if copy[q] >= 0 or after[q]:
+                nbytes = float(value.type.nbytes_or(0))
+                arrival = max(arrival, ready[q] + links.transfer_time(nbytes, int(device[q]), int(device[u])))
+        for p in nodes[u].control_inputs:
+            q = position[p]
+            if copy[q] >= 0 or after[q]:
+                arrival = max(arrival, ready[q])
+        if arrival >= 0:
             after[u] = True
-    for u in shared:
-        key[u] = end + 1.0 if after[u] else -1.0
+            key[u] = ready[u] = arrival
+        else:
+            key[u] = -1.0
 
 
 # --------------------------------------------------------------------------- the placer

@@ -48,7 +48,7 @@ from graphir.passes.place import Placement, PlacementContext, Placer, register_p
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.training import BACKWARD, FORWARD, OPTIMIZER
 
-__all__ = ["StagePlan", "Stages", "accelerators", "partition_problem", "stage_partition"]
+__all__ = ["StagePlan", "Stages", "accelerators", "partition_problem", "split_layers", "stage_partition"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,38 +152,74 @@ def _stage_bytes(layers: _Layers, i: int, j: int, copies: float) -> float:
 def _dynamic_programme(
     problem: PlacementProblem, layers: _Layers, devices: list[int], copies: list[float], memory_first: bool
 ) -> list[int] | None:
-    """PipeDream's DP (module docstring): the first layer of each stage, or None when nothing fits.
+    """PipeDream's DP on ``problem``'s layers (module docstring): the first layer of each stage, or None.
 
     ``memory_first``: minimise the largest share of a device's memory instead, with no limit (the
     fallback when no partition fits).
     """
     num_layers = len(layers.persistent)
-    stages = len(devices)
-    prefix_time = np.vstack([np.zeros(problem.num_devices), np.cumsum(layers.time, axis=0)])
-    prefix_persistent = np.concatenate([[0.0], np.cumsum(layers.persistent)])
-    prefix_saved = np.concatenate([[0.0], np.cumsum(layers.saved)])
+    comm = np.zeros((len(devices), num_layers + 1))  # 2 C: the boundary before layer k, both ways (PipeDream)
+    for s in range(1, len(devices)):
+        for k in range(1, num_layers):
+            comm[s, k] = 2 * problem.links.transfer_time(float(layers.cut[k - 1]), devices[s - 1], devices[s])
+    return split_layers(
+        layers.time[:, devices],
+        layers.persistent,
+        layers.saved,
+        layers.working,
+        comm=comm,
+        copies=copies,
+        capacity=[float(problem.capacity[d]) for d in devices],
+        memory_first=memory_first,
+    )
+
+
+def split_layers(
+    time: np.ndarray,
+    persistent: np.ndarray,
+    saved: np.ndarray,
+    working: np.ndarray,
+    *,
+    comm: np.ndarray,
+    copies: Sequence[float],
+    capacity: Sequence[float],
+    memory_first: bool = False,
+) -> list[int] | None:
+    """PipeDream's partitioning DP over arrays: the first layer of each stage, or None when nothing fits.
+
+    ``A(j, s) = min over i < j of max(A(i, s - 1), comm[s, i], T_s(i..j-1))``, the slowest stage of
+    the best split of layers ``0..j-1`` into ``s + 1`` stages (Narayanan et al., SOSP 2019, §3.1);
+    a stage is admissible when ``persistent + copies[s] x saved + max working`` of its layers fits
+    ``capacity[s]``.
+
+    Args:
+        time: ``(L, S)`` seconds of each layer on stage ``s``'s device.
+        persistent: persistent bytes per layer (weights, optimizer slots).
+        saved: bytes per layer its forward saves for backward (one copy).
+        working: the layer's other result bytes (its transient set).
+        comm: ``(S, L + 1)`` seconds charged for the boundary before layer ``k`` entering stage ``s``.
+        copies: per stage, the copies of its saved activations alive at once.
+        capacity: per stage, its device's memory bytes.
+        memory_first: minimise the largest share of a device's memory instead, with no limit (the
+            fallback when no partition fits).
+    """
+    num_layers, stages = time.shape
+    prefix_time = np.vstack([np.zeros(stages), np.cumsum(time, axis=0)])
+    prefix_persistent = np.concatenate([[0.0], np.cumsum(persistent)])
+    prefix_saved = np.concatenate([[0.0], np.cumsum(saved)])
     inf = np.inf
     best = np.full((stages, num_layers + 1), inf)
     choice = np.full((stages, num_layers + 1), -1, dtype=np.int64)
-    for s, d in enumerate(devices):
-        capacity = float(problem.capacity[d])
-        comm_at = np.zeros(num_layers + 1)  # 2 C: the boundary before layer k, both ways (PipeDream)
-        if s > 0:
-            for k in range(1, num_layers):
-                comm_at[k] = 2 * problem.links.transfer_time(float(layers.cut[k - 1]), devices[s - 1], d)
+    for s in range(stages):
         for j in range(s + 1, num_layers - (stages - 1 - s) + 1):
             i = np.arange(s, j)  # stage s holds layers i..j-1
-            time = prefix_time[j, d] - prefix_time[i, d]
-            working = np.maximum.accumulate(layers.working[i[::-1]])[::-1]  # max of working[i..j-1]
-            need = (
-                prefix_persistent[j] - prefix_persistent[i] + copies[s] * (prefix_saved[j] - prefix_saved[i]) + working
-            )
-            cost = need / capacity if memory_first else time
-            if not memory_first:
-                cost = np.where(need <= capacity, cost, inf)
+            stage_time = prefix_time[j, s] - prefix_time[i, s]
+            peak = np.maximum.accumulate(working[i[::-1]])[::-1]  # max of working[i..j-1]
+            need = prefix_persistent[j] - prefix_persistent[i] + copies[s] * (prefix_saved[j] - prefix_saved[i]) + peak
+            cost = need / capacity[s] if memory_first else np.where(need <= capacity[s], stage_time, inf)
             if s > 0:
-                comm = 0.0 if memory_first else comm_at[i]
-                cost = np.maximum(np.maximum(best[s - 1, i], comm), cost)
+                link = 0.0 if memory_first else comm[s, i]
+                cost = np.maximum(np.maximum(best[s - 1, i], link), cost)
             else:  # the first stage starts at layer 0
                 cost = np.where(i == 0, cost, inf)
             k = int(np.argmin(cost))

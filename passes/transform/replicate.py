@@ -525,7 +525,9 @@ def _annotate_costs(
     """Scale replicated costs, cost the aggregation, recompute ``mem`` (see the module docstring)."""
     profiled = any(n.cost is not None for n in module.graph.nodes)
     if profiled:
-        costs = scaled_costs(result, originals, rep_nodes)
+        # A re-batched replica model (rebatch) already holds each node's cost at the replica's shapes.
+        rescaled = all(r.cost is not None or o.cost is None for o, r in zip(originals, rep_nodes, strict=True))
+        costs = [r.cost for r in rep_nodes] if rescaled else scaled_costs(result, originals, rep_nodes)
         for copies in rep_copies:
             for node, cost in zip(originals, costs, strict=True):
                 if cost is not None:
