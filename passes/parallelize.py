@@ -16,11 +16,14 @@ simulator:
    (compute and activations in proportion, plus the per-op overhead of each copy), the stages are
    cut (:func:`graphir.passes.place.pipeline.partition_layers`, memory a hard limit under the
    schedule's live micro-batches) and the step is estimated by the schedule's event model
-   (:func:`graphir.passes.place.pipeline_schedule.pipeline_timeline`) plus, with ``D > 1``, the
-   gradients' exchange (each stage's gradient bytes twice over ``(D - 1) / D`` of its link, a ring
-   all-reduce's traffic). A candidate whose split does not fit is skipped with its reason.
-3. **Judging.** The ``finalists`` best estimates (fewest copies first on ties), within the budget,
-   are rewritten for real (``microbatch``/``data-parallel``'s one rewrite,
+   (:func:`graphir.passes.place.pipeline_schedule.pipeline_timeline`) plus, with ``D > 1``, what
+   the replicas' exchange leaves exposed: each stage's weights (``(D - 1) / D`` of its variables'
+   bytes, a ring all-reduce's share) go out behind one micro-batch's forward and its gradients come
+   back behind one micro-batch's backward, layer by layer. A candidate whose split does not fit
+   is skipped with its reason.
+3. **Judging.** ``finalists`` candidates, within the budget: the best estimate of each shape
+   ``D x S`` (the event model misjudges shapes against each other more than candidates of one
+   shape), then the next best estimates. They are rewritten for real (``microbatch``/``data-parallel``'s one rewrite,
    :func:`graphir.passes.transform.replicate.data_parallel`), placed by ``place{algo=pipeline}``
    and simulated; so is plain op placement (``place{algo=auto}`` on the module as given). The
    simulator's verdict decides: the fastest candidate that fits memory, else the least overflow.
@@ -169,26 +172,28 @@ class Parallelize(Pass):
         stats: dict[str, Stat] = {}
         screened = self._screen(module, layout, stats, ctx)
         judged: list[Candidate] = []
+        replicas: dict[int, Module] = {}
+        best = Candidate(1, 0, 1, "")  # plain op placement first: the bar the rewrites must beat
+        self._try_auto(module, best, ctx)
+        judged.append(best)
         spent = 0.0
         copy_nodes = int((layout.copy >= 0).sum())
         shared_nodes = len(layout.nodes) - copy_nodes
-        for candidate in screened:
-            if len(judged) >= self.finalists:
-                break
+        for candidate in self._finalists(screened):
             size = candidate.copies * copy_nodes + shared_nodes
             cost = size * SECONDS_PER_NODE
             if spent + cost > budget * (1 - AUTO_SHARE):
                 candidate.note = f"skipped: budget ({size} nodes)"
                 continue
             spent += cost
-            self._try(module, candidate, ctx)
+            self._try(module, candidate, replicas, ctx)
             judged.append(candidate)
-        auto = Candidate(1, 0, 1, "")
-        self._try_auto(module, auto, ctx)
-        judged.append(auto)
-        for candidate in [*screened, auto]:
+            if candidate.module is not None and candidate.verdict() < best.verdict():
+                best.module, best = None, candidate  # keep one rewritten graph in memory
+            else:
+                candidate.module = None
+        for candidate in [judged[0], *screened]:
             stats[f"cand.{candidate.label}"] = self._describe(candidate)
-        best = min(judged, key=Candidate.verdict)
         assert best.module is not None
         module.graph = best.module.graph
         module.metadata = best.module.metadata
@@ -231,7 +236,7 @@ class Parallelize(Pass):
             stages = count // replicas
             per_replica = batch // replicas
             for microbatches in [m for m in _powers_of_two(self.max_microbatches) if per_replica % m == 0]:
-                schedules = self.schedules if stages > 1 else self.schedules[:1]
+                schedules = self.schedules if stages > 1 and microbatches > 1 else self.schedules[:1]
                 for schedule in schedules:
                     candidate = Candidate(replicas, stages, microbatches, schedule)
                     self._estimate(candidate, profile, targets, links, overhead, module)
@@ -280,25 +285,55 @@ class Parallelize(Pass):
         timeline = pipeline_timeline(
             schedule, microbatches, forward.tolist(), backward.tolist(), send=send, send_back=back, update=update
         )
-        exchange = 0.0
+        exposed = 0.0
         if replicas > 1:
-            gradient = np.bincount(stage, weights=profile.persistent, minlength=used) / 3.0  # Adam: var, m, v
+            weights = np.bincount(stage, weights=profile.persistent, minlength=used) / 3.0  # Adam: var, m, v
             a, b = targets[0], targets[stages] if stages < len(targets) else targets[-1]
-            exchange = max(links.transfer_time(2.0 * g * (replicas - 1) / replicas, a, b) for g in gradient)
-        candidate.estimate = timeline.makespan + exchange
+            for s, nbytes in enumerate(weights.tolist()):
+                share = links.transfer_time(nbytes * (replicas - 1) / replicas, a, b)
+                # the weights' broadcast hides behind the first micro-batch's forward, the gradients'
+                # exchange behind the last one's backward (layer by layer)
+                exposed = max(exposed, max(share - forward[s], 0.0) + max(share - backward[s], 0.0))
+        candidate.estimate = timeline.makespan + exposed
+
+    def _finalists(self, screened: list[Candidate]) -> list[Candidate]:
+        """The candidates to judge: the best estimate of each shape ``D x S`` first, then the next best.
+
+        The event model ranks candidates of one shape well (the same stages, more or fewer
+        micro-batches) but misjudges shapes against each other (it sees no contention on the
+        replicas' exchange): one finalist per shape keeps a misjudged shape in the running.
+        """
+        fitting = [c for c in screened if np.isfinite(c.estimate)]
+        chosen: list[Candidate] = []
+        shapes: set[tuple[int, int]] = set()
+        for candidate in fitting:
+            if (candidate.replicas, candidate.stages) not in shapes:
+                shapes.add((candidate.replicas, candidate.stages))
+                chosen.append(candidate)
+        chosen = sorted(chosen[: self.finalists], key=fitting.index)
+        rest = [c for c in fitting if c not in chosen]
+        return chosen + rest[: max(self.finalists - len(chosen), 0)]
 
     # ----------------------------------------------------------------------------- judging
 
-    def _try(self, module: Module, candidate: Candidate, ctx: PassContext) -> None:
-        """Rewrite, place and simulate ``candidate`` on a copy of ``module``."""
-        from graphir.passes.transform.replicate import data_parallel
+    def _try(self, module: Module, candidate: Candidate, replicas: dict[int, Module], ctx: PassContext) -> None:
+        """Rewrite, place and simulate ``candidate`` (the rewrite makes a new module; else a copy of ``module``).
 
-        trial = clone_module(module)
+        ``replicas`` caches the model re-batched per micro-batch size (candidates share them).
+        """
+        from graphir.passes.transform.batching import module_batch
+        from graphir.passes.transform.replicate import data_parallel, module_at_batch
+
         try:
             if candidate.copies > 1:
-                rewritten = data_parallel(trial, candidate.replicas, microbatches=candidate.microbatches).module
-                trial.graph = rewritten.graph
-                trial.metadata = rewritten.metadata
+                size = module_batch(module) // candidate.copies
+                if size not in replicas:
+                    replicas[size] = module_at_batch(module, size)
+                trial = data_parallel(
+                    module, candidate.replicas, microbatches=candidate.microbatches, replica=replicas[size]
+                ).module
+            else:
+                trial = clone_module(module)
             Place.of("pipeline", stages=candidate.stages, schedule=candidate.schedule).run(trial, ctx)
             _judge(candidate, simulate(trial))
         except PassError as exc:
@@ -318,7 +353,7 @@ class Parallelize(Pass):
         parts = []
         if np.isfinite(candidate.estimate):
             parts.append(f"est {candidate.estimate * 1e3:.3f} ms")
-        if candidate.module is not None:
+        if np.isfinite(candidate.makespan):
             oom = " OOM" if candidate.overflow > 0 else ""
             parts.append(f"sim {candidate.makespan * 1e3:.3f} ms, peak {candidate.peak / 2**30:.2f} GiB{oom}")
         if candidate.note:

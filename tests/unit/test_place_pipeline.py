@@ -1,16 +1,14 @@
 """``place{algo=pipeline}`` (passes/place/pipeline.py) on hand-built training steps worked by hand.
 
-The graph is an L-layer MLP training step written out as TensorFlow's gradient code would write it:
-forward ``d<k>/MatMul -> d<k>/Relu``, a ``loss/Sum``, the backward of each layer under
-``gradient_tape/d<k>/`` (``ReluGrad``, the weight gradient ``MatMul`` with ``transpose_a``, the input
-gradient ``MatMul`` with ``transpose_b``), and one ``ResourceApplyAdam`` per weight with its two
-slots. Every layer has the same shapes, so the same compute: a split into stages balances layers.
+The graph is tests/unit/training_graphs.py's L-layer MLP training step: every layer has the same
+shapes, so the same compute: a split into stages balances layers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from training_graphs import mlp_train
 
 from graphir.errors import PassError
 from graphir.ir import Module
@@ -20,66 +18,6 @@ from graphir.passes.place import Place
 from graphir.passes.place.pipeline import partition_layers, pipeline_plan, training_layout
 from graphir.passes.profile import Profile
 from graphir.simulator import simulate
-
-APPLY = "(resource[], resource[], resource[], f32[], f32[WxW]) -> ()"
-
-
-def mlp_train(layers: int = 4, batch: int = 256, width: int = 1024, cluster: str = "4xV100") -> str:
-    """The text of an L-layer MLP training step (module docstring)."""
-    t = f"f32[{batch},{width}]"
-    w = f"f32[{width},{width}]"
-    lines = [
-        f'module @mlp_train {{cluster = "{cluster}"}} {{',
-        "  graph @main() {",
-        f'    %x = tf.Placeholder() {{dtype = "f32"}} : () -> {t}',
-        '    %adam/lr = tf.Const() {dtype = "f32", value = dense<f32[] = [0.001]>} : () -> f32[]',
-    ]
-    h = "%x"
-    for k in range(layers):
-        lines += [
-            f'    %d{k}/w = tf.VarHandleOp() {{dtype = "f32", shape = [{width}, {width}]}} : () -> resource[]',
-            f'    %d{k}/m = tf.VarHandleOp() {{dtype = "f32", shape = [{width}, {width}]}} : () -> resource[]',
-            f'    %d{k}/v = tf.VarHandleOp() {{dtype = "f32", shape = [{width}, {width}]}} : () -> resource[]',
-            f'    %d{k}/read = tf.ReadVariableOp(%d{k}/w) {{dtype = "f32"}} : (resource[]) -> {w}',
-            f"    %d{k}/MatMul = tf.MatMul({h}, %d{k}/read) : ({t}, {w}) -> {t}",
-            f"    %d{k}/Relu = tf.Relu(%d{k}/MatMul) : ({t}) -> {t}",
-        ]
-        h = f"%d{k}/Relu"
-    lines += [
-        '    %loss/axes = tf.Const() {dtype = "i32", value = dense<i32[2] = [0, 1]>} : () -> i32[2]',
-        f"    %loss/Sum = tf.Sum({h}, %loss/axes) : ({t}, i32[2]) -> f32[]",
-        f'    %gradient_tape/shape = tf.Const() {{dtype = "i32", value = dense<i32[2] = [{batch}, {width}]>}} '
-        ": () -> i32[2]",
-        '    %gradient_tape/one = tf.Const() {dtype = "f32", value = dense<f32[] = [1.0]>} : () -> f32[]',
-        f"    %gradient_tape/loss/Fill = tf.Fill(%gradient_tape/shape, %gradient_tape/one) : (i32[2], f32[]) -> {t}",
-    ]
-    g = "%gradient_tape/loss/Fill"
-    updates = []
-    for k in reversed(range(layers)):
-        x = f"%d{k - 1}/Relu" if k else "%x"
-        s = f"gradient_tape/d{k}"  # TensorFlow names a gradient under its forward op's name
-        lines += [
-            f"    %{s}/Relu/ReluGrad = tf.ReluGrad({g}, %d{k}/Relu) : ({t}, {t}) -> {t}",
-            f"    %{s}/MatMul/MatMul_1 = tf.MatMul({x}, %{s}/Relu/ReluGrad) {{transpose_a = true}} : ({t}, {t}) -> {w}",
-        ]
-        if k:  # the input's gradient (none for the first layer: x is data)
-            lines.append(
-                f"    %{s}/MatMul/MatMul = tf.MatMul(%{s}/Relu/ReluGrad, %d{k}/read) {{transpose_b = true}} "
-                f": ({t}, {w}) -> {t}"
-            )
-        lines.append(
-            f"    tf.ResourceApplyAdam @d{k}/adam(%d{k}/w, %d{k}/m, %d{k}/v, %adam/lr, %{s}/MatMul/MatMul_1) "
-            f": {APPLY.replace('WxW', f'{width},{width}')}"
-        )
-        g = f"%{s}/MatMul/MatMul"
-        updates.append(f"@d{k}/adam")
-    lines += [
-        f"    %out = tf.Identity(%loss/Sum) ctrl({', '.join(updates)}) : (f32[]) -> f32[]",
-        "    return %out",
-        "  }",
-        "}",
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def profiled(text: str) -> Module:
@@ -185,3 +123,59 @@ def test_inference_graph_is_refused() -> None:
     Profile().run(module, PassContext())
     with pytest.raises(PassError, match="is not a training graph"):
         pipeline_plan(module, 2)
+
+
+def passes_in_order(names: list[str]) -> list[str]:
+    """The sequence of (phase, micro-batch) passes a device runs: ``F0 F1 B0 ...`` (runs of one pass merged)."""
+    out: list[str] = []
+    for name in names:
+        head, _, rest = name.partition("/")
+        if not head.startswith("mb") or not head[2:].isdigit() or layer_of(rest) < 0:
+            continue
+        label = ("B" if rest.startswith("gradient_tape/") else "F") + head[2:]
+        if not out or out[-1] != label:
+            out.append(label)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("schedule", "first", "second"),
+    [
+        # S = 2, M = 3 (pipeline_schedule's golden orders): stage 0 warms up with one forward.
+        ("1f1b", "F0 F1 B0 F2 B1 B2", "F0 B0 F1 B1 F2 B2"),
+        ("gpipe", "F0 F1 F2 B0 B1 B2", "F0 F1 F2 B0 B1 B2"),
+    ],
+)
+def test_microbatched_stages_run_the_schedule(schedule: str, first: str, second: str) -> None:
+    from graphir.passes.transform.microbatch import Microbatch
+
+    module = profiled(mlp_train(batch=384))
+    Microbatch(n=3).run(module, PassContext())
+    Place.of("pipeline", stages=2, schedule=schedule).run(module, PassContext())
+    order = sequences(module)
+    assert " ".join(passes_in_order(order["gpu0"])) == first
+    assert " ".join(passes_in_order(order["gpu1"])) == second
+    # Every copy of a layer on its stage's device; the sums and the update with the variable.
+    devices = {node.name: node.device for node in module.graph.nodes}
+    for m in range(3):
+        for k in range(4):
+            assert devices[f"mb{m}/d{k}/MatMul"] == ("gpu0" if k < 2 else "gpu1")
+            assert devices[f"mb{m}/gradient_tape/d{k}/MatMul/MatMul_1"] == ("gpu0" if k < 2 else "gpu1")
+    for k in range(4):
+        assert devices[f"d{k}/adam"] == devices[f"d{k}/w"] == ("gpu0" if k < 2 else "gpu1")
+    # A layer's update runs after its last gradient, before the stage's remaining passes end.
+    result = simulate(module)
+    assert not result.oom_devices
+
+
+def test_microbatches_beat_the_stage_placement() -> None:
+    # Four equal stages: one batch runs them one after the other; 8 micro-batches pipeline them.
+    from graphir.passes.transform.microbatch import Microbatch
+
+    plain = profiled(mlp_train(layers=8, batch=1024, width=2048))
+    piped = profiled(mlp_train(layers=8, batch=1024, width=2048))
+    Place.of("pipeline", stages=4).run(plain, PassContext())
+    Microbatch(n=8).run(piped, PassContext())
+    Place.of("pipeline", stages=4).run(piped, PassContext())
+    one, many = simulate(plain).makespan, simulate(piped).makespan
+    assert many < 0.6 * one
