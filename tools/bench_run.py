@@ -167,6 +167,9 @@ def run_cell(cache: ModuleCache, model: str, cluster: str, label: str, pipeline:
     for record in records:
         if record.pass_.name == "place":
             cell.auto = {k: v for k, v in record.result.stats.items() if k.startswith("auto.")}
+        elif record.pass_.name == "parallelize":  # the plan it chose and how many candidates it judged
+            kept = ("chosen", "makespan-ms", "candidates", "simulated", "fallback")
+            cell.auto = {f"parallelize.{k}": v for k, v in record.result.stats.items() if k in kept}
     return cell
 
 

@@ -24,7 +24,7 @@ from html import escape
 
 from graphir.backends.report.data import Report
 from graphir.backends.report.table import format_seconds, format_size
-from graphir.backends.report.timeline import TRANSFER_COLOUR, op_colours
+from graphir.backends.report.timeline import TRANSFER_COLOUR, bar_keys, op_colours
 
 WIDTH = 1000.0
 LABEL_WIDTH = 132.0
@@ -130,6 +130,7 @@ def render_gantt_svg(report: Report) -> str:
     )
     # Compute bars, one per node, in device order then start time.
     colours = op_colours(report)
+    keys = bar_keys(report)
     starts, finishes = sim.start.tolist(), sim.finish.tolist()
     device_of = report.device.tolist()
     order = sorted(range(report.index.num_nodes), key=lambda u: (device_of[u], starts[u], u))
@@ -145,7 +146,7 @@ def render_gantt_svg(report: Report) -> str:
         row = device_of[u]
         x, x_end = x_of(starts[u]), x_of(finishes[u])
         y = TOP_MARGIN + row * ROW_HEIGHT + (ROW_HEIGHT - NODE_BAR_HEIGHT) / 2
-        fill = colours[node.op]
+        fill = colours[keys[u]]
         tip = (
             f"{node.name} ({node.op}) on {names[row]}: {format_seconds(starts[u])} \u2192 "
             f"{format_seconds(finishes[u])} ({format_seconds(finishes[u] - starts[u])})"

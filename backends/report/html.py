@@ -217,7 +217,7 @@ def _timeline(report: Report) -> list[str]:
         '<section id="timeline">',
         "<h2>Timeline</h2>",
         '<p class="note">One row per device, then one per channel that moved data; hover a bar for its node '
-        "and times. Ops are coloured by type, busiest types first.</p>",
+        "and times. Ops are coloured by type, busiest types first (a micro-batched graph's by micro-batch).</p>",
         f'<div class="legend">{legend}</div>',
         '<div class="figure">',
         render_gantt_svg(report),

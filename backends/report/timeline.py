@@ -4,7 +4,8 @@ One row per device (its compute, one bar per node from ``start`` to ``finish``) 
 channel that moved data (one bar per transfer, reconstructed in
 :mod:`graphir.backends.report.data`). Compute bars are coloured by op type: the
 :data:`MAX_OP_COLOURS` op types with the most busy time get their own colour (a fixed palette, so
-colours do not depend on the matplotlib version), the rest share "other". Graphs of at most
+colours do not depend on the matplotlib version), the rest share "other". A micro-batched graph's
+bars are coloured by micro-batch instead (:func:`bar_keys`), so a pipeline's schedule shows. Graphs of at most
 :data:`MAX_LABELLED_NODES` nodes get their node names written on the bars.
 
 matplotlib (the ``report`` extra, :func:`graphir.extras.require`) is imported only here and only
@@ -20,6 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from graphir.backends.report.data import Report
+from graphir.copies import MICROBATCHES_METADATA, copy_of
 from graphir.extras import require
 
 PALETTE = (
@@ -54,13 +56,38 @@ def _time_unit(makespan: float) -> tuple[str, float]:
     return "ns", 1e-9
 
 
+def bar_keys(report: Report) -> list[str]:
+    """What colours each compute bar: its op type, or its micro-batch in a micro-batched graph.
+
+    In a graph that ``microbatch`` (or ``data-parallel`` with micro-batches) rewrote, a bar is
+    keyed ``micro-batch m`` by its copy's name (:func:`graphir.copies.copy_of`), and the shared
+    nodes (variables, the gradients' sums, the updates) ``shared``: the timeline then shows each
+    stage's schedule, its micro-batches' forward and backward passes.
+    """
+    nodes = report.index.nodes
+    microbatches = report.module.metadata.get(MICROBATCHES_METADATA, 1)
+    if not isinstance(microbatches, int) or microbatches <= 1:
+        return [node.op for node in nodes]
+    keys = []
+    for node in nodes:
+        _, m, _ = copy_of(node.name)
+        keys.append(f"micro-batch {m}" if m >= 0 else "shared")
+    return keys
+
+
 def op_colours(report: Report) -> dict[str, str]:
-    """Colour of each op type, busiest first: the first :data:`MAX_OP_COLOURS` get the palette, others grey."""
+    """Colour of each bar key (:func:`bar_keys`): the :data:`MAX_OP_COLOURS` busiest get the palette, others grey.
+
+    Micro-batches take the palette in their order.
+    """
     busy: dict[str, float] = defaultdict(float)
     durations = (report.sim.finish - report.sim.start).tolist()
-    for node, seconds in zip(report.index.nodes, durations, strict=True):
-        busy[node.op] += seconds
-    ranked = sorted(busy, key=lambda op: (-busy[op], op))
+    for key, seconds in zip(bar_keys(report), durations, strict=True):
+        busy[key] += seconds
+    if any(key.startswith("micro-batch ") for key in busy):
+        ranked = sorted(busy, key=lambda k: (k == "shared", int(k.split()[-1]) if k != "shared" else 0))
+    else:
+        ranked = sorted(busy, key=lambda op: (-busy[op], op))
     colours = {op: PALETTE[k] for k, op in enumerate(ranked[:MAX_OP_COLOURS])}
     for op in ranked[MAX_OP_COLOURS:]:
         colours[op] = OTHER_COLOUR
@@ -90,8 +117,8 @@ def render_timeline(report: Report, formats: tuple[str, ...] = ("png", "svg")) -
     # cover the many narrow bars and wash out their colours.
     outline: dict[str, Any] = {"edgecolor": "white", "linewidth": 0.3} if small else {"edgecolor": "none"}
     bars: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
-    for u, node in enumerate(report.index.nodes):
-        bars[(int(report.device[u]), colours[node.op])].append((starts[u], finishes[u] - starts[u]))
+    for u, key in enumerate(bar_keys(report)):
+        bars[(int(report.device[u]), colours[key])].append((starts[u], finishes[u] - starts[u]))
     for (row, colour), spans in sorted(bars.items()):
         axes.broken_barh(spans, (row - 0.4, 0.8), facecolors=colour, **outline)
     link_row = {pair: len(devices) + k for k, pair in enumerate(links)}

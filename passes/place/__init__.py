@@ -56,6 +56,12 @@ from graphir.passes.place.problem import (
 )
 from graphir.simulator import SimResult, record_order, simulate_placement
 
+NO_FIT_HINT = (
+    "place: no placement of '{name}' fits memory; a training step that does not fit one device may "
+    "fit with data and pipeline parallelism: --passes=parallelize"
+)
+"""What ``place`` prints when ``auto``'s best answer is out of memory."""
+
 DEFAULT_ALGO = "auto"
 """The placer ``place`` runs when no ``algo`` is given."""
 
@@ -233,6 +239,8 @@ class Place(Pass):
             placement.stats = {**hints.stats, **placement.stats}
         stats = apply_placement(module, problem, placement, self.algo, started)
         stats.update({f"gradients.{key}": value for key, value in pairs.items()})
+        if stats.get("auto.fits") is False:
+            print(NO_FIT_HINT.format(name=module.name), file=ctx.log_stream)
         return PassResult(True, stats)
 
 

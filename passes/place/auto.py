@@ -454,6 +454,7 @@ class Auto(Placer):
         gain = (best.makespan - refined.makespan) / best.makespan if best.makespan > 0 else 0.0
         stats["auto.refine-gain-pct"] = round(100 * gain, 2)
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
+        stats["auto.fits"] = refined.fits
         stats["estimated-makespan-s"] = refined.makespan
         return Placement(refined.device, refined.start, stats, problem=fine)
 
@@ -574,5 +575,6 @@ class Auto(Placer):
         if refined.overflow < best.overflow:
             stats["auto.refine-overflow-B"] = f"{best.overflow} -> {refined.overflow}"
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
+        stats["auto.fits"] = refined.fits
         stats["estimated-makespan-s"] = refined.makespan
         return answer

@@ -131,15 +131,27 @@ def analyze_graph(graph: Graph, nodes: Sequence[Node] | None = None) -> GraphWor
     n = len(nodes)
     flops = np.zeros(n)
     nbytes = np.zeros(n)
-    persistent = np.zeros(n, dtype=np.int64)
-    activation = np.zeros(n, dtype=np.int64)
     temporary = np.zeros(n, dtype=np.int64)
     fallback = np.zeros(n, dtype=bool)
     symbolic = np.zeros(n, dtype=bool)
-    owned: set[int] = set()
     for i, node in enumerate(nodes):
         f, b, t, fb, sym = estimate_node(node)
         flops[i], nbytes[i], temporary[i], fallback[i], symbolic[i] = f, b, t, fb, sym
+    persistent, activation = node_memory(nodes)
+    return GraphWork(flops, nbytes, persistent, activation, temporary, fallback, symbolic)
+
+
+def node_memory(nodes: Sequence[Node]) -> tuple[np.ndarray, np.ndarray]:
+    """Persistent and activation bytes of each node (the accounting :func:`analyze_graph` reports).
+
+    Persistent: the variables a node holds and the constants it is the first (in ``nodes``' order)
+    to read; a constant-producing op's result. Activation: its results' bytes otherwise.
+    """
+    n = len(nodes)
+    persistent = np.zeros(n, dtype=np.int64)
+    activation = np.zeros(n, dtype=np.int64)
+    owned: set[int] = set()
+    for i, node in enumerate(nodes):
         weights = 0
         for value in node.inputs:
             if value.kind is ValueKind.CONSTANT and id(value) not in owned:
@@ -155,4 +167,4 @@ def analyze_graph(graph: Graph, nodes: Sequence[Node] | None = None) -> GraphWor
             out_bytes = 0
         persistent[i] = weights
         activation[i] = out_bytes
-    return GraphWork(flops, nbytes, persistent, activation, temporary, fallback, symbolic)
+    return persistent, activation

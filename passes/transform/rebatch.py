@@ -27,7 +27,7 @@ GraphDef with its batch baked into constants does not allow; the tests keep re-t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from graphir.attributes import DenseTensor
 from graphir.clone import clone_module
 from graphir.errors import PassError
 from graphir.ir import ExternalTensor, Module, Node, Value
-from graphir.passes.profile.roofline import analyze_graph, kind_times
+from graphir.passes.profile.roofline import analyze_graph, kind_times, node_memory
 from graphir.passes.transform.batch_rules import NO, SOME, BatchFacts, analyze_batch, const_array
 from graphir.passes.transform.batching import module_batch
 from graphir.types import TensorType
@@ -196,11 +196,20 @@ def scaled_costs(module: Module, originals: Sequence[Node], replicas: Sequence[N
     return costs
 
 
-def recompute_mem(module: Module) -> None:
-    """Set every node's ``mem`` to the analytical accounting ``profile`` writes."""
-    work = analyze_graph(module.graph)
-    for i, node in enumerate(module.graph.index().nodes):
-        node.mem = Mem(int(work.persistent[i]), int(work.activation[i]), int(work.temporary[i]))
+def recompute_mem(module: Module, temporary: Mapping[Node, int] | None = None) -> None:
+    """Set every node's ``mem`` to the analytical accounting ``profile`` writes.
+
+    ``temporary``: nodes whose temporary bytes are already known (the same op at the same shapes
+    elsewhere); only the others are estimated.
+    """
+    nodes = module.graph.index().nodes
+    persistent, activation = node_memory(nodes)
+    known = temporary or {}
+    rest = [node for node in nodes if node not in known]
+    estimated = dict(zip(rest, analyze_graph(module.graph, rest).temporary.tolist(), strict=True)) if rest else {}
+    for i, node in enumerate(nodes):
+        scratch = known[node] if node in known else estimated[node]
+        node.mem = Mem(int(persistent[i]), int(activation[i]), int(scratch))
 
 
 def _rescale(module: Module, result: Module) -> None:

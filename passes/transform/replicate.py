@@ -464,19 +464,22 @@ def data_parallel(
         copy = shared_copy[node]
         for value in node.inputs:
             copy.add_input(shared_map[value] if value in shared_map else aggregate(value))
-        for control in node.control_inputs:
-            if control in shared_copy:
-                copy.add_control_input(shared_copy[control])
-            else:
-                for k in range(copies):
-                    copy.add_control_input(copy_node(k, control))
+        copy.add_control_inputs(
+            target
+            for control in node.control_inputs
+            for target in (
+                [shared_copy[control]] if control in shared_copy else [copy_node(k, control) for k in range(copies)]
+            )
+        )
     for k in range(copies):
         for node in replicated_nodes:
             copy = rep_copies[k][node]
             for value in node.inputs:
                 copy.add_input(rep_maps[k].get(value) or shared_map[value])
-            for control in node.control_inputs:
-                copy.add_control_input(shared_copy[control] if control in shared_copy else copy_node(k, control))
+            copy.add_control_inputs(
+                shared_copy[control] if control in shared_copy else copy_node(k, control)
+                for control in node.control_inputs
+            )
     for r in range(replicas):
         for node, copy in feed_copies[r].items():
             for control in node.control_inputs:
@@ -542,4 +545,8 @@ def _annotate_costs(
             for i, node in enumerate(aggregation_nodes):
                 node.cost = Cost({kind: float(f"{float(t[i]):.12g}") for kind, t in times.items()})
     if any(n.mem is not None for n in module.graph.nodes):
-        recompute_mem(result)
+        # The copies' temporaries are their re-batched replica's (the same op at the same shapes);
+        # only the new nodes need an estimate. Persistent and activation bytes are recounted over
+        # the whole graph (a constant shared by the copies is held once).
+        known = {copies[node]: rep.mem for copies in rep_copies for node, rep in zip(originals, rep_nodes, strict=True)}
+        recompute_mem(result, {node: mem.temporary for node, mem in known.items() if mem is not None})

@@ -394,3 +394,19 @@ def test_control_edges_on_nodes_that_share_the_empty_control_lists():
     c.remove_control_input(a)
     g.remove_node(c)
     assert len(a.control_users) == 0
+
+
+def test_add_control_inputs_in_bulk_skips_duplicates_and_refuses_other_graphs() -> None:
+    from graphir.ir import Graph
+    from graphir.types import DType, TensorType
+
+    graph = Graph("g")
+    scalar = TensorType(DType.F32, ())
+    a, b, c = (graph.add_node("tf.NoOp", [], [scalar], name=n) for n in "abc")
+    c.add_control_input(a)
+    c.add_control_inputs([a, b, b, a])
+    assert c.control_inputs == [a, b]
+    assert a.control_users == [c] and b.control_users == [c]
+    other = Graph("h").add_node("tf.NoOp", [], [scalar], name="x")
+    with pytest.raises(ValueError, match="control input 'x' of 'c' is not in the same graph"):
+        c.add_control_inputs([other])

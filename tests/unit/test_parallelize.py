@@ -68,3 +68,19 @@ def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="max-microbatches must be >= 1"):
         Parallelize(max_microbatches=0)
     assert PassError  # the pass's own errors are PassErrors (see test_place_pipeline)
+
+
+def test_place_that_finds_nothing_fitting_names_parallelize() -> None:
+    from graphir.passes.place import Place
+
+    # Two layers of 40000 x 40000 weights with Adam's slots: 19.2 GB a layer on two 16 GiB GPUs.
+    module = profiled(mlp_train(layers=2, batch=8, width=40000, cluster="2xV100"))
+    stream = io.StringIO()
+    result = Place().run(module, PassContext(log_stream=stream))
+    assert result.stats["auto.fits"] is False
+    assert "fits memory; a training step that does not fit one device" in stream.getvalue()
+    assert "--passes=parallelize" in stream.getvalue()
+    fitting = profiled(mlp_train(layers=2, batch=8, width=64, cluster="2xV100"))
+    stream = io.StringIO()
+    Place().run(fitting, PassContext(log_stream=stream))
+    assert "parallelize" not in stream.getvalue()
