@@ -21,13 +21,14 @@ simulator:
    bytes, a ring all-reduce's share) go out behind one micro-batch's forward and its gradients come
    back behind one micro-batch's backward, layer by layer. A candidate whose split does not fit
    is skipped with its reason.
-3. **Judging.** ``finalists`` candidates, within the budget: the best estimate of each shape
-   ``D x S`` (the event model misjudges shapes against each other more than candidates of one
-   shape), then the next best estimates. They are rewritten for real (``microbatch``/``data-parallel``'s one rewrite,
+3. **Judging.** Plain op placement first: the card's default ``fuse,place`` (``auto``) on a copy,
+   so ``parallelize`` is never slower than it. Then ``finalists`` candidates, within the budget:
+   the best estimate of each shape ``D x S`` (the event model misjudges shapes against each other
+   more than candidates of one shape), then the next best estimates. They are rewritten for real
+   (``microbatch``/``data-parallel``'s one rewrite,
    :func:`graphir.passes.transform.replicate.data_parallel`), placed by ``place{algo=pipeline}``
-   and simulated; so is plain op placement (``place{algo=auto}`` on the module as given). The
-   simulator's verdict decides: the fastest candidate that fits memory, else the least overflow.
-   The module becomes the winner (rewritten graph, placement, recorded order).
+   and simulated. The simulator's verdict decides: the fastest candidate that fits memory, else
+   the least overflow. The module becomes the winner (rewritten graph, placement, recorded order).
 
 **Budget** (``budget=``, modelled seconds as ``auto``'s, never the clock; 0: the default, 60 s):
 a finalist is charged for its rewritten graph's size (rewrite, placement and one simulation:
@@ -342,8 +343,15 @@ class Parallelize(Pass):
         candidate.module = trial
 
     def _try_auto(self, module: Module, candidate: Candidate, ctx: PassContext) -> None:
-        """Plain op placement (``place{algo=auto}``, its default budget) on a copy of ``module``."""
+        """Plain op placement, the card's default ``fuse,place`` (``auto``), on a copy of ``module``.
+
+        A module that is already fused is placed as it is.
+        """
+        from graphir.passes.fuse import Fuse
+
         trial = clone_module(module)
+        if all(node.group is None for node in trial.graph.nodes):
+            Fuse().run(trial, ctx)
         Place().run(trial, ctx)
         _judge(candidate, simulate(trial))
         candidate.module = trial

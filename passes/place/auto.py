@@ -40,7 +40,9 @@ improves it.
 so the same members run and the same trials are simulated on every machine and load:
 deterministic under ``--seed`` (METIS is seeded by it; nothing else is random). The default scales
 with the graph (:func:`default_budget`): 0.65 s plus 8 to 150 simulations' worth, fewer on larger graphs
-(:func:`default_trials`).
+(:func:`default_trials`). On a training graph the default grows by the work of the training members
+(the stage placements and paired METIS, and on a fused graph the same on the fine graph), so the
+refinement keeps the share it has on any other graph.
 
 The portfolio and the first stage place the problem as given: on a large graph, the coarse view is
 the user's ``fuse`` choice (``fuse,place``); only the second stage splits coarse nodes. The
@@ -522,10 +524,14 @@ class Auto(Placer):
         spent += self._replan(problem, member_ctx, judge, candidates, stats, left)
         fine_answer: tuple[Candidate, PlacementProblem] | None = None
         if problem.training is not None:
-            spent += self._training_members(problem, member_ctx, judge, candidates, stats)
+            training_spent = self._training_members(problem, member_ctx, judge, candidates, stats)
             if problem.num_nodes < len(problem.node_group) and single_duration is not None:
                 fine_answer, cost = self._fine_members(problem, member_ctx, single_duration, simulate, stats)
-                spent += cost
+                training_spent += cost
+            spent += training_spent
+            if not self.budget:  # the default budget grows by this work: the refinement keeps its share
+                budget += training_spent
+                stats["auto.budget-s"] = round(budget, 3)
         best = min(candidates, key=Candidate.key)
         if fine_answer is not None and fine_answer[0].better_than(best):
             return self._finish_fine(fine_answer, best, budget - spent, simulate, stats, began)
