@@ -64,9 +64,11 @@ from graphir.passes.place.pipeline import (
 from graphir.passes.place.pipeline_schedule import SCHEDULES, activation_copies, pipeline_timeline
 from graphir.simulator import SimResult, simulate
 
-SECONDS_PER_NODE = 40e-6
-"""Modelled cost of a finalist per node of its rewritten graph: the rewrite, ``place{algo=pipeline}``
-and one simulation (measured on the 2-core machine: see benchmarks/results/parallelize.md)."""
+SECONDS_PER_NODE = 90e-6
+"""Modelled cost of a finalist per node of its rewritten graph: the rewrite (re-batching included),
+``place{algo=pipeline}`` and one simulation. Profiled on a 99k-node GPT training step (2 and 4
+copies) on the 2-core machine: about 90 us per node; a budget of 60 s then judges one or two
+rewritten finalists of a 100k-node graph."""
 
 DEFAULT_BUDGET = 60.0
 """The default budget in modelled seconds."""

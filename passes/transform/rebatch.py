@@ -179,21 +179,38 @@ def scaled_costs(module: Module, originals: Sequence[Node], replicas: Sequence[N
 
     ``module`` gives the cluster; ``originals[i]`` and ``replicas[i]`` are the same op at two batches.
     """
-    before = kind_times(module.cluster, originals)[0]
-    after = kind_times(module.cluster, replicas)[0]
+    return _rescaled(module, originals, replicas)[0]
+
+
+def _signature(node: Node) -> tuple[object, ...]:
+    return (*(v.type for v in node.inputs), *(v.type for v in node.outputs))
+
+
+def _rescaled(
+    module: Module, originals: Sequence[Node], replicas: Sequence[Node]
+) -> tuple[list[Cost | None], dict[Node, int]]:
+    """:func:`scaled_costs`, and the temporary bytes of the replicas it estimated (keyed by replica).
+
+    An op whose operand and result types are unchanged keeps its cost (and is not estimated).
+    """
+    changed = [i for i, (a, b) in enumerate(zip(originals, replicas, strict=True)) if _signature(a) != _signature(b)]
+    before = kind_times(module.cluster, [originals[i] for i in changed])[0]
+    after, temporaries = kind_times(module.cluster, [replicas[i] for i in changed])
+    slot = {i: k for k, i in enumerate(changed)}
     costs: list[Cost | None] = []
     for i, node in enumerate(originals):
         cost = node.cost
-        if cost is None:
-            costs.append(None)
+        if cost is None or i not in slot:
+            costs.append(cost)
             continue
+        k = slot[i]
         kinds: dict[str, float] = {}
         for kind, seconds in cost.times:
             ref = kind if kind in before else next(iter(before), None)  # a kind-independent cost: first kind
-            base = float(before[ref][i]) if ref is not None else 0.0
-            kinds[kind] = _round(seconds * float(after[ref][i]) / base) if ref is not None and base > 0 else seconds
+            base = float(before[ref][k]) if ref is not None else 0.0
+            kinds[kind] = _round(seconds * float(after[ref][k]) / base) if ref is not None and base > 0 else seconds
         costs.append(Cost(kinds))
-    return costs
+    return costs, {replicas[i]: int(temporaries[slot[i]]) for i in changed}
 
 
 def recompute_mem(module: Module, temporary: Mapping[Node, int] | None = None) -> None:
@@ -214,10 +231,15 @@ def recompute_mem(module: Module, temporary: Mapping[Node, int] | None = None) -
 
 def _rescale(module: Module, result: Module) -> None:
     originals = list(module.graph.nodes)
+    copies = [result.graph.node(n.name) for n in originals]
+    temporaries: dict[Node, int] = {}
     if any(n.cost is not None for n in originals):
-        copies = [result.graph.node(n.name) for n in originals]
-        for node, cost in zip(copies, scaled_costs(result, originals, copies), strict=True):
+        costs, temporaries = _rescaled(result, originals, copies)
+        for node, cost in zip(copies, costs, strict=True):
             if cost is not None:
                 node.cost = cost
     if any(n.mem is not None for n in originals):
-        recompute_mem(result)
+        for original, copy in zip(originals, copies, strict=True):  # unchanged ops keep their scratch
+            if copy not in temporaries and original.mem is not None and _signature(original) == _signature(copy):
+                temporaries[copy] = original.mem.temporary
+        recompute_mem(result, temporaries)
