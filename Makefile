@@ -10,6 +10,9 @@
 #   make bench    core benchmarks (tools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
 #                 mem-model=liveness and =paper (graphir-bench), checked in benchmarks/results/placement-check.md
+#   make bench-parallelize  issue 37: the card's fuse,place and parallelize on the zoo's training graphs x 3
+#                 presets against the placement table and the work bound (benchmarks/results/parallelize-check.md),
+#                 and parallelize on a 100k-node GPT training step (parallelize-scale.md; tools/bench_parallelize.py)
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print, and the ONNX and
 #                 TF importers at 10k/100k: times, peak RSS and a log-log plot in benchmarks/results/scale.md
 #                 (+ scale.png; tools/bench_scale.py)
@@ -40,7 +43,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
+.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-parallelize bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -123,7 +126,7 @@ mutation: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[mutation]'
 	nice -n 19 $(BIN)/python -m graphir.tools.mutation $(MUTATION_ARGS)
 
-bench: bench-core bench-place bench-scale bench-simulate
+bench: bench-core bench-place bench-parallelize bench-scale bench-simulate
 	$(BIN)/python -m graphir.tools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
 
 bench-core: $(STAMP)
@@ -139,6 +142,13 @@ bench-place: $(STAMP)
 	$(BIN)/python -m graphir.tools.placement_check benchmarks/results/placement-liveness.json \
 		--regress benchmarks/results/placement.json benchmarks/results/placement-paper.json \
 		--out benchmarks/results/placement-check.md
+
+# The check exits 1 when a cell fails it; the page is written either way and the scale run goes on.
+bench-parallelize: $(STAMP)
+	$(BIN)/graphir-bench --matrix benchmarks/matrix-parallelize.toml
+	-$(BIN)/python -m graphir.tools.parallelize_check benchmarks/results/parallelize.json \
+		--table benchmarks/results/placement-liveness.json --out benchmarks/results/parallelize-check.md
+	$(BIN)/python tools/bench_parallelize.py
 
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
 bench-scale: $(STAMP)
