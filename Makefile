@@ -60,7 +60,9 @@ venv: $(STAMP)
 # The point of the tool in one run (about a minute): build a GPT training step with TensorFlow
 # (tools/demo.py; kept in build/demo/ once built), compare one device with the published placers on
 # the four 1 GiB GPUs of examples/demo_cluster.toml (one device is out of memory), keep graphir's
-# answer, and write the comparison (table, JSON, HTML) and the answer's report page under build/demo/.
+# answer, and write the comparison (table, JSON, HTML) and the answer's report page under build/demo/;
+# then parallelize (data x pipeline parallelism and op placement, judged by the simulator) and its
+# report page under build/demo/parallel/.
 DEMO_PLACERS := single,m-topo,m-etf,m-sct,heft,metis,order-place,adjusting,auto
 demo: $(STAMP)
 	$(BIN)/python -m graphir.tools.demo build/demo/gpt_train.pb
@@ -69,7 +71,10 @@ demo: $(STAMP)
 	$(BIN)/graphir-opt build/demo/gpt_placed.gir --emit=compare -o build/demo/
 	$(BIN)/graphir-opt build/demo/gpt_placed.gir --emit=report -o build/demo/
 	@cat build/demo/compare.txt
-	@echo "demo: open build/demo/compare.html (the placers side by side) and build/demo/report.html (graphir's answer: timeline and memory)"
+	$(BIN)/graphir-opt build/demo/gpt_train.pb --cluster=examples/demo_cluster.toml --passes=parallelize --stats \
+		--emit=report -o build/demo/parallel/ 2>&1 | grep -E '^parallelize\.(cand|chosen)'
+	@echo "demo: open build/demo/compare.html (the placers side by side), build/demo/report.html (graphir's answer:"
+	@echo "      timeline and memory) and build/demo/parallel/report.html (parallelize: data and pipeline parallelism)"
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
