@@ -164,6 +164,37 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return graphs
 
 
+def nested_nodes(body: Opaque) -> list[tuple[str, str, str]]:
+    """``(node name, domain, op type)`` of every node of a serialized subgraph or local function, nested ones too.
+
+    ``body`` is an ``Opaque`` of kind ``onnx.GraphProto`` (an ``If``/``Loop``/``Scan`` body) or
+    ``onnx.FunctionProto``; what cannot be parsed is one entry of domain ``"<unreadable>"``.
+    """
+    proto: onnx.GraphProto | onnx.FunctionProto
+    proto = onnx.FunctionProto() if body.kind == "onnx.FunctionProto" else onnx.GraphProto()
+    try:
+        proto.ParseFromString(body.data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return [(body.kind, "<unreadable>", body.kind)]
+    out: list[tuple[str, str, str]] = []
+    pending: list[Iterable[onnx.NodeProto]] = [proto.node]
+    while pending:
+        for node in pending.pop():
+            out.append((node.name or node.op_type, node.domain, node.op_type))
+            pending.extend(graph.node for graph in _subgraphs(node))
+    return out
+
+
+def function_names(body: Opaque) -> set[tuple[str, str]]:
+    """``{(domain, name)}`` of a serialized ``onnx.FunctionProto`` (empty when unreadable)."""
+    function = onnx.FunctionProto()
+    try:
+        function.ParseFromString(body.data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return set()
+    return {(function.domain, function.name)}
+
+
 def _outer_references(graph: onnx.GraphProto) -> list[str]:
     """Names a subgraph reads without defining them (its implicit inputs), in first-use order."""
     defined: set[str] = {v.name for v in graph.input}
