@@ -507,8 +507,9 @@ def run_memory(module: Module) -> dict[str, int]:
     included). Otherwise the same accounting over the graph run node after node in the index's
     topological order, each node on its device (unplaced nodes on the first device, where a run
     puts them), transfers arriving when their producer finishes; persistent bytes from ``mem``, else
-    a variable's own size; graph inputs and constants on the first device. Values of unknown size
-    count 0: the bound is what is known beforehand.
+    a variable's own size; graph inputs and constants on the first device. Fed values (graph inputs,
+    placeholders) count with their unknown dims as 1, as the runners feed them; other values of
+    unknown size count 0: the bound is what is known beforehand.
     """
     from graphir.memory import output_mask, peak_memory
     from graphir.ops import is_variable, variable_bytes
@@ -517,14 +518,20 @@ def run_memory(module: Module) -> dict[str, int]:
     index = graph.index()
     nodes = index.nodes
     names = [device.name for device in module.cluster.devices] or ["host"]
+    number = {name: k for k, name in enumerate(names)}
+    device = np.array([number.get(node.device or "", 0) for node in nodes], dtype=np.int64)
+    fed = [0] * len(names)  # what the runners feed beyond what the graph's types size
+    fed[0] += sum(_fed_bytes(value.type) for value in graph.inputs)
+    for k, node in enumerate(nodes):  # a placeholder of unknown dims is fed with those dims 1
+        if node.op == "tf.Placeholder" and node.outputs and node.outputs[0].type.nbytes is None:
+            fed[device[k]] += _fed_bytes(node.outputs[0].type)
     if nodes and all(n.device is not None and n.order is not None and n.cost is not None for n in nodes):
         from graphir.simulator import simulate
 
         with contextlib.suppress(GraphIRError):
             result = simulate(module)
-            return {name: int(peak) for name, peak in zip(result.device_names, result.peak_memory, strict=True)}
-    number = {name: k for k, name in enumerate(names)}
-    device = np.array([number.get(node.device or "", 0) for node in nodes], dtype=np.int64)
+            peaks = {name: int(peak) for name, peak in zip(result.device_names, result.peak_memory, strict=True)}
+            return {name: peaks[name] + fed[number[name]] for name in names}
     start = np.arange(len(nodes), dtype=np.float64)
     finish = start + 1.0
     arrival: dict[tuple[int, int], tuple[float, float]] = {}
@@ -539,8 +546,18 @@ def run_memory(module: Module) -> dict[str, int]:
         mem = node.mem
         own = mem.persistent if mem is not None else (variable_bytes(node) if is_variable(node.op) else 0)
         peaks[device[k]] += int(own)
-    peaks[0] += sum(value.type.nbytes_or(0) for value in (*graph.inputs, *graph.constants))
-    return {name: int(peak) for name, peak in zip(names, peaks, strict=True)}
+    peaks[0] += sum(value.type.nbytes_or(0) for value in graph.constants)
+    return {name: int(peak) + fed[k] for k, (name, peak) in enumerate(zip(names, peaks, strict=True))}
+
+
+def _fed_bytes(vtype: Any) -> int:
+    """Bytes of a fed value, its unknown dims 1 (the runners feed them so); 0 without a known rank."""
+    if vtype.shape is None:
+        return 0
+    count = 1
+    for dim in vtype.shape:
+        count *= dim if isinstance(dim, int) and dim >= 0 else 1
+    return count * vtype.dtype.itemsize
 
 
 def check_run_memory(module: Module, what: str, available: int | None = None) -> None:

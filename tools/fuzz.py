@@ -14,6 +14,8 @@ classified:
   traceback, and a pre-existing ``-o`` file left untouched);
 * ``crash``: anything else (an exception escaping the driver, exit status 2 = internal error, a
   traceback on stderr, a clobbered output file, a worker killed by a signal);
+* ``stray``: a file appeared outside the output path during the run (in the worker's working
+  directory, beside its input and output, or in :data:`CANARY_DIR`), whatever the exit status;
 * ``hang``: no answer within ``--timeout`` seconds of the worker's CPU time (wall time is bounded
   only loosely, so a machine busy with other work does not make slow inputs "hang"), or the
   worker's resident memory above
@@ -28,6 +30,14 @@ operands, dropped nodes, invalid UTF-8 written over names) plus byte flips of th
 model; for GraphDef the same on ``NodeDef`` messages. A mutant whose outcome (ok, or the error
 message with its quoted names and numbers masked) was never seen joins the corpus, a cheap
 novelty feedback in place of coverage.
+
+**Run paths** (``--kinds graphdef-run=1,onnx-run=1``, a campaign of its own): small TensorFlow
+steps and ONNX models, mutated as above, are *executed* through ``profile{mode=tf}``,
+``profile{mode=onnxruntime}`` and ``--run-tf`` on the worker's 2 logical CPUs with
+``--run-timeout=10`` (a run that hangs must be ended by graphir itself). Their seeds include models
+that write, read, list or print into files, call Python or use a custom ONNX domain, and one
+GraphDef mutant in ten has a node turned into such an op: graphir must refuse them in one line
+(:mod:`graphir.runguard`), and no file may appear outside the output path.
 
 Each new crash (keyed by exception type and the innermost graphir frame) is minimised (greedy
 removal of lines, nodes and tokens while the same crash persists) and saved as a reproducer under
@@ -450,7 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, help="stop after this many minutes")
     parser.add_argument("--runs", type=int, help="stop after this many inputs")
     parser.add_argument("--seed", type=int, default=1, help="seed of the mutation stream (default 1)")
-    parser.add_argument("--kinds", default="gir=20,onnx=2,graphdef=0.5", help="input kinds and weights")
+    parser.add_argument(
+        "--kinds",
+        default="gir=20,onnx=2,graphdef=0.5",
+        help="input kinds and weights (also graphdef-run, onnx-run: the run paths)",
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per input before it counts as a hang")
     parser.add_argument("--memory-mb", type=int, default=3072, help="worker resident memory limit (MiB)")
     parser.add_argument("--no-save", action="store_true", help="do not write reproducers")

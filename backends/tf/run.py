@@ -24,6 +24,7 @@ process). Importing this module does not load TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import statistics
 import time
@@ -113,9 +114,13 @@ def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high:
     Unknown dims become 1. Integers stay small so that token ids and class labels are valid for
     any vocabulary or class count of at least ``int_high``; booleans are random.
     """
+    from graphir.budget import human_bytes
+    from graphir.runguard import RunMemoryError, available_memory
+
     rng = np.random.default_rng(seed)
     values = _values_by_name(module)
     arrays = []
+    free = available_memory()
     for name in names:
         vtype = values[name].type
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (vtype.shape or ())]
@@ -123,6 +128,12 @@ def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high:
             dtype = np.dtype(numpy_dtype(vtype.dtype))
         except (KeyError, TypeError):
             raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made") from None
+        need = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn in float64 first
+        if free and need > free:
+            raise RunMemoryError(
+                f"input '%{name}' ({vtype}, unknown dims fed as 1) needs {human_bytes(need)} of seeded data, more "
+                f"than this machine can give: {human_bytes(free)} available"
+            )
         if dtype.kind == "f":
             arrays.append(rng.standard_normal(shape).astype(dtype))
         elif dtype.kind in "iu":

@@ -440,7 +440,12 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         base_dir = self.base_dir
 
         def load() -> np.ndarray:
-            return numpy_helper.to_array(tensor, base_dir)
+            try:
+                return numpy_helper.to_array(tensor, base_dir)
+            except (ValueError, TypeError, OSError) as exc:  # data that does not fill the declared dims...
+                raise self.error(
+                    f"initializer '{tensor.name}' cannot be read as declared ({describe_exception(exc)})"
+                ) from None
 
         return load
 
@@ -448,7 +453,13 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         base_dir = self.base_dir
 
         def load() -> np.ndarray:
-            return _densify(sparse, base_dir)
+            try:
+                return _densify(sparse, base_dir)
+            except (ValueError, TypeError, IndexError, OSError) as exc:
+                name = sparse.values.name
+                raise self.error(
+                    f"sparse initializer '{name}' cannot be read as declared ({describe_exception(exc)})"
+                ) from None
 
         return load
 

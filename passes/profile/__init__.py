@@ -79,7 +79,7 @@ from graphir.pass_infra import (
     register_pass,
 )
 from graphir.passes.profile.roofline import GraphWork, analyze_graph
-from graphir.runguard import Deadline, check_run_memory, check_runnable
+from graphir.runguard import Deadline, RunMemoryError, check_run_memory, check_runnable
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
@@ -160,12 +160,16 @@ class Profile(Pass):
         """Run the chosen mode's profiler, which writes the annotations (a running mode is guarded first)."""
         profiler = self.profiler
         assert profiler is not None
-        if profiler.runs:
-            what = f"profile{{mode={profiler.name}}}"
-            check_runnable(module, what)
-            if profiler.checks_memory:
-                check_run_memory(module, what)
-        return profiler.profile(module, ctx)
+        if not profiler.runs:
+            return profiler.profile(module, ctx)
+        what = f"profile{{mode={profiler.name}}}"
+        check_runnable(module, what)
+        if profiler.checks_memory:
+            check_run_memory(module, what)
+        try:
+            return profiler.profile(module, ctx)
+        except MemoryError:  # sizes the check could not know (unknown dims): still one line
+            raise RunMemoryError(f"{what}: this machine cannot allocate the memory the run needs") from None
 
 
 def register_profile_mode(cls: type[ProfileMode]) -> type[ProfileMode]:
