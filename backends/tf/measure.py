@@ -122,7 +122,10 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
     if producer.startswith("tensorflow graphdef ") and producer.rsplit(" ", 1)[-1].isdigit():
         graph_def.versions.producer = int(producer.rsplit(" ", 1)[-1])  # the importer's record of it
     for value in graph.constants:
-        array = constant_array(value, rng)
+        try:
+            array = constant_array(value, rng)
+        except (KeyError, TypeError, ValueError, OverflowError):  # a type numpy cannot hold, a hostile shape
+            raise PassError(f"constant '%{value.name}' ({value.type}): no data can be made for it to run") from None
         node = graph_def.node.add(name=value.name, op="Const")
         proto = tf.make_tensor_proto(array)
         node.attr["dtype"].type = proto.dtype

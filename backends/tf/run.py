@@ -129,6 +129,8 @@ def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high:
         except (KeyError, TypeError):
             raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made") from None
         need = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn in float64 first
+        if math.prod(d for d in shape if d) * max(dtype.itemsize, 8) >= 1 << 63:  # numpy's own limit, even when empty
+            raise BackendError(f"input '%{name}' has type {vtype}, too large for any array (unknown dims fed as 1)")
         if free and need > free:
             raise RunMemoryError(
                 f"input '%{name}' ({vtype}, unknown dims fed as 1) needs {human_bytes(need)} of seeded data, more "

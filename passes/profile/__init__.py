@@ -411,10 +411,13 @@ def export_onnx(module: Module, rng: np.random.Generator) -> tuple[Any, dict[str
         proto.attribute.extend(attributes)
         nodes.append(proto)
     initializers = []
-    for value in graph.constants:
-        array = constant_array(value, rng)
-        initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
-    feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
+    try:
+        for value in graph.constants:
+            array = constant_array(value, rng)
+            initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
+        feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a type numpy cannot hold, a hostile shape
+        raise PassError(f"value '%{value.name}' ({value.type}): no data can be made for it to run") from exc
     onnx_graph = helper.make_graph(
         nodes,
         graph.name,
