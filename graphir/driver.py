@@ -50,7 +50,7 @@ from graphir.pass_infra import (
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 from graphir.printer import PRINT_JOBS
-from graphir.runguard import ALLOW_IO_OPS, DEFAULT_RUN_TIMEOUT_S, IO_FLAG, RUN_TIMEOUT
+from graphir.runguard import ALLOW_IO_OPS, DEFAULT_RUN_TIMEOUT_S, IO_FLAG, RUN_MEMORY_LIMIT, RUN_TIMEOUT
 
 SPLIT_MARKER = "// -----"
 
@@ -194,6 +194,13 @@ def build_arg_parser() -> argparse.ArgumentParser:
         f"{DEFAULT_RUN_TIMEOUT_S:g}): a run still going is ended, its workers stopped, and reported in one line",
     )
     parser.add_argument(
+        "--run-memory-mb",
+        type=_integer_at_least(1, "memory limit"),
+        metavar="MIB",
+        help="memory a run of the model may use, in MiB (default: what the machine has available); a run that "
+        "would need more, as far as it is known beforehand, is refused before it starts",
+    )
+    parser.add_argument(
         "--allow-oom",
         action="store_true",
         help="let placement place nodes whose own memory exceeds every device (for analysis; refused by default)",
@@ -331,6 +338,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     jobs_token = PRINT_JOBS.set(args.jobs)
     io_token = ALLOW_IO_OPS.set(args.allow_io_ops)
     timeout_token = RUN_TIMEOUT.set(args.run_timeout)
+    memory_token = RUN_MEMORY_LIMIT.set(None if args.run_memory_mb is None else args.run_memory_mb << 20)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args)
@@ -349,6 +357,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         _report_internal_error(exc, args)
         return 2
     finally:
+        RUN_MEMORY_LIMIT.reset(memory_token)
         RUN_TIMEOUT.reset(timeout_token)
         ALLOW_IO_OPS.reset(io_token)
         PRINT_JOBS.reset(jobs_token)

@@ -73,6 +73,7 @@ __all__ = [
     "IO_FAMILIES",
     "IO_FLAG",
     "ONNX_BUILTIN_DOMAINS",
+    "RUN_MEMORY_LIMIT",
     "RUN_TIMEOUT",
     "Deadline",
     "IoFamily",
@@ -98,6 +99,9 @@ ALLOW_IO_OPS: contextvars.ContextVar[bool] = contextvars.ContextVar("graphir_all
 
 DEFAULT_RUN_TIMEOUT_S = 600.0
 """Default time limit of one run (a profile measurement, ``--run-tf``, a ``graphir-tune`` round)."""
+
+RUN_MEMORY_LIMIT: contextvars.ContextVar[int | None] = contextvars.ContextVar("graphir_run_memory_limit", default=None)
+"""Set by ``graphir-opt --run-memory-mb=N``: a run may use at most this many bytes (:func:`available_memory`)."""
 
 RUN_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar(
     "graphir_run_timeout", default=DEFAULT_RUN_TIMEOUT_S
@@ -460,12 +464,21 @@ def check_runnable(module: Module, what: str, allow: bool | None = None) -> None
 
 
 def available_memory() -> int:
-    """Bytes this machine can give a run now: ``MemAvailable``, capped by the cgroup's remaining limit."""
+    """Bytes this machine can give a run now.
+
+    ``MemAvailable``, capped by the cgroup's remaining limit and by :data:`RUN_MEMORY_LIMIT`
+    (``--run-memory-mb``).
+    """
     available = _meminfo_available()
-    limit = _cgroup_remaining()
-    if limit is not None:
-        available = min(available, limit) if available else limit
+    for limit in (_cgroup_remaining(), RUN_MEMORY_LIMIT.get()):
+        if limit is not None:
+            available = min(available, limit) if available else limit
     return max(available, 0)
+
+
+def _capped() -> str:
+    limit = RUN_MEMORY_LIMIT.get()
+    return " (capped by --run-memory-mb)" if limit is not None and limit <= _meminfo_available() else ""
 
 
 def _meminfo_available() -> int:
@@ -577,14 +590,14 @@ def check_run_memory(module: Module, what: str, available: int | None = None) ->
         if need > free:
             raise RunMemoryError(
                 f"{what} refused: device '{device}' needs {human_bytes(need)} for this run (liveness peak of "
-                f"the placed graph), more than this machine can give: {human_bytes(free)} available"
+                f"the placed graph), more than this machine can give: {human_bytes(free)} available{_capped()}"
             )
     total = sum(needs.values())
     if len(needs) > 1 and total > free:
         raise RunMemoryError(
             f"{what} refused: devices {', '.join(repr(d) for d in needs)} together need {human_bytes(total)} for "
             f"this run (liveness peaks of the placed graph), more than this machine can give: "
-            f"{human_bytes(free)} available"
+            f"{human_bytes(free)} available{_capped()}"
         )
 
 

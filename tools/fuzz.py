@@ -110,9 +110,9 @@ GRAPHDEF_PIPELINES: tuple[tuple[str, ...], ...] = (
     ("--emit=summary",),
     ("--passes=profile,place",),
 )
-# The run paths: the model is executed, on the worker's 2 logical CPUs, with a time limit below the
-# harness's own (a run that hangs must be ended by graphir, not by the harness).
-_RUN = ("--cluster=2xcpu", "--run-timeout=10", "--emit=summary")
+# The run paths: the model is executed, on the worker's 2 logical CPUs, with a time limit and a memory
+# limit below the harness's own (a run that hangs or would need too much must be stopped by graphir).
+_RUN = ("--cluster=2xcpu", "--run-timeout=10", "--run-memory-mb=1024", "--emit=summary")
 GRAPHDEF_RUN_PIPELINES: tuple[tuple[str, ...], ...] = (
     ("--passes=profile{mode=tf iterations=2 warmup=1}", *_RUN),
     ("--passes=profile,place{algo=m-topo}", "--run-tf=2", *_RUN),

@@ -560,6 +560,8 @@ def _constant_array(value: Value) -> np.ndarray:
         array = None if data is None else np.asarray(data.numpy())
     except ValueError:
         array = None
+    except (KeyError, TypeError):  # a type numpy cannot hold (u4, i4...)
+        raise BackendError(f"constant '%{value.name}' ({value.type}) has a type TensorFlow cannot be fed") from None
     if array is None:
         raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
     return array

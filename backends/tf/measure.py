@@ -224,10 +224,13 @@ def _feeds(graph: Any, rng: np.random.Generator) -> dict[Any, np.ndarray]:
         if not shape.is_fully_defined():
             raise PassError(f"placeholder '{op.name}' has no static shape ({shape}): cannot feed it")
         dtype = tf.dtypes.as_dtype(op.get_attr("dtype"))
-        if dtype.is_floating:
-            array = (rng.standard_normal(shape.as_list()) * 0.1).astype(dtype.as_numpy_dtype)
-        else:
-            array = np.zeros(shape.as_list(), dtype=dtype.as_numpy_dtype)
+        try:
+            if dtype.is_floating:
+                array = (rng.standard_normal(shape.as_list()) * 0.1).astype(dtype.as_numpy_dtype)
+            else:
+                array = np.zeros(shape.as_list(), dtype=dtype.as_numpy_dtype)
+        except (ValueError, TypeError, OverflowError, MemoryError):  # numpy's own size limit, a hostile dtype
+            raise PassError(f"placeholder '{op.name}' of shape {shape} and type {dtype.name}: cannot feed it") from None
         feeds[op.outputs[0]] = array
     return feeds
 

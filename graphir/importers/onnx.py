@@ -65,7 +65,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy
-from graphir.errors import ImportError_, Location, describe_exception
+from graphir.errors import ImportError_, Location, describe_exception, one_line_text
 from graphir.gcpause import gc_paused
 from graphir.importers.onnx_attrs import _AttributeConversion
 from graphir.importers.onnx_checks import DATA_PROPAGATION_MAX_ELEMENTS as DATA_PROPAGATION_MAX_ELEMENTS
@@ -249,7 +249,7 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
 
     def warn(self, message: str, node: str | None = None) -> None:
         where = self.file if node is None else f"{self.file}:node '{node}'"
-        sys.stderr.write(f"{where}: warning: {message}\n")
+        sys.stderr.write(one_line_text(f"{where}: warning: {message}") + "\n")  # names may hold newlines
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Module:
