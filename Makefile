@@ -23,7 +23,8 @@
 #                 TF rig, >= 5 rounds each: rounds, decisions and plots in benchmarks/results/online.md (tools/bench_online.py)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
 #                 against benchmarks/results/regression.json (tools/regress.py)
-#   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30); counts in
+#   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30), then the run
+#                 paths (mutated small models executed; FUZZ_RUN_MINUTES, default 20); counts in
 #                 benchmarks/results/fuzz.md, new crashes saved under tests/data/crashes/ (tools/fuzz.py)
 #   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
 #   make mutation  mutation testing (cosmic-ray) of the algorithmic core, module by module with each one's own
@@ -72,7 +73,7 @@ demo: $(STAMP)
 	$(BIN)/graphir-opt build/demo/gpt_placed.gir --emit=report -o build/demo/
 	@cat build/demo/compare.txt
 	$(BIN)/graphir-opt build/demo/gpt_train.pb --cluster=examples/demo_cluster.toml --passes=parallelize --stats \
-		--emit=report -o build/demo/parallel/ 2>&1 | grep -E '^parallelize\.(cand|chosen)'
+		--emit=report -o build/demo/parallel/ 2>&1 | grep -E '^parallelize\.(cand.*(sim|skipped)|chosen|makespan)'
 	@echo "demo: open build/demo/compare.html (the placers side by side), build/demo/report.html (graphir's answer:"
 	@echo "      timeline and memory) and build/demo/parallel/report.html (parallelize: data and pipeline parallelism)"
 
@@ -181,9 +182,14 @@ regress: $(STAMP)
 # `make test` already runs a short seeded slice and every saved reproducer (tests/unit/test_fuzz.py,
 # tests/unit/test_crashes.py); this is the long campaign. Exit status 1 when a crash or hang was found.
 FUZZ_MINUTES ?= 30
+# The run paths (the model executed: profile{mode=tf}, profile{mode=onnxruntime}, --run-tf on 2 logical
+# CPUs), a second campaign with its own section of the page.
+FUZZ_RUN_MINUTES ?= 20
 FUZZ_SEED ?= 1
 fuzz: $(STAMP)
 	$(BIN)/python -m graphir.tools.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --report benchmarks/results/fuzz.md
+	$(BIN)/python -m graphir.tools.fuzz --minutes $(FUZZ_RUN_MINUTES) --seed $(FUZZ_SEED) --kinds graphdef-run=1,onnx-run=1 \
+		--report benchmarks/results/fuzz.md
 
 # Celeritas, FastT, Pesto and Moirai's headline comparisons re-run on the zoo and the papers' cluster
 # presets; rewrites benchmarks/results/replicate_*.md (under 60 minutes on 2 cores).

@@ -50,6 +50,7 @@ from graphir.pass_infra import (
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 from graphir.printer import PRINT_JOBS
+from graphir.runguard import ALLOW_IO_OPS, DEFAULT_RUN_TIMEOUT_S, IO_FLAG, RUN_MEMORY_LIMIT, RUN_TIMEOUT
 
 SPLIT_MARKER = "// -----"
 
@@ -72,6 +73,17 @@ def _integer_at_least(minimum: int, what: str, meaning: str = "") -> Callable[[s
 _seed = _integer_at_least(0, "seed")
 _steps = _integer_at_least(1, "step count")
 _jobs = _integer_at_least(0, "job count", " (0: automatic)")
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type``: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid time limit '{text}': expected a positive number of seconds")
+    return value
 
 
 class _StoreEmit(argparse.Action):
@@ -165,6 +177,28 @@ def build_arg_parser() -> argparse.ArgumentParser:
         metavar="STEPS",
         help="after the pipeline, run STEPS timed steps of the lowered graph on TensorFlow (the cluster's devices) "
         "and print the median step time next to the simulated makespan on stderr",
+    )
+    parser.add_argument(
+        IO_FLAG,
+        action="store_true",
+        help="run models whose ops read or write files, use the network or other processes, call back into "
+        "Python or are not registered in TensorFlow (profile modes that measure, --run-tf); refused by default, "
+        "before anything runs (importing, placing, simulating and lowering them is always allowed)",
+    )
+    parser.add_argument(
+        "--run-timeout",
+        type=_seconds,
+        default=DEFAULT_RUN_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"time limit of each run of the model (a measuring profile mode, --run-tf; default "
+        f"{DEFAULT_RUN_TIMEOUT_S:g}): a run still going is ended, its workers stopped, and reported in one line",
+    )
+    parser.add_argument(
+        "--run-memory-mb",
+        type=_integer_at_least(1, "memory limit"),
+        metavar="MIB",
+        help="memory a run of the model may use, in MiB (default: what the machine has available); a run that "
+        "would need more, as far as it is known beforehand, is refused before it starts",
     )
     parser.add_argument(
         "--allow-oom",
@@ -302,6 +336,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     args.stage = "start-up"
     token = ALLOW_OOM.set(args.allow_oom)
     jobs_token = PRINT_JOBS.set(args.jobs)
+    io_token = ALLOW_IO_OPS.set(args.allow_io_ops)
+    timeout_token = RUN_TIMEOUT.set(args.run_timeout)
+    memory_token = RUN_MEMORY_LIMIT.set(None if args.run_memory_mb is None else args.run_memory_mb << 20)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _one_line_warning(args)
@@ -320,6 +357,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         _report_internal_error(exc, args)
         return 2
     finally:
+        RUN_MEMORY_LIMIT.reset(memory_token)
+        RUN_TIMEOUT.reset(timeout_token)
+        ALLOW_IO_OPS.reset(io_token)
         PRINT_JOBS.reset(jobs_token)
         ALLOW_OOM.reset(token)
 

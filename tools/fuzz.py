@@ -14,6 +14,8 @@ classified:
   traceback, and a pre-existing ``-o`` file left untouched);
 * ``crash``: anything else (an exception escaping the driver, exit status 2 = internal error, a
   traceback on stderr, a clobbered output file, a worker killed by a signal);
+* ``stray``: a file appeared outside the output path during the run (in the worker's working
+  directory, beside its input and output, or in :data:`CANARY_DIR`), whatever the exit status;
 * ``hang``: no answer within ``--timeout`` seconds of the worker's CPU time (wall time is bounded
   only loosely, so a machine busy with other work does not make slow inputs "hang"), or the
   worker's resident memory above
@@ -28,6 +30,14 @@ operands, dropped nodes, invalid UTF-8 written over names) plus byte flips of th
 model; for GraphDef the same on ``NodeDef`` messages. A mutant whose outcome (ok, or the error
 message with its quoted names and numbers masked) was never seen joins the corpus, a cheap
 novelty feedback in place of coverage.
+
+**Run paths** (``--kinds graphdef-run=1,onnx-run=1``, a campaign of its own): small TensorFlow
+steps and ONNX models, mutated as above, are *executed* through ``profile{mode=tf}``,
+``profile{mode=onnxruntime}`` and ``--run-tf`` on the worker's 2 logical CPUs with
+``--run-timeout=10`` (a run that hangs must be ended by graphir itself). Their seeds include models
+that write, read, list or print into files, call Python or use a custom ONNX domain, and one
+GraphDef mutant in ten has a node turned into such an op: graphir must refuse them in one line
+(:mod:`graphir.runguard`), and no file may appear outside the output path.
 
 Each new crash (keyed by exception type and the innermost graphir frame) is minimised (greedy
 removal of lines, nodes and tokens while the same crash persists) and saved as a reproducer under
@@ -62,13 +72,26 @@ from pathlib import Path
 from graphir.tools.fuzz_mutators import (
     _TOKEN,
     gir_seeds,
+    graphdef_run_seeds,
     graphdef_seeds,
     mutate_gir,
     mutate_graphdef,
+    mutate_graphdef_run,
     mutate_onnx,
+    onnx_run_seeds,
     onnx_seeds,
 )
-from graphir.tools.fuzz_worker import OUTCOMES, REPO_ROOT, SUFFIX, Job, Outcome, Worker, _worker_main, classify
+from graphir.tools.fuzz_worker import (
+    CANARY_DIR,
+    OUTCOMES,
+    REPO_ROOT,
+    SUFFIX,
+    Job,
+    Outcome,
+    Worker,
+    _worker_main,
+    classify,
+)
 
 CRASH_DIR = REPO_ROOT / "tests" / "data" / "crashes"
 
@@ -87,6 +110,19 @@ GRAPHDEF_PIPELINES: tuple[tuple[str, ...], ...] = (
     ("--emit=summary",),
     ("--passes=profile,place",),
 )
+# The run paths: the model is executed, on the worker's 2 logical CPUs, with a time limit and a memory
+# limit below the harness's own (a run that hangs or would need too much must be stopped by graphir).
+_RUN = ("--cluster=2xcpu", "--run-timeout=10", "--run-memory-mb=1024", "--emit=summary")
+GRAPHDEF_RUN_PIPELINES: tuple[tuple[str, ...], ...] = (
+    ("--passes=profile{mode=tf iterations=2 warmup=1}", *_RUN),
+    ("--passes=profile,place{algo=m-topo}", "--run-tf=2", *_RUN),
+)
+ONNX_RUN_PIPELINES: tuple[tuple[str, ...], ...] = (
+    ("--passes=profile{mode=onnxruntime iterations=2 warmup=1}", *_RUN),
+    ("--passes=profile,place{algo=m-topo}", "--run-tf=2", *_RUN),
+)
+RUN_KINDS = frozenset({"graphdef-run", "onnx-run"})
+"""Input kinds whose pipelines run the model (measured times vary: no determinism spot check)."""
 
 # Pipelines generated from a grammar of pass specs with boundary option values (one `.gir` run in
 # ten): option parsing and passes with hostile options. Passes that measure hardware
@@ -178,7 +214,7 @@ def _units(job: Job, phase: int) -> tuple[list, Callable[[list], bytes]] | None:
             return "".join(parts).encode("utf-8", "surrogateescape")
 
         return (text.splitlines(keepends=True) if phase == 0 else _TOKEN.findall(text)), join_text
-    if job.kind == "onnx":
+    if job.kind in ("onnx", "onnx-run"):
         import onnx
 
         try:
@@ -195,7 +231,7 @@ def _units(job: Job, phase: int) -> tuple[list, Callable[[list], bytes]] | None:
             return copy.SerializeToString()
 
         return list(getattr(model.graph, field_name)), join_model
-    if job.kind == "graphdef" and phase == 0:
+    if job.kind in ("graphdef", "graphdef-run") and phase == 0:
         from tensorflow.core.framework import graph_pb2
 
         graph_def = graph_pb2.GraphDef()
@@ -236,9 +272,23 @@ MUTATORS: dict[str, Callable[[bytes, random.Random, list[bytes]], bytes]] = {
     "gir": mutate_gir,
     "onnx": mutate_onnx,
     "graphdef": mutate_graphdef,
+    "graphdef-run": mutate_graphdef_run,
+    "onnx-run": mutate_onnx,
 }
-PIPELINES = {"gir": GIR_PIPELINES, "onnx": ONNX_PIPELINES, "graphdef": GRAPHDEF_PIPELINES}
-SEEDS: dict[str, Callable[[], list[bytes]]] = {"gir": gir_seeds, "onnx": onnx_seeds, "graphdef": graphdef_seeds}
+PIPELINES = {
+    "gir": GIR_PIPELINES,
+    "onnx": ONNX_PIPELINES,
+    "graphdef": GRAPHDEF_PIPELINES,
+    "graphdef-run": GRAPHDEF_RUN_PIPELINES,
+    "onnx-run": ONNX_RUN_PIPELINES,
+}
+SEEDS: dict[str, Callable[[], list[bytes]]] = {
+    "gir": gir_seeds,
+    "onnx": onnx_seeds,
+    "graphdef": graphdef_seeds,
+    "graphdef-run": graphdef_run_seeds,
+    "onnx-run": onnx_run_seeds,
+}
 
 
 def run_campaign(
@@ -287,7 +337,7 @@ def run_campaign(
             outcome = classify(worker.run(job))
             done += 1
             campaign.counts.setdefault(kind, Counter())[outcome.outcome] += 1
-            if outcome.outcome == "ok" and done % 97 == 0:  # determinism spot check
+            if outcome.outcome == "ok" and done % 97 == 0 and kind not in RUN_KINDS:  # determinism spot check
                 first, again = worker.run(job), worker.run(job)
                 if isinstance(first, dict) and isinstance(again, dict) and first["output_hash"] != again["output_hash"]:
                     campaign.nondeterministic += 1
@@ -297,7 +347,7 @@ def run_campaign(
                 seen[kind].add(outcome.key)
                 if outcome.outcome in ("ok", "error") and len(corpus) < 2000 and len(data) < 200_000:
                     corpus.append(data)
-            if outcome.outcome in ("crash", "hang") and outcome.key not in campaign.crashes:
+            if outcome.outcome in ("crash", "hang", "stray") and outcome.key not in campaign.crashes:
                 campaign.crashes[outcome.key] = (job, outcome)
                 if progress:
                     progress(f"new {outcome.outcome} [{kind}] {outcome.key}: {outcome.line[:200]}")
@@ -325,7 +375,7 @@ def _save_crash(job: Job, outcome: Outcome, worker: Worker) -> Path:
     def same(candidate: Job) -> bool:
         return classify(worker.run(candidate)).key == outcome.key
 
-    small = minimise(job, same) if outcome.outcome == "crash" else job
+    small = minimise(job, same) if outcome.outcome in ("crash", "stray") else job
     slug = re.sub(r"[^A-Za-z0-9]+", "-", outcome.key).strip("-").lower()[:60]
     digest = hashlib.sha256(small.data).hexdigest()[:8]
     name = f"fuzz-{slug}-{digest}"
@@ -339,15 +389,26 @@ def _save_crash(job: Job, outcome: Outcome, worker: Worker) -> Path:
 # ------------------------------------------------------------------------------------- CLI
 
 
+PAGE_TITLE = "# Fuzzing `graphir-opt` (tools/fuzz.py)"
+
+
+def _section_title(campaign: Campaign) -> str:
+    """The page section a campaign writes: the run paths, or the import, pass and emit paths."""
+    if set(campaign.kinds) <= RUN_KINDS:
+        return "## Run paths (the model executed: profile{mode=tf}, profile{mode=onnxruntime}, --run-tf)"
+    return "## Import, pass and emit paths"
+
+
 def _markdown(campaign: Campaign, seconds: float, command: str) -> str:
+    """The campaign's section of the page (its title first)."""
     lines = [
-        "# Fuzzing `graphir-opt` (tools/fuzz.py)",
+        _section_title(campaign),
         "",
         f"Command: `{command}` (seed {campaign.seed}), {seconds / 60:.1f} minutes of wall time on this machine "
         "(2 cores shared with other work; one worker process).",
         "",
-        "| input kind | pipelines | runs | ok | clean error | crash | hang |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| input kind | pipelines | runs | ok | clean error | crash | hang | stray files |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for kind in campaign.kinds:
         counts = campaign.counts.get(kind, Counter())
@@ -355,18 +416,41 @@ def _markdown(campaign: Campaign, seconds: float, command: str) -> str:
         total = sum(counts.values())
         lines.append(
             f"| {kind} | `{pipes}` | {total:,} | {counts['ok']:,} | {counts['error']:,} | "
-            f"{counts['crash']:,} | {counts['hang']:,} |"
+            f"{counts['crash']:,} | {counts['hang']:,} | {counts['stray']:,} |"
         )
-    lines += [
-        "",
-        f"Determinism spot checks (every 97th successful run re-run twice): {campaign.nondeterministic} mismatches.",
-    ]
+    if RUN_KINDS & set(campaign.kinds):
+        lines += [
+            "",
+            "Run inputs: small TensorFlow steps (a dense layer, a convolution, a training step with a variable) and "
+            "small ONNX models, plus seeds that write a file (relative, and into the canary directory "
+            f"`{CANARY_DIR}`), read one, list one, print into one, call Python, or use an op of a custom ONNX domain; "
+            "one mutant in ten of a GraphDef turns a node into such an op. A stray file is any file that appeared "
+            "after a run in the worker's directories (its working directory, beside the input and output) or in "
+            "the canary directory, whatever the run's status.",
+        ]
+    else:
+        lines += [
+            "",
+            f"Determinism spot checks (every 97th successful run re-run twice): {campaign.nondeterministic} "
+            "mismatches.",
+        ]
     if campaign.crashes:
-        lines += ["", "Crashes and hangs found (each saved under tests/data/crashes/):", ""]
+        lines += ["", "Crashes, hangs and stray files found (each saved under tests/data/crashes/):", ""]
         lines += [f"- `{key}`: {outcome.line[:200]}" for key, (_, outcome) in sorted(campaign.crashes.items())]
     else:
-        lines += ["", "No crash and no hang."]
+        lines += ["", "No crash, no hang and no stray file."]
     return "\n".join(lines) + "\n"
+
+
+def write_report(path: Path, section: str) -> None:
+    """Write ``section`` (its ``## `` title first) into the page at ``path``, keeping the page's other sections."""
+    title = section.split("\n", 1)[0].split(" (", 1)[0]
+    kept: list[str] = []
+    if path.is_file():
+        chunks = re.split(r"(?m)^(?=## )", path.read_text())
+        kept = [c.rstrip("\n") + "\n" for c in chunks[1:] if c.split("\n", 1)[0].split(" (", 1)[0] != title]
+    sections = sorted([*kept, section], key=lambda c: not c.startswith("## Import"))
+    path.write_text(PAGE_TITLE + "\n\n" + "\n".join(sections))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -376,7 +460,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, help="stop after this many minutes")
     parser.add_argument("--runs", type=int, help="stop after this many inputs")
     parser.add_argument("--seed", type=int, default=1, help="seed of the mutation stream (default 1)")
-    parser.add_argument("--kinds", default="gir=20,onnx=2,graphdef=0.5", help="input kinds and weights")
+    parser.add_argument(
+        "--kinds",
+        default="gir=20,onnx=2,graphdef=0.5",
+        help="input kinds and weights (also graphdef-run, onnx-run: the run paths)",
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="CPU seconds per input before it counts as a hang")
     parser.add_argument("--memory-mb", type=int, default=3072, help="worker resident memory limit (MiB)")
     parser.add_argument("--no-save", action="store_true", help="do not write reproducers")
@@ -416,9 +504,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"reproducer: {path.relative_to(REPO_ROOT)}")
     if args.report:
         command = "python -m graphir.tools.fuzz " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-        args.report.write_text(_markdown(campaign, elapsed, command))
+        write_report(args.report, _markdown(campaign, elapsed, command))
         say(f"wrote {args.report}")
-    bad = sum(c["crash"] + c["hang"] for c in campaign.counts.values())
+    bad = sum(c["crash"] + c["hang"] + c["stray"] for c in campaign.counts.values())
     print(json.dumps({k: dict(v) for k, v in campaign.counts.items()}))
     return 1 if bad else 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from graphir.tools.fuzz_worker import REPO_ROOT
+from graphir.tools.fuzz_worker import CANARY_DIR, REPO_ROOT
 
 # ------------------------------------------------------------------------------------- .gir mutators
 
@@ -411,3 +411,103 @@ def gir_seeds() -> list[bytes]:
             if text.startswith("module") or text.startswith("graph"):
                 seeds.append(text.encode() + b"\n")
     return sorted(set(seeds))
+
+
+# ------------------------------------------------------------------------------------- run paths
+
+_IO_OPS = ("WriteFile", "ReadFile", "MatchingFiles", "PrintV2", "PyFunc", "SaveV2", "ImmutableConst")
+
+
+def graphdef_run_seeds() -> list[bytes]:
+    """Small TensorFlow steps to run (``profile{mode=tf}``, ``--run-tf``), some with ops that reach outside.
+
+    A dense layer, a convolution, a tiny training step with variables, and steps that also write a
+    file (into the worker's directory and into :data:`CANARY_DIR`), read one, print into one or
+    call Python; then the small GraphDef fixtures of the golden tests.
+    """
+    import os
+
+    from graphir.importers.tf import concrete_function_graphdef, load_tensorflow
+
+    tf = load_tensorflow()
+    canary = str(CANARY_DIR / "stray.txt")
+
+    def seed(body, *specs) -> bytes:  # noqa: ANN001
+        function = tf.function(body, autograph=False)
+        concrete = function.get_concrete_function(*specs)
+        return concrete_function_graphdef(concrete).SerializeToString()
+
+    matrix = tf.TensorSpec([8, 8], tf.float32, name="x")
+    seeds = [
+        seed(lambda x: tf.nn.relu(tf.matmul(x, x) + 1.0), matrix),
+        seed(
+            lambda x: tf.reduce_mean(tf.nn.conv2d(x, tf.ones([3, 3, 2, 4]), 1, "SAME")),
+            tf.TensorSpec([1, 8, 8, 2], tf.float32, name="x"),
+        ),
+    ]
+    weights = tf.Variable(tf.zeros([8, 4]), name="w")
+
+    def train(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(tf.matmul(x, weights)))
+        update = weights.assign_sub(0.1 * tape.gradient(loss, weights))
+        with tf.control_dependencies([update]):
+            return tf.identity(loss)
+
+    seeds.append(seed(train, matrix))
+
+    def effect(make):  # noqa: ANN001
+        def body(x):
+            y = tf.matmul(x, x)
+            with tf.control_dependencies(tf.nest.flatten(make(y))):
+                return tf.identity(y)
+
+        return seed(body, matrix)
+
+    seeds += [
+        effect(lambda y: tf.io.write_file("stray.txt", tf.strings.as_string(tf.reduce_sum(y)))),
+        effect(lambda y: tf.io.write_file(canary, "x")),
+        effect(lambda y: tf.strings.length(tf.io.read_file("/etc/hostname"))),
+        effect(lambda y: tf.io.matching_files(os.path.join(str(CANARY_DIR), "*"))),
+        effect(lambda y: tf.print(y, output_stream=f"file://{canary}")),
+        effect(lambda y: tf.numpy_function(lambda a: a, [y], tf.float32)),
+    ]
+    return seeds + graphdef_seeds()
+
+
+def mutate_graphdef_run(data: bytes, rng: random.Random, corpus: list[bytes]) -> bytes:
+    """:func:`mutate_graphdef`, and now and then a node turned into an op that reaches outside the process."""
+    if rng.random() >= 0.1:
+        return mutate_graphdef(data, rng, corpus)
+    from tensorflow.core.framework import graph_pb2
+
+    graph_def = graph_pb2.GraphDef()
+    try:
+        graph_def.ParseFromString(data)
+    except Exception:  # noqa: BLE001
+        return mutate_bytes(data, rng, corpus)
+    if not graph_def.node:
+        return data
+    rng.choice(graph_def.node).op = rng.choice(_IO_OPS)
+    return graph_def.SerializeToString()
+
+
+def onnx_run_seeds() -> list[bytes]:
+    """The small ONNX seeds (under 100 KB: runs stay short), plus a model with an op of a custom domain."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+            helper.make_node("Evil", ["h"], ["y"], name="evil", domain="com.example.evil"),
+        ],
+        "custom",
+        [helper.make_tensor_value_info("x", f, [4, 4])],
+        [helper.make_tensor_value_info("y", f, [4, 4])],
+        [numpy_helper.from_array(np.ones((4, 4), np.float32), "w")],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.example.evil", 1)]
+    custom = helper.make_model(graph, opset_imports=opsets).SerializeToString()
+    return [seed for seed in onnx_seeds() if len(seed) < 100_000] + [custom]

@@ -26,9 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SUFFIX = {"gir": ".gir", "onnx": ".onnx", "graphdef": ".pb"}
+SUFFIX = {"gir": ".gir", "onnx": ".onnx", "graphdef": ".pb", "graphdef-run": ".pb", "onnx-run": ".onnx"}
 
-OUTCOMES = ("ok", "error", "crash", "hang")
+OUTCOMES = ("ok", "error", "crash", "hang", "stray")
+
+CANARY_DIR = Path(tempfile.gettempdir()) / "graphir-fuzz-canary"
+"""An absolute directory the run seeds write into (and read from) when an op is allowed to run: the
+worker checks after every job that nothing appeared there, nor in its own working directory (the
+seeds' relative paths land there) nor beside the input and output files (a ``stray`` outcome)."""
+
+RUN_CPUS = 2
+"""Logical CPU devices the worker configures before TensorFlow starts (the run paths' ``2xcpu`` cluster)."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,14 @@ def _worker_main() -> None:
     from graphir.importers.tf import load_tensorflow
 
     load_tensorflow()  # once, before the first job: its import is not a job's time
+    from graphir.backends.tf.check import configure_logical_cpus
+
+    configure_logical_cpus(RUN_CPUS)  # before TensorFlow initialises: --run-tf on the 2xcpu cluster
     workdir = Path(tempfile.mkdtemp(prefix="graphir-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    sandbox = workdir / "cwd"
+    sandbox.mkdir()
+    os.chdir(sandbox)  # a relative path a model writes to lands here
+    CANARY_DIR.mkdir(parents=True, exist_ok=True)
     while True:
         header = _read_exact(proto_in, 4)
         if header is None:
@@ -92,12 +107,19 @@ def _read_exact(stream: io.RawIOBase, count: int) -> bytes | None:
 _SENTINEL = "graphir-fuzz: this file must survive a failing run\n"
 
 
+def _files(folders: list[Path]) -> set[Path]:
+    """Every file under ``folders`` (recursively; folders that do not exist hold none)."""
+    return {path for folder in folders if folder.is_dir() for path in folder.rglob("*") if not path.is_dir()}
+
+
 def _run_job(driver: object, job: Job, workdir: Path) -> dict[str, object]:
-    """Run the driver on one input; report status, stderr, stdout digest and output survival."""
+    """Run the driver on one input; report status, stderr, stdout digest, output survival and stray files."""
     path = workdir / f"input{SUFFIX[job.kind]}"
     path.write_bytes(job.data)
     output = workdir / "out.txt"
     output.write_text(_SENTINEL)
+    watched = [workdir, CANARY_DIR]
+    before = _files(watched)
     argv = [str(path), *job.args, "-o", str(output), "--debug"]
     stdout, stderr = io.StringIO(), io.StringIO()
     status: int | None = None
@@ -109,7 +131,11 @@ def _run_job(driver: object, job: Job, workdir: Path) -> dict[str, object]:
             escaped = traceback.format_exc()
     written = output.read_bytes() if output.is_file() else b""
     survived = written == _SENTINEL.encode()
+    stray = sorted(str(p) for p in _files(watched) - before - {output, output.with_name(output.name + ".txt")})
+    for name in stray:  # reported once; the next job starts clean
+        Path(name).unlink(missing_ok=True)
     return {
+        "stray": stray,
         "status": status,
         "stderr": stderr.getvalue()[-20000:],
         "escaped": escaped[-20000:],
@@ -245,6 +271,10 @@ def classify(answer: dict[str, object] | str) -> Outcome:
     lines = [line for line in stderr.splitlines() if ": warning: " not in line]
     first = lines[0] if lines else ""
     status = answer["status"]
+    stray = answer.get("stray") or []
+    if stray:  # a file written outside the output path: the worst outcome, whatever the status
+        names = ", ".join(Path(str(name)).name for name in stray)  # type: ignore[union-attr]
+        return Outcome("stray", f"stray:status={status}:{names}"[:160], f"wrote {', '.join(map(str, stray))}", stderr)
     if answer["escaped"]:
         text = str(answer["escaped"])
         return Outcome("crash", "escaped:" + _frame_key(text), text.strip().splitlines()[-1], text)

@@ -39,6 +39,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the line")
+    parser.add_argument(
+        "--allow-io-ops",
+        action="store_true",
+        help="run a model whose ops reach outside the process (files, network, Python; refused by default)",
+    )
+    parser.add_argument("--timeout", type=float, default=None, help="time limit of the run in seconds (default 600)")
     args = parser.parse_args(argv)
     from graphir.backends.tf.run import run_module
     from graphir.cluster import resolve_cluster
@@ -46,12 +52,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
+    from graphir.runguard import allowing_io_ops
 
     try:
-        module = load_module(args.model)
-        module.set_cluster(resolve_cluster(args.cluster))
-        PassManager(parse_pipeline(args.passes)).run(module, PassContext(seed=args.seed))
-        report = run_module(module, args.steps, warmup=args.warmup, seed=args.seed)
+        with allowing_io_ops(args.allow_io_ops):
+            module = load_module(args.model)
+            module.set_cluster(resolve_cluster(args.cluster))
+            PassManager(parse_pipeline(args.passes)).run(module, PassContext(seed=args.seed))
+            report = run_module(module, args.steps, warmup=args.warmup, seed=args.seed, timeout_s=args.timeout)
     except GraphIRError as exc:
         print(exc.one_line(), file=sys.stderr)
         return 1

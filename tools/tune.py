@@ -54,6 +54,7 @@ from typing import Any
 
 from graphir.errors import GraphIRError
 from graphir.fileio import write_atomically
+from graphir.runguard import DEFAULT_RUN_TIMEOUT_S, IO_FLAG, allowing_io_ops, check_runnable
 from graphir.tools.tune_loop import Round, TuneOptions, TuneResult, rig_runner, tune
 
 __all__ = ["main", "plot_rounds", "rounds_document"]
@@ -149,6 +150,20 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the verify round (the final strategy measured back to back with the first one)",
     )
     parser.add_argument("--quiet", action="store_true", help="no per-round lines")
+    parser.add_argument(
+        IO_FLAG,
+        action="store_true",
+        help="train a model whose ops read or write files, use the network, call Python or are not registered "
+        "in TensorFlow (refused by default, before any worker starts)",
+    )
+    parser.add_argument(
+        "--round-timeout",
+        type=float,
+        default=DEFAULT_RUN_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"time limit of each round's run on the workers (default {DEFAULT_RUN_TIMEOUT_S:g}); a round still "
+        "going is ended, the workers stopped, and the run reported in one line",
+    )
     return parser
 
 
@@ -161,6 +176,8 @@ def _options(args: argparse.Namespace) -> TuneOptions:
             raise GraphIRError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     if args.trace_steps < 1:
         raise GraphIRError("--trace-steps must be at least 1: the cost model is updated from traced steps")
+    if not 0 < args.round_timeout < float("inf"):
+        raise GraphIRError(f"--round-timeout must be a positive number of seconds, got {args.round_timeout}")
     from graphir.pipeline import parse_pipeline
     from graphir.tools.tune_loop import placer_pipeline
 
@@ -190,6 +207,7 @@ def _options(args: argparse.Namespace) -> TuneOptions:
         delays=_delays(args.inject_delay),
         start=args.start,
         verify=not args.no_verify,
+        round_timeout=args.round_timeout,
     )
 
 
@@ -282,10 +300,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
     module = load_module(args.model)
     module.set_cluster(cluster)
+    check_runnable(module, "graphir-tune", args.allow_io_ops)
     replica = None
     if args.replica_graph:
         replica = load_module(args.replica_graph)
         replica.name = module.name
+        check_runnable(replica, "graphir-tune", args.allow_io_ops)
     out = Path(args.output)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -296,7 +316,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     log = (lambda _: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     start = "warm" if store.updates else "cold"
     log(f"tune: {module.name} ({len(module.graph)} nodes) on {cluster.spec}, {start} cost store {store_path}")
-    with rig(cluster) as servers:
+    with allowing_io_ops(args.allow_io_ops), rig(cluster) as servers:
         result = tune(
             module,
             store,

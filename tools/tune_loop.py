@@ -78,6 +78,7 @@ from graphir.pass_manager import PassManager
 from graphir.passes.profile.cost_store import CostStore, tuning_cluster
 from graphir.passes.profile.cost_table import annotate_from_store
 from graphir.pipeline import parse_pipeline
+from graphir.runguard import DEFAULT_RUN_TIMEOUT_S, check_run_memory, check_runnable
 from graphir.simulator import simulate
 
 __all__ = [
@@ -117,6 +118,8 @@ class TuneOptions:
             graph cannot be replicated) or a ``place`` algorithm run on analytical costs on the
             graph as given.
         verify: end with the verify round (see the module docstring) when the active strategy is not the first.
+        round_timeout: time limit in seconds of each run on the workers (``graphir-tune --round-timeout``): a
+            run still going is ended and the loop stops with one line.
     """
 
     rounds: int = 6
@@ -133,6 +136,7 @@ class TuneOptions:
     delays: Mapping[int, float] = dataclasses.field(default_factory=dict)
     start: str = "auto"
     verify: bool = True
+    round_timeout: float = DEFAULT_RUN_TIMEOUT_S
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +252,8 @@ def rig_runner(servers: Any, options: TuneOptions) -> Runner:
     from graphir.backends.tf.strategy_run import run_strategy
 
     def run(module: Module, variables: Mapping[str, Any] | None, delay_s: float) -> Any:
+        check_runnable(module, "graphir-tune")
+        check_run_memory(module, "a graphir-tune round")
         return run_strategy(
             module,
             servers,
@@ -257,6 +263,8 @@ def rig_runner(servers: Any, options: TuneOptions) -> Runner:
             trace_steps=options.trace_steps,
             seed=options.seed,
             delay_s=delay_s,
+            timeout_s=options.round_timeout,
+            what="a graphir-tune round",
         )
 
     return run

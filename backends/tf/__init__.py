@@ -167,8 +167,12 @@ def run_report(module: Module, steps: int, seed: int = 0, warmup: int = 2) -> st
         BackendError: the module cannot be lowered or run (one line).
     """
     from graphir.backends.tf.run import run_module
+    from graphir.runguard import RunMemoryError
 
-    return run_module(module, steps, warmup=warmup, seed=seed).line()
+    try:
+        return run_module(module, steps, warmup=warmup, seed=seed).line()
+    except MemoryError:  # sizes no check could know beforehand: still one line
+        raise RunMemoryError("--run-tf: this machine cannot allocate the memory the run needs") from None
 
 
 register_runner("tf", run_report)

@@ -49,6 +49,9 @@ import numpy as np
 
 from graphir.errors import GraphIRError
 from graphir.extras import require
+from graphir.runguard import IO_FLAG, allowing_io_ops, check_run_memory, check_runnable
+
+CHECK_RUN = "python -m graphir.backends.tf.check"
 
 __all__ = [
     "check_onnx_model",
@@ -191,8 +194,10 @@ def check_onnx_model(
 
     module = import_onnx(path)
     module.cluster_spec = cluster
+    check_runnable(module, CHECK_RUN)  # before the pipeline: a measuring profile mode runs the model too
     if passes:
         PassManager(parse_pipeline(passes)).run(module, PassContext(seed=seed))
+    check_run_memory(module, CHECK_RUN)
     lowered = lower(module, enforce_order=enforce_order)
     rng = np.random.default_rng(seed)
     inputs = []
@@ -291,6 +296,7 @@ def check_training_step(
 
     original = load_module(path)
     original.cluster_spec = cluster
+    check_runnable(original, CHECK_RUN)  # a training step runs: its ops must stay inside the process
     rewritten = load_module(path)
     rewritten.cluster_spec = cluster
     PassManager(parse_pipeline(passes)).run(rewritten, PassContext(seed=seed))
@@ -350,15 +356,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, default=4, help="logical CPU devices to create")
     parser.add_argument("--enforce-order", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        IO_FLAG,
+        action="store_true",
+        help="run models whose ops reach outside the process (custom ONNX domains; refused by default)",
+    )
     args = parser.parse_args(argv)
     configure_logical_cpus(args.devices)
     status = 0
     for model in args.models:
         try:
-            if args.train:
-                result = check_training_step(model, args.cluster, args.passes, args.devices, args.seed, args.int_high)
-            else:
-                result = check_onnx_model(model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed)
+            with allowing_io_ops(args.allow_io_ops):
+                if args.train:
+                    result = check_training_step(
+                        model, args.cluster, args.passes, args.devices, args.seed, args.int_high
+                    )
+                else:
+                    result = check_onnx_model(
+                        model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed
+                    )
         except GraphIRError as exc:
             result = {"model": model.name, "error": exc.one_line()}
             status = 1

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -123,14 +124,37 @@ class LocalServers:
         job = sorted(self.cluster_spec)[0]
         return f"grpc://{self.cluster_spec[job][0]}"
 
+    def troubled(self) -> str:
+        """The servers that died or are stopped, as one clause (``""`` when every one is running).
+
+        A stopped process (state ``T``, e.g. ``SIGSTOP``) or one in uninterruptible sleep for long
+        (``D``) answers nothing: it is what a hung worker looks like from outside.
+        """
+        parts = []
+        for (job, task), process in self.processes.items():
+            code = process.poll()
+            where = f"/job:{job}/task:{task} (pid {process.pid})"
+            if code is not None:
+                how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                parts.append(f"worker {where} died ({how})")
+            elif _process_state(process.pid) in ("T", "t"):
+                parts.append(f"worker {where} hung (stopped)")
+        return "; ".join(parts)
+
     def close(self, wait_s: float = 10.0) -> None:
-        """Stop every server (close its stdin, SIGTERM, SIGKILL after ``wait_s``)."""
+        """Stop every server (close its stdin, SIGTERM, SIGKILL after ``wait_s``).
+
+        A stopped server is continued after its SIGTERM, so it ends at once rather than at the
+        SIGKILL.
+        """
         for process in self.processes.values():
             with contextlib.suppress(OSError):
                 if process.stdin is not None:
                     process.stdin.close()
             if process.poll() is None:
                 process.terminate()
+                with contextlib.suppress(OSError):
+                    os.kill(process.pid, signal.SIGCONT)
         deadline = time.monotonic() + wait_s
         for process in self.processes.values():
             try:
@@ -192,6 +216,15 @@ def start_local_servers(
         yield servers
     finally:
         servers.close()
+
+
+def _process_state(pid: int) -> str:
+    """The state letter of ``/proc/PID/stat`` (``R``, ``S``, ``T``...), ``""`` when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _wait_ready(servers: LocalServers, timeout_s: float) -> None:

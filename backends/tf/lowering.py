@@ -324,13 +324,16 @@ def lowering_sequence(module: Module, enforce_order: bool) -> tuple[list[Node], 
 
 
 def _constant_devices(module: Module, devices: Mapping[Node, str]) -> dict[Value, str]:
-    """Each used constant -> the device of its first user in topological order (``""``: unplaced)."""
+    """Each used or returned constant -> the device of its first user in topological order (``""``: unplaced)."""
     position = {node: k for k, node in enumerate(module.graph.index().nodes)}
+    outputs = set(module.graph.outputs)
     result: dict[Value, str] = {}
     for value in module.graph.constants:
         users = [node for node, _ in value.uses]
         if users:
             result[value] = devices.get(min(users, key=position.__getitem__), "")
+        elif value in outputs:  # a constant returned as it is: made where TensorFlow chooses
+            result[value] = ""
     return result
 
 
@@ -557,6 +560,8 @@ def _constant_array(value: Value) -> np.ndarray:
         array = None if data is None else np.asarray(data.numpy())
     except ValueError:
         array = None
+    except (KeyError, TypeError):  # a type numpy cannot hold (u4, i4...)
+        raise BackendError(f"constant '%{value.name}' ({value.type}) has a type TensorFlow cannot be fed") from None
     if array is None:
         raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
     return array

@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import numpy as np
 
-from graphir.errors import PassError, describe_exception
+from graphir.errors import GraphIRError, PassError, describe_exception
 from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
+from graphir.runguard import Deadline
 from graphir.sampling import constant_array
 
 if TYPE_CHECKING:
@@ -121,7 +122,10 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
     if producer.startswith("tensorflow graphdef ") and producer.rsplit(" ", 1)[-1].isdigit():
         graph_def.versions.producer = int(producer.rsplit(" ", 1)[-1])  # the importer's record of it
     for value in graph.constants:
-        array = constant_array(value, rng)
+        try:
+            array = constant_array(value, rng)
+        except (KeyError, TypeError, ValueError, OverflowError):  # a type numpy cannot hold, a hostile shape
+            raise PassError(f"constant '%{value.name}' ({value.type}): no data can be made for it to run") from None
         node = graph_def.node.add(name=value.name, op="Const")
         proto = tf.make_tensor_proto(array)
         node.attr["dtype"].type = proto.dtype
@@ -169,11 +173,14 @@ def graphdef_placeholders(graph_def: graph_pb2.GraphDef) -> dict[str, tuple[int,
 # --------------------------------------------------------------------------- running
 
 
-def _session_config(threads: int) -> Any:
+def _session_config(threads: int, timeout_ms: int = 0) -> Any:
     import tensorflow as tf
 
     config = tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=threads, inter_op_parallelism_threads=threads, allow_soft_placement=True
+        intra_op_parallelism_threads=threads,
+        inter_op_parallelism_threads=threads,
+        allow_soft_placement=True,
+        operation_timeout_in_ms=timeout_ms,
     )
     config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
     config.graph_options.optimizer_options.do_constant_folding = False
@@ -217,10 +224,13 @@ def _feeds(graph: Any, rng: np.random.Generator) -> dict[Any, np.ndarray]:
         if not shape.is_fully_defined():
             raise PassError(f"placeholder '{op.name}' has no static shape ({shape}): cannot feed it")
         dtype = tf.dtypes.as_dtype(op.get_attr("dtype"))
-        if dtype.is_floating:
-            array = (rng.standard_normal(shape.as_list()) * 0.1).astype(dtype.as_numpy_dtype)
-        else:
-            array = np.zeros(shape.as_list(), dtype=dtype.as_numpy_dtype)
+        try:
+            if dtype.is_floating:
+                array = (rng.standard_normal(shape.as_list()) * 0.1).astype(dtype.as_numpy_dtype)
+            else:
+                array = np.zeros(shape.as_list(), dtype=dtype.as_numpy_dtype)
+        except (ValueError, TypeError, OverflowError, MemoryError):  # numpy's own size limit, a hostile dtype
+            raise PassError(f"placeholder '{op.name}' of shape {shape} and type {dtype.name}: cannot feed it") from None
         feeds[op.outputs[0]] = array
     return feeds
 
@@ -263,8 +273,20 @@ def node_stats(run_metadata: Any) -> dict[str, tuple[float, int, int]]:
     return out
 
 
+def _first_line(exc: BaseException) -> str:
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
 def measure_graphdef(
-    graph_def: graph_pb2.GraphDef, *, iterations: int = 3, warmup: int = 1, threads: int = 1, seed: int = 0
+    graph_def: graph_pb2.GraphDef,
+    *,
+    iterations: int = 3,
+    warmup: int = 1,
+    threads: int = 1,
+    seed: int = 0,
+    timeout_s: float | None = None,
+    what: str = "profile{mode=tf}",
 ) -> TfMeasurement:
     """Run ``graph_def`` in a traced TF session; per-node medians (see the module docstring).
 
@@ -274,9 +296,13 @@ def measure_graphdef(
         warmup: steps run first and discarded.
         threads: TF intra- and inter-op threads (0: TF's default, all cores).
         seed: seeds variable initial values and the fed inputs.
+        timeout_s: time limit of the whole measurement (``None``: the run time limit,
+            :func:`graphir.runguard.run_timeout`); each call's deadline is what is left of it.
+        what: the run, named in errors.
 
     Raises:
-        PassError: TensorFlow rejects the graph or a step fails (one line).
+        PassError: TensorFlow rejects the graph or a step fails (one line; out of memory says so).
+        RunTimeoutError: the time limit passed.
     """
     with _quiet():
         import tensorflow as tf
@@ -296,23 +322,36 @@ def measure_graphdef(
     except Exception as exc:
         raise PassError(f"TensorFlow rejects the graph ({describe_exception(exc)})") from None
     feeds = _feeds(graph, np.random.default_rng(seed))
-    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    deadline = Deadline(timeout_s, what)
+
+    def options() -> Any:
+        deadline.check()
+        return tf.compat.v1.RunOptions(
+            trace_level=tf.compat.v1.RunOptions.FULL_TRACE, timeout_in_ms=deadline.remaining_ms()
+        )
+
     samples: dict[str, list[tuple[float, int, int]]] = {}
     walls: list[float] = []
     try:
-        with tf.compat.v1.Session(graph=graph, config=_session_config(threads)) as session:
+        with tf.compat.v1.Session(graph=graph, config=_session_config(threads, deadline.remaining_ms())) as session:
             if init:
-                session.run(init)
+                session.run(init, options=options())
             for step in range(warmup + iterations):
                 metadata = tf.compat.v1.RunMetadata()
                 start = time.perf_counter()
-                session.run(targets, feed_dict=feeds, options=options, run_metadata=metadata)
+                session.run(targets, feed_dict=feeds, options=options(), run_metadata=metadata)
                 wall = time.perf_counter() - start
                 if step < warmup:
                     continue
                 walls.append(wall)
                 for name, stats in node_stats(metadata).items():
                     samples.setdefault(name, []).append(stats)
+    except GraphIRError:
+        raise
+    except tf.errors.DeadlineExceededError:
+        raise deadline.error("TensorFlow's call exceeded its deadline") from None
+    except tf.errors.ResourceExhaustedError as exc:
+        raise PassError(f"TensorFlow ran out of memory running the graph ({_first_line(exc)})") from None
     except Exception as exc:  # tf.errors.OpError and friends
         raise PassError(f"TensorFlow cannot run the graph ({describe_exception(exc)})") from None
     _rename_feeds(samples, {op.name for op in feeds_ops(graph)})

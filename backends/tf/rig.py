@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from graphir.cluster import Cluster, TransferService
-from graphir.errors import BackendError
+from graphir.errors import BackendError, GraphIRError
 from graphir.hostcpu import available_cores
 from graphir.ir import Module
 
@@ -132,6 +132,11 @@ def rig(cluster: Cluster, timeout_s: float = 120.0, pin: bool = True) -> Iterato
 
     Yields:
         The :class:`~graphir.backends.tf.distributed.LocalServers`.
+
+    A one-line error raised inside the block (a run that failed or reached its time limit) is
+    completed with the workers that died or stopped answering
+    (:meth:`~graphir.backends.tf.distributed.LocalServers.troubled`); every worker is stopped on the
+    way out, whatever happened.
     """
     from graphir.backends.tf.distributed import cluster_tasks, start_local_servers
 
@@ -139,7 +144,13 @@ def rig(cluster: Cluster, timeout_s: float = 120.0, pin: bool = True) -> Iterato
     with start_local_servers(
         cluster, timeout_s=timeout_s, cores=cores, threads=1, environment=WORKER_ENVIRONMENT
     ) as servers:
-        yield servers
+        try:
+            yield servers
+        except GraphIRError as exc:
+            troubled = servers.troubled()  # before the servers are stopped: which died, which hang
+            if troubled:
+                exc.message = f"{exc.message}; {troubled} (every worker of the rig was stopped)"
+            raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,9 +322,10 @@ def run_on_rig(
     seed: int = 0,
     variables: Mapping[str, Any] | None = None,
     enforce_order: bool | None = None,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
     min_seconds: float = 0.0,
     max_steps: int = 200,
+    what: str = "the rig run",
 ) -> RigRun:
     """Lower ``module`` and measure it on running rig ``servers`` (see the module docstring).
 
@@ -328,10 +340,12 @@ def run_on_rig(
         variables: given variable values (``{shared_name or node name: array}``).
         enforce_order: add the per-device order control dependencies (default: when the placement
             recorded the ``enforced`` order and every placed node has one).
-        timeout_s: bound of each session run.
+        timeout_s: time limit of the whole measurement (``None``: the run time limit,
+            :func:`graphir.runguard.run_timeout`).
         min_seconds: after the ``steps`` timed steps, keep timing steps until they add up to this many
             seconds (at most ``max_steps`` in all): a short step's median then rests on more samples.
         max_steps: bound of the timed steps under ``min_seconds``.
+        what: the run, named in errors.
     """
     from graphir.backends.tf import lower
     from graphir.backends.tf.run import SessionRunner, random_inputs, random_variables
@@ -347,7 +361,7 @@ def run_on_rig(
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
     inputs = random_inputs(module, lowered.input_names, seed)
-    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
+    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what) as runner:
         for _ in range(warmup):
             runner.run(inputs)
         times: list[float] = []

@@ -24,6 +24,7 @@ process). Importing this module does not load TensorFlow.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import statistics
 import time
@@ -33,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from graphir.attributes import numpy_dtype
-from graphir.errors import BackendError
+from graphir.errors import BackendError, GraphIRError, describe_exception
 from graphir.ir import Module, Value
+from graphir.runguard import Deadline, check_run_memory, check_runnable
 
 __all__ = [
     "RUN_TF_LINE",
@@ -48,6 +50,7 @@ __all__ = [
     "run_module",
     "simulated_makespan",
     "tasks_used",
+    "tf_run_error",
 ]
 
 RUN_TF_LINE = re.compile(r"^run-tf: measured median (?P<measured>\S+) s, simulated (?:(?P<simulated>\S+) s|n/a)")
@@ -111,9 +114,13 @@ def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high:
     Unknown dims become 1. Integers stay small so that token ids and class labels are valid for
     any vocabulary or class count of at least ``int_high``; booleans are random.
     """
+    from graphir.budget import human_bytes
+    from graphir.runguard import RunMemoryError, available_memory
+
     rng = np.random.default_rng(seed)
     values = _values_by_name(module)
     arrays = []
+    free = available_memory()
     for name in names:
         vtype = values[name].type
         shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (vtype.shape or ())]
@@ -121,6 +128,14 @@ def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high:
             dtype = np.dtype(numpy_dtype(vtype.dtype))
         except (KeyError, TypeError):
             raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made") from None
+        need = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn in float64 first
+        if math.prod(d for d in shape if d) * max(dtype.itemsize, 8) >= 1 << 63:  # numpy's own limit, even when empty
+            raise BackendError(f"input '%{name}' has type {vtype}, too large for any array (unknown dims fed as 1)")
+        if free and need > free:
+            raise RunMemoryError(
+                f"input '%{name}' ({vtype}, unknown dims fed as 1) needs {human_bytes(need)} of seeded data, more "
+                f"than this machine can give: {human_bytes(free)} available"
+            )
         if dtype.kind == "f":
             arrays.append(rng.standard_normal(shape).astype(dtype))
         elif dtype.kind in "iu":
@@ -166,9 +181,19 @@ def _loc(node: str) -> Any:
     return Location(node=node)
 
 
-def session_config(tf: Any, cpu_devices: int | None = None) -> Any:
-    """No soft placement, Grappler off, graph optimiser at L0 (no folding, CSE or inlining)."""
-    config = tf.compat.v1.ConfigProto(allow_soft_placement=False)
+def session_config(tf: Any, cpu_devices: int | None = None, timeout_s: float | None = None) -> Any:
+    """No soft placement, Grappler off, graph optimiser at L0 (no folding, CSE or inlining).
+
+    Every blocking call of the session, and every call a remote session makes to its master
+    (creating the session, registering and running its graph on the workers), is bounded by
+    ``timeout_s`` (``operation_timeout_in_ms``; ``None``: the run time limit,
+    :func:`graphir.runguard.run_timeout`): a worker that hangs or dies makes the call fail instead
+    of blocking the client forever.
+    """
+    from graphir.runguard import run_timeout
+
+    limit = run_timeout() if timeout_s is None else timeout_s
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False, operation_timeout_in_ms=max(int(limit * 1000), 1))
     if cpu_devices is not None:
         config.device_count["CPU"] = cpu_devices
     config.graph_options.rewrite_options.disable_meta_optimizer = True
@@ -178,6 +203,23 @@ def session_config(tf: Any, cpu_devices: int | None = None) -> Any:
     optimizer.do_common_subexpression_elimination = False
     optimizer.do_function_inlining = False
     return config
+
+
+def tf_run_error(exc: BaseException, what: str, deadline: Deadline | None = None) -> GraphIRError:
+    """The one-line error of a TensorFlow call that failed while running a model.
+
+    ``DeadlineExceeded`` is the run's time limit (:class:`~graphir.runguard.RunTimeoutError` when a
+    ``deadline`` is known); ``ResourceExhausted`` is memory TensorFlow could not allocate; anything
+    else names TensorFlow's error type and the first line of its message.
+    """
+    name = type(exc).__name__
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if name == "DeadlineExceededError" and deadline is not None:
+        return deadline.error("TensorFlow's call exceeded its deadline")
+    detail = describe_exception(exc) if not first else f"{name}: {first}"
+    if name == "ResourceExhaustedError":
+        return BackendError(f"{what}: TensorFlow ran out of memory ({detail})")
+    return BackendError(f"{what}: TensorFlow failed running the model ({detail})")
 
 
 class SessionRunner:
@@ -190,7 +232,15 @@ class SessionRunner:
         cpu_devices: CPU devices of an in-process session (``None``: TensorFlow's default).
         variables: ``{shared_name or VarHandleOp node name: array}``; variables left out keep
             whatever the runtime holds (in a fresh runtime: uninitialised, an error when read).
-        timeout_s: per-run timeout (``RunOptions.timeout_in_ms``); ``None``: none.
+        timeout_s: time limit of everything this runner runs, from its creation (each call's
+            ``RunOptions.timeout_in_ms`` is what is left of it; the session's operations are bounded
+            by it too, :func:`session_config`); ``None``: the run time limit,
+            :func:`graphir.runguard.run_timeout`.
+        what: the run, named in errors.
+
+    The module is checked first (:func:`graphir.runguard.check_runnable`). TensorFlow's errors
+    while running are one-line :class:`BackendError` or :class:`~graphir.runguard.RunTimeoutError`
+    (:func:`tf_run_error`).
     """
 
     def __init__(
@@ -201,15 +251,18 @@ class SessionRunner:
         cpu_devices: int | None = None,
         variables: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
+        what: str = "running the model",
     ):
         from graphir.backends.tf.lowering import node_devices
         from graphir.backends.tf.tf_graphdef import variable_values, variables_graphdef
         from graphir.importers.tf import load_tensorflow
 
+        check_runnable(module, what)
         tf = load_tensorflow("running on TensorFlow")
         self.tf = tf
         self.lowered = lowered
-        self.timeout_ms = 0 if timeout_s is None else int(timeout_s * 1000)
+        self.what = what
+        self.deadline = Deadline(timeout_s, what)
         devices = node_devices(module)
         self.graph = tf.Graph()
         reader = variables_graphdef(module, devices, tf)
@@ -221,21 +274,30 @@ class SessionRunner:
         self.init_targets = [f"graphir_init/{name}" for name in init.targets]
         init_feeds = {f"graphir_init/{name}": array for name, array in init.feeds.items()}
         self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
-        self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=session_config(tf, cpu_devices))
+        config = session_config(tf, cpu_devices, self.deadline.seconds)
+        self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=config)
         try:
             for targets, feeds in _init_batches(self.init_targets, init_feeds):
-                self.session.run(targets, feeds, options=self._options())
-        except Exception:
+                self._call(targets, feeds, self._options())
+        except BaseException:
             self.close()
             raise
 
     def _options(self, trace: bool = False) -> Any:
-        return self.tf.compat.v1.RunOptions(output_partition_graphs=trace, timeout_in_ms=self.timeout_ms)
+        self.deadline.check()
+        return self.tf.compat.v1.RunOptions(output_partition_graphs=trace, timeout_in_ms=self.deadline.remaining_ms())
+
+    def _call(self, fetches: Any, feed: Any, options: Any, run_metadata: Any = None) -> Any:
+        """``session.run`` with TensorFlow's errors as one line (:func:`tf_run_error`)."""
+        try:
+            return self.session.run(fetches, feed, options=options, run_metadata=run_metadata)
+        except self.tf.errors.OpError as exc:
+            raise tf_run_error(exc, self.what, self.deadline) from None
 
     def run(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> list[np.ndarray]:
         """One step: feed ``inputs`` (one per graph feed), return the fetched values (default: the outputs)."""
         feed = dict(zip(self.lowered.feeds, inputs, strict=True))
-        outputs = self.session.run(list(fetches or self.lowered.fetches), feed, options=self._options())
+        outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options())
         return [np.asarray(o) for o in outputs]
 
     def run_traced(
@@ -244,9 +306,7 @@ class SessionRunner:
         """:meth:`run`, also returning each op's device from ``RunMetadata``'s partition graphs."""
         feed = dict(zip(self.lowered.feeds, inputs, strict=True))
         metadata = self.tf.compat.v1.RunMetadata()
-        outputs = self.session.run(
-            list(fetches or self.lowered.fetches), feed, options=self._options(trace=True), run_metadata=metadata
-        )
+        outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options(trace=True), metadata)
         placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
         return [np.asarray(o) for o in outputs], placed
 
@@ -256,7 +316,7 @@ class SessionRunner:
         metadata = self.tf.compat.v1.RunMetadata()
         options = self._options(trace=True)
         options.trace_level = self.tf.compat.v1.RunOptions.FULL_TRACE
-        self.session.run(list(fetches or self.lowered.fetches), feed, options=options, run_metadata=metadata)
+        self._call(list(fetches or self.lowered.fetches), feed, options, metadata)
         return metadata
 
     def read_variables(self) -> dict[str, np.ndarray]:
@@ -264,7 +324,7 @@ class SessionRunner:
         if not self.read_fetches:
             return {}
         names = sorted(self.read_fetches)
-        values = self.session.run([self.read_fetches[n] for n in names], options=self._options())
+        values = self._call([self.read_fetches[n] for n in names], None, self._options())
         return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
 
     def close(self) -> None:
@@ -386,14 +446,18 @@ def run_module(
     seed: int = 0,
     variables: Mapping[str, Any] | None = None,
     enforce_order: bool | None = None,
-    timeout_s: float = 300.0,
+    timeout_s: float | None = None,
+    what: str = "--run-tf",
 ) -> RunReport:
     """Lower ``module`` and time it on its cluster's devices (see the module docstring).
 
     A cluster whose devices name jobs (``/job:worker/task:k/...``) runs on local
     ``tf.distribute.Server`` processes (:mod:`graphir.backends.tf.distributed`), one per task;
     otherwise in process on ``local_cpu_count(module)`` logical CPU devices (a GPU cluster's
-    device strings need those GPUs).
+    device strings need those GPUs). Before anything runs, the module is checked
+    (:func:`graphir.runguard.check_runnable`: ops that reach outside the process) and its memory
+    (:func:`graphir.runguard.check_run_memory`: the liveness peak per device against this
+    machine's available memory).
 
     Args:
         module: a placed module (unplaced nodes run where TensorFlow chooses).
@@ -403,10 +467,15 @@ def run_module(
         variables: initial variable values (``{shared_name or node name: array}``).
         enforce_order: add the order control dependencies (default: when the placement recorded the
             ``enforced`` order and every placed node has one).
-        timeout_s: bound of each session run, and of the servers' start-up.
+        timeout_s: time limit of the whole run, the servers' start-up included (``None``: the run
+            time limit, ``--run-timeout``, :func:`graphir.runguard.run_timeout`).
+        what: the run, named in errors.
     """
     if steps < 1:
         raise BackendError(f"--run-tf needs at least one step, got {steps}")
+    check_runnable(module, what)
+    check_run_memory(module, what)
+    deadline = Deadline(timeout_s, what)
     if enforce_order is None:
         from graphir.backends.tf.lowering import enforces_order
 
@@ -418,7 +487,7 @@ def run_module(
     if is_multihost(module):
         from graphir.backends.tf.rig import rig, run_on_rig
 
-        with rig(module.cluster, timeout_s=timeout_s) as servers:
+        with rig(module.cluster, timeout_s=deadline.remaining()) as servers:
             measured = run_on_rig(
                 module,
                 servers,
@@ -428,7 +497,8 @@ def run_module(
                 seed=seed,
                 variables=variables,
                 enforce_order=enforce_order,
-                timeout_s=timeout_s,
+                timeout_s=deadline.remaining(),
+                what=what,
             )
         times = measured.times_s
         tasks = sorted(tasks_used({name: device for name, device in measured.node_devices.items()}))
@@ -441,7 +511,8 @@ def run_module(
         values = {**random_variables(module, seed, skip=set(given)), **given}
         inputs = random_inputs(module, lowered.input_names, seed)
         devices = sorted({d for d in lowered.node_devices.values() if d})
-        with SessionRunner(module, lowered, "", local_cpu_count(module), values, timeout_s) as runner:
+        cpus = local_cpu_count(module)
+        with SessionRunner(module, lowered, "", cpus, values, deadline.remaining(), what) as runner:
             times = time_steps(runner, inputs, steps, warmup)
         tasks = []
     return RunReport(steps, warmup, statistics.median(times), times, simulated, devices, tasks)

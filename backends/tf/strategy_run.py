@@ -119,9 +119,14 @@ def run_strategy(
     trace_steps: int = 2,
     seed: int = 0,
     delay_s: float = 0.0,
-    timeout_s: float = 600.0,
+    timeout_s: float | None = None,
+    what: str = "the strategy run",
 ) -> StrategyRun:
-    """Lower the placed ``module``, assign ``variables`` (else seeded ones), train and measure (module docstring)."""
+    """Lower the placed ``module``, assign ``variables`` (else seeded ones), train and measure (module docstring).
+
+    ``timeout_s`` bounds the whole run (``None``: the run time limit, :func:`graphir.runguard.run_timeout`);
+    ``what`` names the run in errors.
+    """
     from graphir.backends.tf import lower
     from graphir.backends.tf.run import SessionRunner, random_inputs
     from graphir.backends.tf.tf_graphdef import variable_values
@@ -139,7 +144,7 @@ def run_strategy(
     inputs = [drawn[name] for name in lowered.input_names]
     losses: list[float] = []
     times: list[float] = []
-    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s) as runner:
+    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what) as runner:
         for _ in range(warmup):
             losses.append(_first_float(runner.run(inputs)))
         metadata = []

@@ -65,7 +65,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, numpy_helper
 
 from graphir.attributes import INLINE_ELEMENTS, DenseTensor, Opaque, ParamValue, dtype_from_numpy
-from graphir.errors import ImportError_, Location, describe_exception
+from graphir.errors import ImportError_, Location, describe_exception, one_line_text
 from graphir.gcpause import gc_paused
 from graphir.importers.onnx_attrs import _AttributeConversion
 from graphir.importers.onnx_checks import DATA_PROPAGATION_MAX_ELEMENTS as DATA_PROPAGATION_MAX_ELEMENTS
@@ -164,6 +164,37 @@ def _subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
     return graphs
 
 
+def nested_nodes(body: Opaque) -> list[tuple[str, str, str]]:
+    """``(node name, domain, op type)`` of every node of a serialized subgraph or local function, nested ones too.
+
+    ``body`` is an ``Opaque`` of kind ``onnx.GraphProto`` (an ``If``/``Loop``/``Scan`` body) or
+    ``onnx.FunctionProto``; what cannot be parsed is one entry of domain ``"<unreadable>"``.
+    """
+    proto: onnx.GraphProto | onnx.FunctionProto
+    proto = onnx.FunctionProto() if body.kind == "onnx.FunctionProto" else onnx.GraphProto()
+    try:
+        proto.ParseFromString(body.data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return [(body.kind, "<unreadable>", body.kind)]
+    out: list[tuple[str, str, str]] = []
+    pending: list[Iterable[onnx.NodeProto]] = [proto.node]
+    while pending:
+        for node in pending.pop():
+            out.append((node.name or node.op_type, node.domain, node.op_type))
+            pending.extend(graph.node for graph in _subgraphs(node))
+    return out
+
+
+def function_names(body: Opaque) -> set[tuple[str, str]]:
+    """``{(domain, name)}`` of a serialized ``onnx.FunctionProto`` (empty when unreadable)."""
+    function = onnx.FunctionProto()
+    try:
+        function.ParseFromString(body.data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return set()
+    return {(function.domain, function.name)}
+
+
 def _outer_references(graph: onnx.GraphProto) -> list[str]:
     """Names a subgraph reads without defining them (its implicit inputs), in first-use order."""
     defined: set[str] = {v.name for v in graph.input}
@@ -218,7 +249,7 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
 
     def warn(self, message: str, node: str | None = None) -> None:
         where = self.file if node is None else f"{self.file}:node '{node}'"
-        sys.stderr.write(f"{where}: warning: {message}\n")
+        sys.stderr.write(one_line_text(f"{where}: warning: {message}") + "\n")  # names may hold newlines
 
     # ----------------------------------------------------------------- driver
     def run(self) -> Module:
@@ -409,7 +440,12 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         base_dir = self.base_dir
 
         def load() -> np.ndarray:
-            return numpy_helper.to_array(tensor, base_dir)
+            try:
+                return numpy_helper.to_array(tensor, base_dir)
+            except (ValueError, TypeError, OSError) as exc:  # data that does not fill the declared dims...
+                raise self.error(
+                    f"initializer '{tensor.name}' cannot be read as declared ({describe_exception(exc)})"
+                ) from None
 
         return load
 
@@ -417,7 +453,13 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         base_dir = self.base_dir
 
         def load() -> np.ndarray:
-            return _densify(sparse, base_dir)
+            try:
+                return _densify(sparse, base_dir)
+            except (ValueError, TypeError, IndexError, OSError) as exc:
+                name = sparse.values.name
+                raise self.error(
+                    f"sparse initializer '{name}' cannot be read as declared ({describe_exception(exc)})"
+                ) from None
 
         return load
 

@@ -135,6 +135,42 @@ def load_tensorflow(what: str = "TensorFlow support") -> Any:
         os.close(devnull)
 
 
+def tf_op_registered(op_type: str) -> bool:
+    """Whether this TensorFlow registers the op type ``op_type`` (its ``OpDef`` is in the registry)."""
+    load_tensorflow("checking a model's ops against TensorFlow's registry")
+    from tensorflow.python.framework import op_def_registry
+
+    return op_def_registry.get(op_type) is not None
+
+
+def library_nodes(data: bytes) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """``(function, node, op type, string params)`` of every node of a serialized ``FunctionDefLibrary``.
+
+    The params are the node's ``string`` and ``list(string)`` attrs (what the run guard's
+    parameter rules read, :mod:`graphir.runguard`); an unreadable library is one entry of op
+    ``"<unreadable FunctionDefLibrary>"``, which no registry holds.
+    """
+    load_tensorflow("checking a model's function library")
+    from tensorflow.core.framework import function_pb2
+
+    library = function_pb2.FunctionDefLibrary()
+    try:
+        library.ParseFromString(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+        return [("<library>", "<library>", "<unreadable FunctionDefLibrary>", {})]
+    out: list[tuple[str, str, str, dict[str, Any]]] = []
+    for function in library.function:
+        for node in function.node_def:
+            params: dict[str, Any] = {}
+            for key, attr in node.attr.items():
+                if attr.WhichOneof("value") == "s":
+                    params[key] = attr.s.decode("utf-8", "replace")
+                elif attr.WhichOneof("value") == "list" and attr.list.s:
+                    params[key] = tuple(item.decode("utf-8", "replace") for item in attr.list.s)
+            out.append((function.signature.name, node.name, node.op, params))
+    return out
+
+
 class AttrWriter:
     """IR params back to TensorFlow ``AttrValue``s: the inverse of the import conversion (see *Params*).
 

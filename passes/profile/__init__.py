@@ -53,6 +53,7 @@ import dataclasses
 import json
 import statistics
 import tempfile
+import threading
 from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
@@ -78,6 +79,7 @@ from graphir.pass_infra import (
     register_pass,
 )
 from graphir.passes.profile.roofline import GraphWork, analyze_graph
+from graphir.runguard import Deadline, RunMemoryError, check_run_memory, check_runnable
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
@@ -87,7 +89,16 @@ DEFAULT_MODE = "analytical"
 
 @dataclasses.dataclass(frozen=True)
 class ProfileMode(Algorithm):
-    """Base of the modes of ``profile{mode=...}`` (frozen dataclasses; fields are their options)."""
+    """Base of the modes of ``profile{mode=...}`` (frozen dataclasses; fields are their options).
+
+    A mode that runs the model (``runs``) is guarded by :class:`Profile` before it starts: the
+    module's ops (:func:`graphir.runguard.check_runnable`, ``--allow-io-ops``) and, when the mode
+    runs the module at its own size (``checks_memory``), its memory against this machine's
+    (:func:`graphir.runguard.check_run_memory`).
+    """
+
+    runs: ClassVar[bool] = False
+    checks_memory: ClassVar[bool] = True
 
     def profile(self, module: Module, ctx: PassContext) -> PassResult:
         """Annotate ``cost`` and ``mem`` on every node of ``module``; the statistics."""
@@ -146,10 +157,19 @@ class Profile(Pass):
         return cls(mode, profiler(**options))
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
-        """Run the chosen mode's profiler, which writes the annotations."""
+        """Run the chosen mode's profiler, which writes the annotations (a running mode is guarded first)."""
         profiler = self.profiler
         assert profiler is not None
-        return profiler.profile(module, ctx)
+        if not profiler.runs:
+            return profiler.profile(module, ctx)
+        what = f"profile{{mode={profiler.name}}}"
+        check_runnable(module, what)
+        if profiler.checks_memory:
+            check_run_memory(module, what)
+        try:
+            return profiler.profile(module, ctx)
+        except MemoryError:  # sizes the check could not know (unknown dims): still one line
+            raise RunMemoryError(f"{what}: this machine cannot allocate the memory the run needs") from None
 
 
 def register_profile_mode(cls: type[ProfileMode]) -> type[ProfileMode]:
@@ -391,10 +411,13 @@ def export_onnx(module: Module, rng: np.random.Generator) -> tuple[Any, dict[str
         proto.attribute.extend(attributes)
         nodes.append(proto)
     initializers = []
-    for value in graph.constants:
-        array = constant_array(value, rng)
-        initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
-    feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
+    try:
+        for value in graph.constants:
+            array = constant_array(value, rng)
+            initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
+        feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a type numpy cannot hold, a hostile shape
+        raise PassError(f"value '%{value.name}' ({value.type}): no data can be made for it to run") from exc
     onnx_graph = helper.make_graph(
         nodes,
         graph.name,
@@ -425,7 +448,10 @@ def measure_onnxruntime(
         PassError: onnxruntime cannot load the exported model, or fails to run.
     """
     ort = require("onnxruntime", "ort", "profile{mode=onnxruntime}")
+    what = "profile{mode=onnxruntime}"
+    check_runnable(module, what)
     model, feeds = export_onnx(module, np.random.default_rng(seed))
+    deadline = Deadline(None, what)
     with tempfile.TemporaryDirectory(prefix="graphir-ort-") as tmp:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -434,13 +460,23 @@ def measure_onnxruntime(
         options.log_severity_level = 3
         if threads:
             options.intra_op_num_threads = threads
+        run_options = ort.RunOptions()
+        # The time limit: onnxruntime polls `terminate` between kernels and fails the run.
+        timer = threading.Timer(deadline.remaining(), setattr, (run_options, "terminate", True))
+        timer.daemon = True
+        timer.start()
         try:
             session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             for _ in range(warmup + iterations):
-                session.run(None, feeds)
+                deadline.check()
+                session.run(None, feeds, run_options)
         except Exception as exc:  # onnxruntime raises its own exception types
+            if run_options.terminate:
+                raise deadline.error("onnxruntime's run was terminated") from None
             message = " ".join(str(exc).split())
-            raise PassError(f"onnxruntime cannot run module '{module.name}': {message}") from exc
+            raise PassError(f"onnxruntime cannot run module '{module.name}': {message}") from None
+        finally:
+            timer.cancel()
         events = json.loads(Path(session.end_profiling()).read_text())
     return _parse_profile(module, events, warmup, iterations)
 
@@ -487,6 +523,7 @@ class OnnxRuntime(ProfileMode):
     """
 
     name: ClassVar[str] = "onnxruntime"
+    runs: ClassVar[bool] = True
     iterations: int = 10
     warmup: int = 2
     threads: int = 1

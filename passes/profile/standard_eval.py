@@ -104,6 +104,7 @@ class StandardEval(Regression):
     """
 
     name: ClassVar[str] = "standard-eval"
+    checks_memory: ClassVar[bool] = True  # step 2 runs the module itself
     threshold: float = 0.2
     placer: str = "m-topo"
     steps: int = 2

@@ -62,6 +62,7 @@ from graphir.ops import bare_op, is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
+from graphir.runguard import check_runnable
 
 _SLOW_NODE_S = 10e-6
 
@@ -79,6 +80,7 @@ class Tf(ProfileMode):
     """
 
     name: ClassVar[str] = "tf"
+    runs: ClassVar[bool] = True
     iterations: int = 10
     warmup: int = 2
     threads: int = 1
@@ -104,6 +106,7 @@ class Regression(Tf):
     """
 
     name: ClassVar[str] = "regression"
+    checks_memory: ClassVar[bool] = False  # measures smaller batches (and the target only when validating)
     batches: tuple[int, ...] = (1, 2, 4)
     target: int = 0
     validate: bool = False
@@ -186,6 +189,7 @@ def measure_module(module: Module, options: Tf, seed: int, names: list[str] | No
     """
     from graphir.backends.tf.measure import measure_graphdef, module_graphdef
 
+    check_runnable(module, f"profile{{mode={options.name}}}")
     graph_def = module_graphdef(module, np.random.default_rng(seed))
     measured = measure_graphdef(
         graph_def, iterations=options.iterations, warmup=options.warmup, threads=options.threads, seed=seed

@@ -48,6 +48,7 @@ from graphir.ir import Module, Node
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
+from graphir.runguard import Deadline
 
 if TYPE_CHECKING:
     from graphir.backends.tf.rig import RigRun
@@ -66,6 +67,7 @@ class TfRun(ProfileMode):
     """
 
     name: ClassVar[str] = "tf-run"
+    runs: ClassVar[bool] = True
     iterations: int = 10
     warmup: int = 2
 
@@ -87,8 +89,18 @@ def measure_placed(module: Module, iterations: int, warmup: int, seed: int, step
     """Run ``module`` as placed on its cluster's rig and return the measurements."""
     from graphir.backends.tf.rig import rig, run_on_rig
 
-    with rig(module.cluster) as servers:
-        return run_on_rig(module, servers, steps=steps, warmup=warmup, trace_steps=iterations, seed=seed)
+    deadline = Deadline(None, "profile{mode=tf-run}")
+    with rig(module.cluster, timeout_s=deadline.remaining()) as servers:
+        return run_on_rig(
+            module,
+            servers,
+            steps=steps,
+            warmup=warmup,
+            trace_steps=iterations,
+            seed=seed,
+            timeout_s=deadline.remaining(),
+            what=deadline.what,
+        )
 
 
 def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:

@@ -105,3 +105,34 @@ def test_short_seeded_fuzz_slice_finds_no_crash(seed: int) -> None:
     assert found == {}
     total = sum(sum(counts.values()) for counts in campaign.counts.values())
     assert total >= 200
+
+
+def test_a_file_written_outside_the_output_path_is_a_stray_outcome() -> None:
+    stray = dict(ANSWER, status=0, stray=["/tmp/graphir-fuzz-canary/stray.txt"])
+    outcome = fuzz.classify(stray)
+    assert outcome.outcome == "stray" and "stray.txt" in outcome.key
+    refused = dict(ANSWER, status=1, stderr="w.pb:node 'WriteFile': error: --run-tf refused: ...\n", survived=True)
+    assert fuzz.classify(refused).outcome == "error"
+
+
+def test_run_path_slice_refuses_io_seeds_and_writes_no_stray_file() -> None:
+    """A short seeded slice of the run paths (models executed on 2 logical CPUs): no crash, hang or stray file.
+
+    The seeds that write, read, list or print into files or call Python are refused in one line;
+    with ``--allow-io-ops`` the worker sees the file they write (the stray check works).
+    """
+    campaign = fuzz.run_campaign({"graphdef-run": 1, "onnx-run": 1}, 5, seconds=40, runs=24, save=False)
+    assert campaign.crashes == {}
+    assert sum(sum(counts.values()) for counts in campaign.counts.values()) >= 10
+    seeds = fuzz.SEEDS["graphdef-run"]()
+    writer = seeds[3]  # writes stray.txt into the working directory
+    worker = fuzz.Worker(timeout=60, memory_mb=3072)
+    try:
+        refused = fuzz.classify(worker.run(fuzz.Job("graphdef-run", writer, fuzz.GRAPHDEF_RUN_PIPELINES[1])))
+        assert refused.outcome == "error" and "--allow-io-ops" in refused.line
+        allowed = fuzz.classify(
+            worker.run(fuzz.Job("graphdef-run", writer, (*fuzz.GRAPHDEF_RUN_PIPELINES[1], "--allow-io-ops")))
+        )
+        assert allowed.outcome == "stray" and allowed.line.endswith("/cwd/stray.txt")
+    finally:
+        worker.close()
