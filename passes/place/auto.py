@@ -432,8 +432,11 @@ class Auto(Placer):
         simulate: CandidateSimulator,
         stats: dict[str, Stat],
         began: float,
-    ) -> Placement:
-        """A fine-graph candidate beat every coarse one: refine it on the fine graph with the budget left."""
+    ) -> tuple[Placement, Candidate]:
+        """A fine-graph candidate beat every coarse one: refine it on the fine graph within ``left``.
+
+        Returns the placement (of the fine problem) and its refined candidate.
+        """
         best, fine = fine_answer
         stats["auto.chosen"] = best.name
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
@@ -458,7 +461,7 @@ class Auto(Placer):
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
         stats["auto.fits"] = refined.fits
         stats["estimated-makespan-s"] = refined.makespan
-        return Placement(refined.device, refined.start, stats, problem=fine)
+        return Placement(refined.device, refined.start, stats, problem=fine), refined
 
     @staticmethod
     def _has_mem_model(name: str) -> bool:
@@ -533,8 +536,15 @@ class Auto(Placer):
                 budget += training_spent
                 stats["auto.budget-s"] = round(budget, 3)
         best = min(candidates, key=Candidate.key)
+        fine_finish: tuple[Placement, Candidate] | None = None
         if fine_answer is not None and fine_answer[0].better_than(best):
-            return self._finish_fine(fine_answer, best, budget - spent, simulate, stats, began)
+            if not best.fits or not self.refine:
+                return self._finish_fine(fine_answer, best, budget - spent, simulate, stats, began)[0]
+            # Both fit: the fine route's refinement moves fine nodes and often gains less than the
+            # coarse one from its best member, so each gets half of what is left; the better end wins.
+            half = (budget - spent) / 2
+            fine_finish = self._finish_fine(fine_answer, best, half, simulate, dict(stats), began)
+            spent += half
         stats["auto.chosen"] = best.name
         stats["auto.portfolio-ms"] = round(best.makespan * 1e3, 3)
         stats["auto.portfolio-wall-s"] = round(time.perf_counter() - began, 3)
@@ -583,4 +593,9 @@ class Auto(Placer):
         stats["auto.wall-s"] = round(time.perf_counter() - began, 3)
         stats["auto.fits"] = refined.fits
         stats["estimated-makespan-s"] = refined.makespan
+        if fine_finish is not None:
+            stats["auto.fine-route-ms"] = round(fine_finish[1].makespan * 1e3, 3)
+            if fine_finish[1].better_than(refined):
+                fine_finish[0].stats["auto.coarse-route-ms"] = round(refined.makespan * 1e3, 3)
+                return fine_finish[0]
         return answer
