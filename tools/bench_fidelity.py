@@ -48,7 +48,19 @@ about 25 minutes of rig time (``benchmarks/results/fidelity-notes.md`` has the t
 Placements: ``single`` (every node on worker 0), ``balanced`` (``place{algo=m-etf}``: Baechi's
 m-ETF, a balanced 2-way split) and ``fine`` (colocation classes dealt round-robin over the devices
 in topological order: a fine-grained placement that moves much data; scheduled by
-``place{algo=file}``).
+``place{algo=file}``). Held out (reported apart): ``topo``, ``metis`` and ``pipeline``.
+
+**The pipeline pair** (``--placements=pipeline``, a training model at a ``--train-batch`` that
+``--microbatches`` divides, e.g. ``--train-batch=4``): the pair runs its own module, the model's
+profiled module cloned and rewritten by ``microbatch{n=M}`` (default 4: ``M`` copies of forward and
+backward on ``G / M`` samples, the gradients summed into the one update) and placed by
+``place{algo=pipeline stages=N}`` (one contiguous range of layers per worker, every copy of a stage
+on its worker, each worker's order the 1F1B schedule's). Its costs are the original's profile,
+which the rewrite scales per copy by the roofline ratio of the micro-batch's shapes to the
+step's, not a profile of the rewritten graph: that is the prediction a user gets who profiles the
+step once and rewrites it (``parallelize`` screens and rewrites exactly so), and it keeps the
+bench's rule of one single-device profile per model, so the pair's error includes the rescaling's.
+It is held out: no rule of the ruler was chosen on it.
 
 Models: the ``*-infer`` ONNX models shipped with the ``onnx`` package (``light_*``: real
 architectures at batch 1) and the zoo's training steps rebuilt at ``--train-batch`` (default 1) by
@@ -110,10 +122,14 @@ MODELS: dict[str, str] = {
 
 PLACEMENTS = ("single", "balanced", "fine")
 """The scored placements (the benchmark's bar is over their pairs)."""
-HELD_OUT = ("topo", "metis")
+HELD_OUT = ("topo", "metis", "pipeline")
 """Held-out placements: measured and reported apart, never used to choose the ruler's rules. ``topo``:
 ``place{algo=m-topo}`` (Baechi's m-TOPO: a topological split that moves much data); ``metis``:
-``place{algo=metis}`` (a min-cut 2-way split that moves little)."""
+``place{algo=metis}`` (a min-cut 2-way split that moves little); ``pipeline``: the model rewritten
+by ``microbatch{n=M}`` and placed by ``place{algo=pipeline}`` (see :data:`REWRITING`)."""
+REWRITING = ("pipeline",)
+"""Placements that run a rewritten graph, not the model as imported: not in the default
+``--placements`` (training models only, ``--train-batch`` a multiple of ``--microbatches``)."""
 ORDERS = ("enforced", "dynamic")
 RULES = ("pair", "port", "task", "topology")
 
@@ -224,6 +240,27 @@ def fine_placement(module: Any) -> dict[str, str]:
     return mapping
 
 
+def rewrite_for(module: Any, placement: str, microbatches: int, seed: int) -> Any:
+    """The module a placement runs: ``module`` itself, or for ``pipeline`` a profiled copy micro-batched.
+
+    ``pipeline`` clones the profiled module and rewrites the clone with ``microbatch{n=M}``; the
+    rewrite scales each copy's profiled cost by the roofline ratio of its micro-batch shapes to the
+    original's (:mod:`graphir.passes.transform.replicate`), so the pair's simulated side is what a
+    user who profiles the step once and then rewrites it (as ``parallelize`` does) is told.
+    """
+    if placement not in REWRITING:
+        return module
+    from graphir.clone import clone_module
+    from graphir.pass_infra import PassContext
+    from graphir.pass_manager import PassManager
+    from graphir.pipeline import parse_pipeline
+
+    rewritten = clone_module(module)
+    rewritten.set_cluster(module.cluster)
+    PassManager(parse_pipeline(f"microbatch{{n={microbatches}}}")).run(rewritten, PassContext(seed=seed))
+    return rewritten
+
+
 def _place(module: Any, placement: str, order: str, congestion: str, scratch: Path, seed: int) -> Any:
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
@@ -241,6 +278,8 @@ def _place(module: Any, placement: str, order: str, congestion: str, scratch: Pa
         place = "place{algo=m-topo}"
     elif placement == "metis":
         place = "place{algo=metis}"
+    elif placement == "pipeline":  # one stage per device (the module is micro-batched: rewrite_for)
+        place = f"place{{algo=pipeline stages={len(module.cluster.devices)}}}"
     else:
         path = scratch / f"{module.name}-fine.json"
         path.write_text(json.dumps(fine_placement(module)))
@@ -279,10 +318,17 @@ class Pair:
     Attributes:
         row: the pair's row (the simulated side filled when placed, the measured side round by round).
         placed: IR node name -> ``(device, order)`` as the placer left it (reapplied before each run).
+        module: the module the pair runs when it is not the model's (a rewritten graph:
+            :func:`rewrite_for`); ``None``: the model's module, shared by its other pairs.
     """
 
     row: Row
     placed: dict[str, tuple[str | None, int | None]]
+    module: Any = None
+
+    def target(self, module: Any) -> Any:
+        """The module this pair runs, given the model's."""
+        return module if self.module is None else self.module
 
 
 def snapshot_placement(module: Any) -> dict[str, tuple[str | None, int | None]]:
@@ -310,29 +356,30 @@ def place_pairs(module: Any, name: str, cluster: Any, args: argparse.Namespace, 
 
     pairs = []
     for placement in args.placements:
+        target = rewrite_for(module, placement, getattr(args, "microbatches", 4), args.seed)
         for order in args.orders:
-            _place(module, placement, order, args.congestion, scratch, args.seed)
-            result = simulate(module, congestion=args.congestion)  # the recorded order
+            _place(target, placement, order, args.congestion, scratch, args.seed)
+            result = simulate(target, congestion=args.congestion)  # the recorded order
             if args.save_modules is not None:  # the placed, profiled module, to re-simulate offline
                 from graphir.printer import print_module
 
                 args.save_modules.mkdir(parents=True, exist_ok=True)
-                (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(module))
+                (args.save_modules / f"{name}-{placement}-{order}.gir").write_text(print_module(target))
             row = Row(
                 name,
                 placement,
                 order,
-                len(module.graph),
-                len({n.device for n in module.graph.nodes}),
+                len(target.graph),
+                len({n.device for n in target.graph.nodes}),
                 int(result.transfers),
                 int(sum(result.link_bytes.values())),
                 float("nan"),
                 float(result.makespan) + cluster.step_overhead,
                 [],
                 0.0,
-                simulated_by_rule={rule: simulated_step(module, rule) for rule in RULES},
+                simulated_by_rule={rule: simulated_step(target, rule) for rule in RULES},
             )
-            pairs.append(Pair(row, snapshot_placement(module)))
+            pairs.append(Pair(row, snapshot_placement(target), None if target is module else target))
     return pairs
 
 
@@ -368,12 +415,13 @@ def measure_round(
     links = LinkModel.from_cluster(cluster, args.congestion)
     with rig(cluster) as servers:
         for pair in pairs:
-            apply_placement(module, pair)
+            target = pair.target(module)
+            apply_placement(target, pair)
             row = pair.row
             load = _loadavg()
             trace = 1 if index == 0 else 0
             run = run_on_rig(
-                module,
+                target,
                 servers,
                 steps=args.steps,
                 warmup=args.warmup,
@@ -487,9 +535,13 @@ def write_markdown(
         "placements were made from) and the calibrated cluster below. "
         "Error = (simulated − measured) / measured.",
         "",
-        f"**{len(rows_scored)} pairs: median |error| {median:.1%}, worst {worst:.1%}** "
-        f"(target: median ≤ 10 %, worst ≤ 25 % over ≥ 15 pairs). 1-minute load average while measuring: "
-        f"{min(loads, default=0):.2f} – {max(loads, default=0):.2f}.",
+        (
+            f"**{len(rows_scored)} pairs: median |error| {median:.1%}, worst {worst:.1%}** "
+            "(target: median ≤ 10 %, worst ≤ 25 % over ≥ 15 pairs)."
+            if rows_scored
+            else "No scored pairs in this run (held-out pairs only, below)."
+        )
+        + f" 1-minute load average while measuring: {min(loads, default=0):.2f} – {max(loads, default=0):.2f}.",
         "",
         *[
             f"- `{order}` only: {len(chosen)} pairs, median |error| {_summary(chosen)[0]:.1%}, "
@@ -506,7 +558,11 @@ def write_markdown(
         "",
         "- *single*: every node on worker 0; *balanced*: `place{algo=m-etf}`; *fine*: colocation classes dealt "
         "round-robin over the workers in topological order (much data moved); held out: *topo* "
-        "(`place{algo=m-topo}`) and *metis* (`place{algo=metis}`). All are simulated with "
+        "(`place{algo=m-topo}`), *metis* (`place{algo=metis}`) and *pipeline* (the step rewritten by "
+        "`microbatch{n=M}`, one copy of forward and backward per micro-batch, placed by "
+        "`place{algo=pipeline}`: one stage per worker under the 1F1B order, enforced or not; its nodes are "
+        "the rewritten graph's and its costs the profile's scaled to the micro-batch by the roofline ratio). "
+        "All are simulated with "
         "the same per-node costs, measured once on one worker; *single* is that profiled configuration "
         "(its costs are scaled to the same run's untraced step, see `profile{mode=tf-run}`), so its rows "
         "check the per-op and per-step bookkeeping, and the split placements are the predictions.",
@@ -614,7 +670,7 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 6))
-    markers = {"single": "o", "balanced": "s", "fine": "^"}
+    markers = {"single": "o", "balanced": "s", "fine": "^", "topo": "v", "metis": "P", "pipeline": "D"}
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, model in enumerate(dict.fromkeys(r.model for r in rows)):
         color = colors[k % len(colors)]  # one colour per model; dynamic pairs hollow, in the same colour
@@ -693,8 +749,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument(
         "--placements",
-        default=",".join(PLACEMENTS + HELD_OUT),
-        help=f"comma-separated, of {', '.join(PLACEMENTS + HELD_OUT)} (reported apart: {', '.join(HELD_OUT)})",
+        default=",".join(p for p in PLACEMENTS + HELD_OUT if p not in REWRITING),
+        help=f"comma-separated, of {', '.join(PLACEMENTS + HELD_OUT)} (reported apart: {', '.join(HELD_OUT)}; "
+        f"not by default: {', '.join(REWRITING)}, training models at a --train-batch that --microbatches divides)",
+    )
+    parser.add_argument(
+        "--microbatches", type=int, default=4, help="pipeline: the micro-batches of microbatch{n=M} (default 4)"
     )
     parser.add_argument("--orders", default=",".join(ORDERS), help="execution orders, each recorded and run as such")
     parser.add_argument("--cluster", default="2xcpu-workers")
@@ -772,6 +832,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"bench-fidelity: unknown {', '.join(unknown)}", file=sys.stderr)
         return 1
+    if any(p in REWRITING for p in args.placements):
+        inference = [m for m in models if not MODELS[m].startswith("zoo")]
+        if args.microbatches < 1 or args.train_batch % args.microbatches or inference:
+            print(
+                f"bench-fidelity: {', '.join(REWRITING)} needs training models"
+                + (f" (not {', '.join(inference)})" if inference else "")
+                + f" and a --train-batch ({args.train_batch}) that --microbatches ({args.microbatches}) divides",
+                file=sys.stderr,
+            )
+            return 1
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from graphir.cluster import resolve_cluster, rig_cache_path
 
@@ -787,7 +857,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["--rig", f"--cluster={args.cluster}", "--max-bytes", str(16 << 20), "--runs", str(args.calibration_runs)]
         )
     cluster = resolve_cluster(args.cluster)
-    cluster_text = Path(rig_cache_path(int(count))).read_text() if count.isdigit() else args.cluster
+    if count.isdigit():
+        cluster_text = Path(rig_cache_path(int(count))).read_text()
+    else:  # a cluster file (e.g. a committed run's description) or another spec
+        cluster_text = Path(args.cluster).read_text() if Path(args.cluster).is_file() else args.cluster
     scratch_dir = tempfile.TemporaryDirectory(prefix="graphir-fidelity-")  # the fine placements' JSON files
     scratch = Path(scratch_dir.name)
     start = time.perf_counter()

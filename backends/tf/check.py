@@ -28,7 +28,10 @@ second moments: a variable whose gradient is zero in exact arithmetic, such as a
 bias, holds rounding noise that a per-variable ratio would report as a large error);
 ``max_rel_error_per_variable`` (each variable against itself, with the worst named) and
 ``update_rel_error`` (the same over the variables' changes) for information; ``loss_rel_error``;
-the variables compared and how many the step changed; the nodes and devices used.
+the variables compared and how many the step changed; the nodes and devices used; ``enforce_order``
+and ``order_dependencies`` (the control dependencies added along the devices' orders: by default
+when the placement recorded the ``enforced`` order, as ``place{algo=pipeline}`` does; forced on by
+``--enforce-order``), so a pipelined step is proven under the schedule's order, without deadlock.
 
 TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
 fresh process (:func:`configure_logical_cpus` first, which also turns oneDNN's graph rewrites
@@ -283,10 +286,21 @@ def _replica_feed(name: str, whole: dict[str, np.ndarray], replicas: int) -> np.
 
 
 def check_training_step(
-    path: Path, cluster: str, passes: str, devices: int, seed: int = 0, int_high: int = 2
+    path: Path,
+    cluster: str,
+    passes: str,
+    devices: int,
+    seed: int = 0,
+    int_high: int = 2,
+    enforce_order: bool | None = None,
 ) -> dict[str, Any]:
-    """One training step as imported and after ``passes``, from the same variables and batch (module docstring)."""
+    """One training step as imported and after ``passes``, from the same variables and batch (module docstring).
+
+    ``enforce_order`` applies to the rewritten graph's lowering (None: when its placement recorded
+    the ``enforced`` order, as ``place{algo=pipeline}`` does; the original always runs without).
+    """
     from graphir.backends.tf import lower
+    from graphir.backends.tf.lowering import lowering_sequence
     from graphir.backends.tf.run import SessionRunner, random_inputs
     from graphir.copies import REPLICAS_METADATA
     from graphir.importers import load_module
@@ -306,7 +320,7 @@ def check_training_step(
     with SessionRunner(original, lowered, "", devices, variables=variables, timeout_s=600) as runner:
         (loss,) = runner.run(inputs)
         want = runner.read_variables()
-    lowered_new = lower(rewritten, enforce_order=False)
+    lowered_new = lower(rewritten, enforce_order=enforce_order)
     whole = dict(zip(lowered.input_names, inputs, strict=True))
     replicas = int(rewritten.metadata.get(REPLICAS_METADATA, 1) or 1)  # type: ignore[arg-type]
     feeds = [_replica_feed(name, whole, replicas) for name in lowered_new.input_names]
@@ -331,6 +345,8 @@ def check_training_step(
         "nodes": len(original.graph),
         "nodes_after": len(rewritten.graph),
         "devices": sorted({n.device for n in rewritten.graph.nodes if n.device}),
+        "enforce_order": lowered_new.enforce_order,
+        "order_dependencies": len(lowering_sequence(rewritten, True)[1]) if lowered_new.enforce_order else 0,
         "variables": len(want),
         "changed": len(changed),
         "max_rel_error": errors.get(worst, 0.0),
@@ -354,7 +370,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cluster", default="4xcpu")
     parser.add_argument("--passes", default="profile,fuse{algo=cpd-topo},place{algo=adjusting}")
     parser.add_argument("--devices", type=int, default=4, help="logical CPU devices to create")
-    parser.add_argument("--enforce-order", action="store_true")
+    parser.add_argument(
+        "--enforce-order",
+        action="store_true",
+        default=None,
+        help="control dependencies along each device's order (--train default: when the placement recorded"
+        " the enforced order)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         IO_FLAG,
@@ -369,12 +391,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             with allowing_io_ops(args.allow_io_ops):
                 if args.train:
                     result = check_training_step(
-                        model, args.cluster, args.passes, args.devices, args.seed, args.int_high
+                        model, args.cluster, args.passes, args.devices, args.seed, args.int_high, args.enforce_order
                     )
                 else:
-                    result = check_onnx_model(
-                        model, args.cluster, args.passes, args.enforce_order, args.devices, args.seed
-                    )
+                    enforce = bool(args.enforce_order)
+                    result = check_onnx_model(model, args.cluster, args.passes, enforce, args.devices, args.seed)
         except GraphIRError as exc:
             result = {"model": model.name, "error": exc.one_line()}
             status = 1

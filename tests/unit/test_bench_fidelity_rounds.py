@@ -191,6 +191,18 @@ def test_rounds_and_steps_below_one_are_refused(capsys):
     assert bench_fidelity.main(["--calibration-runs", "0"]) == 1
 
 
+def test_the_pipeline_pair_is_refused_where_it_cannot_micro_batch(capsys):
+    # Not in the default placements; at the default --train-batch 1, or on an inference model, one line.
+    assert "pipeline" in bench_fidelity.HELD_OUT and "pipeline" in bench_fidelity.REWRITING
+    assert bench_fidelity.main(["--models", "gpt-train", "--placements", "pipeline", "--out", "/nonexistent/x.md"]) == 1
+    assert capsys.readouterr().err == (
+        "bench-fidelity: pipeline needs training models and a --train-batch (1) that --microbatches (4) divides\n"
+    )
+    argv = ["--models", "gpt-train,squeezenet-infer", "--placements", "balanced,pipeline", "--train-batch", "8"]
+    assert bench_fidelity.main(argv) == 1
+    assert "(not squeezenet-infer)" in capsys.readouterr().err
+
+
 def _render_committed(tmp_path: Path, name: str) -> tuple[str, list[Row]]:
     """``--render`` of the committed ``benchmarks/results/<name>``: the page's text and the run's rows."""
     committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
@@ -215,3 +227,47 @@ def test_the_committed_page_renders_its_rounds(tmp_path):
     text, rows = _render_committed(tmp_path, "fidelity.json")
     assert "3 interleaved rounds" in text
     assert all(len(row.rounds_s) == 3 and row.measured_s in row.rounds_s for row in rows)
+
+
+def test_the_pipeline_pair_runs_its_own_micro_batched_module_on_one_stage_per_worker(tmp_path):
+    # A 4-layer MLP training step (test_place_pipeline's) at batch 64, width 512 (compute-bound) on the
+    # 2-worker rig's cluster:
+    # the pair's module is a micro-batched clone (4 copies mb0..mb3), stages cut by layers, one per
+    # worker; the model's own module is left as it was (the other pairs share it).
+    from test_place_pipeline import mlp_train
+
+    from graphir.copies import copy_of
+    from graphir.parser import parse_module
+    from graphir.pass_infra import PassContext
+    from graphir.passes.profile import Profile
+
+    module = parse_module(mlp_train(layers=4, batch=64, width=512, cluster="4xcpu"))
+    module.set_cluster(cpu_workers_cluster(2))
+    Profile().run(module, PassContext())
+    before = {n.name: (n.device, n.order, n.cost) for n in module.graph.nodes}
+    args = argparse.Namespace(
+        placements=["single", "pipeline"],
+        orders=["enforced"],
+        congestion="topology",
+        seed=0,
+        save_modules=tmp_path / "saved",
+        microbatches=4,
+    )
+    single, pipeline = place_pairs(module, "mlp", module.cluster, args, tmp_path)
+    assert single.module is None and single.target(module) is module
+    rewritten = pipeline.target(module)
+    assert rewritten is not module and pipeline.row.nodes == len(rewritten.graph) > 2 * len(module.graph)
+    assert {copy_of(n.name)[1] for n in rewritten.graph.nodes} == {-1, 0, 1, 2, 3}
+    assert recorded_order(rewritten) == "enforced" and pipeline.row.devices_used == 2
+    # every copy of a layer's forward op on the same worker; layer 0 on worker0, layer 3 on worker1
+    for layer, worker in ((0, "worker0"), (3, "worker1")):
+        assert {rewritten.graph.node(f"mb{m}/d{layer}/MatMul").device for m in range(4)} == {worker}
+    # the copies' costs are the profile's scaled to a quarter of the batch (smaller, not zero)
+    whole = module.graph.node("d1/MatMul").cost.time("cpu")
+    part = rewritten.graph.node("mb2/d1/MatMul").cost.time("cpu")
+    assert 0 < part < whole
+    assert pipeline.row.simulated_s > 0 and (tmp_path / "saved" / "mlp-pipeline-enforced.gir").is_file()
+    for node in module.graph.nodes:  # the model's module: single's placement, the profile unchanged
+        assert node.device == "worker0" and node.cost == before[node.name][2]
+    apply_placement(rewritten, pipeline)
+    assert rewritten.graph.node("mb0/d0/MatMul").device == "worker0"

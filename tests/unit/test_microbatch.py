@@ -3,7 +3,10 @@
 The structure is checked on the hand-built MLP training step of test_data_parallel.py; the numbers on
 TensorFlow: one training step of the zoo's tiny GPT and of a small CNN, original and micro-batched
 (or data-parallel through the IR's re-batching), from the same variables and batch on 4 logical
-CPUs (``python -m graphir.backends.tf.check --train``), every variable within 1e-5.
+CPUs (``python -m graphir.backends.tf.check --train``), every variable within 1e-5. Pipelined steps
+(``place{algo=pipeline}`` under GPipe and 1F1B, alone and with data parallelism, and whatever
+``parallelize`` chooses) run with each device's recorded order enforced by control dependencies:
+the schedule's order must neither deadlock TensorFlow nor change the step.
 """
 
 from __future__ import annotations
@@ -132,11 +135,12 @@ _SCRIPT = textwrap.dedent(
     from tf_models import build_train
     from graphir.backends.tf.check import check_training_step
     model, batch, pipelines, out = sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), Path(sys.argv[5])
+    enforce = json.loads(sys.argv[6])
     graph_def, _ = build_train(model, batch, dropout=False)
     path = out / f"{model}.pb"
     path.write_bytes(graph_def.SerializeToString(deterministic=True))
-    report = {"reports": [check_training_step(path, "4xcpu", p, 4) for p in pipelines]}
-    if model == "gpt":  # the old path: placeholders re-batched, TensorFlow re-infers the shapes
+    report = {"reports": [check_training_step(path, "4xcpu", p, 4, enforce_order=enforce) for p in pipelines]}
+    if model == "gpt" and enforce is None:  # the old path: placeholders re-batched, TensorFlow re-infers the shapes
         from graphir.importers.tf import import_graphdef
         from graphir.passes.transform.batching import rebatch_graphdef
         try:
@@ -149,20 +153,28 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def _check(model: str, batch: int, pipelines: list[str], tmp_path: Path) -> dict:
+def _check(model: str, batch: int, pipelines: list[str], tmp_path: Path, enforce: bool | None = None) -> dict:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
     here = str(Path(__file__).resolve().parent)
     command = [sys.executable, "-c", _SCRIPT, here, model, str(batch), json.dumps(pipelines), str(tmp_path)]
+    command.append(json.dumps(enforce))
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
 
 
-def _assert_same_step(report: dict) -> None:
+def _assert_same_step(report: dict, devices: int = 4) -> None:
     assert report["max_rel_error"] <= TOLERANCE, report
     assert report["loss_rel_error"] <= TOLERANCE, report
     assert report["changed"] >= report["variables"] - 2 > 10, report  # the step really trained
-    assert len(report["devices"]) == 4, report
+    assert len(report["devices"]) == devices, report
+
+
+def _assert_pipelined(report: dict, devices: int) -> None:
+    """The same step, under the enforced order: one control dependency per placed node but each device's first."""
+    _assert_same_step(report, devices)
+    assert report["enforce_order"] is True, report
+    assert report["order_dependencies"] >= report["nodes_after"] - 4 * devices - 50, report
 
 
 @pytest.mark.slow
@@ -186,3 +198,39 @@ def test_cnn_microbatched_steps_equal_the_original(tmp_path):
     for report in _check("cnn_plain", 8, pipelines, tmp_path)["reports"]:
         _assert_same_step(report)
         assert report["max_rel_error_per_variable"] <= TOLERANCE, report
+
+
+PIPELINES = {
+    "1f1b": "microbatch{n=4},place{algo=pipeline stages=2 schedule=1f1b}",
+    "gpipe": "microbatch{n=4},place{algo=pipeline stages=2 schedule=gpipe}",
+    "hybrid": "data-parallel{replicas=2 microbatches=2},place{algo=pipeline stages=2}",
+}
+
+
+def test_cnn_pipelined_1f1b_step_equals_the_original(tmp_path):
+    """Two stages, four micro-batches under 1F1B, the per-device order enforced (~8 s)."""
+    (report,) = _check("cnn_plain", 8, [PIPELINES["1f1b"]], tmp_path, enforce=True)["reports"]
+    _assert_pipelined(report, 2)
+    assert report["nodes_after"] > 2 * report["nodes"]
+    assert report["max_rel_error_per_variable"] <= TOLERANCE, report
+
+
+@pytest.mark.slow
+def test_cnn_pipelined_gpipe_and_hybrid_steps_equal_the_original(tmp_path):
+    found = _check("cnn_plain", 8, [PIPELINES["gpipe"], PIPELINES["hybrid"]], tmp_path, enforce=True)
+    gpipe, hybrid = found["reports"]
+    _assert_pipelined(gpipe, 2)
+    _assert_pipelined(hybrid, 4)  # replica r stage s on cpu(2r + s)
+
+
+@pytest.mark.slow
+def test_gpt_pipelined_steps_equal_the_original(tmp_path):
+    """GPipe, 1F1B, 2 replicas x 2 stages, and parallelize's choice, each with its order enforced."""
+    pipelines = [PIPELINES["1f1b"], PIPELINES["gpipe"], PIPELINES["hybrid"], "parallelize"]
+    one, gpipe, hybrid, chosen = _check("gpt", 8, pipelines, tmp_path, enforce=True)["reports"]
+    for report in (one, gpipe):
+        _assert_pipelined(report, 2)
+        assert report["nodes_after"] > 3 * report["nodes"]
+    _assert_pipelined(hybrid, 4)
+    _assert_same_step(chosen)  # on this tiny step the simulator picks plain op placement (auto) over 4 CPUs
+    assert chosen["enforce_order"] is True and chosen["order_dependencies"] > 0, chosen
