@@ -62,7 +62,7 @@ judges the simulator alone. ``rescaled`` uses the model's profile as the rewrite
 copy, the roofline ratio of the micro-batch's shapes to the step's), the prediction a user who
 profiles the step once and rewrites it (as ``parallelize`` does) gets; its error adds the
 rescaling's, which ``benchmarks/results/fidelity-pipeline.md`` shows is large where the roofline
-is weight-bound at both batches while the measured kernel is not (the LSTM's ``[4, 1024] x [1024,
+is weight-bound at both batches while the measured kernel is not (the LSTM's ``[4, 512] x [512,
 2048]`` MatMuls keep their whole batch-4 time per batch-1 copy: 3.7x the step's compute).
 It is held out: no rule of the ruler was chosen on it.
 
@@ -524,7 +524,7 @@ def _summary_text(rows: Sequence[Row]) -> str:
     scored = [r for r in rows if r.placement not in HELD_OUT]
     held_out = [r for r in rows if r.placement in HELD_OUT]
     median, worst = _summary(scored)
-    text = f"{len(scored)} pairs: median |error| {median:.1%}, worst {worst:.1%}"
+    text = f"{len(scored)} pairs: median |error| {median:.1%}, worst {worst:.1%}" if scored else "no scored pairs"
     if held_out:
         median, worst = _summary(held_out)
         text += f"; held out: {len(held_out)} pairs: median |error| {median:.1%}, worst {worst:.1%}"
