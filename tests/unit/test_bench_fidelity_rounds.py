@@ -252,6 +252,7 @@ def test_the_pipeline_pair_runs_its_own_micro_batched_module_on_one_stage_per_wo
         seed=0,
         save_modules=tmp_path / "saved",
         microbatches=4,
+        pipeline_profile="rescaled",  # the model's profile scaled by the rewrite ("own" profiles on the rig)
     )
     single, pipeline = place_pairs(module, "mlp", module.cluster, args, tmp_path)
     assert single.module is None and single.target(module) is module

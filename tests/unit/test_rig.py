@@ -402,8 +402,10 @@ def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
         "topology",
     )
     assert main(["--render", "--out", str(out), "--note", "Findings."]) == 0
-    expected = tmp_path / "expected.md"
+    expected = tmp_path / "expected" / "fidelity.md"  # the same name: the page links its own plot, fidelity.png
+    expected.parent.mkdir()
     write_markdown(rows, expected, command, cluster_text, ["Findings."])
+    assert "![simulated vs measured](fidelity.png)" in expected.read_text()
     assert (
         out.read_text() == expected.read_text() and "**2 pairs: median |error| 17.5%, worst 25.0%**" in out.read_text()
     )
