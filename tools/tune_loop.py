@@ -318,7 +318,8 @@ def fastt_start(module: Module, seed: int, start: str = "auto", replica: Module 
     in place** into FastT's data-parallel input graph (:func:`graphir.passes.transform.replicate.data_parallel`,
     ``n`` replicas of ``batch / n`` samples, ``replica``: the model at that batch, default: TensorFlow
     rebuilds it) and the first strategy is ``place{algo=data-parallel}``. A graph that cannot be
-    replicated starts from one device (``single``), with the reason. A model that does not fit one
+    replicated, or is not a training step (no gradients to average), starts from one device
+    (``single``), with the reason. A model that does not fit one
     device starts from model parallelism (``m-topo``, devices filled in topological order).
     ``start="data-parallel"`` insists on the data-parallel graph (an error when it cannot be
     built); any other ``start`` names the placer of the first strategy on the graph as given.
@@ -326,6 +327,7 @@ def fastt_start(module: Module, seed: int, start: str = "auto", replica: Module 
     Raises:
         GraphIRError: ``start="data-parallel"`` on a graph that cannot be replicated.
     """
+    from graphir.passes.training import training_structure
     from graphir.passes.transform.replicate import data_parallel
 
     devices = len(module.cluster.devices)
@@ -336,6 +338,10 @@ def fastt_start(module: Module, seed: int, start: str = "auto", replica: Module 
         return Start("m-topo", 1, False, "the model does not fit one device: model parallelism (m-topo)")
     if devices < 2:
         return Start("single", 1, fits, "one device: nothing to replicate")
+    if start == "auto" and training_structure(module) is None:
+        # FastT replicates a training step (its gradients averaged into one update); graphir re-batches
+        # any graph in the IR, but an inference graph has nothing to average: it starts on one device.
+        return Start("single", 1, fits, "fits one device, but not a training graph: one device")
     try:
         result = data_parallel(module, devices, replica=replica)
     except GraphIRError as exc:

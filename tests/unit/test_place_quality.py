@@ -27,6 +27,7 @@ NOT_COMPARED = {
     "file": "reads a placement from a file, places nothing itself",
     "data-parallel": "places only graphs that the data-parallel pass replicated",
     "stages": "places only training graphs (layers of forward, gradients, updates): tests/unit/test_place_stages.py",
+    "pipeline": "places only training graphs (micro-batched or not): tests/unit/test_place_pipeline.py",
 }
 
 
