@@ -246,18 +246,7 @@ class Node:
 
     def add_control_input(self, node: Node) -> None:
         """Make this node run after ``node`` (a control dependency); duplicates are ignored."""
-        if node.graph is not self.graph:
-            raise ValueError(f"control input '{node.name}' of '{self.name}' is not in the same graph")
-        if node in self.control_inputs:
-            return
-        if type(self.control_inputs) is tuple:
-            self.control_inputs = []
-        if type(node.control_users) is tuple:
-            node.control_users = []
-        self.control_inputs.append(node)
-        node.control_users.append(self)
-        if self.graph is not None:
-            self.graph._touch()
+        self.add_control_inputs((node,))
 
     def add_control_inputs(self, nodes: Iterable[Node]) -> None:
         """:meth:`add_control_input` for each of ``nodes``, in order, in time linear in their number.
@@ -266,11 +255,12 @@ class Node:
         replica) would make repeated :meth:`add_control_input` calls quadratic.
         """
         present = set(self.control_inputs)
+        added = False
         for node in nodes:
-            if node in present:
-                continue
             if node.graph is not self.graph:
                 raise ValueError(f"control input '{node.name}' of '{self.name}' is not in the same graph")
+            if node in present:
+                continue
             present.add(node)
             if type(self.control_inputs) is tuple:
                 self.control_inputs = []
@@ -278,7 +268,8 @@ class Node:
                 node.control_users = []
             self.control_inputs.append(node)
             node.control_users.append(self)
-        if self.graph is not None:
+            added = True
+        if added and self.graph is not None:
             self.graph._touch()
 
     def remove_control_input(self, node: Node) -> None:
