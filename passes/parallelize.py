@@ -57,6 +57,7 @@ from graphir.passes.place import Place
 from graphir.passes.place.pipeline import (
     LayerProfile,
     accelerators,
+    boundary_times,
     layer_profile,
     partition_layers,
     training_layout,
@@ -264,12 +265,7 @@ class Parallelize(Pass):
         copies = [activation_copies(schedule, s, stages, microbatches) for s in range(stages)]
         capacity = [float(module.cluster.devices[targets[s]].memory) for s in range(stages)]
         pair = targets[:2] if len(targets) > 1 else targets
-        boundary = np.asarray(
-            [
-                links.transfer_time(f * scale, pair[0], pair[-1]) + links.transfer_time(g * scale, pair[-1], pair[0])
-                for f, g in zip(profile.send.tolist(), profile.send_back.tolist(), strict=True)
-            ]
-        )
+        boundary = boundary_times(profile, links, pair, scale)
         stage_of_layer = partition_layers(
             profile, stages, copies=copies, capacity=capacity, boundary_time=boundary, scale=scale, op_overhead=overhead
         )

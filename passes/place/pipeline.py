@@ -75,6 +75,7 @@ __all__ = [
     "PipelinePlan",
     "TrainingLayout",
     "accelerators",
+    "boundary_times",
     "layer_profile",
     "partition_layers",
     "pipeline_plan",
@@ -403,7 +404,7 @@ class PipelinePlan:
     stage_time: list[float]
 
 
-def _boundary_times(profile: LayerProfile, links: LinkModel, devices: Sequence[int], scale: float) -> np.ndarray:
+def boundary_times(profile: LayerProfile, links: LinkModel, devices: Sequence[int], scale: float) -> np.ndarray:
     """Per boundary, forward plus backward transfer time of one micro-batch between two stage devices."""
     if len(devices) < 2 or profile.num_layers < 2:
         return np.zeros(max(profile.num_layers - 1, 0))
@@ -448,7 +449,7 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
     links = LinkModel.from_cluster(cluster)
     copies = [activation_copies(schedule, s, stages, microbatches) for s in range(stages)]
     capacity = [float(cluster.devices[targets[s]].memory) for s in range(stages)]
-    boundary = _boundary_times(profile, links, targets[:stages], 1.0)
+    boundary = boundary_times(profile, links, targets[:stages], 1.0)
     stage_of_layer = partition_layers(profile, stages, copies=copies, capacity=capacity, boundary_time=boundary)
     if stage_of_layer is None:  # nothing fits: balance memory shares, the simulator reports the overflow
         stage_of_layer = partition_layers(
