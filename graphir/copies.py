@@ -3,13 +3,26 @@
 ``data-parallel{replicas=D microbatches=M}`` and ``microbatch{n=M}``
 (:mod:`graphir.passes.transform.replicate`) copy a training step's forward and backward pass; copy
 ``(r, m)`` of node (or value) ``x`` is named by :func:`copy_name`, and :func:`copy_of` reads a name
-back. They live in the IR core because the rewrites (passes), the placers that put each copy on a
-device and the TensorFlow check that feeds each replica its slice of the batch (backends) all read them.
+back. With mirrored variables (``data-parallel{sync=allreduce}``) every replica also holds its own
+copy of the shared part (variables, their reads and updates, the gradients' all-reduce):
+:func:`mirror_name` names replica ``r``'s copy ``mirror<r>/x`` and :func:`mirror_of` reads it back.
+They live in the IR core because the rewrites (passes), the placers that put each copy on a device
+and the TensorFlow check that feeds each replica its slice of the batch (backends) all read them.
 """
 
 from __future__ import annotations
 
-__all__ = ["MICROBATCHES_METADATA", "REPLICAS_METADATA", "copy_name", "copy_of", "replica_name", "replica_of"]
+__all__ = [
+    "MICROBATCHES_METADATA",
+    "REPLICAS_METADATA",
+    "copy_name",
+    "copy_of",
+    "mirror_name",
+    "mirror_of",
+    "original_name",
+    "replica_name",
+    "replica_of",
+]
 
 REPLICAS_METADATA = "data_parallel_replicas"
 """Module metadata key holding the number of replicas of a data-parallel graph."""
@@ -69,3 +82,19 @@ def replica_of(name: str) -> int:
     head, sep, _ = name.partition("/")
     digits = head[len("replica") :]
     return int(digits) if sep and digits.isdigit() else -1
+
+
+def mirror_name(name: str, replica: int) -> str:
+    """The name of replica ``replica``'s mirror of shared node or value ``name`` (``mirror<r>/x``)."""
+    return f"mirror{replica}/{name}"
+
+
+def mirror_of(name: str) -> tuple[int, str]:
+    """``(replica, original name)`` of a mirror's name (``mirror2/x`` -> ``(2, "x")``); ``(-1, name)`` otherwise."""
+    found = _prefixed(name, "mirror")
+    return found if found is not None else (-1, name)
+
+
+def original_name(name: str) -> str:
+    """The model's name of a copy or a mirror (``replica1/mb0/x``, ``mirror1/x`` -> ``x``)."""
+    return copy_of(mirror_of(name)[1])[2]

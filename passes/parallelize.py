@@ -9,7 +9,13 @@ simulator:
    ``D`` dividing ``N`` (and ``G``), ``S = N / D`` stages, every micro-batch count ``M`` (powers of
    two up to ``max-microbatches``, dividing ``G / D``) and, with ``S > 1``, each schedule of
    ``schedules``. ``D = N, S = 1`` is data parallelism (with ``M > 1``: gradient accumulation), and
-   ``D = 1, S = N, M = 1`` the stage placement.
+   ``D = 1, S = N, M = 1`` the stage placement. With one stage the replicas mirror the variables
+   and meet by a ring all-reduce (``data-parallel{sync=allreduce}``,
+   :func:`graphir.passes.transform.replicate.data_parallel` step 6: what DDP, Horovod and
+   Megatron-LM's data dimension run), and without micro-batches the step runs under TensorFlow's
+   executor order (each replica's share of the ring starts as its chunks arrive); with stages, the
+   replicas of a stage share one copy of each variable (``sync=ps``), whose update the pipeline
+   order keys after the passes that make its gradients.
 2. **Screening** (no rewrite): the layer profile of the module
    (:func:`graphir.passes.place.pipeline.layer_profile`: per layer, forward and backward compute,
    update, persistent and saved bytes, boundary bytes) is scaled to the micro-batch ``G / (D M)``
@@ -17,7 +23,9 @@ simulator:
    cut (:func:`graphir.passes.place.pipeline.partition_layers`, memory a hard limit under the
    schedule's live micro-batches) and the step is estimated by the schedule's event model
    (:func:`graphir.passes.place.pipeline_schedule.pipeline_timeline`) plus, with ``D > 1``, what
-   the replicas' exchange leaves exposed: each stage's weights (``(D - 1) / D`` of its variables'
+   the replicas' exchange leaves exposed: with the ring all-reduce, what of its
+   ``2 (D - 1) / D`` of the gradients' bytes per link the backward pass does not hide, plus the
+   first layer's share (made last); with shared variables, each stage's weights (``(D - 1) / D`` of its variables'
    bytes, a ring all-reduce's share) go out behind one micro-batch's forward and its gradients come
    back behind one micro-batch's backward, layer by layer. A candidate whose split does not fit
    is skipped with its reason.
@@ -98,8 +106,13 @@ class Candidate:
         """``D2xS2xM8.1f1b`` (``auto`` for plain op placement)."""
         if self.stages == 0:
             return "auto"
-        schedule = self.schedule if self.stages > 1 else "accumulate"
+        schedule = self.schedule if self.stages > 1 else self.sync if self.replicas > 1 else "accumulate"
         return f"D{self.replicas}xS{self.stages}xM{self.microbatches}.{schedule}"
+
+    @property
+    def sync(self) -> str:
+        """How the replicas' gradients meet (module docstring, step 1): ``allreduce`` for one stage, else ``ps``."""
+        return "allreduce" if self.stages == 1 and self.replicas > 1 else "ps"
 
     @property
     def copies(self) -> int:
@@ -285,7 +298,16 @@ class Parallelize(Pass):
             schedule, microbatches, forward.tolist(), backward.tolist(), send=send, send_back=back, update=update
         )
         exposed = 0.0
-        if replicas > 1:
+        if candidate.sync == "allreduce":
+            # A ring all-reduce moves 2 (D - 1) / D of the gradients' bytes over each ring link as the
+            # backward pass makes them; what the backward pass cannot hide, and the last layer made
+            # (the first layer's gradients: the embedding), come after it.
+            weights = profile.persistent / 3.0  # Adam: var, m, v
+            a, b = targets[0], targets[1]
+            ring = 2.0 * (replicas - 1) / replicas
+            total = links.transfer_time(float(weights.sum()) * ring, a, b)
+            exposed = max(total - float(backward.sum()), 0.0) + links.transfer_time(float(weights[0]) * ring, a, b)
+        elif replicas > 1:
             weights = np.bincount(stage, weights=profile.persistent, minlength=used) / 3.0  # Adam: var, m, v
             a, b = targets[0], targets[stages] if stages < len(targets) else targets[-1]
             for s, nbytes in enumerate(weights.tolist()):
@@ -329,7 +351,11 @@ class Parallelize(Pass):
                 if size not in replicas:
                     replicas[size] = module_at_batch(module, size)
                 trial = data_parallel(
-                    module, candidate.replicas, microbatches=candidate.microbatches, replica=replicas[size]
+                    module,
+                    candidate.replicas,
+                    microbatches=candidate.microbatches,
+                    replica=replicas[size],
+                    sync=candidate.sync,
                 ).module
             else:
                 trial = clone_module(module)

@@ -58,7 +58,7 @@ import dataclasses
 
 import numpy as np
 
-from graphir.copies import copy_of
+from graphir.copies import original_name
 from graphir.ir import Module, Node
 from graphir.types import DType
 
@@ -114,10 +114,11 @@ class TrainingStructure:
 def _copy_prefix(name: str) -> tuple[str, str]:
     """``(copy prefix, original name)`` of a node of a micro-batched or replicated graph (``("", name)`` otherwise).
 
-    The copies of one op (``mb3/x``, ``replica1/mb0/x``: :func:`graphir.copies.copy_of`)
-    are one op of the model: the name hints and the layers read the original name.
+    The copies of one op (``mb3/x``, ``replica1/mb0/x``: :func:`graphir.copies.copy_of`; a
+    replica's mirror ``mirror1/x``) are one op of the model: the name hints and the layers read the
+    original name.
     """
-    original = copy_of(name)[2]
+    original = original_name(name)
     return name[: len(name) - len(original)], original
 
 

@@ -302,7 +302,7 @@ def check_training_step(
     from graphir.backends.tf import lower
     from graphir.backends.tf.lowering import lowering_sequence
     from graphir.backends.tf.run import SessionRunner, random_inputs
-    from graphir.copies import REPLICAS_METADATA
+    from graphir.copies import REPLICAS_METADATA, original_name
     from graphir.importers import load_module
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
@@ -324,7 +324,13 @@ def check_training_step(
     whole = dict(zip(lowered.input_names, inputs, strict=True))
     replicas = int(rewritten.metadata.get(REPLICAS_METADATA, 1) or 1)  # type: ignore[arg-type]
     feeds = [_replica_feed(name, whole, replicas) for name in lowered_new.input_names]
-    with SessionRunner(rewritten, lowered_new, "", devices, variables=variables, timeout_s=600) as runner:
+    # Mirrored variables (data-parallel{sync=allreduce}): every replica's copy starts from, and must
+    # end at, the original variable's value.
+    mirrors = {
+        node.name: original_name(node.name) for node in rewritten.graph.nodes if original_name(node.name) in variables
+    }
+    start = {name: variables[origin] for name, origin in mirrors.items()}
+    with SessionRunner(rewritten, lowered_new, "", devices, variables=start, timeout_s=600) as runner:
         (new_loss,) = runner.run(feeds)
         got = runner.read_variables()
     roles = variable_roles(original)
@@ -332,10 +338,18 @@ def check_training_step(
     for name, array in want.items():
         role = roles.get(name, "other")
         scale[role] = max(scale.get(role, 0.0), float(np.max(np.abs(array))) if array.size else 0.0)
-    errors = {n: _scaled_error(got[n], want[n], scale[roles.get(n, "other")]) for n in want}
-    strict = {n: relative_error([got[n]], [want[n]]) for n in want}
+    missing = sorted(set(want) - {mirrors.get(n, n) for n in got})
+    if missing:
+        raise GraphIRError(f"the rewritten step has no variable '{missing[0]}' of the original")
+    origin = {n: mirrors.get(n, n) for n in got if mirrors.get(n, n) in want}
+    errors = {n: _scaled_error(got[n], want[o], scale[roles.get(o, "other")]) for n, o in origin.items()}
+    strict = {n: relative_error([got[n]], [want[o]]) for n, o in origin.items()}
     changed = [n for n in want if not np.array_equal(want[n], variables.get(n, want[n]))]
-    updates = {n: relative_error([got[n] - variables[n]], [want[n] - variables[n]]) for n in changed if n in variables}
+    updates = {
+        n: relative_error([got[n] - variables[o]], [want[o] - variables[o]])
+        for n, o in origin.items()
+        if o in changed and o in variables
+    }
     worst = max(errors, key=errors.__getitem__) if errors else ""
     worst_strict = max(strict, key=strict.__getitem__) if strict else ""
     worst_update = max(updates, key=updates.__getitem__) if updates else ""
@@ -348,6 +362,7 @@ def check_training_step(
         "enforce_order": lowered_new.enforce_order,
         "order_dependencies": len(lowering_sequence(rewritten, True)[1]) if lowered_new.enforce_order else 0,
         "variables": len(want),
+        "variables_after": len(got),
         "changed": len(changed),
         "max_rel_error": errors.get(worst, 0.0),
         "worst_variable": worst,

@@ -96,11 +96,14 @@ class PlacementHints:
         order: an order key per fine node name; reaches the placer as ``problem.priority`` (a
             coarse node takes its members' smallest key).
         stats: statistics to report with the placement.
+        execution_order: the order this placement runs under, when it is not the placer's
+            :attr:`Placer.execution_order` (``enforced`` or ``dynamic``; None: the placer's).
     """
 
     device: Mapping[str, str] | None = None
     order: Mapping[str, float] | None = None
     stats: Mapping[str, Stat] | None = None
+    execution_order: str | None = None
 
 
 def _silent(message: str) -> None:
@@ -237,7 +240,7 @@ class Place(Pass):
         placement = placer.place(problem, placement_context(module, ctx))
         if hints.stats:
             placement.stats = {**hints.stats, **placement.stats}
-        stats = apply_placement(module, problem, placement, self.algo, started)
+        stats = apply_placement(module, problem, placement, self.algo, started, hints.execution_order)
         stats.update({f"gradients.{key}": value for key, value in pairs.items()})
         if stats.get("auto.fits") is False:
             print(NO_FIT_HINT.format(name=module.name), file=ctx.log_stream)
@@ -263,9 +266,16 @@ def placement_context(module: Module, ctx: PassContext) -> PlacementContext:
 
 
 def apply_placement(
-    module: Module, problem: PlacementProblem, placement: Placement, algo: str, started: float
+    module: Module,
+    problem: PlacementProblem,
+    placement: Placement,
+    algo: str,
+    started: float,
+    order: str | None = None,
 ) -> dict[str, Stat]:
     """Check a placer's answer, schedule it when it has no start times, write it; return the statistics.
+
+    ``order`` is the execution order to record (None: the placer's :attr:`Placer.execution_order`).
 
     Raises:
         PassError: the answer is malformed or violates affinity or colocation (a placer bug).
@@ -278,7 +288,7 @@ def apply_placement(
     _check_constraints(problem, device)
     start = placement.start if placement.start is not None else list_schedule(problem, device)[0]
     write_placement(module, problem, device, start)
-    record_order(module, PLACERS[algo].execution_order if algo in PLACERS else "enforced")
+    record_order(module, order or (PLACERS[algo].execution_order if algo in PLACERS else "enforced"))
     seconds = time.perf_counter() - started
     stats: dict[str, Stat] = {
         "algo": algo,

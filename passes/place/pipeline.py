@@ -23,7 +23,9 @@ copy ``(r, m)`` of a node). The placement:
 3. **Devices**: replica ``r``'s stage ``s`` runs on accelerator ``r * S + s`` (cluster order, host
    CPUs excluded when the cluster has accelerators). The variables of stage ``s`` (each variable
    with its reads, slots and update: one resource class) are spread over the ``D`` devices of
-   stage ``s`` greedily by bytes (largest first, to the device holding fewest). A gradient sum
+   stage ``s`` greedily by bytes (largest first, to the device holding fewest); with mirrored
+   variables (``data-parallel{sync=allreduce}``) replica ``r``'s mirror of a variable, and its
+   share of the ring all-reduce, run on replica ``r``'s device of that stage. A gradient sum
    whose inputs all come from one device runs there (a replica's accumulation over its
    micro-batches); other shared nodes go with their first user, else their first producer.
 4. **Order** (:mod:`graphir.passes.place.pipeline_schedule`): each stage runs its passes in the
@@ -50,7 +52,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
-from graphir.copies import MICROBATCHES_METADATA, REPLICAS_METADATA, copy_of
+from graphir.copies import MICROBATCHES_METADATA, REPLICAS_METADATA, copy_of, mirror_of
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.passes.place import Placement, PlacementContext, PlacementHints, Placer, register_placer
@@ -470,14 +472,25 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
     device = np.full(n, -1, dtype=np.int64)
     key = np.zeros(n)
     ready = np.zeros(n)
+    # Within a pass, a layer is keyed after the stage's layers before it (forward: lower layers
+    # first; backward: higher first). What a pass makes counts as ready when the pass ends: a shared
+    # node keyed earlier would stall its device in the enforced order whenever the event model's
+    # guess of a layer's end is early.
+    offset = {FORWARD: np.zeros(profile.num_layers), BACKWARD: np.zeros(profile.num_layers)}
+    for s in range(stages):
+        layers = np.flatnonzero(stage_arr == s)
+        offset[FORWARD][layers] = np.cumsum(profile.forward[layers]) - profile.forward[layers]
+        reverse = layers[::-1]
+        offset[BACKWARD][reverse] = np.cumsum(profile.backward[reverse]) - profile.backward[reverse]
     copy_nodes = np.flatnonzero(layout.copy >= 0)
     for u_ in copy_nodes.tolist():
         c = int(layout.copy[u_])
         r, m = divmod(c, microbatches)
         s = int(node_stage[u_])
         device[u_] = targets[r * stages + s]
-        key[u_] = timeline.start[s][(int(layout.phase[u_]), m)]
-        ready[u_] = timeline.finish[s][(int(layout.phase[u_]), m)]
+        phase, lay = int(layout.phase[u_]), int(layout.layer[u_])
+        key[u_] = timeline.start[s][(phase, m)] + offset[phase][lay]
+        ready[u_] = timeline.finish[s][(phase, m)]
     _place_shared(module, layout, node_stage, stages, device, key, ready, targets, links)
     return PipelinePlan(
         device=device,
@@ -529,14 +542,21 @@ def _place_shared(
     load = np.zeros(len(targets))
     ordered = sorted(classes.values(), key=lambda members: (-int(persistent[members].sum()), members[0]))
     replicas = layout.replicas
+    mirror = np.asarray([mirror_of(node.name)[0] for node in nodes], dtype=np.int64)
     for members in ordered:
         stage = int(node_stage[members].min())
-        options = [r * stages + stage for r in range(replicas)]
+        r = int(mirror[members[0]])
+        options = [r * stages + stage] if r >= 0 else [q * stages + stage for q in range(replicas)]
         slot = min(options, key=lambda k: (load[k], k))
         load[slot] += float(persistent[members].sum())
         device[members] = targets[slot]
-    # Other shared nodes: one device feeding all inputs, else the first user's, else a producer's.
+    # A mirror's other nodes (its share of the all-reduce): replica r's device of the node's stage.
     rest = [u for u in shared if device[u] < 0]
+    for u in rest:
+        if mirror[u] >= 0:
+            device[u] = targets[int(mirror[u]) * stages + int(node_stage[u])]
+    # Other shared nodes: one device feeding all inputs, else the first user's, else a producer's.
+    rest = [u for u in rest if device[u] < 0]
     for u in rest:
         sources = {int(device[position[p]]) for p in nodes[u].predecessors}
         if len(sources) == 1 and -1 not in sources:
@@ -553,10 +573,14 @@ def _place_shared(
             placed = [d for d in producers if d >= 0]
             device[u] = placed[0] if placed else targets[int(node_stage[u]) % len(targets)]
     # Keys: a shared node that feeds the copies (a variable's read, the split of a feed) runs before
-    # them; one downstream of a copy (a gradient's sum, the update) when its inputs are there: the
-    # end of the pass that made them (the schedule's event model), plus their transfer.
+    # them; one downstream of a copy (a gradient's sum, the update, a step of the all-reduce) when its
+    # inputs are there: the end of the pass that made them (the schedule's event model), plus their
+    # transfer. Transfers between one pair of devices queue behind each other (the all-reduce sends
+    # every gradient over the same ring links), so a second pass takes them in the order the first
+    # pass's arrivals give and charges each the link's queue.
     copy = layout.copy
     after = np.zeros(len(nodes), dtype=bool)
+    naive = np.full(len(nodes), -1.0)
     for u in shared:  # topological
         arrival = -1.0
         for value in nodes[u].inputs:
@@ -573,9 +597,29 @@ def _place_shared(
                 arrival = max(arrival, ready[q])
         if arrival >= 0:
             after[u] = True
-            key[u] = ready[u] = arrival
+            naive[u] = ready[u] = arrival
         else:
             key[u] = -1.0
+    free: dict[tuple[int, int], float] = {}
+    for u in sorted(np.flatnonzero(after).tolist(), key=lambda v: (naive[v], v)):  # producers first
+        arrival = 0.0
+        for value in nodes[u].inputs:
+            p = value.producer
+            if p is None:
+                continue
+            q = position[p]
+            if copy[q] >= 0 or after[q]:
+                src, dst = int(device[q]), int(device[u])
+                done = ready[q]
+                if src != dst:
+                    begin = max(done, free.get((src, dst), 0.0))
+                    done = free[(src, dst)] = begin + links.transfer_time(float(value.type.nbytes_or(0)), src, dst)
+                arrival = max(arrival, done)
+        for p in nodes[u].control_inputs:
+            q = position[p]
+            if copy[q] >= 0 or after[q]:
+                arrival = max(arrival, ready[q])
+        key[u] = ready[u] = arrival
 
 
 # --------------------------------------------------------------------------- the placer
@@ -624,7 +668,12 @@ class Pipeline(Placer):
             "pipeline.stage-layers": ",".join(str(plan.stage_of_layer.count(s)) for s in range(plan.stages)),
             "pipeline.stage-ms": ",".join(f"{t * 1e3:.3f}" for t in plan.stage_time),
         }
-        return PlacementHints(device=device, order=order, stats=stats)
+        # Plain data parallelism (one stage, one micro-batch) has no schedule to keep: it runs under
+        # TensorFlow's executor, which starts a replica's share of the all-reduce as its chunks
+        # arrive instead of stalling the backward pass at a guessed position.
+        dynamic = plan.stages == 1 and plan.microbatches == 1 and plan.replicas > 1
+        stats["pipeline.order"] = "dynamic" if dynamic else "enforced"
+        return PlacementHints(device=device, order=order, stats=stats, execution_order="dynamic" if dynamic else None)
 
     def place(self, problem: PlacementProblem, ctx: PlacementContext) -> Placement:
         """The hinted devices (affinity and colocation respected), ordered by the hinted keys."""

@@ -71,6 +71,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from graphir.copies import mirror_of
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
@@ -79,6 +80,7 @@ from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.transform.replicate import (
     AGGREGATION_PREFIX,
     REPLICAS_METADATA,
+    SYNCS,
     data_parallel,
     replica_of,
     touches_resource,
@@ -111,6 +113,9 @@ class DataParallel(Pass):
             replica's inputs wait for the variable reads it consumes: the issue order of TF-slim's
             host copies, :func:`issue_inputs_after_reads`).
         microbatches: micro-batches per replica (>= 1; gradient accumulation, as ``microbatch``).
+        sync: ``ps`` (one shared copy of the variables, one update: TF-slim's graph) or
+            ``allreduce`` (each replica holds its own copy of the variables, gradients meet by a ring
+            all-reduce: :func:`graphir.passes.transform.replicate.data_parallel`'s step 6).
     """
 
     name: ClassVar[str] = "data-parallel"
@@ -118,6 +123,7 @@ class DataParallel(Pass):
     batch: int = 0
     inputs: Literal["free", "after-reads"] = "free"
     microbatches: int = 1
+    sync: Literal["ps", "allreduce"] = "ps"
 
     def __post_init__(self) -> None:
         """Reject impossible options when the pipeline is parsed."""
@@ -129,10 +135,12 @@ class DataParallel(Pass):
             raise ValueError(f"microbatches must be >= 1, got {self.microbatches}")
         if self.inputs not in INPUT_ORDERS:
             raise ValueError(f"inputs must be one of {'|'.join(INPUT_ORDERS)}, got '{self.inputs}'")
+        if self.sync not in SYNCS:
+            raise ValueError(f"sync must be one of {'|'.join(SYNCS)}, got '{self.sync}'")
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the data-parallel graph and move it into ``module``."""
-        result = data_parallel(module, self.replicas, batch=self.batch, microbatches=self.microbatches)
+        result = data_parallel(module, self.replicas, batch=self.batch, microbatches=self.microbatches, sync=self.sync)
         module.graph = result.module.graph
         module.metadata = result.module.metadata
         ordered = issue_inputs_after_reads(module) if self.inputs == "after-reads" else 0
@@ -266,8 +274,11 @@ def data_parallel_devices(
     shared: list[Node] = []
     for node in nodes:
         rep = replica_of(node.name)
+        mirror = mirror_of(node.name)[0]
         if rep >= 0:
             device[node] = host if inputs == "cpu" and node.op == INPUT_OP else targets[rep % len(targets)]
+        elif mirror >= 0:  # replica r's own copy of the variables, their updates, its share of the all-reduce
+            device[node] = targets[mirror % len(targets)]  # (the ``variables`` rule places shared variables only)
         else:
             shared.append(node)
     # Variable classes: shared nodes joined by resource handles (and by colocate annotations).

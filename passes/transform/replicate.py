@@ -42,6 +42,27 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    consistent and analytical ones equal the replica's own roofline time; aggregation nodes get
    their roofline time. ``mem`` is recomputed analytically for the whole new graph (what
    ``profile`` writes: activation = result bytes, persistent = variables and constants).
+6. **Mirrored variables** (``sync="allreduce"``, with ``D > 1``): what data-parallel training does
+   today (Horovod, PyTorch DDP, ``tf.distribute.MirroredStrategy``; the data dimension of
+   Megatron-LM and Alpa). Every replica ``r`` holds its own copy of the shared part, named
+   ``mirror<r>/x`` (:func:`graphir.copies.mirror_name`; a variable handle's ``shared_name`` too, so
+   each is a variable of its own), read by its own copies, and applies the same update to it. A
+   gradient reaches every mirror as the mean over all copies by a **ring all-reduce** (Patarasuk
+   and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC 2009;
+   the algorithm of Baidu's ring all-reduce, Horovod and NCCL's rings): replica ``r``'s sum over its
+   micro-batches (``mirror<r>/dp/local/g``) is cut along its largest axis into ``D`` chunks
+   (``graphir.split``); in ``D - 1`` reduce-scatter steps replica ``r`` passes its partial sum of
+   chunk ``(r - s) mod D`` to replica ``r + 1``, which adds its own part (``tf.AddV2``, on the
+   receiver), so replica ``q`` ends with chunk ``q + 1`` summed over all replicas; in ``D - 1``
+   all-gather steps each whole chunk travels on around the ring (``tf.Identity`` on the receiver:
+   the hop is a transfer between ring neighbours, which the simulator charges on the link model
+   like any other); each replica joins its chunks (``graphir.concat``) and scales by ``1 / (D M)``.
+   Each replica sends and receives ``2 (D - 1) / D`` of the gradient's bytes, the bandwidth-optimal
+   volume, only to and from its ring neighbours, and a layer's exchange starts as soon as its
+   gradient is made, so it overlaps the backward passes of the layers before it. A gradient too
+   small to cut (no axis of ``D`` or more elements) is summed by every replica from every
+   replica's part. A graph output made by the shared part is mirror 0's, after every mirror's
+   producer ran (``dp/join/...``), so running the step runs every replica's update.
 
 The baseline placement of this graph ("data parallel", TF-slim's deployment) is
 :func:`graphir.passes.transform.data_parallel.data_parallel_devices`.
@@ -60,6 +81,7 @@ from graphir.copies import (
     REPLICAS_METADATA,
     copy_name,
     copy_of,
+    mirror_name,
     replica_name,
     replica_of,
 )
@@ -84,6 +106,9 @@ __all__ = [
 ]
 
 _PLACEMENT_KEYS = ("device", "order", "start", "finish")
+
+SYNCS = ("ps", "allreduce")
+"""How the replicas' gradients meet (:func:`data_parallel`'s ``sync``): one shared update, or mirrored variables."""
 
 AGGREGATION_PREFIX = "dp/"
 """Name prefix of the aggregation nodes :func:`data_parallel` adds (``dp/sum/...``, ``dp/mean/...``)."""
@@ -230,6 +255,7 @@ def data_parallel(
     batch: int = 0,
     replica: Module | None = None,
     microbatches: int = 1,
+    sync: str = "ps",
 ) -> DataParallelGraph:
     """Build the data-parallel (and micro-batched) graph of a training-step module (see the module docstring).
 
@@ -239,6 +265,8 @@ def data_parallel(
         batch: global batch ``G`` (0: the module's own batch); must be a multiple of ``D * M``.
         replica: the model at batch ``G / (D * M)`` with the same node names (default: :func:`module_at_batch`).
         microbatches: micro-batches ``M`` per replica (>= 1): gradient accumulation.
+        sync: ``ps`` (one shared copy of the variables and one update, the module docstring's step
+            3) or ``allreduce`` (mirrored variables and a ring all-reduce: step 6).
 
     Returns:
         The new module and what was replicated, shared and aggregated.
@@ -251,6 +279,8 @@ def data_parallel(
 
     if replicas < 1:
         raise PassError(f"replicas must be >= 1, got {replicas}")
+    if sync not in SYNCS:
+        raise PassError(f"sync must be one of {'|'.join(SYNCS)}, got '{sync}'")
     if microbatches < 1:
         raise PassError(f"microbatches must be >= 1, got {microbatches}")
     if batch < 0:
@@ -365,17 +395,43 @@ def data_parallel(
             copy_annotations(node, copy, r * microbatches if replicas > 1 else -1)
             feed_copies[r][node] = copy
             split_feed(copy.outputs[0], value, r)
-    shared_copy: dict[Node, Node] = {}
-    for node in shared_nodes:
-        copy = new.add_node(
-            node.op, [], [v.type for v in node.outputs], name=node.name, output_names=[v.name for v in node.outputs]
-        )
-        copy.params = dict(node.params)
-        copy.loc = node.loc
-        copy_annotations(node, copy, -1)
-        shared_copy[node] = copy
-        for a, b in zip(node.outputs, copy.outputs, strict=True):
-            shared_map[a] = b
+    mirrored = sync == "allreduce" and replicas > 1
+    mirrors = replicas if mirrored else 1
+    # shared_copies[r][node]: replica r's mirror of a shared node (one copy, r = 0, without mirrors).
+    shared_copies: list[dict[Node, Node]] = [{} for _ in range(mirrors)]
+    mirror_maps: list[dict[Value, Value]] = [{} for _ in range(mirrors)]
+    for r in range(mirrors):
+        rename = (lambda name, r=r: mirror_name(name, r)) if mirrored else (lambda name: name)
+        for node in shared_nodes:
+            copy = new.add_node(
+                node.op,
+                [],
+                [v.type for v in node.outputs],
+                name=rename(node.name),
+                output_names=[rename(v.name) for v in node.outputs],
+            )
+            copy.params = dict(node.params)
+            if mirrored and "shared_name" in copy.params:  # each mirror is a variable of its own
+                copy.params["shared_name"] = rename(str(copy.params["shared_name"] or node.name))
+            copy.loc = node.loc
+            copy_annotations(node, copy, -1)
+            if mirrored and node.colocate is not None:
+                copy.set_annotation("colocate", rename(node.colocate))
+            shared_copies[r][node] = copy
+            for a, b in zip(node.outputs, copy.outputs, strict=True):
+                mirror_maps[r][a] = b
+    shared_copy = shared_copies[0]
+    if not mirrored:
+        shared_map.update(mirror_maps[0])
+
+    def shared_value(value: Value, r: int) -> Value:
+        """Replica ``r``'s view of a shared value: its mirror's, else the one shared graph input or constant."""
+        found = mirror_maps[r if mirrored else 0].get(value)
+        return found if found is not None else shared_map[value]
+
+    def shared_node(node: Node, r: int) -> Node:
+        return shared_copies[r if mirrored else 0][node]
+
     rep_nodes = [_replica_node(replica, n) for n in replicated_nodes]
     rep_copies: list[dict[Node, Node]] = [{} for _ in range(copies)]
     for k in range(copies):
@@ -442,13 +498,7 @@ def data_parallel(
         else:
             total = add_n(parts, out_type, f"{AGGREGATION_PREFIX}sum/{value.name}")
         dtype = out_type.dtype
-        scale = inverse.get(dtype)
-        if scale is None:
-            data = np.asarray(1.0 / copies, dtype=numpy_dtype(dtype))
-            scale = new.add_constant(
-                f"{AGGREGATION_PREFIX}inv_replicas_{dtype.short}", TensorType(dtype, ()), DenseTensor.from_numpy(data)
-            )
-            inverse[dtype] = scale
+        scale = inverse_of(dtype)
         mean = new.add_node(
             "tf.Mul",
             [total, scale],
@@ -460,32 +510,167 @@ def data_parallel(
         aggregated[value] = mean.outputs[0]
         return mean.outputs[0]
 
-    for node in shared_nodes:
-        copy = shared_copy[node]
-        for value in node.inputs:
-            copy.add_input(shared_map[value] if value in shared_map else aggregate(value))
-        copy.add_control_inputs(
-            target
-            for control in node.control_inputs
-            for target in (
-                [shared_copy[control]] if control in shared_copy else [copy_node(k, control) for k in range(copies)]
+    def inverse_of(dtype: DType) -> Value:
+        scale = inverse.get(dtype)
+        if scale is None:
+            data = np.asarray(1.0 / copies, dtype=numpy_dtype(dtype))
+            scale = new.add_constant(
+                f"{AGGREGATION_PREFIX}inv_replicas_{dtype.short}", TensorType(dtype, ()), DenseTensor.from_numpy(data)
             )
-        )
+            inverse[dtype] = scale
+        return scale
+
+    def op(name: str, kind: str, inputs: list[Value], out_types: list[TensorType], **params: object) -> Node:
+        made = new.add_node(kind, inputs, out_types, name=name, params=params)
+        aggregation_nodes.append(made)
+        return made
+
+    reduced: dict[Value, list[Value]] = {}
+
+    def allreduce(value: Value) -> list[Value]:
+        """Each replica's mean of ``value`` over all copies: a ring all-reduce (module docstring, step 6)."""
+        done = reduced.get(value)
+        if done is not None:
+            return done
+        out_type = rep_maps[0][value].type
+        if out_type != value.type:  # a batch-shaped value: the one concatenation, read by every mirror
+            whole = aggregate(value)
+            reduced[value] = [whole] * replicas
+            return reduced[value]
+        dtype = out_type.dtype
+        local = [
+            add_n(
+                [rep_maps[k][value] for k in range(r * microbatches, (r + 1) * microbatches)],
+                out_type,
+                mirror_name(f"{AGGREGATION_PREFIX}local/{value.name}", r),
+            )
+            if microbatches > 1
+            else rep_maps[r * microbatches][value]
+            for r in range(replicas)
+        ]
+        shape = out_type.shape or ()
+        sizes = [d if isinstance(d, int) else 0 for d in shape]
+        axis = max(range(len(sizes)), key=lambda i: (sizes[i], -i)) if sizes else -1
+        if axis < 0 or sizes[axis] < replicas:  # too small to cut: every replica sums every replica's part
+            sums = [
+                op(
+                    mirror_name(f"{AGGREGATION_PREFIX}sum/{value.name}", r),
+                    "tf.AddN",
+                    local,
+                    [out_type],
+                    N=replicas,
+                    T=dtype.short,
+                ).outputs[0]
+                for r in range(replicas)
+            ]
+        else:
+            n = sizes[axis]
+            parts = [n // replicas + (1 if j < n % replicas else 0) for j in range(replicas)]
+            chunk = [TensorType(dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in parts]  # type: ignore[misc]
+            base = f"{AGGREGATION_PREFIX}ring/{value.name}"
+            held: list[list[Value]] = []  # held[r][j]: what replica r holds of chunk j
+            for r in range(replicas):
+                name = mirror_name(f"{base}/split", r)
+                split = new.add_node(
+                    "graphir.split",
+                    [local[r]],
+                    chunk,
+                    name=name,
+                    output_names=[f"{name}_{j}" for j in range(replicas)],
+                    params={"axis": axis},
+                )
+                aggregation_nodes.append(split)
+                held.append(list(split.outputs))
+            # Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to
+            # replica r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
+            for step in range(replicas - 1):
+                sent = [(r, (r - step) % replicas, held[r][(r - step) % replicas]) for r in range(replicas)]
+                for r, j, partial in sent:
+                    q = (r + 1) % replicas
+                    held[q][j] = op(
+                        mirror_name(f"{base}/rs{step}_{j}", q),
+                        "tf.AddV2",
+                        [partial, held[q][j]],
+                        [chunk[j]],
+                        T=dtype.short,
+                    ).outputs[0]
+            # All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
+            for step in range(replicas - 1):
+                sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
+                for q, j, whole in sent:
+                    t = (q + 1) % replicas
+                    held[t][j] = op(
+                        mirror_name(f"{base}/ag{step}_{j}", t), "tf.Identity", [whole], [chunk[j]], T=dtype.short
+                    ).outputs[0]
+            sums = [
+                op(mirror_name(f"{base}/concat", r), "graphir.concat", held[r], [out_type], axis=axis).outputs[0]
+                for r in range(replicas)
+            ]
+        scale = inverse_of(dtype)
+        reduced[value] = [
+            op(
+                mirror_name(f"{AGGREGATION_PREFIX}mean/{value.name}", r),
+                "tf.Mul",
+                [sums[r], scale],
+                [out_type],
+                T=dtype.short,
+            ).outputs[0]
+            for r in range(replicas)
+        ]
+        return reduced[value]
+
+    for r in range(mirrors):
+        for node in shared_nodes:
+            copy = shared_copies[r][node]
+            for value in node.inputs:
+                if value in mirror_maps[r] or value in shared_map:
+                    copy.add_input(shared_value(value, r))
+                else:
+                    copy.add_input(allreduce(value)[r] if mirrored else aggregate(value))
+            mine = range(r * microbatches, (r + 1) * microbatches) if mirrored else range(copies)
+            copy.add_control_inputs(
+                target
+                for control in node.control_inputs
+                for target in (
+                    [shared_copies[r][control]] if control in shared_copy else [copy_node(k, control) for k in mine]
+                )
+            )
     for k in range(copies):
+        r = k // microbatches
         for node in replicated_nodes:
             copy = rep_copies[k][node]
             for value in node.inputs:
-                copy.add_input(rep_maps[k].get(value) or shared_map[value])
+                copy.add_input(rep_maps[k].get(value) or shared_value(value, r))
             copy.add_control_inputs(
-                shared_copy[control] if control in shared_copy else copy_node(k, control)
+                shared_node(control, r) if control in shared_copy else copy_node(k, control)
                 for control in node.control_inputs
             )
     for r in range(replicas):
         for node, copy in feed_copies[r].items():
             for control in node.control_inputs:
                 if control in shared_copy:
-                    copy.add_control_input(shared_copy[control])
-    new.set_outputs(shared_map[v] if v in shared_map else aggregate(v) for v in graph.outputs)
+                    copy.add_control_input(shared_node(control, r))
+
+    def output(value: Value) -> Value:
+        if value not in mirror_maps[0]:
+            return shared_map[value] if value in shared_map else aggregate(value)
+        if not mirrored:
+            return mirror_maps[0][value]
+        # Mirror 0's value, after every mirror's producer ran: a run that fetches the outputs runs
+        # every replica's update, as it ran the one update.
+        producer = value.producer
+        assert producer is not None
+        join = op(
+            f"{AGGREGATION_PREFIX}join/{value.name}",
+            "tf.Identity",
+            [mirror_maps[0][value]],
+            [value.type],
+            T=value.type.dtype.short,
+        )
+        join.add_control_inputs(shared_copies[r][producer] for r in range(1, replicas))
+        return join.outputs[0]
+
+    new.set_outputs(output(v) for v in graph.outputs)
 
     metadata = dict(module.metadata)
     metadata[REPLICAS_METADATA] = replicas

@@ -28,7 +28,7 @@ def test_parallelize_beats_op_placement_and_lists_every_candidate() -> None:
     result = Parallelize(finalists=3).run(module, PassContext())
     stats = result.stats
     candidates = {k: v for k, v in stats.items() if k.startswith("cand.")}
-    assert "cand.auto" in candidates and "cand.D4xS1xM1.accumulate" in candidates
+    assert "cand.auto" in candidates and "cand.D4xS1xM1.allreduce" in candidates
     assert any(k.startswith("cand.D1xS4xM") for k in candidates)
     judged = {k: v for k, v in candidates.items() if "sim " in str(v)}
     assert len(judged) >= 3

@@ -1,0 +1,160 @@
+"""Mirrored variables and the ring all-reduce, ``data-parallel{sync=allreduce}`` (replicate.py, step 6).
+
+The structure is worked by hand on the MLP training step of test_data_parallel.py (weights ``w0``
+4x3 and ``w1`` 3x2) with three replicas; the numbers on TensorFlow (one step of a small CNN, every
+mirror of every variable equal to the single-device step's) and the simulator's view (the pipeline
+placer puts each mirror on its replica and pure data parallelism runs under the executor's order).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_data_parallel import mlp_training_step
+from test_microbatch import TOLERANCE, _check
+
+from graphir.copies import mirror_name, mirror_of, original_name
+from graphir.errors import PassError
+from graphir.parser import parse_module
+from graphir.pass_infra import PassContext
+from graphir.pass_manager import PassManager
+from graphir.passes.place import Place
+from graphir.passes.transform.data_parallel import DataParallel, data_parallel_devices
+from graphir.passes.transform.replicate import data_parallel
+from graphir.pipeline import parse_pipeline
+from graphir.printer import print_module
+from graphir.simulator import recorded_order
+from graphir.types import DType, TensorType
+from graphir.verifier import verify
+
+
+def _t(*shape: int) -> TensorType:
+    return TensorType(DType.F32, tuple(shape))
+
+
+def _inputs(node) -> list[str]:
+    return [v.name for v in node.inputs]
+
+
+def test_mirror_names():
+    assert mirror_name("w0/h", 2) == "mirror2/w0/h"
+    assert mirror_of("mirror2/w0/h") == (2, "w0/h")
+    assert mirror_of("mirrorx/w") == (-1, "mirrorx/w") and mirror_of("w0/h") == (-1, "w0/h")
+    assert original_name("mirror1/w0/adam") == "w0/adam"
+    assert original_name("replica1/mb0/fwd0/mm") == "fwd0/mm"
+
+
+def test_ring_allreduce_by_hand():
+    """Three replicas; w0's gradient (4 x 3) is cut along axis 0 into rows 2, 1, 1; w1's (3 x 2) into 1, 1, 1.
+
+    Reduce-scatter step s: replica r sends its partial sum of chunk (r - s) mod 3 to replica r + 1,
+    which adds its own part. Step 0: 0 -> 1 chunk 0, 1 -> 2 chunk 1, 2 -> 0 chunk 2. Step 1: 0 -> 1
+    chunk 2 (what 0 got at step 0), 1 -> 2 chunk 0, 2 -> 0 chunk 1. So replica 0 ends with chunk 1
+    whole, replica 1 with chunk 2, replica 2 with chunk 0 (replica q: chunk q + 1). All-gather step
+    s: replica q passes chunk (q + 1 - s) mod 3 to q + 1: step 0: 0 -> 1 chunk 1, 1 -> 2 chunk 2,
+    2 -> 0 chunk 0; step 1: 0 -> 1 chunk 0, 1 -> 2 chunk 1, 2 -> 0 chunk 2.
+    """
+    module = mlp_training_step(6)
+    result = data_parallel(module, 3, sync="allreduce")
+    graph = result.module.graph
+    verify(result.module)
+    ring = "dp/ring/bwd0/dw"
+    split = graph.node(f"mirror1/{ring}/split")
+    assert split.op == "graphir.split" and split.params["axis"] == 0
+    assert _inputs(split) == ["replica1/bwd0/dw"]
+    assert [v.type for v in split.outputs] == [_t(2, 3), _t(1, 3), _t(1, 3)]
+    part = f"{ring}/split"
+    # reduce-scatter, step 0: the receiver adds its own part to what its left neighbour sent
+    assert _inputs(graph.node(f"mirror1/{ring}/rs0_0")) == [f"mirror0/{part}_0", f"mirror1/{part}_0"]
+    assert _inputs(graph.node(f"mirror2/{ring}/rs0_1")) == [f"mirror1/{part}_1", f"mirror2/{part}_1"]
+    assert _inputs(graph.node(f"mirror0/{ring}/rs0_2")) == [f"mirror2/{part}_2", f"mirror0/{part}_2"]
+    # step 1: the partial sums travel on
+    assert _inputs(graph.node(f"mirror1/{ring}/rs1_2")) == [f"mirror0/{ring}/rs0_2", f"mirror1/{part}_2"]
+    assert _inputs(graph.node(f"mirror2/{ring}/rs1_0")) == [f"mirror1/{ring}/rs0_0", f"mirror2/{part}_0"]
+    assert _inputs(graph.node(f"mirror0/{ring}/rs1_1")) == [f"mirror2/{ring}/rs0_1", f"mirror0/{part}_1"]
+    # all-gather: whole chunks pass on around the ring
+    assert _inputs(graph.node(f"mirror1/{ring}/ag0_1")) == [f"mirror0/{ring}/rs1_1"]
+    assert _inputs(graph.node(f"mirror2/{ring}/ag0_2")) == [f"mirror1/{ring}/rs1_2"]
+    assert _inputs(graph.node(f"mirror0/{ring}/ag0_0")) == [f"mirror2/{ring}/rs1_0"]
+    assert _inputs(graph.node(f"mirror1/{ring}/ag1_0")) == [f"mirror0/{ring}/ag0_0"]
+    assert _inputs(graph.node(f"mirror2/{ring}/ag1_1")) == [f"mirror1/{ring}/ag0_1"]
+    assert _inputs(graph.node(f"mirror0/{ring}/ag1_2")) == [f"mirror2/{ring}/ag0_2"]
+    # each replica joins chunks 0, 1, 2 in order and scales by 1/3 into its own update
+    assert _inputs(graph.node(f"mirror0/{ring}/concat")) == [
+        f"mirror0/{ring}/ag0_0",
+        f"mirror0/{ring}/rs1_1",
+        f"mirror0/{ring}/ag1_2",
+    ]
+    assert _inputs(graph.node(f"mirror2/{ring}/concat")) == [
+        f"mirror2/{ring}/rs1_0",
+        f"mirror2/{ring}/ag1_1",
+        f"mirror2/{ring}/ag0_2",
+    ]
+    adam = graph.node("mirror2/w0/adam")
+    assert _inputs(adam)[:3] == ["mirror2/w0/h", "mirror2/w0/m", "mirror2/w0/v"]
+    mean = adam.inputs[-1].producer
+    assert (
+        mean is not None and mean.name == "mirror2/dp/mean/bwd0/dw" and mean.inputs[0].producer.name.endswith("concat")
+    )
+    assert float(mean.inputs[1].const.numpy()) == pytest.approx(1 / 3)  # type: ignore[union-attr]
+    # every replica reads its own weights
+    assert _inputs(graph.node("replica2/fwd0/mm"))[1] == "mirror2/w0/read"
+    # per gradient: 3 splits, 2 x 3 adds, 2 x 3 hops, 3 concats, 3 means
+    assert sum(1 for n in graph.nodes if n.name.split("/", 1)[-1].startswith(ring)) == 3 + 6 + 6 + 3
+    text = print_module(result.module)
+    assert print_module(parse_module(text)) == text
+
+
+def test_small_gradients_and_microbatches():
+    """A gradient with no axis of D elements is summed by every replica; micro-batches are summed first."""
+    module = mlp_training_step(8, widths=(4, 3, 2))
+    result = data_parallel(module, 4, microbatches=2, sync="allreduce")
+    graph = result.module.graph
+    verify(result.module)
+    # w1's gradient is 3 x 2: too small to cut in 4; each replica adds the 4 replicas' local sums
+    summed = graph.node("mirror3/dp/sum/bwd1/dw")
+    assert summed.op == "tf.AddN" and _inputs(summed) == [f"mirror{r}/dp/local/bwd1/dw" for r in range(4)]
+    assert _inputs(graph.node("mirror3/dp/local/bwd1/dw")) == ["replica3/mb0/bwd1/dw", "replica3/mb1/bwd1/dw"]
+    mean = graph.node("mirror3/dp/mean/bwd1/dw")
+    assert float(mean.inputs[1].const.numpy()) == pytest.approx(1 / 8)  # type: ignore[union-attr]
+    # w0's gradient is 4 x 3: four chunks of one row
+    assert [v.type for v in graph.node("mirror0/dp/ring/bwd0/dw/split").outputs] == [_t(1, 3)] * 4
+
+
+def test_mirrors_go_to_their_replica_and_plain_data_parallelism_runs_dynamic():
+    module = mlp_training_step(8)
+    module.cluster_spec = "4xV100"
+    PassManager(parse_pipeline("profile,data-parallel{replicas=4 sync=allreduce}")).run(module, PassContext())
+    devices = data_parallel_devices(module)
+    for name, device in devices.items():
+        r = mirror_of(name)[0]
+        if r >= 0:
+            assert device == f"gpu{r}", (name, device)
+    # the variables' handles: one per replica, each its own variable
+    handles = sorted(n.name for n in module.graph.nodes if n.op == "tf.VarHandleOp" and original_name(n.name) == "w0/h")
+    assert handles == [f"mirror{r}/w0/h" for r in range(4)]
+    Place.of("pipeline", stages=1).run(module, PassContext())
+    placed = {n.name: n.device for n in module.graph.nodes}
+    assert all(placed[name] == f"gpu{mirror_of(name)[0]}" for name in placed if mirror_of(name)[0] >= 0)
+    assert placed["mirror1/dp/ring/bwd0/dw/rs0_0"] == "gpu1"
+    assert recorded_order(module) == "dynamic"
+
+
+def test_sync_errors():
+    with pytest.raises(PassError, match="sync must be one of ps|allreduce, got 'ring'"):
+        data_parallel(mlp_training_step(8), 2, sync="ring")
+    with pytest.raises(ValueError, match="sync must be one of"):
+        DataParallel(replicas=2, sync="ring")  # type: ignore[arg-type]
+
+
+def test_cnn_allreduce_step_equals_the_original(tmp_path):
+    """Two replicas with mirrored variables on 4 logical CPUs: every mirror ends at the one step's value (~10 s)."""
+    (report,) = _check(
+        "cnn_plain", 8, ["data-parallel{replicas=2 sync=allreduce},place{algo=data-parallel}"], tmp_path
+    )["reports"]
+    assert report["max_rel_error"] <= TOLERANCE, report
+    assert report["max_rel_error_per_variable"] <= TOLERANCE, report
+    assert report["loss_rel_error"] <= TOLERANCE, report
+    assert report["variables_after"] == 2 * report["variables"], report  # one copy of each per replica
+    assert report["changed"] >= report["variables"] - 2 > 4, report
+    assert np.isfinite(report["update_rel_error"])
