@@ -68,6 +68,7 @@ from graphir.passes.place.pipeline import (
     boundary_times,
     layer_profile,
     partition_layers,
+    ring_order,
     training_layout,
 )
 from graphir.passes.place.pipeline_schedule import SCHEDULES, activation_copies, pipeline_timeline
@@ -303,10 +304,18 @@ class Parallelize(Pass):
             # backward pass makes them; what the backward pass cannot hide, and the last layer made
             # (the first layer's gradients: the embedding), come after it.
             weights = profile.persistent / 3.0  # Adam: var, m, v
-            a, b = targets[0], targets[1]
-            ring = 2.0 * (replicas - 1) / replicas
-            total = links.transfer_time(float(weights.sum()) * ring, a, b)
-            exposed = max(total - float(backward.sum()), 0.0) + links.transfer_time(float(weights[0]) * ring, a, b)
+            topology = LinkModel.from_cluster(module.cluster, "topology")
+            order = ring_order(targets[:replicas], topology)
+            share = 2.0 * (replicas - 1) / replicas
+
+            def ring(nbytes: float) -> float:  # the slowest hop of the ring carries its share
+                return max(
+                    topology.transfer_time(nbytes * share / replicas, a, b)
+                    for a, b in zip(order, order[1:] + order[:1], strict=True)
+                )
+
+            total = ring(float(weights.sum())) * replicas
+            exposed = max(total - float(backward.sum()), 0.0) + ring(float(weights[0])) * replicas
         elif replicas > 1:
             weights = np.bincount(stage, weights=profile.persistent, minlength=used) / 3.0  # Adam: var, m, v
             a, b = targets[0], targets[stages] if stages < len(targets) else targets[-1]

@@ -30,15 +30,20 @@ copy ``(r, m)`` of a node). The placement:
    micro-batches); other shared nodes go with their first user, else their first producer.
 4. **Order** (:mod:`graphir.passes.place.pipeline_schedule`): each stage runs its passes in the
    schedule's order; a node of copy ``(r, m)`` is keyed by the start of its pass ``(phase, m)`` in
-   the schedule's event model with the layer profile's times; shared nodes that feed the copies
-   (variable reads, the split of a feed) come before them, and the others (a gradient's sums, the
-   update) where their inputs arrive: the end of the passes that made them plus the transfer
-   (the link model), so a layer's gradient exchange and update overlap the backward passes of
-   the layers before it, as data-parallel frameworks overlap their all-reduce. The coarse graph is then
-   ordered by those keys (Kahn's algorithm taking the smallest key among ready nodes:
-   :func:`graphir.passes.place.problem.keyed_topological_order`), so the order is always a
-   linear extension of the graph and never deadlocks, and each device's sequence is the schedule's.
-   The order is recorded as ``enforced``: the simulator and the TF lowering follow it.
+   the schedule's event model with the layer profile's times, plus the time of the stage's layers
+   its pass runs before its own (forward: the lower ones; backward: the higher ones). Shared nodes
+   that feed the copies (variable reads, the split of a feed) come before them, and the others (a
+   gradient's sums, the update) where their inputs arrive: the end of the passes that made them
+   plus the transfer (the link model; transfers between one pair of devices queue in the order of
+   their unqueued arrivals), so a layer's gradient exchange and update overlap the later passes.
+   The coarse graph is then ordered by those keys (Kahn's algorithm taking the smallest key among
+   ready nodes: :func:`graphir.passes.place.problem.keyed_topological_order`), so the order is
+   always a linear extension of the graph and never deadlocks, and each device's sequence is the
+   schedule's. The order is recorded as ``enforced``: the simulator and the TF lowering follow it.
+   Plain data parallelism (one stage, one micro-batch: no schedule to keep) is recorded ``dynamic``
+   instead: under TensorFlow's executor a replica's share of the ring all-reduce runs as its
+   chunks arrive, where an enforced position guessed from the event model stalls the backward
+   pass whenever a chunk is late; its replicas take the devices in :func:`ring_order`.
 
 Without micro-batches (``M = 1``) this is a stage placement: contiguous layer ranges with each
 layer's backward on its forward's device.
@@ -81,6 +86,7 @@ __all__ = [
     "layer_profile",
     "partition_layers",
     "pipeline_plan",
+    "ring_order",
     "training_layout",
 ]
 
@@ -324,6 +330,44 @@ def accelerators(cluster: Cluster) -> list[int]:
     return replica_devices(cluster)
 
 
+RING_SEARCH_LIMIT = 9
+"""Up to this many devices :func:`ring_order` tries every ring; above it, nearest neighbour first."""
+
+
+def ring_order(devices: Sequence[int], links: LinkModel) -> list[int]:
+    """``devices`` in the order of the ring whose slowest hop is fastest (then whose hops sum least).
+
+    A ring all-reduce moves the same bytes over every hop, so its time is its slowest hop's: on a
+    DGX-1 the ring 0-1-2-3-7-6-5-4 keeps every hop on NVLink where cluster order (3 -> 4, 7 -> 0)
+    would stage two hops through the host. Up to :data:`RING_SEARCH_LIMIT` devices every ring
+    starting at the first device is tried (ties: the lexicographically first); above, each next
+    device is the fastest to reach from the last. Times are ``links``' for 64 MiB (pass the
+    ``topology`` model: its pairs are the physical paths).
+    """
+    import itertools
+
+    devices = list(devices)
+    if len(devices) <= 2:
+        return devices
+    nbytes = float(64 << 20)
+    hop = {(a, b): links.transfer_time(nbytes, a, b) for a in devices for b in devices if a != b}
+
+    def cost(ring: Sequence[int]) -> tuple[float, float]:
+        times = [hop[(ring[k], ring[(k + 1) % len(ring)])] for k in range(len(ring))]
+        return max(times), sum(times)
+
+    first, rest = devices[0], devices[1:]
+    if len(devices) <= RING_SEARCH_LIMIT:
+        return min(([first, *perm] for perm in itertools.permutations(rest)), key=lambda ring: (cost(ring), ring))
+    ring = [first]
+    left = rest
+    while left:
+        nxt = min(left, key=lambda d: (hop[(ring[-1], d)], d))
+        ring.append(nxt)
+        left = [d for d in left if d != nxt]
+    return ring
+
+
 def partition_layers(
     profile: LayerProfile,
     stages: int,
@@ -449,6 +493,8 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
     profile = layer_profile(module, layout, kind)
     stages = min(stages, profile.num_layers)
     links = LinkModel.from_cluster(cluster)
+    if stages == 1 and replicas > 1:  # the replicas' ring follows the fastest physical hops
+        targets = ring_order(targets[:replicas], LinkModel.from_cluster(cluster, "topology")) + targets[replicas:]
     copies = [activation_copies(schedule, s, stages, microbatches) for s in range(stages)]
     capacity = [float(cluster.devices[targets[s]].memory) for s in range(stages)]
     boundary = boundary_times(profile, links, targets[:stages], 1.0)

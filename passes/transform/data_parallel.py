@@ -107,7 +107,7 @@ class DataParallel(Pass):
     """Replicate the training graph ``replicas`` times on slices of the global batch, gradients averaged.
 
     Options:
-        replicas: number of replicas (>= 1).
+        replicas: number of replicas (>= 1; 0: one per accelerator of the module's cluster).
         batch: global batch over all replicas (0: the module's own batch).
         inputs: ``free`` (the replicas' graph inputs depend on nothing) or ``after-reads`` (each
             replica's inputs wait for the variable reads it consumes: the issue order of TF-slim's
@@ -127,8 +127,8 @@ class DataParallel(Pass):
 
     def __post_init__(self) -> None:
         """Reject impossible options when the pipeline is parsed."""
-        if self.replicas < 1:
-            raise ValueError(f"replicas must be >= 1, got {self.replicas}")
+        if self.replicas < 0:
+            raise ValueError(f"replicas must be >= 1 (0: one per accelerator), got {self.replicas}")
         if self.batch < 0:
             raise ValueError(f"batch must be >= 0 (0: the module's own), got {self.batch}")
         if self.microbatches < 1:
@@ -140,7 +140,8 @@ class DataParallel(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the data-parallel graph and move it into ``module``."""
-        result = data_parallel(module, self.replicas, batch=self.batch, microbatches=self.microbatches, sync=self.sync)
+        replicas = self.replicas or len(replica_devices(module.cluster))
+        result = data_parallel(module, replicas, batch=self.batch, microbatches=self.microbatches, sync=self.sync)
         module.graph = result.module.graph
         module.metadata = result.module.metadata
         ordered = issue_inputs_after_reads(module) if self.inputs == "after-reads" else 0

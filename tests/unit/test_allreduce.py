@@ -158,3 +158,30 @@ def test_cnn_allreduce_step_equals_the_original(tmp_path):
     assert report["variables_after"] == 2 * report["variables"], report  # one copy of each per replica
     assert report["changed"] >= report["variables"] - 2 > 4, report
     assert np.isfinite(report["update_rel_error"])
+
+
+def test_ring_order_keeps_every_hop_on_a_double_nvlink_of_the_dgx1():
+    """FastT's DGX-1: in cluster order hops 3 -> 4 and 7 -> 0 have no NVLink (staged through the host).
+
+    The ring 0-3-2-1-5-6-7-4 uses only pairs with two NVLink bricks (the preset's ``NV2`` pairs:
+    0-3, 2-3, 1-2, 1-5, 5-6, 6-7, 4-7, 0-4), the fastest ring there is; on celeritas' PCIe tree the
+    cluster order already crosses the sockets only twice.
+    """
+    from graphir.cluster import resolve_cluster
+    from graphir.cluster_presets import _DGX1_NVLINKS
+    from graphir.links import LinkModel
+    from graphir.passes.place.pipeline import accelerators, ring_order
+
+    fastt = resolve_cluster("fastt")
+    ring = ring_order(accelerators(fastt), LinkModel.from_cluster(fastt, "topology"))
+    assert ring == [0, 3, 2, 1, 5, 6, 7, 4]
+    assert all(_DGX1_NVLINKS[tuple(sorted((a, ring[(k + 1) % 8])))] == 2 for k, a in enumerate(ring))
+    celeritas = resolve_cluster("celeritas")
+    assert ring_order(accelerators(celeritas), LinkModel.from_cluster(celeritas, "topology")) == [0, 1, 2, 3]
+
+
+def test_zero_replicas_means_one_per_accelerator():
+    module = mlp_training_step(8)
+    module.cluster_spec = "4xV100"
+    stats = DataParallel(replicas=0, sync="allreduce").run(module, PassContext()).stats
+    assert stats["replicas"] == 4 and stats["replica-batch"] == 2

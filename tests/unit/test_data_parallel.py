@@ -217,8 +217,8 @@ def test_errors():
         data_parallel(grouped, 2, replica=mlp_training_step(4))
     with pytest.raises(PassError, match="not a data-parallel graph"):
         data_parallel_devices(module)
-    with pytest.raises(ValueError, match="replicas must be >= 1"):
-        DataParallel(replicas=0)
+    with pytest.raises(ValueError, match=r"replicas must be >= 1 \(0: one per accelerator\), got -1"):
+        DataParallel(replicas=-1)
 
 
 def test_a_shared_node_that_depends_on_the_batch_is_refused():

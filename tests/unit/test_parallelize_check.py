@@ -1,0 +1,44 @@
+"""The issue 37 check page (tools/parallelize_check.py) on hand-made cells: each check can fail."""
+
+from __future__ import annotations
+
+from graphir.tools.parallelize_check import check
+
+
+def _cell(model: str, cluster: str, label: str, ms: float | None, oom: bool = False, **extra) -> dict:
+    cell = {"model": model, "cluster": cluster, "label": label, "makespan": None if ms is None else ms / 1e3}
+    cell.update(oom=oom, memory_limit={"gpu0": 1, "gpu1": 1}, **extra)
+    return cell
+
+
+def _table(single_oom: bool = False) -> list[dict]:
+    return [
+        _cell("zoo:m", "pesto", "single", 100.0, oom=single_oom),
+        _cell("zoo:m", "pesto", "auto", 80.0, auto={"auto.bound-ms": 40.0}),
+        _cell("zoo:m", "pesto", "heft", 90.0),
+    ]
+
+
+def _ours(plan_ms: float, dp_ms: float) -> list[dict]:
+    return [
+        _cell("zoo:m", "pesto", "fuse,place", 80.0),
+        _cell("zoo:m", "pesto", "parallelize", plan_ms, auto={"parallelize.chosen": "D2xS1xM1.allreduce"}),
+        _cell("zoo:m", "pesto", "data-parallel", dp_ms),
+        _cell("zoo:m", "pesto", "metis", 95.0),
+    ]
+
+
+def test_a_graph_one_device_holds_needs_parallelize_no_slower_than_auto_and_data_parallelism():
+    rows, failures = check(_ours(60.0, 70.0), _table())
+    assert failures == [] and "| 70.0 | 95.0 | **60.0** | D2xS1xM1.allreduce | 1.20 | ok |" in rows[0]
+    rows, failures = check(_ours(75.0, 70.0), _table())
+    assert failures == [
+        "zoo:m on pesto: parallelize 75.0 ms slower than data-parallel 70.0 ms on a graph one device holds"
+    ]
+    assert rows[0].endswith("| slower than data-parallel |")
+    # data parallelism out of memory: auto is the bar
+    ours = _ours(75.0, 70.0)
+    ours[2]["oom"] = True
+    assert check(ours, _table())[1] == []
+    # one device cannot hold the graph: the check does not apply
+    assert check(_ours(75.0, 70.0), _table(single_oom=True))[1] == []
