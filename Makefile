@@ -7,30 +7,30 @@
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
 #   make format   ruff format + ruff check --fix
-#   make bench    core benchmarks (tools/bench_core.py) + placement tables (bench-place) + bench-scale
+#   make bench    core benchmarks (devtools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
 #                 mem-model=liveness and =paper (graphir-bench), checked in benchmarks/results/placement-check.md
 #   make bench-parallelize  issue 37: the card's fuse,place and parallelize on the zoo's training graphs x 3
 #                 presets against the placement table and the work bound (benchmarks/results/parallelize-check.md),
-#                 and parallelize on a 100k-node GPT training step (parallelize-scale.md; tools/bench_parallelize.py)
+#                 and parallelize on a 100k-node GPT training step (parallelize-scale.md; devtools/bench_parallelize.py)
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print, and the ONNX and
 #                 TF importers at 10k/100k: times, peak RSS and a log-log plot in benchmarks/results/scale.md
-#                 (+ scale.png; tools/bench_scale.py)
+#                 (+ scale.png; devtools/bench_scale.py)
 #   make bench-simulate  simulate on a 100k-node placed graph, every congestion rule and order (1 s budget)
 #   make bench-fidelity  simulate vs measured median step on the 2-worker TF rig (2xcpu-workers; >= 5 models x 3
 #                 placements), table + scatter plot in benchmarks/results/fidelity.md (+ .png); run on a quiet machine
 #   make bench-online  graphir-tune (FastT's online loop) on a CNN, an LSTM and a GPT training graph on the 2-worker
-#                 TF rig, >= 5 rounds each: rounds, decisions and plots in benchmarks/results/online.md (tools/bench_online.py)
+#                 TF rig, >= 5 rounds each: rounds, decisions and plots in benchmarks/results/online.md (devtools/bench_online.py)
 #   make regress  every placer on the zoo's training graphs and the onnx light models, checked byte for byte
-#                 against benchmarks/results/regression.json (tools/regress.py)
+#                 against benchmarks/results/regression.json (devtools/regress.py)
 #   make fuzz     fuzz graphir-opt with mutated .gir/ONNX/GraphDef inputs for FUZZ_MINUTES (default 30), then the run
 #                 paths (mutated small models executed; FUZZ_RUN_MINUTES, default 20); counts in
-#                 benchmarks/results/fuzz.md, new crashes saved under tests/data/crashes/ (tools/fuzz.py)
-#   make replicate  the papers' headline comparisons on the zoo (tools/replicate/, tables in benchmarks/results/)
+#                 benchmarks/results/fuzz.md, new crashes saved under tests/data/crashes/ (devtools/fuzz.py)
+#   make replicate  the papers' headline comparisons on the zoo (devtools/replicate/, tables in benchmarks/results/)
 #   make mutation  mutation testing (cosmic-ray) of the algorithmic core, module by module with each one's own
 #                 tests; scores and survivors in benchmarks/results/mutation.md (slow: not part of `make test`;
 #                 default: a seeded sample of 40 mutants a module; MUTATION_ARGS='--modules memory,heft
-#                 --sample 80' narrows or widens it; tools/mutation.py)
+#                 --sample 80' narrows or widens it; devtools/mutation.py)
 #   make clean    remove build and test artefacts (keeps .venv; `make distclean` removes it too)
 
 PYTHON ?= python3
@@ -40,7 +40,7 @@ BIN := $(VENV)/bin
 # graphir/_girtext.c: pip compiles it into graphir/ at install) changes.
 STAMP := $(VENV)/.installed-stamp
 # Folders that exist among these are linted (examples/ may hold no Python yet).
-LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
+LINT_PATHS := $(wildcard graphir passes backends tools devtools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
@@ -80,7 +80,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
-	$(BIN)/python -m graphir.tools.importlint
+	$(BIN)/python -m devtools.importlint
 
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
@@ -130,13 +130,13 @@ zoo: $(STAMP)
 MUTATION_ARGS ?= --sample 40 --seed 1
 mutation: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[mutation]'
-	nice -n 19 $(BIN)/python -m graphir.tools.mutation $(MUTATION_ARGS)
+	nice -n 19 $(BIN)/python -m devtools.mutation $(MUTATION_ARGS)
 
 bench: bench-core bench-place bench-parallelize bench-scale bench-simulate
-	$(BIN)/python -m graphir.tools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
+	$(BIN)/python -m devtools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
 
 bench-core: $(STAMP)
-	$(BIN)/python tools/bench_core.py
+	$(BIN)/python -m devtools.bench_core
 
 # Issue 15's table: the zoo's 9 training graphs x the celeritas, pesto and fastt presets x every placer
 # and place{algo=auto}, under mem-model=liveness and (the regression of placement.json) mem-model=paper,
@@ -145,39 +145,39 @@ bench-core: $(STAMP)
 bench-place: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix-liveness.toml
 	$(BIN)/graphir-bench --matrix benchmarks/matrix-paper.toml
-	$(BIN)/python -m graphir.tools.placement_check benchmarks/results/placement-liveness.json \
+	$(BIN)/python -m devtools.placement_check benchmarks/results/placement-liveness.json \
 		--regress benchmarks/results/placement.json benchmarks/results/placement-paper.json \
 		--out benchmarks/results/placement-check.md
 
 # The check exits 1 when a cell fails it; the page is written either way and the scale run goes on.
 bench-parallelize: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix-parallelize.toml
-	-$(BIN)/python -m graphir.tools.parallelize_check benchmarks/results/parallelize.json \
+	-$(BIN)/python -m devtools.parallelize_check benchmarks/results/parallelize.json \
 		--table benchmarks/results/placement-liveness.json --out benchmarks/results/parallelize-check.md
-	$(BIN)/python tools/bench_parallelize.py
+	$(BIN)/python -m devtools.bench_parallelize
 
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).
 bench-scale: $(STAMP)
-	$(BIN)/python tools/bench_scale.py
+	$(BIN)/python -m devtools.bench_scale
 
 # simulate on a 100k-node placed graph, every congestion rule and order (budget 1 s, issue 14).
 bench-simulate: $(STAMP)
-	$(BIN)/python tools/bench_simulate.py --nodes 100000 --cluster fastt -o benchmarks/results/simulate.md
+	$(BIN)/python -m devtools.bench_simulate --nodes 100000 --cluster fastt -o benchmarks/results/simulate.md
 
 # Real TF worker processes pinned one per core: needs the cores to itself (check `uptime` first). Every pair in
 # three interleaved rounds (--rounds 3): about 20-23 minutes.
 # FIDELITY_ARGS=--calibrate recalibrates the rig's cached cluster description first.
 bench-fidelity: $(STAMP)
-	$(BIN)/python -m graphir.tools.bench_fidelity $(FIDELITY_ARGS)
+	$(BIN)/python -m devtools.bench_fidelity $(FIDELITY_ARGS)
 
 # Real TF worker processes pinned one per core, like bench-fidelity: needs the cores to itself. About 15-30 minutes.
 bench-online: $(STAMP)
-	$(BIN)/python -m graphir.tools.bench_online $(ONLINE_ARGS)
+	$(BIN)/python -m devtools.bench_online $(ONLINE_ARGS)
 
 # A restructuring must not change any answer: the printed module of every (model, placer) cell is
-# compared by SHA-256 with the recorded run (`python -m graphir.tools.regress --write FILE` records).
+# compared by SHA-256 with the recorded run (`python -m devtools.regress --write FILE` records).
 regress: $(STAMP)
-	$(BIN)/python -m graphir.tools.regress --check benchmarks/results/regression.json
+	$(BIN)/python -m devtools.regress --check benchmarks/results/regression.json
 
 # `make test` already runs a short seeded slice and every saved reproducer (tests/unit/test_fuzz.py,
 # tests/unit/test_crashes.py); this is the long campaign. Exit status 1 when a crash or hang was found.
@@ -187,14 +187,14 @@ FUZZ_MINUTES ?= 30
 FUZZ_RUN_MINUTES ?= 20
 FUZZ_SEED ?= 1
 fuzz: $(STAMP)
-	$(BIN)/python -m graphir.tools.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --report benchmarks/results/fuzz.md
-	$(BIN)/python -m graphir.tools.fuzz --minutes $(FUZZ_RUN_MINUTES) --seed $(FUZZ_SEED) --kinds graphdef-run=1,onnx-run=1 \
+	$(BIN)/python -m devtools.fuzz --minutes $(FUZZ_MINUTES) --seed $(FUZZ_SEED) --report benchmarks/results/fuzz.md
+	$(BIN)/python -m devtools.fuzz --minutes $(FUZZ_RUN_MINUTES) --seed $(FUZZ_SEED) --kinds graphdef-run=1,onnx-run=1 \
 		--report benchmarks/results/fuzz.md
 
 # Celeritas, FastT, Pesto and Moirai's headline comparisons re-run on the zoo and the papers' cluster
 # presets; rewrites benchmarks/results/replicate_*.md (under 60 minutes on 2 cores).
 replicate: $(STAMP)
-	$(BIN)/python -m graphir.tools.replicate
+	$(BIN)/python -m devtools.replicate
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .ruff_cache .hypothesis

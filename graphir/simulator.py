@@ -29,7 +29,7 @@ Semantics (Pesto's, DESIGN.md "The simulator is the judge"):
       is empty, first arrived first; so do the step's initial nodes. Ties: a finished node's newly
       ready successors are pushed in the graph index's successor order (the last one runs first,
       as TF runs the last one inline); arrivals at the same instant and the initial nodes go by
-      ``order``, then the graph index. Traced on the rig (``tools/trace_order.py``; 30 placements,
+      ``order``, then the graph index. Traced on the rig (``devtools/trace_order.py``; 30 placements,
       ``benchmarks/results/fidelity-notes.md``), the workers chose this way in 99.1 % of the 84,905
       choices where it and first-ready-first differ (first-ready-first: 0.1 %), and ran local work
       before an arrived tensor's consumer in 99.9 % of 17,885.

@@ -1,1 +1,4 @@
-"""Command-line entry points and developer tools (benchmarks, model generators)."""
+"""The installed command lines: graphir-bench, graphir-tune, the model zoo, the demo, run_tf, calibrate_comm.
+
+Developer tools (benchmarks, generators, fuzzing, doc generators) live in ``devtools/``, outside the package.
+"""

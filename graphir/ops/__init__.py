@@ -34,7 +34,7 @@ registers them all. Plugins add op kinds with :func:`define` or the facet decora
 (:func:`type_rule_of`), the roofline and whole-graph analysis (:mod:`graphir.passes.profile.roofline`,
 through :func:`estimate_node`), the split rewrite (:mod:`graphir.passes.transform.split_rewrite`,
 through :func:`split_of`), and the lowering driver (:mod:`graphir.backends.tf.lowering`, through
-:func:`lowering_of`). ``docs/ops.md`` is generated from this registry (``python -m graphir.tools.opdoc --write``).
+:func:`lowering_of`). ``docs/ops.md`` is generated from this registry (``python -m devtools.opdoc --write``).
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from devtools import bench_fidelity
+from devtools.bench_fidelity import Row, apply_placement, place_pairs, read_json, run_rounds, write_json
 from graphir.cluster import cpu_workers_cluster
 from graphir.ir import Graph, Module
 from graphir.simulator import recorded_order
-from graphir.tools import bench_fidelity
-from graphir.tools.bench_fidelity import Row, apply_placement, place_pairs, read_json, run_rounds, write_json
 from graphir.types import DType, TensorType
 
 
@@ -203,9 +203,9 @@ def test_the_pipeline_pair_is_refused_where_it_cannot_micro_batch(capsys):
     assert "(not squeezenet-infer)" in capsys.readouterr().err
 
 
-def _render_committed(tmp_path: Path, name: str) -> tuple[str, list[Row]]:
-    """``--render`` of the committed ``benchmarks/results/<name>``: the page's text and the run's rows."""
-    committed = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
+def _render_committed(tmp_path: Path, name: str, folder: str = "benchmarks/results") -> tuple[str, list[Row]]:
+    """``--render`` of the committed ``<folder>/<name>``: the page's text and the run's rows."""
+    committed = Path(__file__).resolve().parents[2] / folder / name
     (tmp_path / "fidelity.json").write_text(committed.read_text())
     assert bench_fidelity.main(["--render", "--out", str(tmp_path / "fidelity.md")]) == 0
     rows, _, _, _ = read_json(committed)
@@ -213,9 +213,9 @@ def _render_committed(tmp_path: Path, name: str) -> tuple[str, list[Row]]:
 
 
 def test_the_committed_one_round_results_still_render(tmp_path):
-    # --render on a committed run from before --rounds (fidelity-quiet-1135.json, rows without
-    # rounds_s): every pair shows its one value and no spread.
-    text, rows = _render_committed(tmp_path, "fidelity-quiet-1135.json")
+    # --render on a committed run from before --rounds (the first 10 rows of the 11:35 run's
+    # fidelity-quiet-1135.json, rows without rounds_s): every pair shows its one value and no spread.
+    text, rows = _render_committed(tmp_path, "fidelity-one-round.json", "tests/data")
     assert "one session per pair" in text and "interleaved rounds" not in text
     first = rows[0]
     assert f"| {first.measured_s:.4g} | {first.measured_s:.4g} | — | {first.simulated_s:.4g} |" in text

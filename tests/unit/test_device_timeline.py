@@ -274,9 +274,9 @@ def test_property_matches_the_plain_walk(
 
 
 def test_bench_tool_counts_the_walk_and_loads_a_baseline(capsys: pytest.CaptureFixture[str]) -> None:
-    """tools/bench_timeline.py: the walk length it reports for the old scan, its synthetic case (which
+    """devtools/bench_timeline.py: the walk length it reports for the old scan, its synthetic case (which
     asserts the answer, after the last block), and a baseline class loaded from a file."""
-    from graphir.tools import bench_timeline
+    from devtools import bench_timeline
 
     line = DeviceTimeline()
     for k in range(10):

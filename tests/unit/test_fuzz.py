@@ -1,4 +1,4 @@
-"""The fuzzing harness (tools/fuzz.py): classification, mutators, and a short seeded slice (< 60 s)."""
+"""The fuzzing harness (devtools/fuzz.py): classification, mutators, and a short seeded slice (< 60 s)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphir.tools import fuzz
+from devtools import fuzz
 
 ANSWER = {"status": 0, "stderr": "", "escaped": "", "survived": False, "output_hash": "x"}
 

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import make_synthetic_module
 from graphir import parser as parser_module
 from graphir.errors import GraphIRError
 from graphir.gcpause import gc_paused
 from graphir.parser import _Parser
 from graphir.printer import print_module
-from graphir.tools.synth import make_synthetic_module
 
 
 def test_the_compiled_loop_is_built():

@@ -16,13 +16,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import make_synthetic_module
 from graphir import printer
 from graphir.annotations import DEFAULT_KIND, Cost, Mem
 from graphir.attributes import format_bytes, format_duration
 from graphir.ir import Node, Value
 from graphir.parser import parse_module
 from graphir.printer import print_module
-from graphir.tools.synth import make_synthetic_module
 
 native = printer._NATIVE
 

@@ -1,4 +1,4 @@
-"""The layering contracts (`make lint`, python -m graphir.tools.importlint) hold, and catch what they forbid."""
+"""The layering contracts (`make lint`, python -m devtools.importlint) hold, and catch what they forbid."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from graphir.tools.importlint import REPO, run_lint_imports, stage
+from devtools.importlint import REPO, run_lint_imports, stage
 
 
 @pytest.fixture(scope="module")

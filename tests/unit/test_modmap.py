@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from graphir.tools.modmap import MAP_PATH, WRITE_COMMAND, render
+from devtools.modmap import MAP_PATH, WRITE_COMMAND, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ def test_module_map_lists_every_module_once():
     listed = re.findall(r"^\| `[^`]+` \| `([^`]+)` \|", text, flags=re.M)
     on_disk = sorted(
         p.relative_to(ROOT).as_posix()
-        for folder in ("graphir", "passes", "backends", "tools")
+        for folder in ("graphir", "passes", "backends", "tools", "devtools")
         for p in (ROOT / folder).rglob("*.py")
         if "__pycache__" not in p.parts
     )

@@ -471,7 +471,7 @@ def test_failed_shape_inference_falls_back_to_declared_types(tmp_path, capsys, m
 
 
 def test_synthetic_layered_model(tmp_path, capsys):
-    from graphir.tools.synth_onnx import make_layered_onnx
+    from devtools.synth_onnx import make_layered_onnx
 
     model = make_layered_onnx(500, seed=3)
     assert model.SerializeToString() == make_layered_onnx(500, seed=3).SerializeToString()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools import opdoc
 from graphir.errors import VerifyError
 from graphir.ir import Graph, Module
 from graphir.ops import (
@@ -24,7 +25,6 @@ from graphir.ops import (
     static_shape,
 )
 from graphir.ops.registry import OpDef
-from graphir.tools import opdoc
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
 

@@ -11,6 +11,7 @@ local `graphir/` folder would shadow the installed package.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shutil
@@ -28,6 +29,30 @@ PYPROJECT = REPO_ROOT / "pyproject.toml"
 NAMESPACE = "graphir"
 IMPORTED_PACKAGES = ("graphir", "graphir.importers", "graphir.passes", "graphir.backends", "graphir.tools")
 TIMEOUT_S = 180
+PRODUCT_TOOLS = (
+    "__init__",
+    "bench",  # graphir-bench: a placer-comparison matrix on the user's models
+    "bench_matrix",
+    "bench_run",
+    "bench_tables",
+    "calibrate_comm",  # a calibrated cluster TOML of the user's machine, for --cluster
+    "demo",  # make demo's GPT training step
+    "run_tf",  # a placed model run on TensorFlow (README)
+    "tune",  # graphir-tune
+    "tune_loop",
+    "zoo",  # the model zoo and graphir-opt's zoo:<name> source
+    "zoo_convert",
+    "zoo_entries",
+    "zoo_models",
+    "zoo_source",
+    "zoo_table",
+)
+"""The modules of ``tools/`` (``graphir.tools``): the product's command lines and what they import at run time.
+
+A developer script (benchmark, generator, checker) goes in ``devtools/``, which is not installed; a new
+module of ``tools/`` is added here only when it is part of the product.
+"""
+DEVTOOLS = REPO_ROOT / "devtools"
 
 
 def _pyproject() -> dict:
@@ -153,3 +178,63 @@ def test_console_script_is_installed(installed_venv: Path):
     assert script.is_file()
     assert os.access(script, os.X_OK)
     assert "graphir.driver" in script.read_text()
+
+
+def _wheel_modules_from_pyproject() -> dict[str, Path]:
+    """Module name -> source file of every module setuptools puts in the wheel (``packages`` x ``package-dir``)."""
+    config = _setuptools_config()
+    package_dir: dict[str, str] = config["package-dir"]
+    modules: dict[str, Path] = {}
+    for package in config["packages"]:
+        mapped = max((p for p in package_dir if package == p or package.startswith(p + ".")), key=len)
+        folder = REPO_ROOT / package_dir[mapped] / Path(*package[len(mapped) :].split(".")[1:])
+        for path in sorted(folder.glob("*.py")):
+            modules[f"{package}.{path.stem}"] = path
+    return modules
+
+
+def _developer_modules() -> set[str]:
+    """Every module of ``devtools/`` as ``graphir.tools`` would have named it (``replicate.fastt``...)."""
+    return {
+        ".".join(path.relative_to(DEVTOOLS).with_suffix("").parts)
+        for path in DEVTOOLS.rglob("*.py")
+        if "__pycache__" not in path.parts and path.relative_to(DEVTOOLS).parts != ("__init__.py",)
+    }
+
+
+def test_the_wheel_package_list_holds_no_developer_script():
+    """From pyproject.toml alone (fast): what the wheel would hold is the product, never devtools/."""
+    modules = _wheel_modules_from_pyproject()
+    assert not [m for m in _setuptools_config()["packages"] if "devtools" in m]
+    assert not [name for name, path in modules.items() if DEVTOOLS in path.parents]
+    tools = sorted(name.removeprefix("graphir.tools.") for name in modules if name.startswith("graphir.tools."))
+    assert tools == sorted(PRODUCT_TOOLS), "tools/ holds the product only: move developer scripts to devtools/"
+    assert not {f"graphir.tools.{name}" for name in _developer_modules()} & set(modules)
+
+
+def test_the_product_never_imports_devtools():
+    """The installed package runs without the checkout: no module of it imports ``devtools``."""
+    offenders = []
+    for name, path in _wheel_modules_from_pyproject().items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                targets = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{name}:{node.lineno} {t}" for t in targets if t.split(".")[0] == "devtools"]
+    assert not offenders
+
+
+def test_the_built_wheel_holds_no_developer_script(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        names = [name for name in archive.namelist() if name.endswith(".py")]
+    assert not [name for name in names if name.startswith("devtools/")]
+    tools = sorted(
+        ".".join(Path(name).relative_to(f"{NAMESPACE}/tools").with_suffix("").parts)
+        for name in names
+        if name.startswith(f"{NAMESPACE}/tools/")
+    )
+    assert tools == sorted(PRODUCT_TOOLS), "the wheel's graphir.tools is the product only"
+    assert not {f"{NAMESPACE}/tools/{name.replace('.', '/')}.py" for name in _developer_modules()} & set(names)

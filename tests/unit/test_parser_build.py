@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import make_synthetic_module
 from graphir.errors import GraphIRError
 from graphir.fastline import _HEAD_TYPES
 from graphir.ir import Graph, Node, Value
 from graphir.parser import _Parser, parse_module
 from graphir.printer import print_module
-from graphir.tools.synth import make_synthetic_module
 from graphir.types import DType, TensorType
 
 _T = TensorType(DType.F32, (4,))

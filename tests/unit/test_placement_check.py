@@ -1,4 +1,4 @@
-"""tools/placement_check.py: issue 15's checks on a hand-made placement table.
+"""devtools/placement_check.py: issue 15's checks on a hand-made placement table.
 
 One (model, cluster) with two placer cells and auto: single 1.0 s on one device, heft 0.9 s on two,
 auto 0.8 s on two (portfolio 0.9 s -> refined 0.8 s: 11.11 %, its second stage took 2 moves in 5
@@ -9,7 +9,7 @@ statistics the column is ``-``.
 
 from __future__ import annotations
 
-from graphir.tools.placement_check import check
+from devtools.placement_check import check
 
 
 def _cell(label: str, makespan: float, devices: int, auto: dict | None = None) -> dict:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from devtools.synth import make_synthetic_module
 from graphir import printer
 from graphir.printer import PRINT_JOBS, print_jobs, print_module
-from graphir.tools.synth import make_synthetic_module
 
 REPO = Path(__file__).resolve().parents[2]
 OPT = Path(sys.executable).parent / "graphir-opt"

@@ -5,7 +5,7 @@
   first on PATH; every block must exit 0, every file it names (``-o PATH`` or a ``# writes ...``
   comment) must exist afterwards, and every line of the ``text`` block that follows it must occur
   in its output.
-* The pass table and ``docs/passes.md`` equal what :mod:`graphir.tools.passdoc` generates now.
+* The pass table and ``docs/passes.md`` equal what :mod:`devtools.passdoc` generates now.
 * The cluster TOML shown is ``examples/cluster.toml``, which loads with the documented routes.
 * The JSON example equals what ``--emit=json`` produces for the command it names.
 * Relative links in README.md and docs/*.md point at files and headings that exist.
@@ -25,9 +25,9 @@ from typing import ClassVar
 
 import pytest
 
+from devtools import passdoc
 from graphir.cluster import load_cluster_toml, resolve_cluster
 from graphir.pass_infra import Pass
-from graphir.tools import passdoc
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"

@@ -1,4 +1,4 @@
-"""The replication suite (``python -m graphir.tools.replicate``) in its ``--quick`` setting."""
+"""The replication suite (``python -m devtools.replicate``) in its ``--quick`` setting."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from graphir.tools.replicate import celeritas
-from graphir.tools.replicate.__main__ import main, parse_only
+from devtools.replicate import celeritas
+from devtools.replicate.__main__ import main, parse_only
 
 NUMBER = re.compile(r"^(OOM \()?\d+\.\d+\)?$")
 
@@ -211,8 +211,7 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["--only=celeritas,bogus"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        "python -m graphir.tools.replicate: error: unknown paper 'bogus' in --only (known: celeritas, "
-        "fastt, pesto, moirai)"
+        "python -m devtools.replicate: error: unknown paper 'bogus' in --only (known: celeritas, fastt, pesto, moirai)"
     ]
     blocker = tmp_path / "file"
     blocker.write_text("")

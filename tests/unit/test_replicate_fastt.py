@@ -1,4 +1,4 @@
-"""``python -m graphir.tools.replicate.fastt --quick``: the FastT replication table on VGG-19, 2 GPUs.
+"""``python -m devtools.replicate.fastt --quick``: the FastT replication table on VGG-19, 2 GPUs.
 
 The quick run uses the zoo's ``vgg19_train`` at a global batch of twice its own, so each replica is the
 zoo graph itself (nothing is re-traced). The table's data-parallel (DP) rate is checked against bounds
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from devtools.replicate import fastt
 from graphir.cluster_presets import fastt_gpus
 from graphir.ir import Module, Node
 from graphir.pass_infra import PassContext, load_builtin_passes
@@ -23,7 +24,6 @@ from graphir.passes.profile import Profile
 from graphir.passes.transform.data_parallel import DataParallel
 from graphir.simulator import simulate
 from graphir.tools import zoo
-from graphir.tools.replicate import fastt
 
 V100_PEAK = 15.7e12  # FLOP/s, FP32 (NVIDIA V100 datasheet; the preset's catalogue figure)
 PCIE_BANDWIDTH = 12e9  # bytes/s, one PCIe 3.0 x16 hop (graphir.cluster_presets.PCIE_HOP, Pesto [42])

@@ -237,8 +237,8 @@ def test_tf_run_refuses_a_cluster_without_workers():
 
 
 def test_fidelity_fine_placement_deals_colocation_classes():
+    from devtools.bench_fidelity import fine_placement
     from graphir.ir import Graph, Module
-    from graphir.tools.bench_fidelity import fine_placement
     from graphir.types import DType, TensorType
 
     t = TensorType(DType.F32, (2,))
@@ -261,7 +261,7 @@ def test_fidelity_fine_placement_deals_colocation_classes():
 
 def test_fidelity_resized_training_steps_are_smaller_zoo_configurations():
     """gpt-train and lstm-train: every option of the zoo entry's builder given, none larger than the zoo's."""
-    from graphir.tools.bench_fidelity import MODELS
+    from devtools.bench_fidelity import MODELS
     from graphir.tools.zoo_entries import ENTRIES
 
     resized = {name: source for name, source in MODELS.items() if source.startswith("zoo-config:")}
@@ -333,13 +333,13 @@ def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
 
 def _fidelity_row(placement: str, order: str, measured: float, simulated: float):
     """A bench_fidelity row of model ``m`` (10 nodes on 2 devices, 3 transfers of 1 MiB) measured once."""
-    from graphir.tools.bench_fidelity import Row
+    from devtools.bench_fidelity import Row
 
     return Row("m", placement, order, 10, 2, 3, 1 << 20, measured, simulated, [measured], 1.0)
 
 
 def test_fidelity_page_summarises_each_execution_order(tmp_path):
-    from graphir.tools.bench_fidelity import write_markdown
+    from devtools.bench_fidelity import write_markdown
 
     rows = [
         _fidelity_row("fine", "enforced", 1.0, 1.1),
@@ -358,7 +358,7 @@ def test_fidelity_page_summarises_each_execution_order(tmp_path):
 def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
     # The bar is over the scored placements only; held-out pairs (topo, metis) get their own line and
     # their rows in the table. Scored errors 10 % and 20 % (median 15 %); held out 40 % and 0 %.
-    from graphir.tools.bench_fidelity import HELD_OUT, _summary_text, write_markdown
+    from devtools.bench_fidelity import HELD_OUT, _summary_text, write_markdown
 
     assert HELD_OUT == ("topo", "metis", "pipeline")
     rows = [
@@ -379,25 +379,25 @@ def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
 
 
 def test_fidelity_refuses_a_missing_notes_file_before_touching_the_rig(tmp_path, capsys):
-    from graphir.tools.bench_fidelity import main
+    from devtools.bench_fidelity import main
 
     assert main(["--notes-file", str(tmp_path / "absent.md")]) == 1
     assert capsys.readouterr().err == f"bench-fidelity: no notes file '{tmp_path / 'absent.md'}'\n"
 
 
 def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
-    from graphir.tools.bench_fidelity import Row, main, read_json, write_json, write_markdown
+    from devtools.bench_fidelity import Row, main, read_json, write_json, write_markdown
 
     rows = [
         Row("m", "single", "enforced", 10, 1, 0, 0, 1.0, 1.1, [1.0, 1.0], 0.5),
         Row("m", "fine", "dynamic", 10, 2, 3, 1 << 20, 2.0, 1.5, [2.0], 0.7, [(1024, 0.001, 0.0005)], {"pair": 1.4}),
     ]
     out = tmp_path / "fidelity.md"
-    write_json(rows, out.with_suffix(".json"), "python -m graphir.tools.bench_fidelity --calibrate", "[overheads]\n")
+    write_json(rows, out.with_suffix(".json"), "python -m devtools.bench_fidelity --calibrate", "[overheads]\n")
     again, command, cluster_text, rule = read_json(out.with_suffix(".json"))
     assert [r.error for r in again] == [r.error for r in rows] and again[1].simulated_by_rule == {"pair": 1.4}
     assert (command, cluster_text, rule) == (
-        "python -m graphir.tools.bench_fidelity --calibrate",
+        "python -m devtools.bench_fidelity --calibrate",
         "[overheads]\n",
         "topology",
     )

@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_text_roundtrip import modules
 
+from devtools.synth import make_synthetic_module
 from graphir.annotations import ANNOTATIONS, Cost
 from graphir.fastline import LineScanner
 from graphir.ir import Module
 from graphir.parser import _Parser, parse_module
 from graphir.printer import print_module
-from graphir.tools.synth import make_synthetic_module
 
 
 def _parse_tokens_only(text: str) -> Module:

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from devtools.synth import make_synthetic_module
 from graphir.annotations import ANNOTATIONS
 from graphir.errors import GraphIRError
 from graphir.parser import _Parser, parse_module
 from graphir.printer import print_module
-from graphir.tools.synth import make_synthetic_module
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -29,13 +29,13 @@ import textwrap
 
 import pytest
 
+from devtools.bench_online import MODELS
 from graphir.cluster import resolve_cluster
 from graphir.errors import PassError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
 from graphir.passes.profile import Profile
 from graphir.passes.profile.standard_eval import BFC_ALLOCATION_BYTES, unpadded_temporary
-from graphir.tools.bench_online import MODELS
 from graphir.types import DType, TensorType
 
 MEM_DEVIATION_BAR = 0.10

@@ -1,13 +1,13 @@
-"""The synthetic layered-DAG generator (tools/synth.py)."""
+"""The synthetic layered-DAG generator (devtools/synth.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from devtools.synth import main, make_synthetic_module
 from graphir.parser import parse_module
 from graphir.printer import print_module
-from graphir.tools.synth import main, make_synthetic_module
 from graphir.verifier import verify
 
 
@@ -50,12 +50,12 @@ def test_tiny_and_invalid_sizes():
 def test_100k_nodes_follow_the_stated_distributions():
     """At 100,000 nodes the samples pin the generator's documented parameters.
 
-    Speed is measured by tools/bench_fuse.py and tools/bench_scale.py (benchmarks/results/), not here.
+    Speed is measured by devtools/bench_fuse.py and devtools/bench_scale.py (benchmarks/results/), not here.
     Bounds (3 sigma): the median of n log-normal draws has a log standard error of
     1.2533 * SIZE_SIGMA / sqrt(n) = 0.0079, so the median result is MEDIAN_ELEMENTS within 2.5 %;
     variables are VARIABLE_FRACTION of the nodes (sd 0.00086) plus the first layer (< 2 * width).
     """
-    from graphir.tools import synth
+    from devtools import synth
 
     module = make_synthetic_module(100_000, seed=0)
     graph = module.graph

@@ -1,4 +1,4 @@
-"""The onnx package's PyTorch backend test cases through the TensorFlow lowering (``tools/tf_onnx_cases.py``).
+"""The onnx package's PyTorch backend test cases through the TensorFlow lowering (``devtools/tf_onnx_cases.py``).
 
 The rule of the committed table: every case whose ops are all in the ONNX->TF op table passes
 (import, ``profile,place{algo=m-topo}`` on ``4xcpu``, lowering, a run on 4 logical CPU devices,
@@ -9,12 +9,12 @@ tool runs in a subprocess.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-from graphir.tools.tf_onnx_cases import case_dirs, render_table, rule_violations
+from devtools import child_env
+from devtools.tf_onnx_cases import case_dirs, render_table, rule_violations
 
 FAST_CASES = [
     "test_ConvTranspose2d",
@@ -29,8 +29,8 @@ RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tf_o
 
 
 def _run(tmp_path: Path, *extra: str) -> tuple[int, list[dict]]:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path))
-    command = [sys.executable, "-m", "graphir.tools.tf_onnx_cases", "--json", *extra]
+    env = child_env(TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path))
+    command = [sys.executable, "-m", "devtools.tf_onnx_cases", "--json", *extra]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
     records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     return result.returncode, records

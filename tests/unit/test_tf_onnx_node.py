@@ -1,4 +1,4 @@
-"""The ONNX backend node suite through the TensorFlow lowering (``tools/tf_onnx_cases.py --suite node``).
+"""The ONNX backend node suite through the TensorFlow lowering (``devtools/tf_onnx_cases.py --suite node``).
 
 A fixed, seeded slice of the suite runs here (the whole suite runs in ``make bench`` and writes
 ``benchmarks/results/tf_onnx_node.md``): every case of the slice must get the status the committed
@@ -9,7 +9,6 @@ hand-made outputs.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphir.tools.tf_onnx_cases import NODE_TARGET, compare_outputs, node_sample, render_node_table
+from devtools import child_env
+from devtools.tf_onnx_cases import NODE_TARGET, compare_outputs, node_sample, render_node_table
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tf_onnx_node.md"
 SLICE, SEED = 240, 20
@@ -52,8 +52,8 @@ def test_seeded_slice_matches_the_table(tmp_path):
     table = _table()
     names = node_sample(sorted(table), SLICE, SEED)
     assert names == node_sample(sorted(table), SLICE, SEED) and len(names) == SLICE
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path))
-    command = [sys.executable, "-m", "graphir.tools.tf_onnx_cases", "--suite", "node", "--json"]
+    env = child_env(TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path))
+    command = [sys.executable, "-m", "devtools.tf_onnx_cases", "--suite", "node", "--json"]
     command += ["--only", ",".join(names)]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
     records = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]

@@ -1,4 +1,4 @@
-"""``tools/trace_order.py``: reading a worker's choices of ready ops from one traced step.
+"""``devtools/trace_order.py``: reading a worker's choices of ready ops from one traced step.
 
 A hand-made step (times in µs) on one worker:
   p: a root, runs 0..10; s = f(p): 10..20; q: a root, 20..30; r: a ``_Recv`` whose tensor
@@ -22,7 +22,7 @@ pytest.importorskip("tensorflow")
 
 from tensorflow.core.protobuf import config_pb2  # noqa: E402
 
-from graphir.tools.trace_order import decisions, summarise  # noqa: E402
+from devtools.trace_order import decisions, summarise  # noqa: E402
 
 WORKER = "/job:worker/replica:0/task:0/device:CPU:0"
 PEER = "/job:worker/replica:0/task:1/device:CPU:0"

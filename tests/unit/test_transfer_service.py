@@ -304,8 +304,8 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
 def test_fidelity_resimulate_rejudges_measured_rows_with_another_cluster_file(tmp_path, capsys):
     # One measured row (5 ms) whose saved module is _chain_after_send in enforced order: 3.5 ms on
     # SLOW_MESH2 (-30 %), 5.5 ms with serve_when_idle (+10 %), as derived above.
+    from devtools.bench_fidelity import Row, main, read_json, write_json
     from graphir.printer import print_module
-    from graphir.tools.bench_fidelity import Row, main, read_json, write_json
 
     saved = tmp_path / "mods"
     saved.mkdir()

@@ -1,0 +1,141 @@
+"""Placement benchmark: writes ``benchmarks/results/place.md``.
+
+Measures, on this machine, for each list-scheduling placer (``order-place``, ``adjusting``,
+``dpos``, ``heft``) on a seeded synthetic graph from ``devtools/synth.py`` (default 30k nodes,
+cluster 4xV100):
+
+1. ``fuse{algo=cpd-topo},place{algo=X}``: wall time of ``Fuse.run`` and of ``Place.run`` (problem
+   extraction, the placer, expansion to the fine nodes), and their sum (issue 6 budget for
+   ``adjusting``: 2 s). ``place`` then works on the coarse graph (a few hundred nodes).
+2. ``place{algo=X}`` alone on the fine graph (every node a coarse node).
+
+Times are the best of ``--repeats`` runs on fresh modules whose graph index is built beforehand;
+the verifier that ``graphir-opt`` runs between passes is not included. Each row also reports the
+placer's own makespan estimate (congestion-free) and the simulated makespan (the judge, FIFO
+channels), with the lower bound ``total work / devices``.
+
+Usage::
+
+    python -m devtools.bench_place [--nodes 30000] [--repeats 3] [--out benchmarks/results/place.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from devtools.synth import make_synthetic_module
+from graphir.ir import Module
+from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.passes.fuse import Fuse
+from graphir.passes.place import Place
+from graphir.simulator import simulate
+
+REPO = Path(__file__).resolve().parents[1]
+PLACERS = ("order-place", "adjusting", "dpos", "heft")
+BUDGET_S = 2.0
+
+
+def _fresh(num_nodes: int, seed: int) -> Module:
+    module = make_synthetic_module(num_nodes, seed)
+    module.graph.index()
+    return module
+
+
+def measure(algo: str, num_nodes: int, fused: bool, repeats: int, seed: int = 0) -> dict[str, float]:
+    """Best fuse/place times over ``repeats`` fresh modules, and the last run's makespans."""
+    best_fuse = best_place = best_total = float("inf")
+    row: dict[str, float] = {}
+    for _ in range(repeats):
+        module = _fresh(num_nodes, seed)
+        began = time.perf_counter()
+        if fused:
+            Fuse(algo="cpd-topo").run(module, PassContext())
+        middle = time.perf_counter()
+        stats = Place(algo=algo).run(module, PassContext()).stats
+        ended = time.perf_counter()
+        best_fuse = min(best_fuse, middle - began)
+        best_place = min(best_place, ended - middle)
+        best_total = min(best_total, ended - began)
+        result = simulate(module)
+        work = float(np.nansum(module.graph.index().times(module.cluster.devices[0].kind)))
+        row = {
+            "coarse": float(stats["coarse-nodes"]),
+            "estimate": float(stats["estimated-makespan-s"]),
+            "simulated": result.makespan,
+            "bound": work / len(module.cluster.devices),
+            "best-effort": float(stats["best-effort-nodes"]),
+        }
+    row.update({"fuse": best_fuse if fused else 0.0, "place": best_place, "total": best_total})
+    return row
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and write the Markdown report."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=30_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "place.md")
+    args = parser.parse_args(argv)
+    load_builtin_passes()
+    module = _fresh(args.nodes, 0)
+    index = module.graph.index()
+    cluster = module.cluster.spec
+    header = (
+        f"Synthetic graph: `devtools/synth.py`, seed 0, **{args.nodes} nodes**, **{index.num_edges} edges**, "
+        f"cluster {cluster}. Times: wall-clock seconds, best of {args.repeats} fresh modules (index prebuilt, "
+        "verifier not included). Makespans in seconds: the placer's congestion-free estimate and the "
+        "simulator's (FIFO channels); bound = total work / devices."
+    )
+    rows: list[str] = []
+    for fused in (True, False):
+        for algo in PLACERS:
+            r = measure(algo, args.nodes, fused, args.repeats)
+            pipeline = f"fuse{{algo=cpd-topo}},place{{algo={algo}}}" if fused else f"place{{algo={algo}}}"
+            verdict = ""
+            if fused and algo == "adjusting":
+                verdict = " (ok)" if r["total"] < BUDGET_S else " (**over**)"
+            line = (
+                f"| `{pipeline}` | {int(r['coarse'])} | {r['fuse']:.3f} | {r['place']:.3f} | {r['total']:.3f}{verdict} "
+                f"| {r['estimate']:.4g} | {r['simulated']:.4g} | {r['bound']:.4g} | {int(r['best-effort'])} |"
+            )
+            rows.append(line)
+            print(line, flush=True)
+    now = datetime.datetime.now(datetime.UTC)
+    lines = [
+        "# Placement benchmark (list-scheduling placers)",
+        "",
+        f"Generated by `devtools/bench_place.py` on {now:%Y-%m-%d %H:%M} UTC ({platform.machine()}, "
+        f"{platform.processor() or 'unknown processor'}, Python {platform.python_version()}).",
+        "",
+        header,
+        f"Issue 6 budget: `fuse{{algo=cpd-topo}},place{{algo=adjusting}}` on a 30k-node graph under {BUDGET_S:.0f} s.",
+        "",
+        "| pipeline | coarse nodes | fuse s | place s | total s | estimate | simulated | bound | best-effort |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        "Notes:",
+        "",
+        "- After `fuse{algo=cpd-topo}` (defaults R=200, M=0.25) the layered synthetic graph becomes a near-chain:",
+        "  the coarse graph's critical path with free communication is ~97% of the total work, so every placer",
+        "  ends close to that path (~4x the bound). The loss comes from the coarsening of this synthetic graph,",
+        "  not from the placers: on the fine graph the same placers reach the bound in their estimates.",
+        "- On the fine graph the simulated makespan exceeds the estimate: the placers' EST assumes each transfer",
+        "  starts when its producer ends; the simulator queues transfers on one FIFO channel per device pair.",
+        "",
+    ]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,191 @@
+r"""Issue 37's checks: ``fuse,place`` and ``parallelize`` on the zoo's training graphs against the bounds.
+
+Reads the JSON ``graphir-bench`` writes for ``benchmarks/matrix-parallelize.toml`` (the card's default
+``fuse,place`` and ``parallelize``) and the placement table's (``benchmarks/matrix-liveness.toml``:
+every op placer and ``auto``, the same simulator and congestion rule) and writes, per (model,
+cluster):
+
+* the **work bound**: one device's compute (the table's ``single`` column, one device's simulated
+  step: its compute with nothing to wait for) divided by the cluster's accelerators (its ``gpu``
+  devices); the **critical path** (``auto.bound-ms``: the longest path with one device's durations);
+  the **best op placement** of the placement table that fits memory (any placer or ``auto``);
+* ``fuse,place`` and ``parallelize`` (with the plan it chose) and each one's ratio to the work bound.
+
+Checks (issue 37's "Must show"):
+
+* ``fuse,place`` fits wherever a placer of the table fits, and is never slower than the best fitting
+  op placement (relative :data:`TOLERANCE`);
+* ``parallelize`` fits wherever a placer fits, and is never slower than the best fitting op placement;
+* on ``gpt_train``, ``bert_large_train`` and ``transformer_train`` on ``celeritas`` and ``fastt``:
+  ``parallelize`` within :data:`WORK_BOUND_TARGET` times the work bound;
+* on a graph one device holds (the table's ``single`` fits): ``parallelize`` no slower than the
+  better of ``auto`` (the table's) and data parallelism (the ``data-parallel`` column: one replica
+  per accelerator, TF-slim's shared variables, ``place{algo=data-parallel}``), where that fits.
+
+The page also shows plain METIS on the unfused graph (the ``metis`` column), a bound the brief names.
+
+Command line::
+
+    python -m devtools.parallelize_check benchmarks/results/parallelize.json \
+        --table benchmarks/results/placement-liveness.json --out benchmarks/results/parallelize-check.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+TOLERANCE = 1e-6
+"""Relative slack of the "never slower" comparisons."""
+WORK_BOUND_TARGET = 1.5
+"""``parallelize`` <= this times the work bound on the large language models (issue 37)."""
+TARGET_MODELS = ("zoo:gpt_train", "zoo:bert_large_train", "zoo:transformer_train")
+TARGET_CLUSTERS = ("celeritas", "fastt")
+
+Cell = dict[str, Any]
+
+
+def _fits(cell: Cell | None) -> bool:
+    return cell is not None and cell.get("error") is None and cell.get("makespan") is not None and not cell.get("oom")
+
+
+def _ms(cell: Cell | None) -> str:
+    if cell is None or cell.get("makespan") is None:
+        return "error" if cell is not None and cell.get("error") else "-"
+    text = f"{cell['makespan'] * 1e3:.1f}"
+    return text if _fits(cell) else f"{text} (OOM)"
+
+
+def _accelerators(cell: Cell) -> int:
+    gpus = [name for name in cell.get("memory_limit", {}) if name.startswith("gpu")]
+    return len(gpus) or len(cell.get("memory_limit", {})) or 1
+
+
+def _groups(results: Sequence[Cell]) -> dict[tuple[str, str], dict[str, Cell]]:
+    groups: dict[tuple[str, str], dict[str, Cell]] = {}
+    for cell in results:
+        groups.setdefault((cell["model"], cell["cluster"]), {})[cell["label"]] = cell
+    return groups
+
+
+def check(new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[str]]:
+    """Markdown rows and the failed checks (empty: every check holds)."""
+    ours, theirs = _groups(new), _groups(table)
+    rows: list[str] = []
+    failures: list[str] = []
+    for (model, cluster), cells in ours.items():
+        placers = theirs.get((model, cluster), {})
+        default, plan = cells.get("fuse,place"), cells.get("parallelize")
+        single = placers.get("single")
+        bound = None
+        if single is not None and single.get("makespan") is not None:
+            bound = single["makespan"] / _accelerators(single)
+        auto = placers.get("auto", {}).get("auto", {})
+        critical = auto.get("auto.bound-ms")
+        fitting = [c for c in placers.values() if _fits(c)]
+        best = min(fitting, key=lambda c: c["makespan"]) if fitting else None
+        where = f"{model} on {cluster}"
+        notes: list[str] = []
+        for label, cell in (("fuse,place", default), ("parallelize", plan)):
+            if best is None:
+                continue
+            if not _fits(cell):
+                failures.append(f"{where}: {label} does not fit where {best['label']} fits")
+                notes.append(f"{label} OOM")
+            elif cell["makespan"] > best["makespan"] * (1 + TOLERANCE):
+                failures.append(
+                    f"{where}: {label} {cell['makespan'] * 1e3:.1f} ms slower than {best['label']} "
+                    f"{best['makespan'] * 1e3:.1f} ms"
+                )
+                notes.append(f"{label} slower")
+        if _fits(single) and _fits(plan):
+            rivals = [c for c in (placers.get("auto"), cells.get("data-parallel")) if _fits(c)]
+            better = min(rivals, key=lambda c: c["makespan"]) if rivals else None
+            if better is not None and plan is not None and plan["makespan"] > better["makespan"] * (1 + TOLERANCE):
+                name = "auto" if better is placers.get("auto") else "data-parallel"
+                failures.append(
+                    f"{where}: parallelize {plan['makespan'] * 1e3:.1f} ms slower than {name} "
+                    f"{better['makespan'] * 1e3:.1f} ms on a graph one device holds"
+                )
+                notes.append(f"slower than {name}")
+        ratio = plan["makespan"] / bound if bound and plan is not None and plan.get("makespan") else None
+        if model in TARGET_MODELS and cluster in TARGET_CLUSTERS and (ratio is None or ratio > WORK_BOUND_TARGET):
+            failures.append(f"{where}: parallelize at {ratio or float('nan'):.2f}x the work bound")
+            notes.append(f"> {WORK_BOUND_TARGET}x bound")
+        chosen = (plan or {}).get("auto", {}).get("parallelize.chosen", "?")
+        default_ratio = default["makespan"] / bound if bound and default and default.get("makespan") else None
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    model.removeprefix("zoo:"),
+                    cluster,
+                    f"{bound * 1e3:.1f}" if bound else "-",
+                    f"{critical:.1f}" if critical is not None else "-",
+                    f"{best['label']} {_ms(best)}" if best else "none fits",
+                    _ms(default),
+                    f"{default_ratio:.2f}" if default_ratio else "-",
+                    _ms(cells.get("data-parallel")),
+                    _ms(cells.get("metis")),
+                    f"**{_ms(plan)}**",
+                    str(chosen),
+                    f"{ratio:.2f}" if ratio else "-",
+                    "; ".join(notes) or "ok",
+                ]
+            )
+            + " |"
+        )
+    return rows, failures
+
+
+def render(new_path: Path, table_path: Path) -> tuple[str, list[str]]:
+    """The page and the failed checks."""
+    new = json.loads(new_path.read_text())
+    table = json.loads(table_path.read_text())
+    rows, failures = check(new["results"], table["results"])
+    machine = new.get("machine", "")
+    head = [
+        "# Issue 37 checks: `fuse,place` and `parallelize` on the zoo's training graphs",
+        "",
+        f"Written by `python -m devtools.parallelize_check {new_path} --table {table_path}` from the run of "
+        f"{new.get('date', '?')} ({new.get('seconds', 0):.0f} s{', ' + machine if machine else ''}). Makespans in ms, "
+        "simulated (congestion=topology). `work bound`: one device's compute (the table's `single` column) over the "
+        "cluster's GPUs; `critical path`: `auto.bound-ms` (no placement of the unrewritten graph is faster; "
+        "micro-batches shorten it); `best op placement`: the fastest placer of the placement table "
+        f"({table_path.name}) that fits memory; `x bound`: makespan / work bound; `data-parallel`: one replica per "
+        "accelerator with TF-slim's shared variables (`place{algo=data-parallel}`); `metis (unfused)`: plain METIS "
+        "on the unfused graph; `chosen`: the plan `parallelize` kept (`D<replicas>xS<stages>xM<micro-batches>."
+        "<schedule>`; `allreduce`: one stage, mirrored variables and a ring all-reduce; or `auto`: op placement).",
+        "",
+        "| model | cluster | work bound | critical path | best op placement | fuse,place | x bound | data-parallel | "
+        "metis (unfused) | parallelize | chosen | x bound | check |",
+        "|---|---|--:|--:|---|--:|--:|--:|--:|--:|---|--:|---|",
+        *rows,
+        "",
+        f"- cells: {len(rows)}; failed checks: {len(failures)}",
+        *[f"  - {failure}" for failure in failures],
+        "",
+    ]
+    return "\n".join(head), failures
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.parallelize_check", description=__doc__)
+    parser.add_argument("results", type=Path, help="graphir-bench JSON of benchmarks/matrix-parallelize.toml")
+    parser.add_argument("--table", type=Path, required=True, help="the placement table's JSON (placement-liveness)")
+    parser.add_argument("--out", type=Path, help="write the page here (default: stdout)")
+    args = parser.parse_args(argv)
+    page, failures = render(args.results, args.table)
+    if args.out:
+        args.out.write_text(page)
+    else:
+        print(page)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
