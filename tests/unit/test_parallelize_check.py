@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphir.tools.parallelize_check import check
+from devtools.parallelize_check import check
 
 
 def _cell(model: str, cluster: str, label: str, ms: float | None, oom: bool = False, **extra) -> dict:
