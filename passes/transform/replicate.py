@@ -61,7 +61,12 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    volume, only to and from its ring neighbours, and a layer's exchange starts as soon as its
    gradient is made, so it overlaps the backward passes of the layers before it. A gradient too
    small to cut (no axis of ``D`` or more elements) is summed by every replica from every
-   replica's part. A graph output made by the shared part is mirror 0's, after every mirror's
+   replica's part. **Buckets** (PyTorch DDP's ``bucket_cap_mb``, Horovod's tensor fusion): the
+   gradients are taken in the order the backward pass makes them and joined per dtype until a
+   bucket holds ``bucket_bytes`` (default 25 MiB, DDP's); a bucket's gradients are flattened
+   (``tf.Reshape``), joined (``graphir.concat``), reduced by one ring, cut back
+   (``graphir.split``) and reshaped: one ring's steps per bucket instead of per gradient, and a
+   bucket's exchange starts when its last gradient is made. A graph output made by the shared part is mirror 0's, after every mirror's
    producer ran (``dp/join/...``), so running the step runs every replica's update.
 
 The baseline placement of this graph ("data parallel", TF-slim's deployment) is
@@ -109,6 +114,9 @@ _PLACEMENT_KEYS = ("device", "order", "start", "finish")
 
 SYNCS = ("ps", "allreduce")
 """How the replicas' gradients meet (:func:`data_parallel`'s ``sync``): one shared update, or mirrored variables."""
+
+BUCKET_BYTES = 25 << 20
+"""Gradient bucket size of the ring all-reduce: PyTorch DDP's default ``bucket_cap_mb=25``."""
 
 AGGREGATION_PREFIX = "dp/"
 """Name prefix of the aggregation nodes :func:`data_parallel` adds (``dp/sum/...``, ``dp/mean/...``)."""
@@ -256,6 +264,7 @@ def data_parallel(
     replica: Module | None = None,
     microbatches: int = 1,
     sync: str = "ps",
+    bucket_bytes: int = BUCKET_BYTES,
 ) -> DataParallelGraph:
     """Build the data-parallel (and micro-batched) graph of a training-step module (see the module docstring).
 
@@ -267,6 +276,8 @@ def data_parallel(
         microbatches: micro-batches ``M`` per replica (>= 1): gradient accumulation.
         sync: ``ps`` (one shared copy of the variables and one update, the module docstring's step
             3) or ``allreduce`` (mirrored variables and a ring all-reduce: step 6).
+        bucket_bytes: with ``allreduce``, gradients are joined into buckets of this many bytes
+            for one ring each (0: one ring per gradient).
 
     Returns:
         The new module and what was replicated, shared and aggregated.
@@ -527,18 +538,10 @@ def data_parallel(
 
     reduced: dict[Value, list[Value]] = {}
 
-    def allreduce(value: Value) -> list[Value]:
-        """Each replica's mean of ``value`` over all copies: a ring all-reduce (module docstring, step 6)."""
-        done = reduced.get(value)
-        if done is not None:
-            return done
+    def local_parts(value: Value) -> list[Value]:
+        """Each replica's sum of ``value`` over its micro-batches."""
         out_type = rep_maps[0][value].type
-        if out_type != value.type:  # a batch-shaped value: the one concatenation, read by every mirror
-            whole = aggregate(value)
-            reduced[value] = [whole] * replicas
-            return reduced[value]
-        dtype = out_type.dtype
-        local = [
+        return [
             add_n(
                 [rep_maps[k][value] for k in range(r * microbatches, (r + 1) * microbatches)],
                 out_type,
@@ -548,13 +551,17 @@ def data_parallel(
             else rep_maps[r * microbatches][value]
             for r in range(replicas)
         ]
+
+    def ring_sum(local: list[Value], out_type: TensorType, label: str) -> list[Value]:
+        """Every replica's sum of the replicas' ``local`` values: a ring all-reduce (module docstring, step 6)."""
+        dtype = out_type.dtype
         shape = out_type.shape or ()
         sizes = [d if isinstance(d, int) else 0 for d in shape]
         axis = max(range(len(sizes)), key=lambda i: (sizes[i], -i)) if sizes else -1
         if axis < 0 or sizes[axis] < replicas:  # too small to cut: every replica sums every replica's part
-            sums = [
+            return [
                 op(
-                    mirror_name(f"{AGGREGATION_PREFIX}sum/{value.name}", r),
+                    mirror_name(f"{AGGREGATION_PREFIX}sum/{label}", r),
                     "tf.AddN",
                     local,
                     [out_type],
@@ -563,60 +570,173 @@ def data_parallel(
                 ).outputs[0]
                 for r in range(replicas)
             ]
-        else:
-            n = sizes[axis]
-            parts = [n // replicas + (1 if j < n % replicas else 0) for j in range(replicas)]
-            chunk = [TensorType(dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in parts]  # type: ignore[misc]
-            base = f"{AGGREGATION_PREFIX}ring/{value.name}"
-            held: list[list[Value]] = []  # held[r][j]: what replica r holds of chunk j
-            for r in range(replicas):
-                name = mirror_name(f"{base}/split", r)
-                split = new.add_node(
-                    "graphir.split",
-                    [local[r]],
-                    chunk,
-                    name=name,
-                    output_names=[f"{name}_{j}" for j in range(replicas)],
-                    params={"axis": axis},
-                )
-                aggregation_nodes.append(split)
-                held.append(list(split.outputs))
-            # Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to
-            # replica r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
-            for step in range(replicas - 1):
-                sent = [(r, (r - step) % replicas, held[r][(r - step) % replicas]) for r in range(replicas)]
-                for r, j, partial in sent:
-                    q = (r + 1) % replicas
-                    held[q][j] = op(
-                        mirror_name(f"{base}/rs{step}_{j}", q),
-                        "tf.AddV2",
-                        [partial, held[q][j]],
-                        [chunk[j]],
-                        T=dtype.short,
-                    ).outputs[0]
-            # All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
-            for step in range(replicas - 1):
-                sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
-                for q, j, whole in sent:
-                    t = (q + 1) % replicas
-                    held[t][j] = op(
-                        mirror_name(f"{base}/ag{step}_{j}", t), "tf.Identity", [whole], [chunk[j]], T=dtype.short
-                    ).outputs[0]
-            sums = [
-                op(mirror_name(f"{base}/concat", r), "graphir.concat", held[r], [out_type], axis=axis).outputs[0]
-                for r in range(replicas)
-            ]
-        scale = inverse_of(dtype)
-        reduced[value] = [
+        n = sizes[axis]
+        parts = [n // replicas + (1 if j < n % replicas else 0) for j in range(replicas)]
+        chunk = [TensorType(dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in parts]  # type: ignore[misc]
+        base = f"{AGGREGATION_PREFIX}ring/{label}"
+        held: list[list[Value]] = []  # held[r][j]: what replica r holds of chunk j
+        for r in range(replicas):
+            name = mirror_name(f"{base}/split", r)
+            split = new.add_node(
+                "graphir.split",
+                [local[r]],
+                chunk,
+                name=name,
+                output_names=[f"{name}_{j}" for j in range(replicas)],
+                params={"axis": axis},
+            )
+            aggregation_nodes.append(split)
+            held.append(list(split.outputs))
+        # Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to
+        # replica r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
+        for step in range(replicas - 1):
+            sent = [(r, (r - step) % replicas, held[r][(r - step) % replicas]) for r in range(replicas)]
+            for r, j, partial in sent:
+                q = (r + 1) % replicas
+                held[q][j] = op(
+                    mirror_name(f"{base}/rs{step}_{j}", q),
+                    "tf.AddV2",
+                    [partial, held[q][j]],
+                    [chunk[j]],
+                    T=dtype.short,
+                ).outputs[0]
+        # All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
+        for step in range(replicas - 1):
+            sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
+            for q, j, whole in sent:
+                t = (q + 1) % replicas
+                held[t][j] = op(
+                    mirror_name(f"{base}/ag{step}_{j}", t), "tf.Identity", [whole], [chunk[j]], T=dtype.short
+                ).outputs[0]
+        return [
+            op(mirror_name(f"{base}/concat", r), "graphir.concat", held[r], [out_type], axis=axis).outputs[0]
+            for r in range(replicas)
+        ]
+
+    def mean(sums: list[Value], out_type: TensorType, label: str) -> list[Value]:
+        scale = inverse_of(out_type.dtype)
+        return [
             op(
-                mirror_name(f"{AGGREGATION_PREFIX}mean/{value.name}", r),
+                mirror_name(f"{AGGREGATION_PREFIX}mean/{label}", r),
                 "tf.Mul",
                 [sums[r], scale],
                 [out_type],
-                T=dtype.short,
+                T=out_type.dtype.short,
             ).outputs[0]
             for r in range(replicas)
         ]
+
+    shape_constants: dict[tuple[int, ...], Value] = {}
+
+    def shape_constant(shape: tuple[int, ...]) -> Value:
+        found = shape_constants.get(shape)
+        if found is None:
+            data = DenseTensor.from_numpy(np.asarray(shape, dtype=np.int32))
+            label = "x".join(str(d) for d in shape)
+            found = new.add_constant(f"{AGGREGATION_PREFIX}shape_{label}", TensorType(DType.I32, (len(shape),)), data)
+            shape_constants[shape] = found
+        return found
+
+    def reduce_bucket(index: int, values: list[Value]) -> None:
+        """One ring for a bucket of gradients: each flattened, joined, reduced, cut back and reshaped."""
+        label = f"bucket{index}"
+        dtype = values[0].type.dtype
+        shapes = [tuple(int(d) for d in (v.type.shape or ())) for v in values]  # type: ignore[arg-type]
+        counts = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+        joined_type = TensorType(dtype, (sum(counts),))
+        flat_shape = shape_constant((-1,))
+        joined = []
+        for r, local in enumerate(zip(*(local_parts(v) for v in values), strict=True)):
+            flats = [
+                op(
+                    mirror_name(f"{AGGREGATION_PREFIX}{label}/flat/{v.name}", r),
+                    "tf.Reshape",
+                    [part, flat_shape],
+                    [TensorType(dtype, (count,))],
+                    T=dtype.short,
+                    Tshape="i32",
+                ).outputs[0]
+                for v, part, count in zip(values, local, counts, strict=True)
+            ]
+            joined.append(
+                op(
+                    mirror_name(f"{AGGREGATION_PREFIX}{label}/join", r), "graphir.concat", flats, [joined_type], axis=0
+                ).outputs[0]
+            )
+        means = mean(ring_sum(joined, joined_type, label), joined_type, label)
+        pieces = [TensorType(dtype, (count,)) for count in counts]
+        outs: list[list[Value]] = [[] for _ in values]
+        for r in range(replicas):
+            name = mirror_name(f"{AGGREGATION_PREFIX}{label}/cut", r)
+            cut = new.add_node(
+                "graphir.split",
+                [means[r]],
+                pieces,
+                name=name,
+                output_names=[f"{name}_{k}" for k in range(len(values))],
+                params={"axis": 0},
+            )
+            aggregation_nodes.append(cut)
+            for k, (v, shape) in enumerate(zip(values, shapes, strict=True)):
+                outs[k].append(
+                    op(
+                        mirror_name(f"{AGGREGATION_PREFIX}{label}/shape/{v.name}", r),
+                        "tf.Reshape",
+                        [cut.outputs[k], shape_constant(shape)],
+                        [v.type],
+                        T=dtype.short,
+                        Tshape="i32",
+                    ).outputs[0]
+                )
+        for v, per_replica in zip(values, outs, strict=True):
+            reduced[v] = per_replica
+
+    # Gradient buckets (PyTorch DDP's, Horovod's tensor fusion): the values the mirrors read, in the
+    # order the backward pass makes them (their producers in topological order), joined per
+    # dtype until a bucket holds ``bucket_bytes``; a bucket of one value keeps its own ring.
+    bucket_of: dict[Value, tuple[int, list[Value]]] = {}
+    if mirrored and bucket_bytes > 0:
+        position = {node: k for k, node in enumerate(nodes)}
+        wanted: dict[Value, None] = {}
+        for node in shared_nodes:
+            for value in node.inputs:
+                if value in mirror_maps[0] or value in shared_map or value.producer is None:
+                    continue
+                out_type = rep_maps[0][value].type
+                if (
+                    out_type == value.type
+                    and out_type.shape is not None
+                    and all(isinstance(d, int) for d in out_type.shape)
+                ):
+                    wanted[value] = None
+        ordered = sorted(wanted, key=lambda v: (position[v.producer], v.name))  # type: ignore[index]
+        open_buckets: dict[DType, list[Value]] = {}
+        closed: list[list[Value]] = []
+        for value in ordered:
+            bucket = open_buckets.setdefault(value.type.dtype, [])
+            bucket.append(value)
+            if sum(v.type.nbytes_or(0) for v in bucket) >= bucket_bytes:
+                closed.append(open_buckets.pop(value.type.dtype))
+        closed += [b for b in open_buckets.values() if b]
+        for k, bucket in enumerate(sorted(closed, key=lambda b: ordered.index(b[0]))):
+            if len(bucket) > 1:
+                for value in bucket:
+                    bucket_of[value] = (k, bucket)
+
+    def allreduce(value: Value) -> list[Value]:
+        """Each replica's mean of ``value`` over all copies (module docstring, step 6)."""
+        done = reduced.get(value)
+        if done is not None:
+            return done
+        out_type = rep_maps[0][value].type
+        if out_type != value.type:  # a batch-shaped value: the one concatenation, read by every mirror
+            whole = aggregate(value)
+            reduced[value] = [whole] * replicas
+            return reduced[value]
+        if value in bucket_of:
+            reduce_bucket(*bucket_of[value])
+            return reduced[value]
+        reduced[value] = mean(ring_sum(local_parts(value), out_type, value.name), out_type, value.name)
         return reduced[value]
 
     for r in range(mirrors):

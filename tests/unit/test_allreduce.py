@@ -55,7 +55,7 @@ def test_ring_allreduce_by_hand():
     2 -> 0 chunk 0; step 1: 0 -> 1 chunk 0, 1 -> 2 chunk 1, 2 -> 0 chunk 2.
     """
     module = mlp_training_step(6)
-    result = data_parallel(module, 3, sync="allreduce")
+    result = data_parallel(module, 3, sync="allreduce", bucket_bytes=0)
     graph = result.module.graph
     verify(result.module)
     ring = "dp/ring/bwd0/dw"
@@ -108,7 +108,7 @@ def test_ring_allreduce_by_hand():
 def test_small_gradients_and_microbatches():
     """A gradient with no axis of D elements is summed by every replica; micro-batches are summed first."""
     module = mlp_training_step(8, widths=(4, 3, 2))
-    result = data_parallel(module, 4, microbatches=2, sync="allreduce")
+    result = data_parallel(module, 4, microbatches=2, sync="allreduce", bucket_bytes=0)
     graph = result.module.graph
     verify(result.module)
     # w1's gradient is 3 x 2: too small to cut in 4; each replica adds the 4 replicas' local sums
@@ -119,6 +119,33 @@ def test_small_gradients_and_microbatches():
     assert float(mean.inputs[1].const.numpy()) == pytest.approx(1 / 8)  # type: ignore[union-attr]
     # w0's gradient is 4 x 3: four chunks of one row
     assert [v.type for v in graph.node("mirror0/dp/ring/bwd0/dw/split").outputs] == [_t(1, 3)] * 4
+
+
+def test_buckets_join_the_gradients_in_the_order_the_backward_pass_makes_them():
+    """Widths 4-3-2-5: the loss (4 B), then the gradients w2 (2x5, 40 B), w1 (3x2, 24 B), w0 (4x3, 48 B).
+
+    With 64-byte buckets: loss + w2 = 44 B, + w1 = 68 B closes bucket 0; w0 opens bucket 1 and is
+    alone in it, so it keeps its own ring. Bucket 0 is flattened to 1 + 10 + 6 = 17 elements, cut
+    in chunks of 9 and 8 by the two-replica ring, and cut back into 1, 10 and 6.
+    """
+    module = mlp_training_step(8, widths=(4, 3, 2, 5))
+    result = data_parallel(module, 2, sync="allreduce", bucket_bytes=64)
+    graph = result.module.graph
+    verify(result.module)
+    join = graph.node("mirror1/dp/bucket0/join")
+    assert _inputs(join) == [f"mirror1/dp/bucket0/flat/{v}" for v in ("loss/sum", "bwd2/dw", "bwd1/dw")]
+    assert join.outputs[0].type == _t(17)
+    assert _inputs(graph.node("mirror1/dp/bucket0/flat/bwd2/dw"))[0] == "replica1/bwd2/dw"
+    assert [v.type for v in graph.node("mirror0/dp/ring/bucket0/split").outputs] == [_t(9), _t(8)]
+    cut = graph.node("mirror1/dp/bucket0/cut")
+    assert _inputs(cut) == ["mirror1/dp/mean/bucket0"] and [v.type for v in cut.outputs] == [_t(1), _t(10), _t(6)]
+    back = graph.node("mirror1/dp/bucket0/shape/bwd1/dw")
+    assert _inputs(back) == ["mirror1/dp/bucket0/cut_2", "dp/shape_3x2"] and back.outputs[0].type == _t(3, 2)
+    assert _inputs(graph.node("mirror1/w1/adam"))[-1] == "mirror1/dp/bucket0/shape/bwd1/dw"
+    assert _inputs(graph.node("mirror1/w0/adam"))[-1] == "mirror1/dp/mean/bwd0/dw"  # its own ring
+    assert graph.get_node("mirror0/dp/ring/bwd0/dw/split") is not None
+    text = print_module(result.module)
+    assert print_module(parse_module(text)) == text
 
 
 def test_mirrors_go_to_their_replica_and_plain_data_parallelism_runs_dynamic():
@@ -136,7 +163,7 @@ def test_mirrors_go_to_their_replica_and_plain_data_parallelism_runs_dynamic():
     Place.of("pipeline", stages=1).run(module, PassContext())
     placed = {n.name: n.device for n in module.graph.nodes}
     assert all(placed[name] == f"gpu{mirror_of(name)[0]}" for name in placed if mirror_of(name)[0] >= 0)
-    assert placed["mirror1/dp/ring/bwd0/dw/rs0_0"] == "gpu1"
+    assert placed["mirror1/dp/ring/bucket0/rs0_0"] == "gpu1"  # the step's gradients fill one bucket
     assert recorded_order(module) == "dynamic"
 
 
