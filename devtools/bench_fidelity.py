@@ -126,12 +126,14 @@ MODELS: dict[str, str] = {
 
 PLACEMENTS = ("single", "balanced", "fine")
 """The scored placements (the benchmark's bar is over their pairs)."""
-HELD_OUT = ("topo", "metis", "pipeline")
+HELD_OUT = ("topo", "metis", "pipeline", "allreduce")
 """Held-out placements: measured and reported apart, never used to choose the ruler's rules. ``topo``:
 ``place{algo=m-topo}`` (Baechi's m-TOPO: a topological split that moves much data); ``metis``:
 ``place{algo=metis}`` (a min-cut 2-way split that moves little); ``pipeline``: the model rewritten
-by ``microbatch{n=M}`` and placed by ``place{algo=pipeline}`` (see :data:`REWRITING`)."""
-REWRITING = ("pipeline",)
+by ``microbatch{n=M}`` and placed by ``place{algo=pipeline}`` (see :data:`REWRITING`); ``allreduce``: the
+model rewritten by ``data-parallel{replicas=N sync=allreduce}`` (one replica per worker, mirrored
+variables, the gradients' ring all-reduce) and placed by ``place{algo=pipeline stages=1}``."""
+REWRITING = ("pipeline", "allreduce")
 """Placements that run a rewritten graph, not the model as imported: not in the default
 ``--placements`` (training models only, ``--train-batch`` a multiple of ``--microbatches``)."""
 ORDERS = ("enforced", "dynamic")
@@ -251,9 +253,10 @@ PIPELINE_PROFILES = ("own", "rescaled")
 def rewrite_for(
     module: Any, placement: str, microbatches: int, seed: int, profile: str = "own", trace_steps: int = 5
 ) -> Any:
-    """The module a placement runs: ``module`` itself, or for ``pipeline`` a profiled copy micro-batched.
+    """The module a placement runs: ``module`` itself, or for ``pipeline`` (``allreduce``) a rewritten copy.
 
-    ``pipeline`` clones the profiled module and rewrites the clone with ``microbatch{n=M}``. Its costs:
+    ``pipeline`` clones the profiled module and rewrites the clone with ``microbatch{n=M}``
+    (``allreduce``: ``data-parallel{replicas=N sync=allreduce}``, one replica per device). Its costs:
     ``own``, the rewritten graph's own ``profile{mode=tf-run}`` (unplaced, on worker 0, as the
     model's profile; every cost cleared first, so a node that ran no kernel costs 0 there too);
     ``rescaled``, the model's profile as the rewrite scales it per copy by the roofline ratio of
@@ -271,7 +274,12 @@ def rewrite_for(
         raise ValueError(f"pipeline profile must be one of {', '.join(PIPELINE_PROFILES)}, got '{profile}'")
     rewritten = clone_module(module)
     rewritten.set_cluster(module.cluster)
-    PassManager(parse_pipeline(f"microbatch{{n={microbatches}}}")).run(rewritten, PassContext(seed=seed))
+    rewrite = (
+        f"data-parallel{{replicas={len(module.cluster.devices)} sync=allreduce}}"
+        if placement == "allreduce"
+        else f"microbatch{{n={microbatches}}}"
+    )
+    PassManager(parse_pipeline(rewrite)).run(rewritten, PassContext(seed=seed))
     if profile == "own":
         for node in rewritten.graph.nodes:
             node.cost = None
@@ -300,6 +308,8 @@ def _place(module: Any, placement: str, order: str, congestion: str, scratch: Pa
         place = "place{algo=metis}"
     elif placement == "pipeline":  # one stage per device (the module is micro-batched: rewrite_for)
         place = f"place{{algo=pipeline stages={len(module.cluster.devices)}}}"
+    elif placement == "allreduce":  # one replica per device (the module is data-parallel: rewrite_for)
+        place = "place{algo=pipeline stages=1}"
     else:
         path = scratch / f"{module.name}-fine.json"
         path.write_text(json.dumps(fine_placement(module)))
@@ -699,7 +709,15 @@ def write_plot(rows: Sequence[Row], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(6, 6))
-    markers = {"single": "o", "balanced": "s", "fine": "^", "topo": "v", "metis": "P", "pipeline": "D"}
+    markers = {
+        "single": "o",
+        "balanced": "s",
+        "fine": "^",
+        "topo": "v",
+        "metis": "P",
+        "pipeline": "D",
+        "allreduce": "X",
+    }
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for k, model in enumerate(dict.fromkeys(r.model for r in rows)):
         color = colors[k % len(colors)]  # one colour per model; dynamic pairs hollow, in the same colour
@@ -867,13 +885,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"bench-fidelity: unknown {', '.join(unknown)}", file=sys.stderr)
         return 1
-    if any(p in REWRITING for p in args.placements):
+    rewriting = [p for p in args.placements if p in REWRITING]
+    if rewriting:
         inference = [m for m in models if not MODELS[m].startswith("zoo")]
-        if args.microbatches < 1 or args.train_batch % args.microbatches or inference:
+        split = "pipeline" in rewriting and (args.microbatches < 1 or args.train_batch % args.microbatches)
+        if split or inference:
             print(
-                f"bench-fidelity: {', '.join(REWRITING)} needs training models"
+                f"bench-fidelity: {', '.join(rewriting)} needs training models"
                 + (f" (not {', '.join(inference)})" if inference else "")
-                + f" and a --train-batch ({args.train_batch}) that --microbatches ({args.microbatches}) divides",
+                + (
+                    f" and a --train-batch ({args.train_batch}) that --microbatches ({args.microbatches}) divides"
+                    if "pipeline" in rewriting
+                    else ""
+                ),
                 file=sys.stderr,
             )
             return 1
