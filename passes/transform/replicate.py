@@ -64,10 +64,11 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    replica's part. **Buckets** (PyTorch DDP's ``bucket_cap_mb``, Horovod's tensor fusion): the
    gradients are taken in the order the backward pass makes them and joined per dtype until a
    bucket holds ``bucket_bytes`` (default 25 MiB, DDP's); a bucket's gradients are flattened
-   (``tf.Reshape``), joined (``graphir.concat``), reduced by one ring, cut back
-   (``graphir.split``) and reshaped: one ring's steps per bucket instead of per gradient, and a
-   bucket's exchange starts when its last gradient is made. A graph output made by the shared part is mirror 0's, after every mirror's
-   producer ran (``dp/join/...``), so running the step runs every replica's update.
+   (``tf.Reshape``, unless already one-dimensional), joined (``graphir.concat``), reduced by one
+   ring, cut back (``graphir.split``) and reshaped: one ring's steps per bucket instead of per
+   gradient, and a bucket's exchange starts when its last gradient is made. A graph output made
+   by the shared part is mirror 0's, after every mirror's producer ran (``dp/join/...``), so
+   running the step runs every replica's update.
 
 The baseline placement of this graph ("data parallel", TF-slim's deployment) is
 :func:`graphir.passes.transform.data_parallel.data_parallel_devices`.
@@ -552,6 +553,57 @@ def data_parallel(
             for r in range(replicas)
         ]
 
+    def ring(held: list[list[Value]], label: str) -> list[list[Value]]:
+        """The ring on chunks: ``held[r][j]`` is replica r's part of chunk j; returns each replica's chunk sums.
+
+        Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to replica
+        r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
+        All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
+        """
+        held = [list(row) for row in held]
+        base = f"{AGGREGATION_PREFIX}ring/{label}"
+        for step in range(replicas - 1):
+            sent = [(r, (r - step) % replicas, held[r][(r - step) % replicas]) for r in range(replicas)]
+            for r, j, partial in sent:
+                q = (r + 1) % replicas
+                held[q][j] = op(
+                    mirror_name(f"{base}/rs{step}_{j}", q),
+                    "tf.AddV2",
+                    [partial, held[q][j]],
+                    [partial.type],
+                    T=partial.type.dtype.short,
+                ).outputs[0]
+        for step in range(replicas - 1):
+            sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
+            for q, j, whole in sent:
+                t = (q + 1) % replicas
+                held[t][j] = op(
+                    mirror_name(f"{base}/ag{step}_{j}", t),
+                    "tf.Identity",
+                    [whole],
+                    [whole.type],
+                    T=whole.type.dtype.short,
+                ).outputs[0]
+        return held
+
+    def cut(value: Value, sizes: list[int], axis: int, name: str) -> list[Value]:
+        """``value`` cut along ``axis`` into parts of ``sizes`` (one ``graphir.split``)."""
+        shape = value.type.shape or ()
+        parts = [TensorType(value.type.dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in sizes]  # type: ignore[misc]
+        split = new.add_node(
+            "graphir.split",
+            [value],
+            parts,
+            name=name,
+            output_names=[f"{name}_{j}" for j in range(len(sizes))],
+            params={"axis": axis},
+        )
+        aggregation_nodes.append(split)
+        return list(split.outputs)
+
+    def balanced(total: int) -> list[int]:
+        return [total // replicas + (1 if j < total % replicas else 0) for j in range(replicas)]
+
     def ring_sum(local: list[Value], out_type: TensorType, label: str) -> list[Value]:
         """Every replica's sum of the replicas' ``local`` values: a ring all-reduce (module docstring, step 6)."""
         dtype = out_type.dtype
@@ -570,44 +622,9 @@ def data_parallel(
                 ).outputs[0]
                 for r in range(replicas)
             ]
-        n = sizes[axis]
-        parts = [n // replicas + (1 if j < n % replicas else 0) for j in range(replicas)]
-        chunk = [TensorType(dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in parts]  # type: ignore[misc]
         base = f"{AGGREGATION_PREFIX}ring/{label}"
-        held: list[list[Value]] = []  # held[r][j]: what replica r holds of chunk j
-        for r in range(replicas):
-            name = mirror_name(f"{base}/split", r)
-            split = new.add_node(
-                "graphir.split",
-                [local[r]],
-                chunk,
-                name=name,
-                output_names=[f"{name}_{j}" for j in range(replicas)],
-                params={"axis": axis},
-            )
-            aggregation_nodes.append(split)
-            held.append(list(split.outputs))
-        # Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to
-        # replica r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
-        for step in range(replicas - 1):
-            sent = [(r, (r - step) % replicas, held[r][(r - step) % replicas]) for r in range(replicas)]
-            for r, j, partial in sent:
-                q = (r + 1) % replicas
-                held[q][j] = op(
-                    mirror_name(f"{base}/rs{step}_{j}", q),
-                    "tf.AddV2",
-                    [partial, held[q][j]],
-                    [chunk[j]],
-                    T=dtype.short,
-                ).outputs[0]
-        # All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
-        for step in range(replicas - 1):
-            sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
-            for q, j, whole in sent:
-                t = (q + 1) % replicas
-                held[t][j] = op(
-                    mirror_name(f"{base}/ag{step}_{j}", t), "tf.Identity", [whole], [chunk[j]], T=dtype.short
-                ).outputs[0]
+        parts = balanced(sizes[axis])
+        held = ring([cut(local[r], parts, axis, mirror_name(f"{base}/split", r)) for r in range(replicas)], label)
         return [
             op(mirror_name(f"{base}/concat", r), "graphir.concat", held[r], [out_type], axis=axis).outputs[0]
             for r in range(replicas)
@@ -638,58 +655,113 @@ def data_parallel(
         return found
 
     def reduce_bucket(index: int, values: list[Value]) -> None:
-        """One ring for a bucket of gradients: each flattened, joined, reduced, cut back and reshaped."""
+        """One ring for a bucket of gradients (module docstring, step 6).
+
+        The bucket is the gradients flattened and laid end to end, cut into the ring's ``D``
+        balanced chunks; each chunk is joined straight from the pieces of the gradients it covers
+        (a gradient across a chunk boundary is cut there), so the bucket is copied once on the way
+        in; after the ring each replica scales its chunks and cuts them back at the gradients'
+        boundaries (a gradient across a boundary is joined from its pieces), then reshapes.
+        """
         label = f"bucket{index}"
         dtype = values[0].type.dtype
         shapes = [tuple(int(d) for d in (v.type.shape or ())) for v in values]  # type: ignore[arg-type]
         counts = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
-        joined_type = TensorType(dtype, (sum(counts),))
+        starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+        if starts[-1] < replicas:  # fewer elements than replicas: each gradient on its own
+            for v in values:
+                reduced[v] = mean(ring_sum(local_parts(v), v.type, v.name), v.type, v.name)
+            return
+        bounds = np.concatenate([[0], np.cumsum(balanced(int(starts[-1])))]).tolist()
+        # pieces[i]: (chunk j, length) of gradient i in order; chunk_pieces[j]: (gradient i, piece k)
+        pieces: list[list[tuple[int, int]]] = []
+        chunk_pieces: list[list[tuple[int, int]]] = [[] for _ in range(replicas)]
+        for i in range(len(values)):
+            row = []
+            for j in range(replicas):
+                low, high = max(starts[i], bounds[j]), min(starts[i + 1], bounds[j + 1])
+                if high > low:
+                    chunk_pieces[j].append((i, len(row)))
+                    row.append((j, high - low))
+            pieces.append(row)
         flat_shape = shape_constant((-1,))
-        joined = []
+        chunks: list[list[Value]] = []
         for r, local in enumerate(zip(*(local_parts(v) for v in values), strict=True)):
-            flats = [
-                op(
-                    mirror_name(f"{AGGREGATION_PREFIX}{label}/flat/{v.name}", r),
-                    "tf.Reshape",
-                    [part, flat_shape],
-                    [TensorType(dtype, (count,))],
-                    T=dtype.short,
-                    Tshape="i32",
-                ).outputs[0]
-                for v, part, count in zip(values, local, counts, strict=True)
-            ]
-            joined.append(
-                op(
-                    mirror_name(f"{AGGREGATION_PREFIX}{label}/join", r), "graphir.concat", flats, [joined_type], axis=0
-                ).outputs[0]
-            )
-        means = mean(ring_sum(joined, joined_type, label), joined_type, label)
-        pieces = [TensorType(dtype, (count,)) for count in counts]
-        outs: list[list[Value]] = [[] for _ in values]
-        for r in range(replicas):
-            name = mirror_name(f"{AGGREGATION_PREFIX}{label}/cut", r)
-            cut = new.add_node(
-                "graphir.split",
-                [means[r]],
-                pieces,
-                name=name,
-                output_names=[f"{name}_{k}" for k in range(len(values))],
-                params={"axis": 0},
-            )
-            aggregation_nodes.append(cut)
-            for k, (v, shape) in enumerate(zip(values, shapes, strict=True)):
-                outs[k].append(
-                    op(
-                        mirror_name(f"{AGGREGATION_PREFIX}{label}/shape/{v.name}", r),
+            parts: list[list[Value]] = []
+            for v, part, count, shape, row in zip(values, local, counts, shapes, pieces, strict=True):
+                flat = (
+                    part
+                    if len(shape) == 1  # already flat
+                    else op(
+                        mirror_name(f"{AGGREGATION_PREFIX}{label}/flat/{v.name}", r),
                         "tf.Reshape",
-                        [cut.outputs[k], shape_constant(shape)],
-                        [v.type],
+                        [part, flat_shape],
+                        [TensorType(dtype, (count,))],
                         T=dtype.short,
                         Tshape="i32",
                     ).outputs[0]
                 )
-        for v, per_replica in zip(values, outs, strict=True):
-            reduced[v] = per_replica
+                across = len(row) > 1
+                name = mirror_name(f"{AGGREGATION_PREFIX}{label}/piece/{v.name}", r)
+                parts.append(cut(flat, [n for _, n in row], 0, name) if across else [flat])
+            row_chunks = []
+            for j in range(replicas):
+                members = [parts[i][k] for i, k in chunk_pieces[j]]
+                chunk_type = TensorType(dtype, (int(bounds[j + 1] - bounds[j]),))
+                row_chunks.append(
+                    members[0]
+                    if len(members) == 1
+                    else op(
+                        mirror_name(f"{AGGREGATION_PREFIX}{label}/chunk{j}", r),
+                        "graphir.concat",
+                        members,
+                        [chunk_type],
+                        axis=0,
+                    ).outputs[0]
+                )
+            chunks.append(row_chunks)
+        summed = ring(chunks, label)
+        scale = inverse_of(dtype)
+        for r in range(replicas):
+            back: list[list[Value]] = [[] for _ in values]
+            for j in range(replicas):
+                scaled = op(
+                    mirror_name(f"{AGGREGATION_PREFIX}mean/{label}/{j}", r),
+                    "tf.Mul",
+                    [summed[r][j], scale],
+                    [summed[r][j].type],
+                    T=dtype.short,
+                ).outputs[0]
+                members = chunk_pieces[j]
+                if len(members) == 1:
+                    outs = [scaled]
+                else:
+                    sizes = [pieces[i][k][1] for i, k in members]
+                    outs = cut(scaled, sizes, 0, mirror_name(f"{AGGREGATION_PREFIX}{label}/cut{j}", r))
+                for (i, _), piece in zip(members, outs, strict=True):
+                    back[i].append(piece)
+            for v, shape, count, got in zip(values, shapes, counts, back, strict=True):
+                whole = (
+                    got[0]
+                    if len(got) == 1
+                    else op(
+                        mirror_name(f"{AGGREGATION_PREFIX}{label}/whole/{v.name}", r),
+                        "graphir.concat",
+                        got,
+                        [TensorType(dtype, (count,))],
+                        axis=0,
+                    ).outputs[0]
+                )
+                if len(shape) != 1:
+                    whole = op(
+                        mirror_name(f"{AGGREGATION_PREFIX}{label}/shape/{v.name}", r),
+                        "tf.Reshape",
+                        [whole, shape_constant(shape)],
+                        [v.type],
+                        T=dtype.short,
+                        Tshape="i32",
+                    ).outputs[0]
+                reduced.setdefault(v, []).append(whole)
 
     # Gradient buckets (PyTorch DDP's, Horovod's tensor fusion): the values the mirrors read, in the
     # order the backward pass makes them (their producers in topological order), joined per

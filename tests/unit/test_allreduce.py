@@ -125,23 +125,35 @@ def test_buckets_join_the_gradients_in_the_order_the_backward_pass_makes_them():
     """Widths 4-3-2-5: the loss (4 B), then the gradients w2 (2x5, 40 B), w1 (3x2, 24 B), w0 (4x3, 48 B).
 
     With 64-byte buckets: loss + w2 = 44 B, + w1 = 68 B closes bucket 0; w0 opens bucket 1 and is
-    alone in it, so it keeps its own ring. Bucket 0 is flattened to 1 + 10 + 6 = 17 elements, cut
-    in chunks of 9 and 8 by the two-replica ring, and cut back into 1, 10 and 6.
+    alone in it, so it keeps its own ring. Bucket 0 laid end to end: loss [0, 1), w2 [1, 11), w1
+    [11, 17); the two-replica ring's chunks are [0, 9) and [9, 17). So w2 is cut at 9 into 8 + 2;
+    chunk 0 joins the loss and w2's first 8, chunk 1 w2's last 2 and w1. After the ring each
+    replica scales its two chunks and cuts them back: chunk 0 into 1 + 8, chunk 1 into 2 + 6; w2
+    is joined from 8 + 2 and reshaped to 2x5, w1 is chunk 1's last 6 reshaped to 3x2.
     """
     module = mlp_training_step(8, widths=(4, 3, 2, 5))
     result = data_parallel(module, 2, sync="allreduce", bucket_bytes=64)
     graph = result.module.graph
     verify(result.module)
-    join = graph.node("mirror1/dp/bucket0/join")
-    assert _inputs(join) == [f"mirror1/dp/bucket0/flat/{v}" for v in ("loss/sum", "bwd2/dw", "bwd1/dw")]
-    assert join.outputs[0].type == _t(17)
-    assert _inputs(graph.node("mirror1/dp/bucket0/flat/bwd2/dw"))[0] == "replica1/bwd2/dw"
-    assert [v.type for v in graph.node("mirror0/dp/ring/bucket0/split").outputs] == [_t(9), _t(8)]
-    cut = graph.node("mirror1/dp/bucket0/cut")
-    assert _inputs(cut) == ["mirror1/dp/mean/bucket0"] and [v.type for v in cut.outputs] == [_t(1), _t(10), _t(6)]
-    back = graph.node("mirror1/dp/bucket0/shape/bwd1/dw")
-    assert _inputs(back) == ["mirror1/dp/bucket0/cut_2", "dp/shape_3x2"] and back.outputs[0].type == _t(3, 2)
-    assert _inputs(graph.node("mirror1/w1/adam"))[-1] == "mirror1/dp/bucket0/shape/bwd1/dw"
+    b = "mirror1/dp/bucket0"
+    assert _inputs(graph.node(f"{b}/flat/bwd2/dw")) == ["replica1/bwd2/dw", "dp/shape_-1"]
+    piece = graph.node(f"{b}/piece/bwd2/dw")
+    assert _inputs(piece) == [f"{b}/flat/bwd2/dw"] and [v.type for v in piece.outputs] == [_t(8), _t(2)]
+    chunk0, chunk1 = graph.node(f"{b}/chunk0"), graph.node(f"{b}/chunk1")
+    assert _inputs(chunk0) == [f"{b}/flat/loss/sum", f"{b}/piece/bwd2/dw_0"] and chunk0.outputs[0].type == _t(9)
+    assert _inputs(chunk1) == [f"{b}/piece/bwd2/dw_1", f"{b}/flat/bwd1/dw"] and chunk1.outputs[0].type == _t(8)
+    # the ring runs on the chunks: replica 1 adds replica 0's chunk 0 to its own (step 0)
+    assert _inputs(graph.node("mirror1/dp/ring/bucket0/rs0_0")) == ["mirror0/dp/bucket0/chunk0", f"{b}/chunk0"]
+    mean0 = graph.node("mirror1/dp/mean/bucket0/0")
+    assert float(mean0.inputs[1].const.numpy()) == pytest.approx(0.5)  # type: ignore[union-attr]
+    cut0, cut1 = graph.node(f"{b}/cut0"), graph.node(f"{b}/cut1")
+    assert [v.type for v in cut0.outputs] == [_t(1), _t(8)] and [v.type for v in cut1.outputs] == [_t(2), _t(6)]
+    whole = graph.node(f"{b}/whole/bwd2/dw")
+    assert _inputs(whole) == [f"{b}/cut0_1", f"{b}/cut1_0"] and whole.outputs[0].type == _t(10)
+    back = graph.node(f"{b}/shape/bwd1/dw")
+    assert _inputs(back) == [f"{b}/cut1_1", "dp/shape_3x2"] and back.outputs[0].type == _t(3, 2)
+    assert _inputs(graph.node("mirror1/w1/adam"))[-1] == f"{b}/shape/bwd1/dw"
+    assert _inputs(graph.node("mirror1/w2/adam"))[-1] == f"{b}/shape/bwd2/dw"
     assert _inputs(graph.node("mirror1/w0/adam"))[-1] == "mirror1/dp/mean/bwd0/dw"  # its own ring
     assert graph.get_node("mirror0/dp/ring/bwd0/dw/split") is not None
     text = print_module(result.module)
