@@ -105,8 +105,13 @@ browser:
 # lit runs graphir-opt and filecheck by name: put the venv's bin first on PATH (lit.cfg.py does
 # the same for the test environment). lit fails when it finds no test at all, so an empty
 # tests/filecheck is reported and skipped rather than failing the build.
+# pytest runs on PYTEST_WORKERS processes (pytest-xdist; auto: one per core). --dist loadfile keeps a
+# module's tests in one worker, so module-scoped fixtures (TF traces) are built once and a module's
+# fixed paths (build/browser/, the fuzz canary) are never written by two workers at once; every worker
+# has its own tmp_path, and the TF rig's servers bind free ports. PYTEST_WORKERS=0 runs in-process.
+PYTEST_WORKERS ?= auto
 test: lint browser
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \
 		PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR); \

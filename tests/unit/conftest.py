@@ -6,12 +6,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from helpers import f32
 from hypothesis import HealthCheck, settings
 
 from graphir.ir import Graph, Module, Node
 from graphir.parser import parse_module
 from graphir.pass_infra import FACT_CHECKS, PASSES, load_builtin_passes
-from graphir.types import DType, TensorType
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,11 +25,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("graphir-unit")
-
-
-def f32(*dims: int | str | None) -> TensorType:
-    """``f32[dims]``."""
-    return TensorType(DType.F32, dims)
 
 
 @pytest.fixture
@@ -85,3 +80,18 @@ def isolated_registry() -> Iterator[dict]:
         PASSES.update(saved_passes)
         FACT_CHECKS.clear()
         FACT_CHECKS.update(saved_facts)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt_step() -> Module:
+    """A 2-layer GPT training step (GradientTape + one ResourceApplyAdam per variable), imported.
+
+    Built once per session (a TensorFlow trace, seconds); tests that change it work on a clone.
+    """
+    pytest.importorskip("tensorflow")
+    from graphir.importers.tf import import_graphdef
+    from graphir.tools.zoo import build_train_graphdef
+
+    config = (("layers", 2), ("d_model", 16), ("heads", 2), ("d_ff", 32), ("vocab", 40), ("seq", 8))
+    graph_def, _ = build_train_graphdef("gpt", 2, config)
+    return import_graphdef(graph_def, name="tiny_gpt", source="<tiny_gpt>")

@@ -234,7 +234,7 @@ def test_the_pipeline_pair_runs_its_own_micro_batched_module_on_one_stage_per_wo
     # 2-worker rig's cluster:
     # the pair's module is a micro-batched clone (4 copies mb0..mb3), stages cut by layers, one per
     # worker; the model's own module is left as it was (the other pairs share it).
-    from test_place_pipeline import mlp_train
+    from helpers import mlp_train
 
     from graphir.copies import copy_of
     from graphir.parser import parse_module

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gir_cases import mesh_cluster, module_on_cluster
+from helpers import CPU_CHARGED, MESH2, MS, SLOW_MESH2, mesh_cluster, module, node, times, transfers
 
 from graphir.cluster import load_cluster_toml
 from graphir.cluster_model import ClusterError
@@ -19,9 +19,6 @@ from graphir.errors import PassError
 from graphir.links import CONGESTION_RULES, LinkModel
 from graphir.parser import parse_module
 from graphir.simulator import simulate
-
-T = "f32[250000]"
-MS = 1e-3
 
 MESH3 = mesh_cluster(3)
 
@@ -48,31 +45,6 @@ kind = "host-bridge"
     f'[[wire]]\na = "{a}"\nb = "{b}"\nlatency = 0.0\nbandwidth = 1e9\n'
     for a, b in [("g0", "sw0"), ("g1", "sw0"), ("g2", "sw1"), ("g3", "sw1"), ("sw0", "hb"), ("sw1", "hb")]
 )
-
-MESH2 = mesh_cluster(2)
-
-
-def module(tmp_path: Path, cluster_toml: str, body: str, inputs: str = f"%x : {T}"):
-    return module_on_cluster(tmp_path, cluster_toml, body, inputs)
-
-
-def node(name: str, operands: str, device: str, order: int, cost: str = "1ms") -> str:
-    count = len(operands.split(","))
-    types = ", ".join([T] * count)
-    op = "onnx.Relu" if count == 1 else "onnx.Add"
-    return f'    %{name} = {op}({operands}) : ({types}) -> {T} [cost = {cost}, device = "{device}", order = {order}]'
-
-
-def times(result, m) -> dict[str, tuple[float, float]]:
-    index = m.graph.index()
-    return {
-        n.name: (round(s / MS, 9), round(f / MS, 9))
-        for n, s, f in zip(index.nodes, result.start.tolist(), result.finish.tolist(), strict=True)
-    }
-
-
-def transfers(result) -> list[tuple[float, float]]:
-    return sorted((round(begin / MS, 9), round(end / MS, 9)) for *_, begin, end in result.transfer_log)
 
 
 # ---- port: Moirai eq. (8), a device sends one and receives one transfer at a time
@@ -294,7 +266,6 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 # ---- latency and occupancy (issue 14): under topology only bytes / bandwidth holds the route
 
-SLOW_MESH2 = MESH2.replace("latency = 0.0", "latency = 5e-4")  # 0.5 ms latency, 1 ms occupancy per tensor
 SLOW_MESH3 = MESH3.replace("latency = 0.0", "latency = 5e-4")
 
 
@@ -339,12 +310,6 @@ def test_port_holds_latency_as_moirai_topology_does_not(tmp_path):
     topology = simulate(m, "topology")
     assert transfers(topology) == [(1.0, 2.5), (2.0, 3.5)]
     assert topology.makespan == pytest.approx(4.5 * MS)
-
-
-CPU_CHARGED = (
-    "[overheads]\ntransfer = 2e-4\nsend_cpu = 2e-4\nsend_cpu_per_byte = 3e-10\n"
-    "recv_cpu = 1e-4\nrecv_cpu_per_byte = 4e-10\n" + MESH2
-)  # per 1e6 B tensor: latency 0.2 ms, occupancy 1 ms, sender CPU 0.5 ms, receiver CPU 0.5 ms
 
 
 def test_topology_charges_a_transfers_cpu_to_both_workers(tmp_path):

@@ -10,14 +10,14 @@ batch ``G / n`` is the replica model (no TensorFlow needed).
 from __future__ import annotations
 
 import networkx as nx
-import numpy as np
 import pytest
+from helpers import mlp_training_step, tf_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphir.attributes import DenseTensor
 from graphir.errors import PassError
-from graphir.ir import Graph, Module, Node
+from graphir.ir import Module
 from graphir.parser import parse_module
 from graphir.pass_infra import PassContext, load_builtin_passes
 from graphir.passes.place import Place
@@ -26,89 +26,7 @@ from graphir.passes.transform.data_parallel import DataParallel, data_parallel_d
 from graphir.passes.transform.replicate import data_parallel, replica_name, replica_of
 from graphir.printer import print_module
 from graphir.simulator import simulate
-from graphir.types import DType, TensorType
 from graphir.verifier import verify
-
-F32 = DType.F32
-
-
-def _t(*shape: int, dtype: DType = F32) -> TensorType:
-    return TensorType(dtype, tuple(shape))
-
-
-def _const(graph: Graph, name: str, array: np.ndarray) -> Node:
-    tensor = DenseTensor.from_numpy(array)
-    return graph.add_node(
-        "tf.Const", [], [tensor.type], name=name, params={"dtype": tensor.type.dtype.short, "value": tensor}
-    )
-
-
-def mlp_training_step(batch: int, widths: tuple[int, ...] = (4, 3, 2)) -> Module:
-    """One Adam training step of an MLP ``widths[0] -> ... -> widths[-1]`` on ``batch`` samples."""
-    g = Graph("main")
-    layers = len(widths) - 1
-    x = g.add_node("tf.Placeholder", [], [_t(batch, widths[0])], name="x", params={"dtype": "f32"})
-    handles, reads = [], []
-    for k in range(layers):
-        shape = (widths[k], widths[k + 1])
-        h = g.add_node(
-            "tf.VarHandleOp", [], [_t(dtype=DType.RESOURCE)], name=f"w{k}/h", params={"dtype": "f32", "shape": shape}
-        )
-        r = g.add_node("tf.ReadVariableOp", [h.outputs[0]], [_t(*shape)], name=f"w{k}/read", params={"dtype": "f32"})
-        handles.append(h)
-        reads.append(r)
-    acts = [x.outputs[0]]
-    pre = []
-    for k in range(layers):
-        z = g.add_node("tf.MatMul", [acts[-1], reads[k].outputs[0]], [_t(batch, widths[k + 1])], name=f"fwd{k}/mm")
-        pre.append(z)
-        if k < layers - 1:
-            acts.append(g.add_node("tf.Relu", [z.outputs[0]], [z.outputs[0].type], name=f"fwd{k}/relu").outputs[0])
-        else:
-            acts.append(z.outputs[0])
-    axes = _const(g, "loss/axes", np.asarray([0, 1], dtype=np.int32))
-    loss = g.add_node("tf.Sum", [acts[-1], axes.outputs[0]], [_t()], name="loss/sum")
-    shape = _const(g, "grad/shape", np.asarray([batch, widths[-1]], dtype=np.int32))  # the batch, baked in
-    one = _const(g, "grad/one", np.asarray(1.0, dtype=np.float32))
-    grad = g.add_node("tf.Fill", [shape.outputs[0], one.outputs[0]], [_t(batch, widths[-1])], name="grad/fill").outputs[
-        0
-    ]
-    grads = [None] * layers
-    for k in reversed(range(layers)):
-        if k < layers - 1:
-            grad = g.add_node("tf.ReluGrad", [grad, pre[k].outputs[0]], [grad.type], name=f"bwd{k}/relu").outputs[0]
-        dw = g.add_node(
-            "tf.MatMul",
-            [acts[k], grad],
-            [_t(widths[k], widths[k + 1])],
-            name=f"bwd{k}/dw",
-            params={"transpose_a": True},
-        )
-        grads[k] = dw
-        if k > 0:
-            grad = g.add_node(
-                "tf.MatMul",
-                [grad, reads[k].outputs[0]],
-                [_t(batch, widths[k])],
-                name=f"bwd{k}/dx",
-                params={"transpose_b": True},
-            ).outputs[0]
-    lr = _const(g, "adam/lr", np.asarray(1e-3, dtype=np.float32))
-    applies = []
-    for k in range(layers):
-        slots = [
-            g.add_node("tf.VarHandleOp", [], [_t(dtype=DType.RESOURCE)], name=f"w{k}/{s}", params={"dtype": "f32"})
-            for s in ("m", "v")
-        ]
-        ins = [handles[k].outputs[0], *(s.outputs[0] for s in slots), lr.outputs[0], grads[k].outputs[0]]
-        apply = g.add_node("tf.ResourceApplyAdam", ins, [], name=f"w{k}/adam")
-        apply.add_control_input(reads[k])
-        applies.append(apply)
-    out = g.add_node("tf.Identity", [loss.outputs[0]], [_t()], name="out")
-    for apply in applies:
-        out.add_control_input(apply)
-    g.set_outputs([out.outputs[0]])
-    return Module("mlp_train", g, "4xV100-nvlink")
 
 
 def _dp(batch: int, replicas: int, widths: tuple[int, ...] = (4, 3, 2)):
@@ -138,11 +56,11 @@ def test_golden_two_replicas_counts_and_shapes():
     assert (result.global_batch, result.replica_batch) == (8, 4)
     assert dp.metadata["data_parallel_replicas"] == 2
     # replica types at batch 4, gradients and shared reads keep their shapes
-    assert graph.value("replica0/x").type == _t(4, 4)
-    assert graph.value("replica1/fwd0/relu").type == _t(4, 3)
-    assert graph.value("replica1/bwd0/dw").type == _t(4, 3)
-    assert graph.value("dp/sum/bwd0/dw").type == _t(4, 3)
-    assert graph.value("w0/read").type == _t(4, 3)
+    assert graph.value("replica0/x").type == tf_tensor(4, 4)
+    assert graph.value("replica1/fwd0/relu").type == tf_tensor(4, 3)
+    assert graph.value("replica1/bwd0/dw").type == tf_tensor(4, 3)
+    assert graph.value("dp/sum/bwd0/dw").type == tf_tensor(4, 3)
+    assert graph.value("w0/read").type == tf_tensor(4, 3)
     # the batch baked into the seed's shape constant comes from the replica model
     shape_param = graph.node("replica1/grad/shape").params["value"]
     assert isinstance(shape_param, DenseTensor) and shape_param.numpy().tolist() == [4, 2]
@@ -181,7 +99,7 @@ def test_one_replica_rebatches_without_aggregation():
     result = data_parallel(module, 1, batch=2, replica=mlp_training_step(2))
     graph = result.module.graph
     assert len(graph) == 25 and not result.aggregation_nodes
-    assert graph.value("replica0/x").type == _t(2, 4)
+    assert graph.value("replica0/x").type == tf_tensor(2, 4)
     assert graph.node("w1/adam").inputs[4].name == "replica0/bwd1/dw"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-from test_place_heft import random_module
+from helpers import random_module
 
 from graphir.driver import run
 from graphir.pass_infra import Pass, PassResult, register_pass

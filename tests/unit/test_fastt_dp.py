@@ -8,7 +8,7 @@ from the tiny MLP's parameter bytes.
 from __future__ import annotations
 
 import pytest
-from test_data_parallel import mlp_training_step
+from helpers import mlp_training_step
 
 from graphir.cluster import resolve_cluster
 from graphir.cluster_presets import fastt_gpus

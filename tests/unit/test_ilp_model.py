@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import f32, solve_ilp_model
 
 from graphir.annotations import Cost
 from graphir.ir import Graph, Module, Node, Value
 from graphir.passes.place.ilp_model import IlpModel, Transfers, ancestors
 from graphir.passes.place.problem import PlacementProblem
-from graphir.types import DType, TensorType
 
 pytest.importorskip("ortools.sat.python.cp_model")
 
@@ -47,10 +47,6 @@ kind = "P100"
 memory = 1000
 """
 MB = 250_000  # f32 elements of 1e6 B: 1.1 ms across a link
-
-
-def f32(n: int) -> TensorType:
-    return TensorType(DType.F32, (n,))
 
 
 class Builder:
@@ -88,34 +84,6 @@ def coarse(problem: PlacementProblem, name: str) -> int:
     return int(problem.node_group[problem.fine.node_names.index(name)])
 
 
-def _solve(problem: PlacementProblem, options: dict[str, object], hint: tuple[list[int], list[int]] | None) -> dict:
-    from ortools.sat.python import cp_model  # noqa: PLC0415
-
-    options = {"memory": None, **options}
-    ilp = IlpModel(problem, Transfers(problem), **options)  # type: ignore[arg-type]
-    hinted = None
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_time_in_seconds = 60.0
-    if hint is not None:
-        hinted = ilp.hint(*hint)
-        solver.parameters.fix_variables_to_their_hinted_value = True
-    status = solver.Solve(ilp.model)
-    out: dict[str, object] = {"status": solver.StatusName(status), "unit": ilp.unit, "hinted": hinted, "fifo": ilp.fifo}
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        out["makespan"] = solver.ObjectiveValue() * ilp.unit
-        out["device"] = [next(d for d in ilp.devices if solver.Value(ilp.x[g][d])) for g in range(problem.num_nodes)]
-        out["start"] = [solver.Value(v) * ilp.unit for v in ilp.start]
-    return out
-
-
-def _child() -> None:
-    """Entry point of the fresh interpreter: ``_solve(*pickle(stdin))`` to stdout."""
-    result = _solve(*pickle.loads(sys.stdin.buffer.read()))
-    sys.stdout.buffer.write(pickle.dumps(result))
-
-
 def solve(
     problem: PlacementProblem, hint: tuple[list[int], list[int]] | None = None, **options: object
 ) -> dict[str, object]:
@@ -125,9 +93,9 @@ def solve(
     a complete feasible assignment.
     """
     if "tensorflow" not in sys.modules:
-        return _solve(problem, options, hint)
+        return solve_ilp_model(problem, options, hint)
     here = str(Path(__file__).parent)
-    code = f"import sys; sys.path.insert(0, {here!r}); from test_ilp_model import _child; _child()"
+    code = f"import sys; sys.path.insert(0, {here!r}); import helpers; helpers.solve_ilp_model_child()"
     done = subprocess.run(
         [sys.executable, "-c", code], input=pickle.dumps((problem, options, hint)), capture_output=True, check=True
     )

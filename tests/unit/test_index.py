@@ -7,16 +7,13 @@ import random
 import networkx as nx
 import numpy as np
 import pytest
+from helpers import f32
 from hypothesis import given
 from hypothesis import strategies as st
 
 from graphir.errors import VerifyError
 from graphir.ir import Graph
 from graphir.types import DType, TensorType
-
-
-def f32(*dims):
-    return TensorType(DType.F32, dims)
 
 
 def names(index, numbers) -> list[str]:

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import f32
 
 from graphir.annotations import Cost, Mem
 from graphir.ir import Graph, Module, Node, Value, ValueKind
 from graphir.types import DType, TensorType
-
-
-def f32(*dims):
-    return TensorType(DType.F32, dims)
 
 
 def _uses(value: Value) -> list[tuple[str, int]]:
@@ -398,7 +395,6 @@ def test_control_edges_on_nodes_that_share_the_empty_control_lists():
 
 def test_add_control_inputs_in_bulk_skips_duplicates_and_refuses_other_graphs() -> None:
     from graphir.ir import Graph
-    from graphir.types import DType, TensorType
 
     graph = Graph("g")
     scalar = TensorType(DType.F32, ())

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import f32
 
 from graphir.annotations import Cost, Mem
 from graphir.backends.json_export import cost_graph, export_json
@@ -13,7 +14,6 @@ from graphir.cluster import load_cluster_toml
 from graphir.ir import Graph, Module
 from graphir.parser import parse_module
 from graphir.printer import print_module
-from graphir.types import DType, TensorType
 
 
 def _documented_schema() -> dict[str, list[str]]:
@@ -66,10 +66,6 @@ latency = 2e-5
 bandwidth = 1e9
 bidirectional = false
 """
-
-
-def f32(*dims):
-    return TensorType(DType.F32, dims)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_data_parallel import mlp_training_step
+from helpers import mlp_training_step, tf_tensor
 
 from graphir.errors import PassError, PassOptionError
 from graphir.parser import parse_module
@@ -29,14 +29,9 @@ from graphir.passes.transform.microbatch import Microbatch
 from graphir.passes.transform.replicate import MICROBATCHES_METADATA, copy_name, copy_of, data_parallel
 from graphir.pipeline import parse_pipeline
 from graphir.printer import print_module
-from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
 TOLERANCE = 1e-5
-
-
-def _t(*shape: int) -> TensorType:
-    return TensorType(DType.F32, tuple(shape))
 
 
 def test_names_and_copy_of():
@@ -60,11 +55,11 @@ def test_microbatch_keeps_the_feeds_and_splits_them():
     assert module.metadata[MICROBATCHES_METADATA] == 4 and module.metadata["data_parallel_replicas"] == 1
     # the one original placeholder at the step's batch, split in 4 along the batch
     (feed,) = [n for n in graph.nodes if n.op == "tf.Placeholder"]
-    assert feed.name == "x" and feed.outputs[0].type == _t(8, 4) and feed.params["shape"] == (8, 4)
+    assert feed.name == "x" and feed.outputs[0].type == tf_tensor(8, 4) and feed.params["shape"] == (8, 4)
     split = graph.node("dp/split/x")
     assert split.op == "graphir.split" and split.params["axis"] == 0
     assert [v.name for v in split.outputs] == [f"mb{m}/x" for m in range(4)]
-    assert all(v.type == _t(2, 4) for v in split.outputs)
+    assert all(v.type == tf_tensor(2, 4) for v in split.outputs)
     assert graph.node("mb3/fwd0/mm").inputs[0] is split.outputs[3]
     assert graph.node("mb2/grad/shape").params["value"].numpy().tolist() == [2, 2]  # type: ignore[union-attr]
     # one sum of the 4 copies, one scaling by 1/4, into the one update
@@ -86,7 +81,7 @@ def test_replicas_times_microbatches_accumulate_per_replica_first():
     verify(result.module)
     assert result.microbatch == 2 and result.replica_batch == 4
     # each replica is fed its own placeholder at G/D, split in M
-    assert graph.value("replica1/x").type == _t(4, 4)
+    assert graph.value("replica1/x").type == tf_tensor(4, 4)
     assert [v.name for v in graph.node("dp/replica1/split/x").outputs] == ["replica1/mb0/x", "replica1/mb1/x"]
     local = graph.node("dp/replica1/sum/bwd1/dw")
     assert [v.name for v in local.inputs] == ["replica1/mb0/bwd1/dw", "replica1/mb1/bwd1/dw"]
@@ -132,7 +127,7 @@ _SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from graphir.backends.tf.check import configure_logical_cpus
     configure_logical_cpus(4)
-    from tf_models import build_train
+    from helpers import build_train
     from graphir.backends.tf.check import check_training_step
     model, batch, pipelines, out = sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), Path(sys.argv[5])
     enforce = json.loads(sys.argv[6])

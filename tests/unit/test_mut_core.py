@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import f32
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor
@@ -36,10 +37,6 @@ from graphir.simulator import SimResult, simulate
 from graphir.types import DType, TensorType
 
 GiB = 1 << 30
-
-
-def f32(*shape: int) -> TensorType:
-    return TensorType(DType.F32, shape)
 
 
 # --------------------------------------------------------------------------- the roofline cost model

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import f32
 
 from devtools import opdoc
 from graphir.errors import VerifyError
@@ -29,10 +30,6 @@ from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def f32(*dims: int) -> TensorType:
-    return TensorType(DType.F32, dims)
 
 
 def test_cost_resolves_qualified_name_before_bare_type():

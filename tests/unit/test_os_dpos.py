@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import f32
 
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext
@@ -14,14 +15,9 @@ from graphir.passes.place.os_dpos import OsDpos, simulated_critical_path
 from graphir.passes.profile import Profile
 from graphir.printer import print_module
 from graphir.simulator import simulate
-from graphir.types import DType, TensorType
 from graphir.verifier import verify
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def f32(*dims: int) -> TensorType:
-    return TensorType(DType.F32, dims)
 
 
 def conv_chain(batch: int, channels: int, cluster: str = "2xV100-nvlink") -> Module:

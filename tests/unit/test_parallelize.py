@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
-from training_graphs import mlp_train
+from helpers import mlp_train
 
 from graphir.errors import PassError
 from graphir.parser import parse_module

@@ -17,37 +17,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gir_cases import mesh_cluster, module_on_cluster, write_cluster
-from test_place_liveness import _random_dag, _tight_cluster
+from helpers import (
+    CHAIN_BODY,
+    FORK_JOIN,
+    auto_module,
+    random_memory_dag,
+    tight_cluster,
+    write_cluster,
+)
 
 from graphir.budget import ALLOW_OOM
-from graphir.ir import Module
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.place.auto import PORTFOLIO
 from graphir.simulator import simulate
-
-CLUSTER = mesh_cluster(2, bandwidth=1e6, memory=100000)
-
-CHAIN = """
-    %a = t.N(%in) : (f32[1]) -> f32[7500] [cost = 1s]
-    %b = t.N(%a) : (f32[7500]) -> f32[7500] [cost = 1s]
-    %c = t.N(%b) : (f32[7500]) -> f32[7500] [cost = 1s]
-    %d = t.N(%c) : (f32[7500]) -> f32[7500] [cost = 1s]
-    return %d
-"""
-
-FORK_JOIN = """
-    %s = t.S(%in) : (f32[1]) -> f32[1] [cost = 0s]
-    %a = t.A(%s) : (f32[1]) -> f32[1] [cost = 2s]
-    %b = t.B(%s) : (f32[1]) -> f32[1] [cost = 2s]
-    %j = t.J(%a, %b) : (f32[1], f32[1]) -> f32[1] [cost = 0s]
-    return %j
-"""
-
-
-def _module(tmp_path: Path, body: str) -> Module:
-    return module_on_cluster(tmp_path, CLUSTER, body, "%in : f32[1]")
 
 
 def _members(stats: dict) -> dict[str, float]:
@@ -61,7 +44,7 @@ def _members(stats: dict) -> dict[str, float]:
 
 @pytest.mark.parametrize("mem_model", ["paper", "liveness"])
 def test_chain_stays_on_one_device(tmp_path: Path, mem_model: str) -> None:
-    module = _module(tmp_path, CHAIN)
+    module = auto_module(tmp_path, CHAIN_BODY)
     stats = Place.of("auto", mem_model=mem_model).run(module, PassContext()).stats
     sim = simulate(module)
     assert {node.device for node in module.graph.index().nodes} == {"g0"}
@@ -73,7 +56,7 @@ def test_chain_stays_on_one_device(tmp_path: Path, mem_model: str) -> None:
 
 
 def test_fork_join_spreads(tmp_path: Path) -> None:
-    module = _module(tmp_path, FORK_JOIN)
+    module = auto_module(tmp_path, FORK_JOIN)
     stats = Place.of("auto", mem_model="liveness").run(module, PassContext()).stats
     sim = simulate(module)
     assert sim.makespan == pytest.approx(2.000004, abs=1e-9)
@@ -89,10 +72,10 @@ def test_never_worse_than_a_member_and_fits(tmp_path: Path, seed: int) -> None:
     """Random DAGs under memory pressure: auto fits whenever a member fits and beats every member."""
     rng = np.random.default_rng(seed)
     devices = int(rng.integers(2, 5))
-    probe = _random_dag(seed, 40, _tight_cluster(tmp_path, devices, 1 << 40))
+    probe = random_memory_dag(seed, 40, tight_cluster(tmp_path, devices, 1 << 40))
     Place.of("single").run(probe, PassContext())
     capacity = int(simulate(probe).peak_memory.max() * 0.7)  # one device does not fit
-    module = _random_dag(seed, 40, _tight_cluster(tmp_path, devices, capacity))
+    module = random_memory_dag(seed, 40, tight_cluster(tmp_path, devices, capacity))
     stats = Place.of("auto", mem_model="liveness", budget=5.0).run(module, PassContext(seed=seed)).stats
     sim = simulate(module)
     fitting = _members(stats)
@@ -106,7 +89,7 @@ def test_never_worse_than_a_member_and_fits(tmp_path: Path, seed: int) -> None:
 def test_deterministic(tmp_path: Path) -> None:
     runs = []
     for _ in range(2):
-        module = _random_dag(3, 50, _tight_cluster(tmp_path, 3, 1 << 40))
+        module = random_memory_dag(3, 50, tight_cluster(tmp_path, 3, 1 << 40))
         stats = Place.of("auto", mem_model="liveness").run(module, PassContext(seed=7)).stats
         nodes = module.graph.index().nodes
         runs.append(([(n.device, n.order) for n in nodes], {k: v for k, v in stats.items() if "wall" not in k}))
@@ -139,16 +122,16 @@ def test_replans_are_the_memory_guards(tmp_path: Path, seed: int) -> None:
     """
     rng = np.random.default_rng(seed)
     devices = int(rng.integers(2, 5))
-    probe = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
+    probe = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
     Place.of("single").run(probe, PassContext())
     capacity = int(simulate(probe).peak_memory.max() * 0.6)
-    module = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+    module = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
     stats = Place.of("auto", mem_model="liveness", budget=50.0).run(module, PassContext(seed=seed)).stats
     auto = simulate(module)
     replanned = [key[len("auto.") : -len("+guard-ms")] for key in stats if key.endswith("+guard-ms")]
     assert replanned
     for name in replanned:
-        alone = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+        alone = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
         guard = Place.of(name, mem_model="liveness").run(alone, PassContext(seed=seed)).stats
         result = simulate(alone)
         assert stats[f"auto.{name}+guard-ms"] == pytest.approx(result.makespan * 1e3, abs=1e-3)
@@ -170,17 +153,17 @@ def test_no_replans_when_the_persistent_bytes_alone_exceed_the_cluster(tmp_path:
     """
     rng = np.random.default_rng(seed)
     devices = int(rng.integers(2, 5))
-    probe = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
+    probe = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, 1 << 40))
     Place.of("single").run(probe, PassContext())
     persistent = int(simulate(probe).persistent.sum())
     capacity = persistent // (2 * devices)
     bound = persistent - devices * capacity
     assert bound > 0
-    module = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+    module = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
     token = ALLOW_OOM.set(True)  # some nodes are larger than a device: graphir-opt --allow-oom
     try:
         stats = Place.of("auto", mem_model="liveness", budget=50.0).run(module, PassContext(seed=seed)).stats
-        alone = _random_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
+        alone = random_memory_dag(seed, 40, _linked_cluster(tmp_path, devices, capacity))
         guard = Place.of("m-etf", mem_model="liveness").run(alone, PassContext(seed=seed)).stats
     finally:
         ALLOW_OOM.reset(token)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_place_auto import _module
+from helpers import auto_module
 
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
@@ -43,7 +43,7 @@ GROUPED = """
 
 
 def test_slack_of_the_fine_graph(tmp_path: Path) -> None:
-    problem = PlacementProblem.from_module(_module(tmp_path, GROUPED))
+    problem = PlacementProblem.from_module(auto_module(tmp_path, GROUPED))
     assert problem.num_nodes == 1
     fine = fine_problem(problem, np.array([0.0, 2.0, 1.0, 0.0]))
     assert fine.num_nodes == 4
@@ -56,7 +56,7 @@ def test_slack_of_the_fine_graph(tmp_path: Path) -> None:
 
 
 def test_offload_splits_a_coarse_node(tmp_path: Path) -> None:
-    module = _module(tmp_path, GROUPED)
+    module = auto_module(tmp_path, GROUPED)
     stats = Place.of("auto", mem_model="liveness").run(module, PassContext()).stats
     assert stats["auto.portfolio-ms"] == pytest.approx(3000.0)
     assert stats["auto.offload-moves"] == 1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_place_liveness import _random_dag, _tight_cluster
+from helpers import random_memory_dag, tight_cluster
 
 from graphir.ir import Module
 from graphir.parser import parse_module
@@ -124,10 +124,10 @@ def test_accepted_under_liveness_never_overflows(tmp_path: Path, algo: str) -> N
         rng = np.random.default_rng(1000 + seed)
         num_devices = int(rng.integers(2, 5))
         num_nodes = int(rng.integers(10, 50))
-        probe = _random_dag(seed, num_nodes, _tight_cluster(tmp_path, num_devices, 1 << 40))
+        probe = random_memory_dag(seed, num_nodes, tight_cluster(tmp_path, num_devices, 1 << 40))
         Place.of("single").run(probe, PassContext())
         capacity = int(int(simulate(probe).peak_memory.max()) * float(rng.uniform(0.5, 0.9)))
-        module = _random_dag(seed, num_nodes, _tight_cluster(tmp_path, num_devices, capacity))
+        module = random_memory_dag(seed, num_nodes, tight_cluster(tmp_path, num_devices, capacity))
         stats = Place.of(algo, mem_model="liveness").run(module, PassContext()).stats
         sim = simulate(module)
         if stats["best-effort-nodes"] == 0:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import heterogeneous_fork, random_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_place_heft import heterogeneous_fork, random_module
 
 from graphir.passes.place.common import ListScheduler
 from graphir.passes.place.constraints import Constraints

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from helpers import GiB, check_placer, f32, heterogeneous_fork, random_case
 from hypothesis import given
-from test_place_heft import GiB, check_placer, heterogeneous_fork, random_case
 
 from graphir.annotations import Cost, Mem
 from graphir.ir import Graph, Module
@@ -12,16 +12,11 @@ from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.common import ListScheduler
 from graphir.passes.place.fastt import critical_path, fastt_rank, select_cp_devices
 from graphir.passes.place.problem import PlacementProblem, upward_rank
-from graphir.types import DType, TensorType
-
-
-def f32(n: int) -> TensorType:
-    return TensorType(DType.F32, (n,))
 
 
 @given(random_case())
-def test_dpos_property(case: tuple[Module, str]) -> None:
-    check_placer(case[0], "dpos")
+def test_dpos_property(case: tuple[Module, str, bool]) -> None:
+    check_placer(case[0], "dpos", fits=case[2])
 
 
 def test_rank_uses_maximal_times_unlike_heft() -> None:

@@ -22,18 +22,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_place_heft import random_module
+from helpers import comm_heavy_module, random_module, run_ilp
 
-from graphir.annotations import Cost, Mem
+from graphir.annotations import Mem
 from graphir.errors import PassError
-from graphir.ir import Graph, Module
+from graphir.ir import Module
 from graphir.pass_infra import PassContext
-from graphir.passes.place import Place
 from graphir.passes.place.problem import PlacementProblem
 from graphir.printer import print_module
 from graphir.simulator import simulate
-from graphir.types import DType, TensorType
-from graphir.verifier import verify
 
 GiB = 1 << 30
 HETERO_2 = """
@@ -57,28 +54,6 @@ latency = 5e-6
 bandwidth = 4e9
 """
 )
-
-
-def comm_heavy_module(seed: int, num_nodes: int, cluster: str) -> Module:
-    """A random DAG whose transfers take about as long as its ops (congestion matters).
-
-    Costs are per kind (V100-32GB and P100, the latter 1-3x slower), so the graph runs on the
-    homogeneous shorthands and on the heterogeneous clusters above alike.
-    """
-    rng = np.random.default_rng(seed)
-    graph = Graph()
-    x = graph.add_input("x", TensorType(DType.F32, (16,)))
-    values = [x]
-    for i in range(num_nodes):
-        k = int(rng.integers(1, 3))
-        inputs = list(dict.fromkeys(values[int(rng.integers(0, len(values)))] for _ in range(k)))
-        size = int(rng.integers(1, 1 << 19))  # up to 2 MiB: up to ~175 us on PCIe
-        node = graph.add_node("tf.AddV2", inputs, [TensorType(DType.F32, (size,))], name=f"n{i}")
-        seconds = float(rng.uniform(20e-6, 300e-6))
-        node.cost = Cost({"V100": seconds, "V100-32GB": seconds, "P100": seconds * float(rng.uniform(1, 3))})
-        values.append(node.outputs[0])
-    graph.set_outputs([values[-1]])
-    return Module("heavy", graph, cluster)
 
 
 def brute_force(module: Module) -> float:
@@ -119,12 +94,6 @@ def brute_force(module: Module) -> float:
                 node.order = position[u]
             best = min(best, simulate(module, congestion="pair").makespan)
     return float(best)
-
-
-def run_ilp(module: Module, time_limit: float = 30.0, **options: object) -> dict[str, object]:
-    result = Place.of("ilp", time_limit=time_limit, **options).run(module, PassContext())
-    verify(module)
-    return dict(result.stats)
 
 
 @pytest.fixture
@@ -246,7 +215,7 @@ def test_ilp_is_deterministic() -> None:
 _IN_PROCESS_RUN = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from test_place_ilp import comm_heavy_module, run_ilp
+from helpers import comm_heavy_module, run_ilp
 assert "tensorflow" not in sys.modules
 module = comm_heavy_module(4, 6, "2xV100")
 stats = run_ilp(module, isolate="no")
@@ -278,7 +247,7 @@ sys.path.insert(0, {tests!r})
 from ortools.sat.python import cp_model
 from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
-from test_place_ilp import comm_heavy_module
+from helpers import comm_heavy_module
 assert "tensorflow" not in sys.modules
 seen = []
 original = cp_model.CpSolver.Solve

@@ -35,8 +35,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gir_cases import fork
-from test_place_liveness import _chain, _random_dag, _tight_cluster
+from helpers import fork, liveness_chain, random_memory_dag, tight_cluster
 
 from graphir.ir import Module
 from graphir.pass_infra import PassContext
@@ -72,7 +71,7 @@ def _brute_force(module: Module, congestion: str) -> float:
 
 
 def test_chain_optimum_under_paper_splits(tmp_path: Path) -> None:
-    module = _chain(tmp_path)
+    module = liveness_chain(tmp_path)
     stats = _ilp(module, mem_model="paper")
     assert stats["status"] == "optimal" and stats["memory-constraint"] == "activations"
     assert float(stats["objective-s"]) == pytest.approx(4.03, abs=1e-5)
@@ -81,7 +80,7 @@ def test_chain_optimum_under_paper_splits(tmp_path: Path) -> None:
 
 
 def test_chain_optimum_under_liveness_stays_on_one_device(tmp_path: Path) -> None:
-    module = _chain(tmp_path)
+    module = liveness_chain(tmp_path)
     stats = _ilp(module, mem_model="liveness")
     assert stats["status"] == "optimal" and stats["memory-constraint"] == "liveness"
     assert float(stats["objective-s"]) == pytest.approx(4.0, abs=1e-5)
@@ -131,10 +130,10 @@ def test_accepted_under_liveness_never_overflows(tmp_path: Path) -> None:
         rng = np.random.default_rng(2000 + seed)
         num_devices = int(rng.integers(2, 4))
         num_nodes = int(rng.integers(10, 15))
-        probe = _random_dag(seed, num_nodes, _tight_cluster(tmp_path, num_devices, 1 << 40))
+        probe = random_memory_dag(seed, num_nodes, tight_cluster(tmp_path, num_devices, 1 << 40))
         Place.of("single").run(probe, PassContext())
         capacity = int(int(simulate(probe).peak_memory.max()) * float(rng.uniform(0.5, 0.9)))
-        module = _random_dag(seed, num_nodes, _tight_cluster(tmp_path, num_devices, capacity))
+        module = random_memory_dag(seed, num_nodes, tight_cluster(tmp_path, num_devices, capacity))
         stats = Place.of("ilp", time_limit=5.0, workers=2).run(module, PassContext()).stats
         if stats["memory-constraint"] == "liveness":
             assert not simulate(module).oom_devices, f"seed {seed}: {stats}"

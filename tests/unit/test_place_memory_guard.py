@@ -15,10 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gir_cases import write_cluster
+from helpers import random_memory_dag, write_cluster
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_place_liveness import _random_dag
 
 from graphir.annotations import Mem
 from graphir.importers import load_module
@@ -63,11 +62,11 @@ def test_accepted_never_overflows_with_slow_links(tmp_path: Path, algo: str) -> 
         rng = np.random.default_rng(2000 + seed)
         num_devices = int(rng.integers(2, 5))
         num_nodes = int(rng.integers(10, 50))
-        probe = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
+        probe = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
         Place.of("single").run(probe, PassContext())
         alone = int(simulate(probe).peak_memory.max())
         capacity = int(alone * float(rng.uniform(0.5, 0.9)))
-        module = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
+        module = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
         stats = Place.of(algo, mem_model="liveness").run(module, PassContext()).stats
         sim = simulate(module)
         assert stats["memory-guard-plans"] >= 1
@@ -89,11 +88,11 @@ def test_guard_repairs_a_plan_the_simulator_rejects(tmp_path: Path) -> None:
         rng = np.random.default_rng(2000 + seed)
         num_devices = int(rng.integers(2, 5))
         num_nodes = int(rng.integers(10, 50))
-        probe = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
+        probe = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
         Place.of("single").run(probe, PassContext())
         capacity = int(int(simulate(probe).peak_memory.max()) * float(rng.uniform(0.5, 0.9)))
         for algo in GUARDED:
-            module = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
+            module = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
             stats = Place.of(algo, mem_model="liveness").run(module, PassContext()).stats
             if stats["memory-guard-plans"] > 1 and _accepted(stats):
                 assert not simulate(module).oom_devices
@@ -104,7 +103,7 @@ def test_guard_repairs_a_plan_the_simulator_rejects(tmp_path: Path) -> None:
 @pytest.mark.parametrize("algo", GUARDED)
 def test_paper_rule_is_not_guarded(tmp_path: Path, algo: str) -> None:
     """``mem-model=paper`` keeps the published rule: one plan, no guard statistics."""
-    module = _random_dag(3, 30, _slow_cluster(tmp_path, 3, 1 << 26))
+    module = random_memory_dag(3, 30, _slow_cluster(tmp_path, 3, 1 << 26))
     stats = Place.of(algo, mem_model="paper").run(module, PassContext()).stats
     assert "memory-guard-plans" not in stats
 
@@ -147,10 +146,10 @@ def _guarded_problem(tmp_path: Path, seed: int, num_nodes: int, num_devices: int
     ``share`` below 1: the persistent bytes alone exceed the cluster (no placement fits); above 1:
     they do not, and the activations decide.
     """
-    probe = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
+    probe = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, 1 << 40))
     persistent = int(probe.graph.index().persistent_bytes().sum())
     capacity = max(int(persistent * share / num_devices), 1)
-    module = _random_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
+    module = random_memory_dag(seed, num_nodes, _slow_cluster(tmp_path, num_devices, capacity))
     problem = PlacementProblem.from_module(module)
     return module, problem
 

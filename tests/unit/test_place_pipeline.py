@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from training_graphs import mlp_train
+from helpers import mlp_train
 
 from graphir.errors import PassError
 from graphir.ir import Module

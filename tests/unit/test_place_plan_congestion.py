@@ -19,7 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gir_cases import fork
+from helpers import fork
 
 from graphir.ir import Module
 from graphir.parser import parse_module

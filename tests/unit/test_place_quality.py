@@ -13,11 +13,10 @@ node costs the same on both devices, so a node's duration is its ``cost``.
 from __future__ import annotations
 
 import pytest
-from test_place_heft import check_placer
+from helpers import check_placer, f32
 
 from graphir.ir import Graph, Module
 from graphir.passes.place import PLACERS
-from graphir.types import DType, TensorType
 
 MS = 1e-3
 T_SMALL = 10e-6 + 16 / 12e9  # one transfer of an f32[4] (16 bytes)
@@ -29,10 +28,6 @@ NOT_COMPARED = {
     "stages": "places only training graphs (layers of forward, gradients, updates): tests/unit/test_place_stages.py",
     "pipeline": "places only training graphs (micro-batched or not): tests/unit/test_place_pipeline.py",
 }
-
-
-def f32(n: int) -> TensorType:
-    return TensorType(DType.F32, (n,))
 
 
 def two_branches() -> Module:

@@ -27,9 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gir_cases import write_cluster
-from test_place_auto import FORK_JOIN, _module
-from test_place_liveness import _random_dag
+from helpers import FORK_JOIN, auto_module, random_memory_dag, write_cluster
 
 from graphir.driver import run
 from graphir.pass_infra import PassContext
@@ -49,7 +47,7 @@ from graphir.simulator import simulate
 
 
 def _setup(tmp_path: Path):  # noqa: ANN202
-    module = _module(tmp_path, FORK_JOIN)
+    module = auto_module(tmp_path, FORK_JOIN)
     problem = PlacementProblem.from_module(module)
     simulate = placement_context(module, PassContext()).simulator()
 
@@ -98,7 +96,7 @@ def test_graphir_opt_deterministic(tmp_path: Path) -> None:
     """Two runs with one seed print byte-identical modules; another seed also gives a placed module."""
     cluster = write_cluster(tmp_path, "three.toml", 3, memory=1 << 26, latency=1e-5, bandwidth=1e9)
     source = tmp_path / "random.gir"
-    source.write_text(print_module(_random_dag(5, 80, cluster)))
+    source.write_text(print_module(random_memory_dag(5, 80, cluster)))
     outputs = []
     for seed in (3, 3, 4):
         out = tmp_path / f"out{len(outputs)}.gir"
@@ -113,7 +111,7 @@ def test_graphir_opt_deterministic(tmp_path: Path) -> None:
 def test_candidate_simulator_is_the_simulator(tmp_path: Path, congestion: str) -> None:
     """ctx.simulate on arrays == simulate() on the module annotated by write_placement (random placements)."""
     cluster = write_cluster(tmp_path, "three.toml", 3, memory=1 << 40, latency=1e-5, bandwidth=1e9)
-    module = _random_dag(2, 60, cluster)
+    module = random_memory_dag(2, 60, cluster)
     problem = PlacementProblem.from_module(module)
     simulate_candidate = placement_context(module, PassContext()).simulator()
     rng = np.random.default_rng(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_training_structure import MLP, tiny_gpt_step  # noqa: F401  (the fixture)
+from helpers import MLP
 
 from graphir.errors import PassError
 from graphir.parser import parse_module
@@ -88,7 +88,7 @@ def test_not_a_training_graph_is_one_line() -> None:
         PassManager(parse_pipeline("place{algo=stages}")).run(module, PassContext(seed=0))
 
 
-def test_traced_gpt_stages_and_auto(tiny_gpt_step) -> None:  # noqa: F811
+def test_traced_gpt_stages_and_auto(tiny_gpt_step) -> None:
     """A 2-layer GPT step on 4 devices: stages contiguous and balanced-ish; auto places it and fits."""
     from graphir.clone import clone_module
 

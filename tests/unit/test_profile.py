@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import f32
 
 from graphir.annotations import Mem
 from graphir.attributes import DenseTensor
@@ -33,10 +34,6 @@ LIGHT_MODELS = sorted(LIGHT.glob("light_*.onnx"))
 def fixed_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv(CPU_MEASURE_ENV, "0")
     monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
-
-
-def f32(*dims):
-    return TensorType(DType.F32, dims)
 
 
 def run_profile(module: Module, **options):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_data_parallel import mlp_training_step
+from helpers import mlp_training_step, tf_tensor
 
 from graphir.attributes import DenseTensor
 from graphir.errors import PassError
@@ -27,14 +27,10 @@ from graphir.passes.profile import Profile
 from graphir.passes.transform.rebatch import rebatch
 from graphir.passes.transform.replicate import data_parallel
 from graphir.printer import print_module
-from graphir.types import DType, TensorType
+from graphir.types import DType
 from graphir.verifier import verify
 
 F32, I32 = DType.F32, DType.I32
-
-
-def _t(*shape: int, dtype: DType = F32) -> TensorType:
-    return TensorType(dtype, tuple(shape))
 
 
 def _const(graph: Graph, name: str, array: np.ndarray):
@@ -58,33 +54,35 @@ def test_mlp_rebatched_prints_exactly_as_built_at_the_new_batch():
 def _baked(batch: int, seq: int = 3, width: int = 4, same_samples: bool = False) -> Module:
     """A forward + loss graph with the batch baked in: Reshape targets, a Fill seed, the mean divisor, a mask."""
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(batch, seq, width)], name="x", params={"shape": (batch, seq, width)})
+    x = g.add_node(
+        "tf.Placeholder", [], [tf_tensor(batch, seq, width)], name="x", params={"shape": (batch, seq, width)}
+    )
     flat = g.add_node(
         "tf.Reshape",
         [x.outputs[0], _const(g, "flat/shape", np.asarray([batch * seq, width], np.int32))],
-        [_t(batch * seq, width)],
+        [tf_tensor(batch * seq, width)],
         name="flat",
     )
     data = np.arange(batch * seq * width, dtype=np.float32).reshape(batch, seq * width)
     if same_samples:
         data = np.broadcast_to(data[:1], data.shape)
     mask = _const(g, "mask", np.ascontiguousarray(data).reshape(batch * seq, width))
-    masked = g.add_node("tf.Mul", [flat.outputs[0], mask], [_t(batch * seq, width)], name="masked")
+    masked = g.add_node("tf.Mul", [flat.outputs[0], mask], [tf_tensor(batch * seq, width)], name="masked")
     back = g.add_node(
         "tf.Reshape",
         [masked.outputs[0], _const(g, "back/shape", np.asarray([batch, seq * width], np.int32))],
-        [_t(batch, seq * width)],
+        [tf_tensor(batch, seq * width)],
         name="back",
     )
     ones = g.add_node(
         "tf.Fill",
         [_const(g, "seed/dims", np.asarray([batch, seq * width], np.int32)), _const(g, "one", np.float32(1))],
-        [_t(batch, seq * width)],
+        [tf_tensor(batch, seq * width)],
         name="seed",
     )
-    prod = g.add_node("tf.Mul", [back.outputs[0], ones.outputs[0]], [_t(batch, seq * width)], name="prod")
+    prod = g.add_node("tf.Mul", [back.outputs[0], ones.outputs[0]], [tf_tensor(batch, seq * width)], name="prod")
     total = g.add_node(
-        "tf.Sum", [prod.outputs[0], _const(g, "axes", np.asarray([0, 1], np.int32))], [_t()], name="total"
+        "tf.Sum", [prod.outputs[0], _const(g, "axes", np.asarray([0, 1], np.int32))], [tf_tensor()], name="total"
     )
     count = g.add_node(
         "tf.Prod",
@@ -92,11 +90,11 @@ def _baked(batch: int, seq: int = 3, width: int = 4, same_samples: bool = False)
             _const(g, "count/shape", np.asarray([batch, seq * width], np.int32)),
             _const(g, "count/axis", np.asarray([0], np.int32)),
         ],
-        [_t(dtype=I32)],
+        [tf_tensor(dtype=I32)],
         name="count",
     )
-    divisor = g.add_node("tf.Cast", [count.outputs[0]], [_t()], name="divisor", params={"DstT": "f32"})
-    mean = g.add_node("tf.RealDiv", [total.outputs[0], divisor.outputs[0]], [_t()], name="mean")
+    divisor = g.add_node("tf.Cast", [count.outputs[0]], [tf_tensor()], name="divisor", params={"DstT": "f32"})
+    mean = g.add_node("tf.RealDiv", [total.outputs[0], divisor.outputs[0]], [tf_tensor()], name="mean")
     g.set_outputs([mean.outputs[0]])
     return Module("baked", g)
 
@@ -104,7 +102,7 @@ def _baked(batch: int, seq: int = 3, width: int = 4, same_samples: bool = False)
 def test_baked_constants_are_rewritten():
     got = rebatch(_baked(8), 2)
     verify(got)
-    assert got.graph.value("x").type == _t(2, 3, 4)
+    assert got.graph.value("x").type == tf_tensor(2, 3, 4)
     assert got.graph.node("x").params["shape"] == (2, 3, 4)
     assert _value(got, "flat/shape") == [6, 4]
     assert _value(got, "back/shape") == [2, 12]
@@ -112,47 +110,57 @@ def test_baked_constants_are_rewritten():
     assert _value(got, "count/shape") == [2, 12]  # the loss divisor, proven through Cast and Prod
     assert _value(got, "axes") == [0, 1] and _value(got, "count/axis") == [0]
     assert _value(got, "mask") == np.arange(24, dtype=np.float32).reshape(6, 4).tolist()  # the first 2 samples
-    assert got.graph.value("mean").type == _t()
+    assert got.graph.value("mean").type == tf_tensor()
     # the input module is unchanged
-    assert _baked(8).graph.value("flat").type == _t(24, 4)
+    assert _baked(8).graph.value("flat").type == tf_tensor(24, 4)
 
 
 def test_a_batch_hidden_in_a_merged_dimension_is_found_where_it_is():
     """``[S, B, D] -> [S*B, D] -> [S, B, D]``: the batch is the inner factor of the merged axis."""
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(4, 3, 5)], name="x")
+    x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 3, 5)], name="x")
     t = g.add_node(
-        "tf.Transpose", [x.outputs[0], _const(g, "perm", np.asarray([1, 0, 2], np.int32))], [_t(3, 4, 5)], name="t"
+        "tf.Transpose",
+        [x.outputs[0], _const(g, "perm", np.asarray([1, 0, 2], np.int32))],
+        [tf_tensor(3, 4, 5)],
+        name="t",
     )
-    m = g.add_node("tf.Reshape", [t.outputs[0], _const(g, "m/s", np.asarray([12, 5], np.int32))], [_t(12, 5)], name="m")
+    m = g.add_node(
+        "tf.Reshape", [t.outputs[0], _const(g, "m/s", np.asarray([12, 5], np.int32))], [tf_tensor(12, 5)], name="m"
+    )
     s = g.add_node(
-        "tf.Reshape", [m.outputs[0], _const(g, "s/s", np.asarray([3, 4, 5], np.int32))], [_t(3, 4, 5)], name="s"
+        "tf.Reshape",
+        [m.outputs[0], _const(g, "s/s", np.asarray([3, 4, 5], np.int32))],
+        [tf_tensor(3, 4, 5)],
+        name="s",
     )
     g.set_outputs([s.outputs[0]])
     got = rebatch(Module("m", g), 2)
     assert _value(got, "m/s") == [6, 5] and _value(got, "s/s") == [3, 2, 5]
-    assert got.graph.value("s").type == _t(3, 2, 5)
+    assert got.graph.value("s").type == tf_tensor(3, 2, 5)
 
 
 def test_refusals_name_the_node():
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(4, 6)], name="x")
-    g.add_node("tf.Reshape", [x.outputs[0], _const(g, "r/s", np.asarray([2, 12], np.int32))], [_t(2, 12)], name="r")
+    x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 6)], name="x")
+    g.add_node(
+        "tf.Reshape", [x.outputs[0], _const(g, "r/s", np.asarray([2, 12], np.int32))], [tf_tensor(2, 12)], name="r"
+    )
     with pytest.raises(PassError, match="node 'r' \\(tf.Reshape\\).*disagree on where the batch"):
         rebatch(Module("m", g), 2)
 
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(4, 6)], name="x")
-    g.add_node("tf.MysteryOp", [x.outputs[0]], [_t(4, 6)], name="mystery")
+    x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 6)], name="x")
+    g.add_node("tf.MysteryOp", [x.outputs[0]], [tf_tensor(4, 6)], name="mystery")
     with pytest.raises(PassError, match="node 'mystery' \\(tf.MysteryOp\\) has no batch rule"):
         rebatch(Module("m", g), 2)
 
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(4, 6)], name="x")
+    x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 6)], name="x")
     g.add_node(
         "tf.Fill",
         [_const(g, "d", np.asarray([4, 6], np.int32)), _const(g, "v", np.float32(0))],
-        [_t(4, 6)],
+        [tf_tensor(4, 6)],
         name="lonely",
     )  # a [4, 6] of zeros: 4 might be the batch or not
     with pytest.raises(PassError, match="'%lonely' \\(tf.Fill\\) might or might not be the batch 4"):
@@ -164,11 +172,11 @@ def test_refusals_name_the_node():
         rebatch(mlp_training_step(1), 2)
 
     g = Graph("main")
-    x = g.add_node("tf.Placeholder", [], [_t(4, 6)], name="x")
+    x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 6)], name="x")
     g.add_node(
         "tf.StridedSlice",
         [x.outputs[0], *(_const(g, n, np.asarray(v, np.int32)) for n, v in (("b", [0]), ("e", [2]), ("s", [1])))],
-        [_t(2, 6)],
+        [tf_tensor(2, 6)],
         name="half",
     )
     with pytest.raises(PassError, match="node 'half' \\(tf.StridedSlice\\)"):
@@ -177,7 +185,7 @@ def test_refusals_name_the_node():
 
 def test_a_larger_batch_repeats_equal_constant_samples_and_refuses_different_ones():
     got = rebatch(_baked(2, same_samples=True), 4)
-    assert got.graph.value("x").type == _t(4, 3, 4)
+    assert got.graph.value("x").type == tf_tensor(4, 3, 4)
     assert _value(got, "mask") == np.tile(np.arange(12, dtype=np.float32).reshape(3, 4), (4, 1)).tolist()
     with pytest.raises(PassError, match="cannot re-batch constant 'mask' to batch 4: its 2 samples along axis 0"):
         rebatch(_baked(2), 4)
@@ -210,7 +218,7 @@ _BUILD = textwrap.dedent(
     import json, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[3])
-    from tf_models import build_train
+    from helpers import build_train
     model, batches, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[4])
     for batch in batches:
         graph_def, _ = build_train(model, batch)

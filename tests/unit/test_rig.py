@@ -15,8 +15,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import rig_calibration
 
-from graphir.backends.tf.rig import RigCalibration, normalise_device, parse_step_stats, rig_cores
+from graphir.backends.tf.rig import normalise_device, parse_step_stats, rig_cores
 from graphir.cluster import cpu_workers_cluster, load_cluster_toml, resolve_cluster, rig_cache_path
 from graphir.cluster_model import ClusterError
 from graphir.passes.profile.calibrate_comm import fit_rig
@@ -91,24 +92,8 @@ def test_device_names_and_cores():
     assert len(cores) == 3 and set(cores) <= os.sched_getaffinity(0)
 
 
-def _calibration(latency: float, bandwidth: float, kernel: float, gap: float, step: float) -> RigCalibration:
-    sizes = [1024 * 4**k for k in range(7)]
-    transfers = {
-        ("worker0", "worker1"): [(s, latency + s / bandwidth) for s in sizes],
-        ("worker1", "worker0"): [(s, 2 * latency + s / bandwidth) for s in sizes],
-    }
-    chains = {name: [(n, step + n * (kernel + gap)) for n in (50, 200, 800)] for name in ("worker0", "worker1")}
-    return RigCalibration(
-        transfers,
-        chains,
-        {"worker0": kernel, "worker1": kernel},
-        {"worker0": (2e9, 0.05), "worker1": (2e9, 0.05)},
-        {"worker0": (48e6, 0.01), "worker1": (48e6, 0.01)},
-    )
-
-
 def test_fit_rig_recovers_overheads_and_links(tmp_path):
-    fitted = fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
+    fitted = fit_rig(rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
     assert fitted.transfer_overhead == pytest.approx(300e-6, rel=1e-6)
     assert {(f.src, f.dst): f.latency for f in fitted.links}[("worker1", "worker0")] == pytest.approx(600e-6, rel=1e-6)
     assert all(f.bandwidth == pytest.approx(2e9, rel=1e-6) for f in fitted.links)
@@ -133,7 +118,7 @@ def test_workers_shorthand_reads_the_calibrated_cache(tmp_path, monkeypatch):
     default = resolve_cluster("2xcpu-workers")
     assert [d.tf_device for d in default.devices] == [f"/job:worker/task:{k}/device:CPU:0" for k in range(2)]
     assert default.transfer_overhead == 0.0
-    fitted = fit_rig(_calibration(latency=250e-6, bandwidth=1e9, kernel=1e-6, gap=2e-6, step=500e-6))
+    fitted = fit_rig(rig_calibration(latency=250e-6, bandwidth=1e9, kernel=1e-6, gap=2e-6, step=500e-6))
     rig_cache_path(2).write_text(fitted.toml(default))
     calibrated = resolve_cluster("2xcpu-workers")
     assert calibrated.spec == "2xcpu-workers" and calibrated.transfer_overhead == pytest.approx(250e-6)
@@ -276,7 +261,7 @@ def test_fidelity_resized_training_steps_are_smaller_zoo_configurations():
 
 def test_fit_rig_takes_the_op_overhead_from_whole_models():
     """Step minus kernel sum over several models: slope in kernels = per-op gap, intercept = step cost."""
-    measured = _calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=0.5e-6, step=600e-6)
+    measured = rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=0.5e-6, step=600e-6)
     measured.graphs = [(ops, 0.1 + 700e-6 + ops * 5e-6, 0.1) for ops in (200, 2000, 6000)]
     fitted = fit_rig(measured)
     assert fitted.op_overhead == {"worker0": pytest.approx(5e-6), "worker1": pytest.approx(5e-6)}
@@ -306,7 +291,7 @@ def test_tf_run_scales_traced_kernels_to_the_untraced_step():
 
 def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
     """Per step: a + K·(c0 + c1·bytes) on each worker; the fit returns c0, c1 (a is the step's), into the TOML."""
-    measured = _calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)
+    measured = rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)
     measured.transfer_cpu = [
         (nbytes, count, 40e-6 + count * (60e-6 + 0.5e-9 * nbytes), 90e-6 + count * (30e-6 + 0.75e-9 * nbytes))
         for nbytes in (4 << 10, 1 << 20, 4 << 20)
@@ -328,7 +313,9 @@ def test_fit_rig_recovers_the_cpu_a_transfer_costs_each_worker(tmp_path):
     assert cluster.transfer_cpu is not None
     assert cluster.transfer_cpu.recv_seconds(1e6) == pytest.approx(30e-6 + 0.75e-3, rel=1e-3)
     # Not measured (an older calibration): no charge, and no keys in the file.
-    assert fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)).transfer_cpu is None
+    assert (
+        fit_rig(rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)).transfer_cpu is None
+    )
 
 
 def _fidelity_row(placement: str, order: str, measured: float, simulated: float):
@@ -416,7 +403,7 @@ def test_fidelity_render_rewrites_the_page_from_the_runs_json(tmp_path):
 def test_merged_calibrations_take_each_point_s_median_and_pool_the_fitted_samples():
     """Three calibrations of one rig merge point by point; the fit of the merge ignores the slow run.
 
-    Runs 1 and 3 are the rig of ``_calibration(300 us, 2 GB/s, ...)``; run 2 had a slow moment: every
+    Runs 1 and 3 are the rig of ``rig_calibration(300 us, 2 GB/s, ...)``; run 2 had a slow moment: every
     worker0 -> worker1 transfer took twice as long. Per size the median of (t, 2t, t) is t, so the
     merged fit gives back 300 us and 2 GB/s, where run 2 alone fits 1 GB/s. The MatMul seconds
     0.05 / 0.08 / 0.05 -> 0.05 (40 GFLOP/s); the kernel of a chain op 1 / 3 / 2 us -> 2 us. Least-squares
@@ -424,7 +411,7 @@ def test_merged_calibrations_take_each_point_s_median_and_pool_the_fitted_sample
     """
     from graphir.passes.profile.calibrate_comm import merge_calibrations
 
-    runs = [_calibration(latency=300e-6, bandwidth=2e9, kernel=k, gap=4e-6, step=600e-6) for k in (1e-6, 3e-6, 2e-6)]
+    runs = [rig_calibration(latency=300e-6, bandwidth=2e9, kernel=k, gap=4e-6, step=600e-6) for k in (1e-6, 3e-6, 2e-6)]
     slow = runs[1]
     slow.transfers[("worker0", "worker1")] = [(s, 2 * t) for s, t in slow.transfers[("worker0", "worker1")]]
     slow.matmul["worker0"] = (2e9, 0.08)

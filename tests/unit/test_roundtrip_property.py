@@ -11,26 +11,15 @@ random placements exercise the fast path's built-in annotation pattern at size.
 
 from __future__ import annotations
 
+from helpers import parse_tokens_only, random_modules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_text_roundtrip import modules
 
 from devtools.synth import make_synthetic_module
 from graphir.annotations import ANNOTATIONS, Cost
-from graphir.fastline import LineScanner
 from graphir.ir import Module
-from graphir.parser import _Parser, parse_module
+from graphir.parser import parse_module
 from graphir.printer import print_module
-
-
-def _parse_tokens_only(text: str) -> Module:
-    original = LineScanner.scan_node_line, _Parser._read_plain_lines
-    LineScanner.scan_node_line = lambda self, line, defined: None  # type: ignore[method-assign]
-    _Parser._read_plain_lines = lambda self, body: None  # type: ignore[method-assign]
-    try:
-        return parse_module(text, "random.gir")
-    finally:
-        LineScanner.scan_node_line, _Parser._read_plain_lines = original  # type: ignore[method-assign]
 
 
 def _same_modules(a: Module, b: Module) -> None:
@@ -58,7 +47,7 @@ def _check(module: Module) -> None:
     text = print_module(module)
     fast = parse_module(text, "random.gir")
     assert print_module(fast) == text
-    slow = _parse_tokens_only(text)
+    slow = parse_tokens_only(text)
     assert print_module(slow) == text
     _same_modules(fast, slow)
     _held_keys_exact(fast)
@@ -66,7 +55,7 @@ def _check(module: Module) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(modules())
+@given(random_modules())
 def test_random_modules_round_trip_through_both_paths(module):
     _check(module)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from gir_cases import module_on_cluster
+from helpers import module_on_cluster
 
 from graphir.backends.tf.run import (
     RUN_TF_LINE,

@@ -172,9 +172,9 @@ def _body(*lines: str) -> str:
 
 
 def _tokens_only(text: str):
-    from test_roundtrip_property import _parse_tokens_only
+    from helpers import parse_tokens_only
 
-    return _parse_tokens_only(text)
+    return parse_tokens_only(text)
 
 
 def test_a_use_before_the_definition_keeps_the_use_lists_in_line_order():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+from helpers import f32
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,12 +24,7 @@ from graphir.passes.transform.split_rewrite import (
     split_reason,
 )
 from graphir.printer import print_module
-from graphir.types import DType, TensorType
 from graphir.verifier import verify
-
-
-def f32(*dims: int) -> TensorType:
-    return TensorType(DType.F32, dims)
 
 
 def _run(module: Module, seed: int = 7) -> list[np.ndarray]:

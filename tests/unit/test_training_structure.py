@@ -9,46 +9,10 @@ d1/MatMul -> loss/Sum``, its gradient (``dX1 = seed . W1`` reads only a weight a
 
 from __future__ import annotations
 
-import pytest
+from helpers import MLP
 
 from graphir.parser import parse_module
 from graphir.passes.training import BACKWARD, FORWARD, OPTIMIZER, OTHER, STATE, training_structure
-
-MLP = """
-module @mlp_train {cluster = "2xV100"} {
-  graph @main() {
-    %x = tf.Placeholder() : () -> f32[8,4]
-    %w0h = tf.VarHandleOp() : () -> resource[]
-    %w1h = tf.VarHandleOp() : () -> resource[]
-    %m0 = tf.VarHandleOp() : () -> resource[]
-    %m1 = tf.VarHandleOp() : () -> resource[]
-    %beta = tf.VarHandleOp() : () -> resource[]
-    %d0/w = tf.ReadVariableOp(%w0h) : (resource[]) -> f32[4,4]
-    %d0/MatMul = tf.MatMul(%x, %d0/w) : (f32[8,4], f32[4,4]) -> f32[8,4]
-    %d0/Relu = tf.Relu(%d0/MatMul) : (f32[8,4]) -> f32[8,4]
-    %d1/w = tf.ReadVariableOp(%w1h) : (resource[]) -> f32[4,4]
-    %d1/MatMul = tf.MatMul(%d0/Relu, %d1/w) : (f32[8,4], f32[4,4]) -> f32[8,4]
-    %loss/axes = tf.Const() : () -> i32[2]
-    %loss/Sum = tf.Sum(%d1/MatMul, %loss/axes) : (f32[8,4], i32[2]) -> f32[]
-    %ones = tf.Const() : () -> f32[8,4]
-    %G/d1/MatMul/MatMul = tf.MatMul(%ones, %d1/w) : (f32[8,4], f32[4,4]) -> f32[8,4]
-    %G/d1/MatMul/MatMul_1 = tf.MatMul(%d0/Relu, %ones) {transpose_a = true} : (f32[8,4], f32[8,4]) -> f32[4,4]
-    %G/d0/Relu/ReluGrad = tf.ReluGrad(%G/d1/MatMul/MatMul, %d0/Relu) : (f32[8,4], f32[8,4]) -> f32[8,4]
-    %G/d0/MatMul/MatMul_1 = tf.MatMul(%x, %G/d0/Relu/ReluGrad) {transpose_a = true} : (f32[8,4], f32[8,4]) -> f32[4,4]
-    %shape = tf.Const() : () -> i32[2]
-    %G/d0/MatMul/Reshape = tf.Reshape(%G/d0/MatMul/MatMul_1, %shape) : (f32[4,4], i32[2]) -> f32[4,4]
-    %lr = tf.Const() : () -> f32[]
-    %beta/read = tf.ReadVariableOp(%beta) : (resource[]) -> f32[]
-    tf.ResourceApplyAdam @adam/apply0(%w0h, %m0, %beta/read, %lr, %G/d0/MatMul/Reshape) : APPLY
-    tf.ResourceApplyAdam @adam/apply1(%w1h, %m1, %beta/read, %lr, %G/d1/MatMul/MatMul_1) : APPLY
-    %beta/read2 = tf.ReadVariableOp(%beta) ctrl(@adam/apply0, @adam/apply1) : (resource[]) -> f32[]
-    %beta/mul = tf.Mul(%beta/read2, %lr) : (f32[], f32[]) -> f32[]
-    tf.AssignVariableOp @beta/assign(%beta, %beta/mul) : (resource[], f32[]) -> ()
-    %out = tf.Identity(%loss/Sum) ctrl(@beta/assign) : (f32[]) -> f32[]
-    return %out
-  }
-}
-""".replace("APPLY", "(resource[], resource[], f32[], f32[], f32[4,4]) -> ()")
 
 # Worked by hand (module docstring of graphir.passes.training): role, anchor, layer per node.
 # Layers: d0 -> 0, d1 -> 1, loss -> 2 (scope keys; no scope is shared by a majority); x has no
@@ -125,18 +89,6 @@ def test_not_a_training_graph() -> None:
 
 
 # --------------------------------------------------------------------------------- a traced Keras step
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt_step():
-    """A 2-layer GPT training step (GradientTape + one ResourceApplyAdam per variable), imported."""
-    pytest.importorskip("tensorflow")
-    from graphir.importers.tf import import_graphdef
-    from graphir.tools.zoo import build_train_graphdef
-
-    config = (("layers", 2), ("d_model", 16), ("heads", 2), ("d_ff", 32), ("vocab", 40), ("seq", 8))
-    graph_def, _ = build_train_graphdef("gpt", 2, config)
-    return import_graphdef(graph_def, name="tiny_gpt", source="<tiny_gpt>")
 
 
 def test_traced_gpt_gradients_follow_their_forward_matmul(tiny_gpt_step) -> None:

@@ -10,7 +10,7 @@ Alone, a transfer takes 0.2 + max(1, 0.3, 0.6) = 1.2 ms with or without lanes.
 from __future__ import annotations
 
 import pytest
-from test_congestion import MESH2, MS, module, node, times, transfers
+from helpers import MESH2, MS, module, node, times, transfers
 
 from graphir.cluster import TransferService, load_cluster_toml
 from graphir.cluster_toml import service_toml
@@ -152,13 +152,13 @@ def test_the_calibration_writes_its_stream_check_with_the_lanes_prediction(tmp_p
     # each way alternately by 2.9 ms (2.2 without). Three runs' stream checks are merged by median.
     import dataclasses
 
-    from test_rig import _calibration
+    from helpers import rig_calibration
 
     from graphir.backends.tf.rig import WORKER_SERVICE
     from graphir.cluster import TransferCpu, cpu_workers_cluster
     from graphir.passes.profile.calibrate_comm import LinkFit, RigFit, fit_rig
 
-    measured = _calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)
+    measured = rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)
     measured.streams = [("both", 1_000_000, 2, t) for t in (3e-3, 4e-3, 3.5e-3)]
     assert fit_rig(measured).streams == (("both", 1_000_000, 2, 3.5e-3),)
     assert WORKER_SERVICE.transfer_lanes

@@ -7,7 +7,7 @@ is 1e6 B, 1 ms of bytes / bandwidth at 1 GB/s).
 from __future__ import annotations
 
 import pytest
-from test_congestion import CPU_CHARGED, MS, SLOW_MESH2, module, node, times, transfers
+from helpers import CPU_CHARGED, MS, SLOW_MESH2, module, node, times, transfers
 
 from graphir.cluster import ClusterError, TransferService, load_cluster_toml
 from graphir.cluster_toml import service_toml
@@ -280,7 +280,7 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     # calibrated cluster file says so, and a fit without the rig (another runtime) says nothing.
     import dataclasses
 
-    from test_rig import _calibration
+    from helpers import rig_calibration
 
     from graphir.backends.tf.rig import WORKER_SERVICE
     from graphir.cluster import cpu_workers_cluster
@@ -289,7 +289,7 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
     assert WORKER_SERVICE == TransferService(
         serve_when_idle=True, recv_cpu_preempts=True, control_sends=True, send_when_idle=True, transfer_lanes=True
     )
-    fitted = fit_rig(_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
+    fitted = fit_rig(rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6))
     path = tmp_path / "rig.toml"
     path.write_text(fitted.toml(cpu_workers_cluster(2)))
     assert load_cluster_toml(path).service == TransferService()

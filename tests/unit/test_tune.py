@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import attrs
 import pytest
-from test_data_parallel import mlp_training_step
+from helpers import mlp_training_step
 
 from graphir.backends.tf.rig import RigRun
 from graphir.cluster import resolve_cluster

@@ -5,16 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from helpers import f32
 
 from graphir.errors import VerifyError
 from graphir.ir import Graph, Module
 from graphir.parser import parse_module
 from graphir.types import DType, TensorType
 from graphir.verifier import verify
-
-
-def f32(*dims):
-    return TensorType(DType.F32, dims)
 
 
 def fails(module: Module, pattern: str) -> VerifyError:
