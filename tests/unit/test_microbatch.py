@@ -229,3 +229,16 @@ def test_gpt_pipelined_steps_equal_the_original(tmp_path):
     _assert_pipelined(hybrid, 4)
     _assert_same_step(chosen)  # on this tiny step the simulator picks plain op placement (auto) over 4 CPUs
     assert chosen["enforce_order"] is True and chosen["order_dependencies"] > 0, chosen
+
+
+def test_cnn_allreduce_step_equals_the_original(tmp_path):
+    """Two replicas with mirrored variables on 4 logical CPUs: every mirror ends at the one step's value (~10 s)."""
+    (report,) = _check(
+        "cnn_plain", 8, ["data-parallel{replicas=2 sync=allreduce},place{algo=data-parallel}"], tmp_path
+    )["reports"]
+    assert report["max_rel_error"] <= TOLERANCE, report
+    assert report["max_rel_error_per_variable"] <= TOLERANCE, report
+    assert report["loss_rel_error"] <= TOLERANCE, report
+    assert report["variables_after"] == 2 * report["variables"], report  # one copy of each per replica
+    assert report["changed"] >= report["variables"] - 2 > 4, report
+    assert report["update_rel_error"] < float("inf"), report
