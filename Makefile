@@ -6,6 +6,7 @@
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
+#   make typecheck  pyright on graphir/, passes/ and backends/ ([tool.pyright] in pyproject.toml; strict on the IR core)
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (tools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
@@ -44,7 +45,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-parallelize bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
+.PHONY: help venv demo browser test test-all lint typecheck format bench bench-core bench-place bench-parallelize bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -81,6 +82,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/python -m graphir.tools.importlint
+
+# pyright cannot follow pyproject's package-dir mapping (passes/ installs as graphir.passes), so a
+# folder of links gives it the installed shape: build/typecheck/graphir/{__init__.py,passes,backends,
+# tools} point at the sources, and [tool.pyright]'s extraPaths names build/typecheck. The pyright
+# wheel of the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
+TYPECHECK_STAGE := build/typecheck/graphir
+typecheck: $(STAMP)
+	@mkdir -p $(TYPECHECK_STAGE)
+	@ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py
+	@for package in passes backends tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
+	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
 
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
