@@ -85,14 +85,17 @@ lint: $(STAMP)
 
 # pyright cannot follow pyproject's package-dir mapping (passes/ installs as graphir.passes), so a
 # folder of links gives it the installed shape: build/typecheck/graphir/{__init__.py,passes,backends,
-# tools} point at the sources, and [tool.pyright]'s extraPaths names build/typecheck. The pyright
-# wheel of the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
+# tools} point at the sources, and [tool.pyright] checks passes/ and backends/ through them (one
+# module name per file); its report names them by their source paths again. The pyright wheel of
+# the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
 TYPECHECK_STAGE := build/typecheck/graphir
 typecheck: $(STAMP)
 	@mkdir -p $(TYPECHECK_STAGE)
 	@ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py
 	@for package in passes backends tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
-	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright
+	@PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright > build/typecheck/report.txt; status=$$?; \
+		sed -E 's#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends)/#$(CURDIR)/\1/#' build/typecheck/report.txt; \
+		exit $$status
 
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)

@@ -82,19 +82,20 @@ def tokenize(text: str) -> tuple[list[Token], int]:
     """
     tokens: list[Token] = []
     append = tokens.append
-    make = tuple.__new__
+    make = Token._make  # tuple.__new__ bound to Token: no per-field Python call
     pos = 0
     for match in TOKEN.finditer(text):
         if match.start() != pos:
             break
         pos = match.end()
         kind = match.lastgroup
+        assert kind is not None, "every alternative of TOKEN is a named group"
         if kind == "comment":
             continue
         if kind == "unit" or kind == "number":
-            append(make(Token, ("number", match.group("number"), match.start("number") + 1, match.group("unit"))))
+            append(make(("number", match.group("number"), match.start("number") + 1, match.group("unit"))))
         else:
-            append(make(Token, (kind, match.group(kind), match.start(kind) + 1, None)))
+            append(make((kind, match.group(kind), match.start(kind) + 1, None)))
     if pos != len(text):
         while pos < len(text) and text[pos].isspace():
             pos += 1

@@ -607,6 +607,7 @@ def _grid_sample(cx: OpContext, operands: list[Any]) -> list[Any]:
         values = tf.gather_nd(channels_last, indices, batch_dims=1)  # [N, out..., C]
         term = values * tf.cast(weight, x.dtype)[..., None]
         result = term if result is None else result + term
+    assert result is not None, "every axis has a tap: one combination at least"
     out_rank = result.shape.rank
     return [tf.transpose(result, [0, out_rank - 1, *range(1, out_rank - 1)])]
 

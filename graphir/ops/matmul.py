@@ -86,8 +86,8 @@ def _k_last(node: Node, a: Shape, b: Shape) -> int:
 
 def _k_transpose(flag: str) -> Callable[[Node, Shape, Shape], int]:
     def k_of(node: Node, a: Shape, b: Shape) -> int:
-        if len(a) < 2:
-            return a[-1]
+        if len(a) == 1:  # (the caller passes no empty shape)
+            return a[0]
         return a[-2] if node.params.get(flag) in (1, True) else a[-1]
 
     return k_of
@@ -101,7 +101,7 @@ cost("_MklMatMul", "_FusedMatMul")(_matmul(_k_transpose("transpose_a")))
 
 
 @cost("Einsum")
-def _einsum(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _einsum_cost(node: Node, ins, outs, ib, ob) -> Estimate | None:
     """``2 · prod(size of every distinct index)`` when some index is contracted, else ``|out|``."""
     equation = node.params.get("equation")
     if not isinstance(equation, str) or any(s is None for s in ins):

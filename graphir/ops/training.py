@@ -48,7 +48,7 @@ def _onnx_rnn(node: Node, ins, outs, ib, ob) -> Estimate | None:
     if len(ins) < 3 or any(s is None or len(s) != 3 for s in ins[:3]):
         return None
     x, w, r = ins[0], ins[1], ins[2]
-    seq, batch, dirs, gate_units, width, hidden = x[0], x[1], w[0], w[1], w[2], r[2]  # type: ignore[index]
+    seq, batch, dirs, gate_units, width, hidden = x[0], x[1], w[0], w[1], w[2], r[2]
     flops = 2.0 * seq * batch * dirs * gate_units * (width + hidden) + 10.0 * seq * batch * dirs * gate_units
     return flops, float(sum(ib) + sum(ob)), 0
 

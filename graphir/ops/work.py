@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from graphir.ops.registry import Estimate, Estimator, Shape, bare_op, cost_of
-from graphir.types import DType, TensorType
+from graphir.types import DType, TensorType, is_static_shape
 
 if TYPE_CHECKING:
     from graphir.ir import Node
@@ -168,11 +168,8 @@ def static_shape(type_: TensorType) -> tuple[Shape | None, bool]:
     shape = type_.shape
     if shape is None:
         return None, False
-    for dim in shape:
-        if type(dim) is not int:
-            break
-    else:  # integers only (nearly every type of a real graph): the shape is its own static shape
-        return shape, False  # type: ignore[return-value]
+    if is_static_shape(shape):  # integers only (nearly every type of a real graph): its own static shape
+        return shape, False
     symbolic = False
     out = []
     for dim in shape:
