@@ -182,7 +182,7 @@ def _cost_from_generic(value: Any) -> Cost:
     if isinstance(value, dict):
         durations = cast(dict[str, object], value)  # the parser's dict: names to values
         if all(isinstance(v, Duration) for v in durations.values()):
-            return Cost({k: cast(Duration, v).seconds for k, v in durations.items()})
+            return Cost({k: cast(Duration, v).seconds for k, v in durations.items()})  # all Durations
     raise ValueError("'cost' expects a duration (41.5us) or {kind = duration, ...}")
 
 

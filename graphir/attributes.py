@@ -305,7 +305,7 @@ def format_value(value: Any) -> str:
     if isinstance(value, ByteSize):
         return format_bytes(value.count)
     if isinstance(value, tuple):
-        return "[" + ", ".join(format_value(v) for v in cast(tuple[Any, ...], value)) + "]"
+        return "[" + ", ".join(format_value(v) for v in cast(tuple[Any, ...], value)) + "]"  # a list param
     if isinstance(value, dict):
         items = cast(dict[str, Any], value).items()  # a param dict (attribute names to values)
         return "{" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in items) + "}"
