@@ -38,7 +38,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TextIO, TypeVar, cast
 
@@ -95,8 +95,8 @@ class Algorithm:
     name: ClassVar[str] = ""
 
 
-AlgorithmRegistry = dict[str, type[Algorithm]]
-"""Algorithms of one pass by name (e.g. :data:`graphir.passes.place.PLACERS`)."""
+AlgorithmRegistry = Mapping[str, type[Algorithm]]
+"""Algorithms of one pass by name (e.g. :data:`graphir.passes.place.PLACERS`; read only here)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +286,8 @@ def register_algorithm(pass_cls: type[Pass], cls: type[Algorithm]) -> type[Algor
         TypeError: no name, the name is taken by another class, an option type is unsupported, or an
             option has the name of one of the pass's own options (it could not be told apart).
     """
-    registry = pass_cls.algorithms
+    # The pass's own dict (PLACERS...), of its own algorithm class; each register_* passes that kind.
+    registry = cast("dict[str, type[Algorithm]] | None", pass_cls.algorithms)
     assert registry is not None, f"pass '{pass_cls.name}' has no algorithms"
     if not cls.name:
         raise TypeError(f"{pass_cls.algorithm_kind} {cls.__name__} has no 'name'")
