@@ -2,7 +2,7 @@
 # into .venv from pyproject.toml (the `dev` extra) on first use.
 #
 #   make demo     build a GPT training step too big for one GPU, compare the placers on it, write the report pages
-#   make test     lint, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
+#   make test     lint, typecheck, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
@@ -120,7 +120,7 @@ browser:
 # lit runs graphir-opt and filecheck by name: put the venv's bin first on PATH (lit.cfg.py does
 # the same for the test environment). lit fails when it finds no test at all, so an empty
 # tests/filecheck is reported and skipped rather than failing the build.
-test: lint browser
+test: lint typecheck browser
 	$(BIN)/python -m pytest -q -m "not slow"
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \
