@@ -10,7 +10,8 @@ agree with this module about where every token starts and ends.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 NAME_CHARS = r"[A-Za-z0-9_.$\#/-]"
 """Characters of a bare ``%value`` / ``@node`` name (others are written quoted)."""
@@ -63,6 +64,10 @@ def unquote(text: str) -> str:
     return "".join(out)
 
 
+_TUPLE_NEW: Callable[[type[Token], tuple[str, str, int, str | None]], Token] = tuple[Any, ...].__new__
+"""``tuple.__new__`` (spelled through ``tuple[Any, ...]`` so the checker knows its type)."""
+
+
 class Token(NamedTuple):
     """One token: its kind (a group name of :data:`TOKEN`), text, 1-based column and unit."""
 
@@ -82,7 +87,7 @@ def tokenize(text: str) -> tuple[list[Token], int]:
     """
     tokens: list[Token] = []
     append = tokens.append
-    make = Token._make  # tuple.__new__ bound to Token: no per-field Python call
+    make = _TUPLE_NEW  # no per-field Python call (Token(...) runs NamedTuple's __new__)
     pos = 0
     for match in TOKEN.finditer(text):
         if match.start() != pos:
@@ -93,9 +98,9 @@ def tokenize(text: str) -> tuple[list[Token], int]:
         if kind == "comment":
             continue
         if kind == "unit" or kind == "number":
-            append(make(("number", match.group("number"), match.start("number") + 1, match.group("unit"))))
+            append(make(Token, ("number", match.group("number"), match.start("number") + 1, match.group("unit"))))
         else:
-            append(make((kind, match.group(kind), match.start(kind) + 1, None)))
+            append(make(Token, (kind, match.group(kind), match.start(kind) + 1, None)))
     if pos != len(text):
         while pos < len(text) and text[pos].isspace():
             pos += 1
