@@ -66,7 +66,9 @@ def _tf_matmul_type(node: Node, in_types: list[TensorType], out_types: list[Tens
 
 
 def _matmul(k_of: Callable[[Node, Shape, Shape], int], bias_input: int | None = None) -> Estimator:
-    def estimate(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    def estimate(
+        node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+    ) -> Estimate | None:
         if len(ins) < 2 or ins[0] is None or ins[1] is None or not outs or outs[0] is None or not ins[0]:
             return None
         k = k_of(node, ins[0], ins[1])
@@ -101,7 +103,9 @@ cost("_MklMatMul", "_FusedMatMul")(_matmul(_k_transpose("transpose_a")))
 
 
 @cost("Einsum")
-def _einsum_cost(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _einsum_cost(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """``2 · prod(size of every distinct index)`` when some index is contracted, else ``|out|``."""
     equation = node.params.get("equation")
     if not isinstance(equation, str) or any(s is None for s in ins):
