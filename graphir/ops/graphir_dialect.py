@@ -9,6 +9,8 @@ operands along ``axis`` (both written by :mod:`graphir.passes.transform.split_re
 * **lowering**: ``tf.split`` with the part sizes taken from the IR types, ``tf.concat``.
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

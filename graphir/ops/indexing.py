@@ -7,6 +7,8 @@ Costs for these ops live with the rest of the tensor family in :mod:`graphir.ops
 their lowerings are here (each receives the ``tensorflow`` module in ``cx.tf``).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import Any

@@ -8,6 +8,8 @@ images). Semantics follow the ONNX operator docs for the module's opset (``cx.op
 The driver that walks a module and calls the lowerings is :mod:`graphir.backends.tf.lowering`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import dataclasses
@@ -46,7 +48,7 @@ class OpContext:
     node: Node
     opset: int
     operands: list[Any] | None = None
-    laid_out: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    laid_out: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict[int, tuple[int, ...]])
 
     def error(self, message: str) -> BackendError:
         """A one-line :class:`BackendError` about this node (naming its op and node)."""

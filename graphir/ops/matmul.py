@@ -9,6 +9,8 @@
 * **lowering**: ``tf.linalg.matmul``; 1-D operands are expanded and squeezed back (numpy rules).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import math

@@ -13,6 +13,8 @@
   norm scales per group before opset 21 and per channel from 21.
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import dataclasses

@@ -8,6 +8,8 @@ follow "it" (``"has no channel dimension"``). Parts have balanced sizes (the fir
 larger). The rewrite that applies a plan is :mod:`graphir.passes.transform.split_rewrite`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import dataclasses

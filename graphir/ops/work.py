@@ -25,6 +25,8 @@ facts of op kinds: which ops own their value (:func:`owns_value`) and which are 
 them are in :mod:`graphir.passes.profile.roofline`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import math
@@ -171,7 +173,7 @@ def static_shape(type_: TensorType) -> tuple[Shape | None, bool]:
     if is_static_shape(shape):  # integers only (nearly every type of a real graph): its own static shape
         return shape, False
     symbolic = False
-    out = []
+    out: list[int] = []
     for dim in shape:
         if isinstance(dim, int):
             out.append(dim)
