@@ -2,10 +2,11 @@
 # into .venv from pyproject.toml (the `dev` extra) on first use.
 #
 #   make demo     build a GPT training step too big for one GPU, compare the placers on it, write the report pages
-#   make test     lint, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
+#   make test     lint, typecheck, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
+#   make typecheck  pyright on graphir/, passes/ and backends/ ([tool.pyright] in pyproject.toml; strict on the IR core)
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (devtools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
@@ -44,7 +45,7 @@ LINT_PATHS := $(wildcard graphir passes backends tools devtools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
-.PHONY: help venv demo browser test test-all lint format bench bench-core bench-place bench-parallelize bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
+.PHONY: help venv demo browser test test-all lint typecheck format bench bench-core bench-place bench-parallelize bench-scale bench-simulate bench-fidelity bench-online regress replicate zoo fuzz mutation clean distclean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -82,6 +83,20 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/python -m devtools.importlint
 
+# pyright cannot follow pyproject's package-dir mapping (passes/ installs as graphir.passes), so a
+# folder of links gives it the installed shape: build/typecheck/graphir/{__init__.py,passes,backends,
+# tools} point at the sources, and [tool.pyright] checks passes/ and backends/ through them (one
+# module name per file); its report names them by their source paths again. The pyright wheel of
+# the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
+TYPECHECK_STAGE := build/typecheck/graphir
+typecheck: $(STAMP)
+	@mkdir -p $(TYPECHECK_STAGE)
+	@ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py
+	@for package in passes backends tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
+	@PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright > build/typecheck/report.txt; status=$$?; \
+		sed -E 's#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends)/#$(CURDIR)/\1/#' build/typecheck/report.txt; \
+		exit $$status
+
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
 	$(BIN)/ruff check --fix $(LINT_PATHS)
@@ -110,7 +125,7 @@ browser:
 # fixed paths (build/browser/, the fuzz canary) are never written by two workers at once; every worker
 # has its own tmp_path, and the TF rig's servers bind free ports. PYTEST_WORKERS=0 runs in-process.
 PYTEST_WORKERS ?= auto
-test: lint browser
+test: lint typecheck browser
 	$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -31,7 +31,7 @@ DEFAULT_KIND = "default"
 
 def _sorted_times(times: Mapping[str, float] | tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
     items = times.items() if isinstance(times, Mapping) else times
-    out = []
+    out: list[tuple[str, float]] = []
     for kind, seconds in items:
         seconds = float(seconds)
         if not (seconds >= 0 and math.isfinite(seconds)):
@@ -166,7 +166,7 @@ def _check_cost(value: Any) -> Cost:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return Cost.of(float(value))
     if isinstance(value, Mapping):
-        return Cost(value)
+        return Cost(cast(Mapping[str, float], value))  # Cost checks each kind and time
     raise ValueError(f"'cost' must be a Cost, a time in seconds or a mapping, got {value!r}")
 
 
@@ -179,8 +179,10 @@ def _cost_to_generic(cost: Cost) -> Any:
 def _cost_from_generic(value: Any) -> Cost:
     if isinstance(value, Duration):
         return Cost.of(value.seconds)
-    if isinstance(value, dict) and all(isinstance(v, Duration) for v in value.values()):
-        return Cost({k: v.seconds for k, v in value.items()})
+    if isinstance(value, dict):
+        durations = cast(dict[str, object], value)  # the parser's dict: names to values
+        if all(isinstance(v, Duration) for v in durations.values()):
+            return Cost({k: cast(Duration, v).seconds for k, v in durations.items()})  # all Durations
     raise ValueError("'cost' expects a duration (41.5us) or {kind = duration, ...}")
 
 
@@ -201,7 +203,7 @@ def _mem_from_generic(value: Any) -> Mem:
     if not isinstance(value, dict):
         raise ValueError("'mem' expects {persistent = 1MiB, activation = 4KiB, temporary = 0B}")
     fields: dict[str, int] = {}
-    for key, size in value.items():
+    for key, size in cast(dict[str, object], value).items():  # the parser's dict: names to values
         if key not in _MEM_FIELDS:
             raise ValueError(f"unknown 'mem' field '{key}' (expected one of {', '.join(_MEM_FIELDS)})")
         if not isinstance(size, ByteSize):

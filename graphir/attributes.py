@@ -14,7 +14,7 @@ import base64
 import decimal
 import math
 import re
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -80,7 +80,7 @@ class DenseTensor:
 
     def numpy(self) -> np.ndarray:
         """The value as a numpy array."""
-        shape = self.type.shape or ()
+        shape = cast(tuple[int, ...], self.type.shape or ())  # a dense tensor's type is static
         if isinstance(self.data, tuple):
             return np.array(self.data, dtype=object).reshape(shape)
         np_dtype = np.dtype(numpy_dtype(self.type.dtype)).newbyteorder("<")
@@ -305,9 +305,10 @@ def format_value(value: Any) -> str:
     if isinstance(value, ByteSize):
         return format_bytes(value.count)
     if isinstance(value, tuple):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
+        return "[" + ", ".join(format_value(v) for v in cast(tuple[Any, ...], value)) + "]"  # a list param
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in value.items()) + "}"
+        items = cast(dict[str, Any], value).items()  # a param dict (attribute names to values)
+        return "{" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in items) + "}"
     if isinstance(value, TensorType):
         return f"type<{value}>"
     if isinstance(value, DenseTensor):

@@ -15,6 +15,7 @@ UPI) 19.2 GB/s, 1 us; InfiniBand EDR 100 Gb/s = 12.5 GB/s, 5 us (:data:`INFINIBA
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 from graphir.cluster_model import (
     CPU_LAUNCH_OVERHEAD,
@@ -125,7 +126,7 @@ def _gbps(value: float) -> float:
 def _table_links(names: list[str], table: list[list[float | None]], latency: float) -> tuple[Link, ...]:
     """One link per ordered pair from a square bandwidth table (row = source, column = destination)."""
     return tuple(
-        Link(src, dst, latency, _gbps(table[i][j]))  # type: ignore[arg-type]
+        Link(src, dst, latency, _gbps(cast(float, table[i][j])))  # off the diagonal: a number
         for i, src in enumerate(names)
         for j, dst in enumerate(names)
         if i != j

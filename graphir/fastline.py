@@ -14,12 +14,14 @@ Columns are not computed here. The parser keeps the source line and re-reads it 
 parser when an error found later (an undefined operand, a bad annotation) needs a column.
 """
 
+# The fast path reads with the token parser's own patterns (parse_values._STATIC_TYPE).
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Container
+from typing import Any, cast
 
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
 from graphir.attributes import BYTE_UNITS, ByteSize, DenseTensor, Duration, b64decode, seconds_from
@@ -112,7 +114,7 @@ _PRESENCE_GROUPS = _presence_groups()
 per item of :data:`_ITEMS` (mem: one per field of :data:`_MEM_FIELDS`)."""
 
 
-def annotation_shape(groups: tuple[str | None, ...]) -> tuple[bool, ...]:
+def annotation_shape(groups: Groups) -> tuple[bool, ...]:
     """Which items (and mem fields) a match of :data:`_ANNOTATION_LIST` holds, from its groups."""
     return tuple(groups[k] is not None for k in _PRESENCE_GROUPS)
 
@@ -145,7 +147,7 @@ def shape_pattern(shape: tuple[bool, ...]) -> re.Pattern[str]:
     return re.compile(_possessive("".join(parts) + closing + "\\Z"))
 
 
-def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], tuple[str | None, ...]]:
+def shape_layout(shape: tuple[bool, ...]) -> Callable[[Groups], Groups]:
     """Maps a :func:`shape_pattern` match's groups, with ``(None,)`` appended, to the general pattern's groups."""
     present = iter(shape)
     positions: list[int] = []
@@ -161,13 +163,17 @@ def shape_layout(shape: tuple[bool, ...]) -> Callable[[tuple[str | None, ...]], 
     return operator.itemgetter(*positions)
 
 
+Groups = tuple["str | Any", ...]
+"""A match's groups as ``re.Match.groups()`` types them: a ``str``, or ``None`` for a group that took
+no part. Which is which follows from the pattern (a time's unit is there when its number is), so
+a group is ``str | Any`` as typeshed has it, not ``str | None``, which every use would have to check."""
 AnnotationMatch = Callable[[str, int, int], "re.Match[str] | None"]
 AnnotationRead = Callable[["re.Match[str]"], "dict[str, Any] | None"]
 _SHAPE_READERS: dict[tuple[bool, ...], tuple[AnnotationMatch, AnnotationRead]] = {}
 """Per shape: its pattern's ``match`` and the reader of such a match, made once (at most 2^11 shapes)."""
 
 
-def shape_reader(groups: tuple[str | None, ...]) -> tuple[AnnotationMatch, AnnotationRead]:
+def shape_reader(groups: Groups) -> tuple[AnnotationMatch, AnnotationRead]:
     """The ``match`` of a shape's :func:`shape_pattern` and the reader of its matches.
 
     The shape is that of a :data:`_ANNOTATION_LIST` match's ``groups``; the reader gives what
@@ -180,8 +186,10 @@ def shape_reader(groups: tuple[str | None, ...]) -> tuple[AnnotationMatch, Annot
         if read is None:
             layout = shape_layout(shape)
 
-            def read(match: re.Match[str]) -> dict[str, Any] | None:
+            def read_general(match: re.Match[str]) -> dict[str, Any] | None:
                 return typed_annotations(layout(match.groups() + _NO_GROUP))
+
+            read = read_general
 
         reader = _SHAPE_READERS[shape] = (shape_pattern(shape).match, read)
     return reader
@@ -199,7 +207,7 @@ def _cost_mem_reader(shape: tuple[bool, ...]) -> AnnotationRead | None:
         return None
     with_cost = "cost" in present
     first = 2 if with_cost else 0  # the own group of the first present mem field
-    positions = {}
+    positions: dict[str, int] = {}
     for field in _MEM_FIELDS:
         positions[field] = first if field in present else -1
         first += 2 if field in present else 0
@@ -210,15 +218,15 @@ def _cost_mem_reader(shape: tuple[bool, ...]) -> AnnotationRead | None:
         groups = match.groups()
         annotations: dict[str, Any] = {}
         if with_cost:
-            seconds = seconds_from(groups[0], groups[1])  # type: ignore[arg-type]
+            seconds = seconds_from(groups[0], groups[1])
             if not 0.0 <= seconds < _INF:
                 return None  # negative or infinite: the token parser reports it
             annotations["cost"] = _cost_of(seconds)
         if with_mem:
             annotations["mem"] = _mem_of(
-                int(groups[persistent]) * _BYTE_UNITS[groups[persistent + 1]] if persistent >= 0 else 0,  # type: ignore[arg-type,index]
-                int(groups[activation]) * _BYTE_UNITS[groups[activation + 1]] if activation >= 0 else 0,  # type: ignore[arg-type,index]
-                int(groups[temporary]) * _BYTE_UNITS[groups[temporary + 1]] if temporary >= 0 else 0,  # type: ignore[arg-type,index]
+                int(groups[persistent]) * _BYTE_UNITS[groups[persistent + 1]] if persistent >= 0 else 0,
+                int(groups[activation]) * _BYTE_UNITS[groups[activation + 1]] if activation >= 0 else 0,
+                int(groups[temporary]) * _BYTE_UNITS[groups[temporary + 1]] if temporary >= 0 else 0,
             )
         return annotations
 
@@ -311,7 +319,7 @@ TypeReader = Callable[[str], "TensorType | None"]
 DenseBuilder = Callable[[TensorType, Any], DenseTensor]
 
 
-def typed_annotations(groups: tuple[str | None, ...]) -> dict[str, Any] | None:
+def typed_annotations(groups: Groups) -> dict[str, Any] | None:
     """The typed annotations of a :data:`_ANNOTATION_LIST` match's groups, or None for the token parser.
 
     Keys in sorted order, as the token parser's dict has them. None when a value is one the token
@@ -373,7 +381,7 @@ class LineScanner:
         self.read_type = read_type
         self.dense_from_values = dense_from_values
 
-    def scan_node_line(self, text: str, defined: set[str]) -> tuple[Any, ...] | None:
+    def scan_node_line(self, text: str, defined: Container[str]) -> tuple[Any, ...] | None:
         """The parts of a node line, or ``None`` when the token parser must read it.
 
         Returns:
@@ -450,7 +458,7 @@ class LineScanner:
                 return tensor_type
         return self.read_type(text) if text.endswith("]") and "[" in text else None
 
-    def _scan_general(self, text: str, defined: set[str]) -> tuple[Any, ...] | None:
+    def _scan_general(self, text: str, defined: Container[str]) -> tuple[Any, ...] | None:
         """:meth:`scan_node_line` for lines with params or annotations beyond the built-in shapes."""
         line = _LINE.match(text)
         if line is not None:
@@ -503,7 +511,7 @@ class LineScanner:
         return (op, name, results, operands, controls, params, operand_types, result_types, annotations)
 
     @staticmethod
-    def _annotations(parts: tuple[str | None, ...]) -> dict[str, Any] | None:
+    def _annotations(parts: Groups) -> dict[str, Any] | None:
         """The typed values of the groups of :data:`_ANNOTATIONS`, as ``from_generic`` makes them.
 
         Returns ``None`` when one is invalid: the token parser then reads the line and reports it.
@@ -521,23 +529,23 @@ class LineScanner:
             if colocate is not None:
                 out["colocate"] = unquote(colocate) or _invalid()
             if cost is not None:
-                out["cost"] = Cost.of(_seconds(cost, cost_unit))  # type: ignore[arg-type]
+                out["cost"] = Cost.of(_seconds(cost, cost_unit))
             if device is not None:
                 out["device"] = unquote(device) or _invalid()
             if finish is not None:
-                out["finish"] = _seconds(finish, finish_unit)  # type: ignore[arg-type]
+                out["finish"] = _seconds(finish, finish_unit)
             if group is not None:
                 out["group"] = int(group)
             if persistent is not None or activation is not None or temporary is not None:
                 out["mem"] = Mem(
-                    int(persistent) * BYTE_UNITS[persistent_unit] if persistent is not None else 0,  # type: ignore[index]
-                    int(activation) * BYTE_UNITS[activation_unit] if activation is not None else 0,  # type: ignore[index]
-                    int(temporary) * BYTE_UNITS[temporary_unit] if temporary is not None else 0,  # type: ignore[index]
+                    int(persistent) * BYTE_UNITS[persistent_unit] if persistent is not None else 0,
+                    int(activation) * BYTE_UNITS[activation_unit] if activation is not None else 0,
+                    int(temporary) * BYTE_UNITS[temporary_unit] if temporary is not None else 0,
                 )
             if order is not None:
                 out["order"] = int(order)
             if start is not None:
-                out["start"] = _seconds(start, start_unit)  # type: ignore[arg-type]
+                out["start"] = _seconds(start, start_unit)
         except ValueError:
             return None
         return out
@@ -545,7 +553,7 @@ class LineScanner:
     @staticmethod
     def _typed(generic: dict[str, Any]) -> dict[str, Any]:
         """Annotations read by the value scanner, converted by their declarations."""
-        out = {}
+        out: dict[str, Any] = {}
         for key, value in generic.items():
             kind = ANNOTATIONS.get(key)
             if kind is None:
@@ -560,11 +568,11 @@ class LineScanner:
         if not text:
             return []
         cache = self.type_cache
-        out = [cache.get(piece) for piece in text.split(", ")]
-        if None not in out:
-            return out  # type: ignore[return-value]
+        found = [cache.get(piece) for piece in text.split(", ")]
+        if None not in found:
+            return cast(list[TensorType], found)  # no None in it
         # A miss, or a spaced shape such as f32[1, 3] that the split cut in two.
-        out = []
+        out: list[TensorType] = []
         for type_text in _TYPE_LIST.findall(text):
             tensor_type = self.read_type(type_text)
             if tensor_type is None:

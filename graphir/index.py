@@ -10,19 +10,22 @@ memory, groups) are cached separately and recomputed when an annotation they rea
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from graphir.annotations import DEFAULT_KIND
 from graphir.errors import Location, VerifyError, format_cycle
 from graphir.topo import csr, find_cycle, stable_topological_order
-from graphir.types import MAX_TENSOR_BYTES
+from graphir.types import MAX_TENSOR_BYTES, is_static_shape
 
 if TYPE_CHECKING:
     from graphir.ir import Graph, Node, Value
     from graphir.types import TensorType
 
+
+_T = TypeVar("_T")
 
 MAX_TOTAL_BYTES = 1 << 62
 """Ceiling of the sum of a graph's result bytes (and of its persistent bytes): int64 sums stay exact."""
@@ -48,14 +51,11 @@ def _check_int_annotations(node: Node) -> None:
 def _type_bytes(tensor_type: TensorType) -> int:
     """``tensor_type.nbytes_or(0)`` (a symbol or ``None`` dim makes it 0)."""
     shape = tensor_type.shape
-    if shape is None:
+    # Checked before the product: math.prod would repeat a symbol's string by the other
+    # dims (``'batch' * 2**40``: a MemoryError) before its result could be seen as no int.
+    if not is_static_shape(shape):
         return 0
-    for dim in shape:
-        # Checked before the product: math.prod would repeat a symbol's string by the other
-        # dims (``'batch' * 2**40``: a MemoryError) before its result could be seen as no int.
-        if type(dim) is not int:
-            return 0
-    return math.prod(shape) * tensor_type.dtype.itemsize  # type: ignore[arg-type]
+    return math.prod(shape) * tensor_type.dtype.itemsize
 
 
 def _value_sizes(values: list[Value]) -> list[int]:
@@ -116,6 +116,21 @@ class GraphIndex:
         values: node results, grouped by producer in topological order.
         value_bytes: int64 bytes per value; value_producer: int64 producer node per value.
     """
+
+    # The arrays, filled by :meth:`build`.
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_value: np.ndarray
+    edge_control: np.ndarray
+    edge_bytes: np.ndarray
+    succ_offsets: np.ndarray
+    succ: np.ndarray
+    succ_edge: np.ndarray
+    pred_offsets: np.ndarray
+    pred: np.ndarray
+    pred_edge: np.ndarray
+    value_bytes: np.ndarray
+    value_producer: np.ndarray
 
     def __init__(self, graph: Graph):
         self.graph = graph
@@ -257,19 +272,19 @@ class GraphIndex:
         return np.bincount(self.value_producer, weights=self.value_bytes, minlength=self.num_nodes).astype(np.int64)
 
     # ----------------------------------------------------------------- annotation arrays
-    def _annotation_cached(self, key: object, build: object, keys: tuple[str, ...] | None = None) -> np.ndarray:
+    def _annotation_cached(self, key: object, build: Callable[[], _T], keys: tuple[str, ...] | None = None) -> _T:
         """``build()``, cached until an annotation among ``keys`` changes (``None``: any annotation)."""
         graph = self.graph
         cached = self._cache.get(key)
         if cached is not None:
-            value, built = cached  # type: ignore[misc]
+            value, built = cached
             if built == graph._annotation_version or (
                 keys is not None and not graph.annotations_changed_since(keys, built)
             ):
-                return value  # type: ignore[no-any-return]
-        value = build()  # type: ignore[operator]
-        self._cache[key] = (value, graph._annotation_version)
-        return value  # type: ignore[no-any-return]
+                return cast(_T, value)  # each key is built by one function, the build that cached it
+        fresh = build()
+        self._cache[key] = (fresh, graph._annotation_version)
+        return fresh
 
     def annotation_list(self, key: str) -> list[Any]:
         """The ``key`` annotation of every node (None where absent), cached until that annotation changes.
@@ -283,7 +298,7 @@ class GraphIndex:
                 return [None] * len(self.nodes)
             return [node._annotations.get(key) for node in self.nodes]
 
-        return self._annotation_cached(("annotation", key), build, (key,))  # type: ignore[return-value]
+        return self._annotation_cached(("annotation", key), build, (key,))
 
     def times(self, kind: str | None = None) -> np.ndarray:
         """Compute time (s) per node on device ``kind``; NaN where a node has no cost."""
@@ -344,7 +359,7 @@ class GraphIndex:
             self._last_quotient = (groups, quotient)
             return quotient
 
-        return self._annotation_cached("quotient", build, ("group",))  # type: ignore[return-value]
+        return self._annotation_cached("quotient", build, ("group",))
 
 
 def quotient_edges(
@@ -388,6 +403,16 @@ class Quotient:
             per destination group.
         order: a topological order of the coarse nodes, or ``None`` when the quotient has a cycle.
     """
+
+    # Filled by :meth:`build`.
+    num_groups: int
+    node_group: np.ndarray
+    group_ids: np.ndarray
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_bytes: np.ndarray
+    order: np.ndarray | None
+    _index: GraphIndex
 
     @classmethod
     def build(cls, index: GraphIndex) -> Quotient:

@@ -7,13 +7,16 @@ typed annotations (facts added by passes). Heavy algorithms never walk these obj
 they use :meth:`Graph.index`, a cached array snapshot invalidated by every mutation.
 """
 
+# Graph, Node and Value keep each other's private state current (use lists, versions, annotation
+# tables) without the checked API's cost: they share it on purpose.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import enum
 import itertools
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, cast, overload
 
 import attrs
 
@@ -107,7 +110,23 @@ class Value:
         return f"Value(%{self.name}: {self.type})"
 
 
-def _annotation_property(key: str, doc: str) -> property:
+_T = TypeVar("_T")
+
+
+class _AnnotationAccess(Protocol, Generic[_T]):
+    """What :func:`_annotation_property` gives the type checker: ``node.cost`` is a ``Cost | None``."""
+
+    @overload
+    def __get__(self, node: None, owner: type[Node], /) -> Self: ...
+    @overload
+    def __get__(self, node: Node, owner: type[Node] | None = None, /) -> _T | None: ...
+    def __set__(self, node: Node, value: _T | None, /) -> None: ...
+    def __delete__(self, node: Node, /) -> None: ...
+
+
+def _annotation_property(key: str, doc: str) -> _AnnotationAccess[Any]:
+    """A property reading and writing the annotation ``key`` (the node's attribute declares its type)."""
+
     def getter(node: Node) -> Any:
         return node._annotations.get(key)
 
@@ -117,10 +136,12 @@ def _annotation_property(key: str, doc: str) -> property:
     def deleter(node: Node) -> None:
         node.del_annotation(key)
 
-    return property(getter, setter, deleter, doc)
+    # A property is such a descriptor; its declared attribute (``cost: _AnnotationAccess[Cost]``)
+    # gives the annotation's type, which ANNOTATIONS checks at run time.
+    return cast(_AnnotationAccess[Any], property(getter, setter, deleter, doc))
 
 
-_NO_NODES: tuple = ()
+_NO_NODES: tuple[()] = ()
 """The control lists of a node without control edges: one shared empty tuple (most nodes have
 none, and a million nodes would otherwise hold two million empty lists). The first edge gives
 the node its own list (:meth:`Node.add_control_input`)."""
@@ -168,8 +189,8 @@ class Node:
         self._index_pos = -1
         self._loc: Location | SourceLines | None = None
         self._line = 0
-        self.control_inputs: list[Node] = _NO_NODES  # type: ignore[assignment]  # a list from the first edge
-        self.control_users: list[Node] = _NO_NODES  # type: ignore[assignment]
+        self.control_inputs: list[Node] | tuple[()] = _NO_NODES  # a list from the first edge
+        self.control_users: list[Node] | tuple[()] = _NO_NODES
 
     @property
     def loc(self) -> Location | None:
@@ -179,24 +200,24 @@ class Node:
         instead: the :class:`Location` is made on the first read (diagnostics, copies).
         """
         loc = self._loc
-        if type(loc) is SourceLines:
+        if isinstance(loc, SourceLines):
             loc = self._loc = loc.location(self._line)
-        return loc  # type: ignore[return-value]
+        return loc
 
     @loc.setter
     def loc(self, loc: Location | None) -> None:
         self._loc = loc
 
     # ----------------------------------------------------------------- annotations
-    cost: Cost | None = _annotation_property("cost", "compute time (Cost), or None")  # type: ignore[assignment]
-    mem: Mem | None = _annotation_property("mem", "memory (Mem), or None")  # type: ignore[assignment]
-    affinity: tuple[str, ...] | None = _annotation_property("affinity", "allowed device kinds")  # type: ignore[assignment]
-    group: int | None = _annotation_property("group", "fusion group id")  # type: ignore[assignment]
-    colocate: str | None = _annotation_property("colocate", "colocation class")  # type: ignore[assignment]
-    device: str | None = _annotation_property("device", "assigned device name")  # type: ignore[assignment]
-    order: int | None = _annotation_property("order", "position in the device sequence")  # type: ignore[assignment]
-    start: float | None = _annotation_property("start", "simulated start (s)")  # type: ignore[assignment]
-    finish: float | None = _annotation_property("finish", "simulated finish (s)")  # type: ignore[assignment]
+    cost: _AnnotationAccess[Cost] = _annotation_property("cost", "compute time (Cost), or None")
+    mem: _AnnotationAccess[Mem] = _annotation_property("mem", "memory (Mem), or None")
+    affinity: _AnnotationAccess[tuple[str, ...]] = _annotation_property("affinity", "allowed device kinds")
+    group: _AnnotationAccess[int] = _annotation_property("group", "fusion group id")
+    colocate: _AnnotationAccess[str] = _annotation_property("colocate", "colocation class")
+    device: _AnnotationAccess[str] = _annotation_property("device", "assigned device name")
+    order: _AnnotationAccess[int] = _annotation_property("order", "position in the device sequence")
+    start: _AnnotationAccess[float] = _annotation_property("start", "simulated start (s)")
+    finish: _AnnotationAccess[float] = _annotation_property("finish", "simulated finish (s)")
 
     @property
     def annotations(self) -> Mapping[str, Any]:
@@ -262,9 +283,9 @@ class Node:
             if node in present:
                 continue
             present.add(node)
-            if type(self.control_inputs) is tuple:
+            if isinstance(self.control_inputs, tuple):
                 self.control_inputs = []
-            if type(node.control_users) is tuple:
+            if isinstance(node.control_users, tuple):
                 node.control_users = []
             self.control_inputs.append(node)
             node.control_users.append(self)
@@ -280,8 +301,10 @@ class Node:
         """
         if node not in self.control_inputs:
             raise ValueError(f"'{self.name}' has no control input '{node.name}'")
-        self.control_inputs.remove(node)
-        node.control_users.remove(self)
+        inputs, users = self.control_inputs, node.control_users
+        assert isinstance(inputs, list) and isinstance(users, list), "they hold node and self: not _NO_NODES"
+        inputs.remove(node)
+        users.remove(self)
         if self.graph is not None:
             self.graph._touch()
 
@@ -511,12 +534,13 @@ class Graph:
         node._index_pos = -1
         node._loc = loc
         node._line = line
-        node.control_inputs = _NO_NODES  # type: ignore[assignment]  # as in Node.__init__
-        node.control_users = _NO_NODES  # type: ignore[assignment]
+        node.control_inputs = _NO_NODES  # as in Node.__init__
+        node.control_users = _NO_NODES
         values = self._values
         # Each Value is built field by field (what Value.__init__ and add_node set), without the
         # __init__ call: this runs once per result of a large parsed graph.
-        node.outputs = outputs = []
+        outputs: list[Value] = []
+        node.outputs = outputs
         i = 0
         for value_name in output_names:
             value = _new_object(Value)
@@ -627,8 +651,10 @@ class Graph:
             users = ", ".join(sorted(n.name for n in node.control_users))
             raise ValueError(f"cannot remove '{node.name}': {users} depend on it by control edges")
         for control in node.control_inputs:
-            control.control_users.remove(node)
-        node.control_inputs = _NO_NODES  # type: ignore[assignment]
+            users = control.control_users
+            assert isinstance(users, list), "it holds node: not _NO_NODES"
+            users.remove(node)
+        node.control_inputs = _NO_NODES
         for operand, value in enumerate(node.inputs):
             value.uses.remove((node, operand))
         for value in node.outputs:
@@ -673,7 +699,7 @@ class Module:
     name: str
     graph: Graph
     cluster_spec: str | None = None
-    metadata: dict[str, ParamValue] = attrs.field(factory=dict)
+    metadata: dict[str, ParamValue] = attrs.field(factory=dict[str, ParamValue])
     _cluster: Cluster | None = attrs.field(default=None, alias="_cluster")
 
     @property

@@ -10,7 +10,8 @@ agree with this module about where every token starts and ends.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 NAME_CHARS = r"[A-Za-z0-9_.$\#/-]"
 """Characters of a bare ``%value`` / ``@node`` name (others are written quoted)."""
@@ -63,6 +64,10 @@ def unquote(text: str) -> str:
     return "".join(out)
 
 
+_TUPLE_NEW: Callable[[type[Token], tuple[str, str, int, str | None]], Token] = tuple[Any, ...].__new__
+"""``tuple.__new__`` (spelled through ``tuple[Any, ...]`` so the checker knows its type)."""
+
+
 class Token(NamedTuple):
     """One token: its kind (a group name of :data:`TOKEN`), text, 1-based column and unit."""
 
@@ -82,13 +87,14 @@ def tokenize(text: str) -> tuple[list[Token], int]:
     """
     tokens: list[Token] = []
     append = tokens.append
-    make = tuple.__new__
+    make = _TUPLE_NEW  # no per-field Python call (Token(...) runs NamedTuple's __new__)
     pos = 0
     for match in TOKEN.finditer(text):
         if match.start() != pos:
             break
         pos = match.end()
         kind = match.lastgroup
+        assert kind is not None, "every alternative of TOKEN is a named group"
         if kind == "comment":
             continue
         if kind == "unit" or kind == "number":

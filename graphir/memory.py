@@ -279,7 +279,8 @@ class MemoryLedger:
         b1, i1 = self._ceil(end)
         blocks = self._blocks
         self.version += 1
-        raise_max = nbytes > 0 and self._max is not None
+        known_max = self._max
+        raise_max = nbytes > 0 and known_max is not None
         top = None
         if b0 == b1:
             top = self._raise(blocks[b0], i0, i1, nbytes)
@@ -298,8 +299,8 @@ class MemoryLedger:
                     top = level
         if nbytes < 0:
             self._max = None
-        elif raise_max and top is not None:
-            self._max = max(self._max, top)  # type: ignore[type-var]
+        elif raise_max and top is not None and known_max is not None:  # (raise_max: known_max is known)
+            self._max = max(known_max, top)
 
     @staticmethod
     def _raise(block: list, i: int, j: int, nbytes: int) -> int | None:
@@ -340,9 +341,10 @@ class MemoryLedger:
 
     def _max_level(self) -> int:
         """The largest level (cached between releases: a list scheduler asks it once per candidate)."""
-        if self._max is None:
-            self._max = max(self._block_top(block) + block[2] for block in self._blocks)
-        return self._max
+        level = self._max
+        if level is None:
+            level = self._max = max(self._block_top(block) + block[2] for block in self._blocks)
+        return level
 
     def peak_between(self, begin: float, end: float) -> int:
         """The largest usage on ``[begin, end)``; ``end`` must exceed ``begin``."""

@@ -8,12 +8,11 @@ off without the other.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 girtext: Any
 try:
-    from graphir import _girtext
-
-    girtext = _girtext
+    girtext = importlib.import_module("graphir._girtext")  # a C extension: no Python source to check
 except ImportError:  # not compiled
     girtext = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, cast
 
 from graphir.attributes import (
     BYTE_UNITS,
@@ -26,6 +26,8 @@ from graphir.errors import ParseError
 from graphir.lexer import Token as _Token
 from graphir.lexer import unquote as _unquote
 from graphir.types import Dim, DType, TensorType
+
+__all__ = ["dense_from_values", "_Line", "_ValueGrammar"]  # the two classes are graphir.parser's base
 
 _DIM_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STATIC_TYPE = re.compile(r"([a-z][a-z0-9]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]\Z")
@@ -57,14 +59,18 @@ def dense_from_values(tensor_type: TensorType, values: Any) -> DenseTensor:
             element type (the message says which).
     """
     count = tensor_type.num_elements or 0
-    if not isinstance(values, tuple) or len(values) != count:
+    if not isinstance(values, tuple):
+        raise ValueError(f"dense data must list {count} values for {tensor_type}")
+    items = cast(tuple[object, ...], values)  # parsed values
+    if len(items) != count:
         raise ValueError(f"dense data must list {count} values for {tensor_type}")
     if tensor_type.dtype is DType.STRING:
-        return DenseTensor(tensor_type, tuple(str(v) for v in values))
+        return DenseTensor(tensor_type, tuple(str(v) for v in items))
     import numpy as np
 
+    shape = cast(tuple[int, ...], tensor_type.shape or ())  # a symbolic dim raises TypeError, reported below
     try:
-        array = np.array(values, dtype=numpy_dtype(tensor_type.dtype)).reshape(tensor_type.shape or ())
+        array = np.array(items, dtype=numpy_dtype(tensor_type.dtype)).reshape(shape)
     except (KeyError, TypeError, ValueError, OverflowError):
         raise ValueError(f"cannot hold these values as {tensor_type}") from None
     dtype_from_numpy(array.dtype)
@@ -255,7 +261,7 @@ class _ValueGrammar:
 
     def parse_dense_body(self) -> DenseTensor:
         self.expect("<")
-        type_col = self.peek().col if self.peek() else 0
+        type_col = tok.col if (tok := self.peek()) else 0
         tensor_type = self.parse_type()
         if not tensor_type.is_static:
             raise self.error("a dense tensor needs a static shape", type_col)
@@ -311,7 +317,7 @@ class _ValueGrammar:
             if key in out:
                 raise self.error(f"duplicate key '{key}'", key_col)
             self.expect("=", f"'=' after '{key}'")
-            col = self.peek().col if self.peek() else key_col
+            col = tok.col if (tok := self.peek()) else key_col
             out[key] = (self.parse_value(), col, key_col)
             if self.accept(close):
                 return out

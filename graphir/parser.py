@@ -13,11 +13,15 @@ Errors raise :class:`~graphir.errors.ParseError` with ``file:line:col`` and the 
 error found after a fast path read a line re-reads that line with tokens for its column.
 """
 
+# The parser builds the graph through its private tables (the checked API's cost per node of a
+# million-node text) and shares the lexer's, fast path's and IR's private patterns and constants.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
+import re
 from collections.abc import Container
 from sys import intern
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
 from graphir.attributes import BYTE_UNITS, DenseTensor
@@ -26,6 +30,8 @@ from graphir.fastline import (
     _ANNOTATION_LIST,
     _DTYPES,
     _HEAD_TYPES,
+    AnnotationMatch,
+    AnnotationRead,
     LineScanner,
     shape_reader,
     typed_annotations,
@@ -81,7 +87,7 @@ class _Parser(_ValueGrammar):
             text = "\n".join([line.rstrip("\r") for line in text.split("\n")])
         self.text = text
         self.source = SourceLines(filename, text)  # the nodes' locations, made when asked for
-        self.line_no = 0
+        self.line_no: int = 0
         self.pos = 0  # where the next line starts; past len(text) at the end
         self.cur: _Line | None = None
         self.type_cache: dict[str, TensorType] = {}
@@ -132,7 +138,7 @@ class _Parser(_ValueGrammar):
         self.expect("module", "'module'")
         name = self.sigil_name(self.expect_kind("aname", "the module name '@name'"))
         attributes: dict[str, tuple[Any, int, int]] = {}
-        if self.peek() is not None and self.peek().text == "{" and self._brace_is_attributes():  # type: ignore[union-attr]
+        if (tok := self.peek()) is not None and tok.text == "{" and self._brace_is_attributes():
             self.take()
             attributes = self.parse_keyed("}")
         self.expect("{", "'{' opening the module body")
@@ -249,7 +255,7 @@ class _Parser(_ValueGrammar):
         size = len(text)
         find = text.find
         pos = self.pos
-        number = self.line_no
+        number: int = self.line_no
         graph = body.graph
         values = graph._values
         node_names = graph._node_names
@@ -271,7 +277,7 @@ class _Parser(_ValueGrammar):
         # below (or stops this loop too), then it goes on from the next.
         native = body.native
 
-        def read_new_shape(match: Any) -> dict[str, Any] | None:
+        def read_new_shape(match: re.Match[str]) -> dict[str, Any] | None:
             # The first line of a shape: its keys are those of every later line of that shape.
             annotations = _general_groups(match)
             if annotations is not None:
@@ -355,6 +361,9 @@ class _Parser(_ValueGrammar):
                 number += 1
                 # One string per op name (a graph repeats a few hundred): less memory, and the
                 # later look-ups by op (registries, counts) hash each one once.
+                # all() above: neither list holds a None.
+                result_types = cast(list[TensorType], result_types)
+                operand_types = cast(list[TensorType], operand_types)
                 node = add_node(intern_op(op), node_name, results, result_types, {}, annotations, source, number)
                 controls = controls_text.replace("@", "").split(", ") if controls_text else None
                 connect(node, operands, operand_types, controls, number)
@@ -414,7 +423,7 @@ class _Parser(_ValueGrammar):
             )
         node_name = None
         name_col = op_tok.col
-        if self.peek() is not None and self.peek().kind == "aname":  # type: ignore[union-attr]
+        if (tok := self.peek()) is not None and tok.kind == "aname":
             name_tok = self.take()
             node_name = self.sigil_name(name_tok)
             name_col = name_tok.col
@@ -438,21 +447,21 @@ class _Parser(_ValueGrammar):
                         break
                     self.expect(",", "',' or ')'")
         params: dict[str, Any] = {}
-        if self.peek() is not None and self.peek().text == "{":  # type: ignore[union-attr]
+        if (tok := self.peek()) is not None and tok.text == "{":
             params = self.parse_dict()
         self.expect(":", "':' before the op type")
         self.expect("(", "'(' opening the operand types")
         input_types: list[tuple[TensorType, int]] = []
         if not self.accept(")"):
             while True:
-                col = self.peek().col if self.peek() else 0  # type: ignore[union-attr]
+                col = tok.col if (tok := self.peek()) else 0
                 input_types.append((self.parse_type(), col))
                 if self.accept(")"):
                     break
                 self.expect(",", "',' or ')'")
         self.expect("->", "'->' before the result types")
         output_types: list[TensorType] = []
-        types_col = self.peek().col if self.peek() else None  # type: ignore[union-attr]
+        types_col = tok.col if (tok := self.peek()) else None
         if self.accept("("):
             if not self.accept(")"):
                 while True:
@@ -491,7 +500,7 @@ class _Parser(_ValueGrammar):
         saved = self.cur
         self.cur = self._tokenize(record.line, record.source)
         try:
-            cols = self.parse_node(set()).cols
+            cols = self.parse_node(set[str]()).cols
         finally:
             self.cur = saved
         assert cols is not None
@@ -547,7 +556,7 @@ class _Body:
             declared = operand_types[k]
             if value is None:
                 self.pending.setdefault(value_name, []).append((node, k, declared, line_no))
-                inputs.append(None)  # type: ignore[arg-type]  # set when the value is defined
+                inputs.append(cast(Value, None))  # a placeholder, set when the value is defined
             else:
                 value_type = value.type
                 if value_type is not declared and value_type != declared:
@@ -594,7 +603,7 @@ class _Body:
                 name = outputs[0]
             if name is not None:
                 if name in node_names:
-                    cols, line = parser._cols(_NodeRecord(*record, None))
+                    cols, line = parser._cols(_NodeRecord._make((*record, None)))
                     raise parser.error(f"redefinition of node '@{name}'", cols.name, line)
                 node = graph.add_node_unchecked(
                     op, name, outputs, output_types, params, annotations, parser.source, line_no
@@ -602,7 +611,7 @@ class _Body:
                 self.keys.update(annotations)
                 self.connect(node, operands, operand_types, controls, line_no)
                 return
-            record = _NodeRecord(*record, None)  # nameless: named by the path below
+            record = _NodeRecord._make((*record, None))  # nameless: named by the path below
         assert isinstance(record, _NodeRecord)
         name = record.name if record.name is not None else (record.outputs[0] if record.outputs else None)
         if name is not None and name in node_names:
@@ -694,12 +703,12 @@ def _no_match(text: str, pos: int, endpos: int) -> None:
     return None
 
 
-_NO_SHAPE = (_no_match, typed_annotations)
-
-
-def _general_groups(match: Any) -> dict[str, Any] | None:
+def _general_groups(match: re.Match[str]) -> dict[str, Any] | None:
     """:func:`~graphir.fastline.typed_annotations` of a :data:`~graphir.fastline._ANNOTATION_LIST` match."""
     return typed_annotations(match.groups())
+
+
+_NO_SHAPE: tuple[AnnotationMatch, AnnotationRead] = (_no_match, _general_groups)  # no match: never read
 
 
 def parse_module(text: str, filename: str = "<string>") -> Module:

@@ -38,9 +38,9 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TextIO
+from typing import Any, ClassVar, Literal, TextIO, TypeVar, cast
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class PassResult:
     """What a pass reports: whether it changed the module, and named statistics."""
 
     changed: bool = False
-    stats: dict[str, Stat] = dataclasses.field(default_factory=dict)
+    stats: dict[str, Stat] = dataclasses.field(default_factory=dict[str, Stat])
 
 
 @dataclasses.dataclass
@@ -95,8 +95,8 @@ class Algorithm:
     name: ClassVar[str] = ""
 
 
-AlgorithmRegistry = dict[str, type[Algorithm]]
-"""Algorithms of one pass by name (e.g. :data:`graphir.passes.place.PLACERS`)."""
+AlgorithmRegistry = Mapping[str, type[Algorithm]]
+"""Algorithms of one pass by name (e.g. :data:`graphir.passes.place.PLACERS`; read only here)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +157,7 @@ class Pass:
 
 def _changed_options(obj: Any, skip: str = "") -> list[str]:
     """``key=value`` texts of the fields of dataclass ``obj`` that differ from their defaults."""
-    parts = []
+    parts: list[str] = []
     for field in dataclasses.fields(obj):
         if field.name == skip:
             continue
@@ -176,7 +176,8 @@ def format_option(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, tuple):
-        return ",".join(format_option(v) for v in value) if value else '""'
+        items = cast(tuple[object, ...], value)  # a list option's values
+        return ",".join(format_option(v) for v in items) if items else '""'
     if isinstance(value, str) and (not value or any(c in ',{}"=\\' or c.isspace() for c in value)):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return str(value)
@@ -285,7 +286,8 @@ def register_algorithm(pass_cls: type[Pass], cls: type[Algorithm]) -> type[Algor
         TypeError: no name, the name is taken by another class, an option type is unsupported, or an
             option has the name of one of the pass's own options (it could not be told apart).
     """
-    registry = pass_cls.algorithms
+    # The pass's own dict (PLACERS...), of its own algorithm class; each register_* passes that kind.
+    registry = cast("dict[str, type[Algorithm]] | None", pass_cls.algorithms)
     assert registry is not None, f"pass '{pass_cls.name}' has no algorithms"
     if not cls.name:
         raise TypeError(f"{pass_cls.algorithm_kind} {cls.__name__} has no 'name'")
@@ -317,11 +319,14 @@ def plain_summary(obj: Any) -> str:
 # --------------------------------------------------------------------------- registry
 
 PASSES: dict[str, type[Pass]] = {}
-_LOADED_BUILTINS = False
-_LOADED_PLUGINS = False
+_loaded_builtins = False
+_loaded_plugins = False
 
 
-def register_pass(cls: type[Pass]) -> type[Pass]:
+_P = TypeVar("_P", bound=type[Pass])
+
+
+def register_pass(cls: _P) -> _P:
     """Class decorator: make a pass available to pipelines under ``cls.name``."""
     if not cls.name:
         raise TypeError(f"pass {cls.__name__} has no 'name'")
@@ -335,9 +340,9 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
 
 def load_builtin_passes() -> dict[str, type[Pass]]:
     """Import the built-in passes and those of installed plugins (entry-point group ``graphir.passes``)."""
-    global _LOADED_BUILTINS
-    if not _LOADED_BUILTINS:
-        _LOADED_BUILTINS = True
+    global _loaded_builtins
+    if not _loaded_builtins:
+        _loaded_builtins = True
         importlib.import_module("graphir.passes")
         load_pass_plugins()
     return PASSES
@@ -349,9 +354,9 @@ def load_pass_plugins() -> None:
     For a run with no passes: a plugin may register annotations its files use, while the built-in
     passes register none, so their import (a tenth of a second) can be skipped.
     """
-    global _LOADED_PLUGINS
-    if not _LOADED_PLUGINS:
-        _LOADED_PLUGINS = True
+    global _loaded_plugins
+    if not _loaded_plugins:
+        _loaded_plugins = True
         for entry in importlib.metadata.entry_points(group="graphir.passes"):
             try:
                 entry.load()

@@ -56,7 +56,7 @@ class PassManager:
     print_ir_after: frozenset[str] = frozenset()
     ir_stream: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
     auto_prerequisites: bool = True
-    records: list[PassRecord] = dataclasses.field(default_factory=list)
+    records: list[PassRecord] = dataclasses.field(default_factory=list[PassRecord])
     _verified: VerifyState = dataclasses.field(default_factory=VerifyState, init=False, repr=False)
 
     def run(self, module: Module, ctx: PassContext | None = None) -> list[PassRecord]:
@@ -139,7 +139,7 @@ class PassManager:
 
     def stats_report(self) -> str:
         """Every pass's statistics, one ``pass.key = value`` per line."""
-        lines = []
+        lines: list[str] = []
         for record in self.records:
             for key, value in record.result.stats.items():
                 lines.append(f"{record.pass_.name}.{key} = {value}")

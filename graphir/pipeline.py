@@ -14,6 +14,8 @@ carry the column and the pipeline text so the CLI can draw a caret under the off
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import cast
 
 from graphir.errors import Location, PassOptionError
 from graphir.pass_infra import Algorithm, OptionInfo, Pass, load_builtin_passes, pass_options
@@ -69,7 +71,7 @@ class _Scanner:
         if self.peek() == '"':
             start = self.pos
             self.pos += 1
-            out = []
+            out: list[str] = []
             while self.pos < len(self.text) and self.text[self.pos] != '"':
                 if self.text[self.pos] == "\\" and self.pos + 1 < len(self.text):
                     self.pos += 1
@@ -181,10 +183,14 @@ MAX_OPTION_INT = 1 << 62
 """Largest magnitude of an integer option: passes hold counts and sizes in int64 arrays."""
 
 
+def _items(value: object) -> Sequence[object]:
+    """An option value's items: a list's, or the value alone."""
+    return cast(Sequence[object], value) if isinstance(value, (list, tuple)) else (value,)
+
+
 def _in_range(value: object) -> object:
     """``value`` itself; an int (or an int in a list) beyond :data:`MAX_OPTION_INT` is a ValueError."""
-    items = value if isinstance(value, (list, tuple)) else (value,)
-    for item in items:
+    for item in _items(value):
         if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_OPTION_INT:
             raise ValueError(f"{item} is out of range (limit 2^62)")
     return value

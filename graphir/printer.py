@@ -22,6 +22,9 @@ a forked copy of this process, sent back through a pipe, so the text is the same
 process writes.
 """
 
+# The node-line writer binds the memo tables of this module's text classes and reads the nodes'
+# annotation tables directly (it runs once per node of a million-node graph).
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import contextvars
@@ -32,7 +35,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO, cast
 
 from graphir.annotations import ANNOTATIONS, DEFAULT_KIND, Cost, Mem
 from graphir.attributes import (
@@ -79,7 +82,7 @@ def _cost_text(cost: Cost) -> str:
 
 
 def _mem_text(mem: Mem) -> str:
-    parts = []
+    parts: list[str] = []
     if mem.persistent:
         parts.append("persistent = " + format_bytes(mem.persistent))
     if mem.activation:
@@ -176,7 +179,7 @@ class _AnnotationText:
         a join and a lookup of the key's formatter per annotation.
         """
         namespace: dict[str, Any] = {}
-        pieces = []
+        pieces: list[str] = []
         for number, key in enumerate(sorted(keys)):
             text = self._direct.get(key)
             if text is None:
@@ -297,7 +300,7 @@ def _line_printer(
         def lines(nodes: Sequence[Node]) -> str:
             return write(nodes, node_line)
 
-        node_line.lines = lines  # type: ignore[attr-defined]  # read by _lines_text
+        cast(_WithLines, node_line).lines = lines  # read by _lines_text
     return node_line
 
 
@@ -345,6 +348,12 @@ def print_jobs(num_nodes: int) -> int:
     if jobs <= 0:
         jobs = min(2, len(available_cores())) if num_nodes <= AUTO_MAX_NODES else 1
     return max(1, min(jobs, num_nodes // (PARALLEL_MIN_NODES // 2)))
+
+
+class _WithLines(Protocol):
+    """A node-line function that also writes many lines at once (by the compiled writer)."""
+
+    lines: Callable[[Sequence[Node]], str]
 
 
 def _lines_text(nodes: Sequence[Node], line: Callable[[Node], str]) -> str:
@@ -441,7 +450,9 @@ def print_graph(graph: Graph, out: TextIO, indent: str = "  ") -> None:
 
 def print_module(module: Module, out: TextIO | None = None) -> str:
     """Print ``module``; writes to ``out`` when given and returns the text otherwise."""
-    buffer = out if out is not None else io.StringIO()
+    text_buffer = None if out is not None else io.StringIO()
+    buffer = out if out is not None else text_buffer
+    assert buffer is not None, "one of the two is given"
     attributes: dict[str, object] = {}
     if module.cluster_spec is not None:
         attributes["cluster"] = module.cluster_spec
@@ -452,4 +463,4 @@ def print_module(module: Module, out: TextIO | None = None) -> str:
     buffer.write(header + " {\n")
     print_graph(module.graph, buffer)
     buffer.write("}\n")
-    return "" if out is not None else buffer.getvalue()  # type: ignore[union-attr]
+    return "" if text_buffer is None else text_buffer.getvalue()

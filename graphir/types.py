@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Iterable
+from typing import TypeGuard
 
 import attrs
 
@@ -63,6 +65,12 @@ _BY_SHORT = {d.short: d for d in DType}
 
 Dim = int | str | None
 
+
+def is_static_shape(shape: tuple[Dim, ...] | None) -> TypeGuard[tuple[int, ...]]:
+    """Whether ``shape`` is known and every dimension an int (narrows it to ``tuple[int, ...]``)."""
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
 MAX_TENSOR_BYTES = 1 << 53
 """Largest size (bytes, and elements, and any one dimension) of a tensor: 8 PiB, a thousand times
 any device, exact in float64, and far enough below 2**63 that int64 sums over a graph's tensors
@@ -70,7 +78,7 @@ cannot wrap in practice (the graph index also checks the graph's total)."""
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _check_shape(_inst: object, _attr: object, shape: tuple[Dim, ...] | None) -> None:
+def _check_shape(_inst: object, _attr: object, shape: tuple[object, ...] | None) -> None:
     if shape is None:
         return
     for dim in shape:
@@ -82,6 +90,10 @@ def _check_shape(_inst: object, _attr: object, shape: tuple[Dim, ...] | None) ->
             raise ValueError(f"symbolic dimension {dim!r} must be an identifier ([A-Za-z_][A-Za-z0-9_]*)")
 
 
+def _to_shape(shape: Iterable[Dim] | None) -> tuple[Dim, ...] | None:
+    return None if shape is None else tuple(shape)
+
+
 @attrs.frozen
 class TensorType:
     """A tensor of ``dtype`` with ``shape`` (``None``: unknown rank).
@@ -90,9 +102,7 @@ class TensorType:
     """
 
     dtype: DType
-    shape: tuple[Dim, ...] | None = attrs.field(
-        converter=lambda s: None if s is None else tuple(s), validator=_check_shape
-    )
+    shape: tuple[Dim, ...] | None = attrs.field(converter=_to_shape, validator=_check_shape)
 
     @property
     def rank(self) -> int | None:
@@ -102,15 +112,15 @@ class TensorType:
     @property
     def is_static(self) -> bool:
         """True when every dimension is a known integer."""
-        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+        return is_static_shape(self.shape)
 
     @property
     def num_elements(self) -> int | None:
         """Element count when the shape is static, else ``None``."""
-        if not self.is_static:
+        shape = self.shape
+        if not is_static_shape(shape):
             return None
-        assert self.shape is not None
-        return math.prod(self.shape)  # type: ignore[arg-type]
+        return math.prod(shape)
 
     @property
     def nbytes(self) -> int | None:

@@ -8,7 +8,10 @@ asking for each member's class. The representative of a class is always its smal
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsDunderLT
 
 K = TypeVar("K", bound=Hashable)
 
@@ -48,7 +51,8 @@ class DisjointSets(Generic[K]):
         if ra == rb:
             return ra
         order = self._order
-        first = (order(rb) < order(ra)) if order is not None else (rb < ra)  # type: ignore[operator]
+        # Without an ``order``, the keys are ordered themselves.
+        first = (order(rb) < order(ra)) if order is not None else (cast("SupportsDunderLT[Any]", rb) < ra)
         if first:
             ra, rb = rb, ra
         self._parent[rb] = ra

@@ -40,10 +40,10 @@ class Schedule(Pass):
         """Schedule and write ``order`` (devices stay as they are)."""
         problem = PlacementProblem.from_module(module)
         index = module.graph.index()
-        position = {name: k for k, name in enumerate(problem.device_names)}
+        position: dict[str | None, int] = {name: k for k, name in enumerate(problem.device_names)}
         fine_device = np.fromiter(
             (position[node.device] for node in index.nodes), dtype=np.int64, count=index.num_nodes
-        )  # type: ignore[index]
+        )
         device, conflict = coarse_devices(problem.node_group, problem.num_nodes, fine_device)
         if conflict >= 0:
             node = index.nodes[conflict]

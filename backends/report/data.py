@@ -8,6 +8,7 @@ for the link lanes of the timeline.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -98,6 +99,13 @@ class Report:
         return self.sim.makespan
 
 
+class _SimulateOptions(Protocol):
+    """The options of the ``simulate`` pass this module reads."""
+
+    congestion: str
+    order: str
+
+
 def simulate_rules(run: PipelineRun | None) -> tuple[str, str]:
     """``(congestion, order)`` of the last ``simulate`` pass ``run`` executed; :data:`DEFAULT_RULES` without one.
 
@@ -108,7 +116,8 @@ def simulate_rules(run: PipelineRun | None) -> tuple[str, str]:
         if spec.split("{", 1)[0].strip() != "simulate":
             continue
         (simulate_pass,) = parse_pipeline(spec)
-        return str(simulate_pass.congestion), str(simulate_pass.order)  # the Simulate pass (backends import no pass)
+        options = cast(_SimulateOptions, simulate_pass)  # the Simulate pass (backends import no pass)
+        return str(options.congestion), str(options.order)
     return DEFAULT_RULES
 
 

@@ -125,9 +125,10 @@ def emit_tf_savedmodel(module: Module, output: Path | None) -> str:
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=parent))
     try:
         holder = tf.Module()
-        holder.serve = lowered.function
+        holder.serve = lowered.function  # pyright: ignore[reportAttributeAccessIssue]  # tf.Module tracks new attributes
         # The large weights are variables: tracked here, the SavedModel stores them in its shards.
-        holder.weights = [weight.variable for weight in lowered.weights.values()]
+        variables = [weight.variable for weight in lowered.weights.values()]
+        holder.weights = variables  # pyright: ignore[reportAttributeAccessIssue]  # tf.Module tracks new attributes
         options = tf.saved_model.SaveOptions(experimental_variable_policy="save_variable_devices")
         tf.saved_model.save(holder, str(staging), signatures=lowered.function, options=options)
         umask = os.umask(0)

@@ -46,7 +46,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -322,7 +322,7 @@ def check_training_step(
         want = runner.read_variables()
     lowered_new = lower(rewritten, enforce_order=enforce_order)
     whole = dict(zip(lowered.input_names, inputs, strict=True))
-    replicas = int(rewritten.metadata.get(REPLICAS_METADATA, 1) or 1)  # type: ignore[arg-type]
+    replicas = int(cast(int, rewritten.metadata.get(REPLICAS_METADATA, 1)) or 1)  # an int: replicate writes it
     feeds = [_replica_feed(name, whole, replicas) for name in lowered_new.input_names]
     # Mirrored variables (data-parallel{sync=allreduce}): every replica's copy starts from, and must
     # end at, the original variable's value.
@@ -376,7 +376,9 @@ def check_training_step(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m graphir.backends.tf.check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m graphir.backends.tf.check", description=(__doc__ or "").splitlines()[0]
+    )
     parser.add_argument("models", nargs="+", type=Path)
     parser.add_argument(
         "--train", action="store_true", help="the models are TF training-step GraphDefs: compare one step"

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import IO, Any
 
 from graphir.cluster import Cluster
 from graphir.errors import BackendError
@@ -232,8 +232,12 @@ def _wait_ready(servers: LocalServers, timeout_s: float) -> None:
     waiting = dict(servers.processes)
     output: dict[tuple[str, int], list[str]] = {key: [] for key in waiting}
     with selectors.DefaultSelector() as selector:
+        streams: dict[tuple[str, int], IO[str]] = {}
         for key, process in waiting.items():
-            selector.register(process.stdout, selectors.EVENT_READ, key)  # type: ignore[arg-type]
+            stream = process.stdout
+            assert stream is not None, "the servers start with stdout=PIPE"
+            streams[key] = stream
+            selector.register(stream, selectors.EVENT_READ, key)
         while waiting:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -243,7 +247,7 @@ def _wait_ready(servers: LocalServers, timeout_s: float) -> None:
                 )
             for event, _ in selector.select(timeout=min(remaining, 1.0)):
                 key = event.data
-                line = event.fileobj.readline()  # type: ignore[union-attr]
+                line = streams[key].readline()  # (the event's file object)
                 if line.strip() == "ready":
                     selector.unregister(event.fileobj)
                     waiting.pop(key, None)

@@ -204,7 +204,7 @@ def _initialisers(graph: Any, seed: int) -> list[Any]:
             raise PassError(f"variable '{op.name}' has no static shape {shape}: cannot initialise it")
         with tf.name_scope("graphir_init"):
             if dtype.is_floating:
-                value = tf.random.stateless_uniform(shape, seed=[seed, k], maxval=_INIT_HIGH, dtype=tf.float32)
+                value = tf.random.stateless_uniform(_dims(shape), seed=(seed, k), maxval=_INIT_HIGH, dtype=tf.float32)
                 value = tf.cast(value, dtype)
             else:
                 value = tf.zeros(shape, dtype)
@@ -213,6 +213,11 @@ def _initialisers(graph: Any, seed: int) -> list[Any]:
             else:
                 ops.append(tf.compat.v1.assign(op.outputs[0], value, validate_shape=True).op)
     return ops
+
+
+def _dims(shape: Any) -> list[int]:
+    """The dimensions of a fully defined ``tf.TensorShape``."""
+    return [int(d) for d in shape.as_list()]
 
 
 def _feeds(graph: Any, rng: np.random.Generator) -> dict[Any, np.ndarray]:
@@ -226,9 +231,9 @@ def _feeds(graph: Any, rng: np.random.Generator) -> dict[Any, np.ndarray]:
         dtype = tf.dtypes.as_dtype(op.get_attr("dtype"))
         try:
             if dtype.is_floating:
-                array = (rng.standard_normal(shape.as_list()) * 0.1).astype(dtype.as_numpy_dtype)
+                array = (rng.standard_normal(_dims(shape)) * 0.1).astype(dtype.as_numpy_dtype)
             else:
-                array = np.zeros(shape.as_list(), dtype=dtype.as_numpy_dtype)
+                array = np.zeros(_dims(shape), dtype=dtype.as_numpy_dtype)
         except (ValueError, TypeError, OverflowError, MemoryError):  # numpy's own size limit, a hostile dtype
             raise PassError(f"placeholder '{op.name}' of shape {shape} and type {dtype.name}: cannot feed it") from None
         feeds[op.outputs[0]] = array

@@ -37,6 +37,7 @@ from graphir.attributes import numpy_dtype
 from graphir.errors import BackendError, GraphIRError, describe_exception
 from graphir.ir import Module, Value
 from graphir.runguard import Deadline, check_run_memory, check_runnable
+from graphir.types import is_static_shape
 
 __all__ = [
     "RUN_TF_LINE",
@@ -164,10 +165,11 @@ def random_variables(
         vtype = variable_type(node)
         if skip and node.name in skip:
             continue
-        if vtype is None or vtype.shape is None or not all(isinstance(d, int) for d in vtype.shape):
+        vshape = vtype.shape if vtype is not None else None
+        if vtype is None or not is_static_shape(vshape):
             raise BackendError("variable has no static shape: pass its value explicitly", _loc(node.name))
         dtype = np.dtype(numpy_dtype(vtype.dtype))
-        shape = tuple(int(d) for d in vtype.shape)  # type: ignore[arg-type]
+        shape = tuple(int(d) for d in vshape)
         if dtype.kind == "f":
             result[node.name] = (scale * rng.standard_normal(shape)).astype(dtype)
         else:

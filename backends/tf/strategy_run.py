@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -88,7 +88,8 @@ def optimizer_state(module: Module) -> dict[str, np.ndarray]:
             handle = _handle(slot)
             vtype = variable_type(handle) if handle is not None else None
             if handle is not None and vtype is not None and vtype.shape is not None:
-                state[handle.name] = np.zeros(tuple(int(d) for d in vtype.shape), np.dtype(numpy_dtype(vtype.dtype)))
+                dims = cast(tuple[int, ...], vtype.shape)  # a variable's type is static
+                state[handle.name] = np.zeros(tuple(int(d) for d in dims), np.dtype(numpy_dtype(vtype.dtype)))
         for power, beta in ((node.inputs[3], node.inputs[6]), (node.inputs[4], node.inputs[7])):
             handle, value = _handle(power), _constant(beta)
             if handle is not None and value is not None:

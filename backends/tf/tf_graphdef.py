@@ -38,14 +38,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphir.attributes import Opaque, ParamValue, numpy_dtype
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value
-from graphir.types import DType
+from graphir.types import DType, is_static_shape
+
+if TYPE_CHECKING:
+    from graphir.importers.tf_attrs import DataTypeEnum
 
 __all__ = [
     "TfGraph",
@@ -207,7 +210,7 @@ def build_graphdef(
     return TfGraph(graph_def, feeds, feed_values, fetches, node_ops, const_devices, value_tensors)
 
 
-def _value_dtype(tf: Any, value: Value) -> int:
+def _value_dtype(tf: Any, value: Value) -> DataTypeEnum:
     from graphir.importers.tf import TF_DTYPE_NAMES
 
     return tf.as_dtype(TF_DTYPE_NAMES[value.type.dtype]).as_datatype_enum
@@ -235,9 +238,10 @@ def _split_concat(graph_def: Any, node: Node, device: str, prev: Node | None) ->
     if node.op == "graphir.split":
         sizes = []
         for value in node.outputs:
-            if not value.type.is_static:
+            shape = value.type.shape
+            if not is_static_shape(shape):
                 raise _error(node, f"result has type {value.type}; splitting needs static shapes")
-            sizes.append(int(value.type.shape[axis]))  # type: ignore[index, arg-type]
+            sizes.append(int(shape[axis]))
         sizes_name = f"{node.name}/sizes"
         sizes_def = graph_def.node.add(name=sizes_name, op="Const", device=device)
         sizes_def.attr["dtype"].type = tf.int64.as_datatype_enum
@@ -267,7 +271,8 @@ def _check_resource_devices(sequence: Sequence[Node], devices: Mapping[Node, str
     """A node must run where the resources it takes live (TensorFlow's placer enforces it)."""
     for node in sequence:
         for value in _resource_inputs(node):
-            mine, theirs = devices.get(node), devices.get(value.producer)  # type: ignore[arg-type]
+            producer = value.producer
+            mine, theirs = devices.get(node), devices.get(producer) if producer is not None else None
             if mine is not None and theirs is not None and mine != theirs:
                 raise BackendError(
                     f"'{node.op}' is placed on {mine} but takes the resource '%{value.name}' that lives on {theirs}; "

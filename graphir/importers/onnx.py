@@ -59,6 +59,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import onnx
@@ -567,7 +568,7 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
             ready = None not in operands
             node = graph.add_node(
                 op,
-                operands if ready else (),  # type: ignore[arg-type]
+                cast(list[Value], operands) if ready else (),  # ready: no None among them
                 [self.value_type(out, types.get(out)) for out in outputs],
                 name=label or (outputs[0] if outputs else None),
                 output_names=outputs,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 from onnx import TensorProto
+from onnx.external_data_helper import ExternalDataInfo
 
 from graphir.errors import ImportError_, describe_exception
 from graphir.types import TensorType
@@ -125,7 +126,7 @@ class _InputChecks:
             if tensor.data_location != TensorProto.EXTERNAL:
                 continue
             try:
-                info = onnx.external_data_helper.ExternalDataInfo(tensor)
+                info = ExternalDataInfo(tensor)
             except ValueError as exc:
                 raise self.error(
                     f"initializer '{tensor.name}': bad external data entry ({describe_exception(exc)})"

@@ -9,10 +9,11 @@ GraphDef), the variable helpers :func:`variable_type` and :func:`persistent_byte
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -23,7 +24,24 @@ from graphir.ops.work import VARIABLE_OPS, variable_bytes
 from graphir.types import DType, TensorType
 
 if TYPE_CHECKING:
-    pass
+    from tensorflow.core.framework import types_pb2
+
+    DataTypeEnum = types_pb2.DataType.ValueType
+
+
+def _to_int(value: object) -> int:
+    """``int(value)`` of a param (bool, int, float or numeric string); the same TypeError otherwise."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    kind = type(value).__name__
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not '{kind}'")
+
+
+def _to_float(value: object) -> float:
+    """``float(value)`` of a param (bool, int, float or numeric string); the same TypeError otherwise."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not '{type(value).__name__}'")
 
 
 def is_variable_op(op: str) -> bool:
@@ -135,10 +153,19 @@ def load_tensorflow(what: str = "TensorFlow support") -> Any:
         os.close(devnull)
 
 
+def _op_def_registry() -> Any:
+    """TensorFlow's ``op_def_registry`` module (TensorFlow imported).
+
+    Imported by name: types-tensorflow has no stub for it, and a ``from ... import`` of it would make
+    pyright resolve the rest of ``tensorflow`` in this module without the stubs.
+    """
+    return importlib.import_module("tensorflow.python.framework.op_def_registry")
+
+
 def tf_op_registered(op_type: str) -> bool:
     """Whether this TensorFlow registers the op type ``op_type`` (its ``OpDef`` is in the registry)."""
     load_tensorflow("checking a model's ops against TensorFlow's registry")
-    from tensorflow.python.framework import op_def_registry
+    op_def_registry = _op_def_registry()
 
     return op_def_registry.get(op_type) is not None
 
@@ -191,7 +218,8 @@ class AttrWriter:
     def __init__(self) -> None:
         self.tf = load_tensorflow("importing a TensorFlow graph")
         from tensorflow.core.framework import attr_value_pb2, tensor_pb2, tensor_shape_pb2
-        from tensorflow.python.framework import op_def_registry
+
+        op_def_registry = _op_def_registry()
 
         self._attr_value_pb2 = attr_value_pb2
         self._tensor_pb2 = tensor_pb2
@@ -205,7 +233,7 @@ class AttrWriter:
             raise ValueError(f"TensorFlow has no op '{op_type}' registered")
         return {attr.name: attr.type for attr in op_def.attr}
 
-    def dtype_enum(self, text: Any) -> int:
+    def dtype_enum(self, text: Any) -> DataTypeEnum:
         """The ``DataType`` enum of a dtype param (``"f32"``, ``"resource"``, ``"qint8"``...)."""
         if not isinstance(text, str):
             raise ValueError(f"type attr {text!r} is not a dtype name")
@@ -237,9 +265,8 @@ class AttrWriter:
         if not isinstance(value, DenseTensor):
             raise ValueError(f"tensor attr of unexpected kind {type(value).__name__}")
         if isinstance(value.data, tuple):
-            return self.tf.make_tensor_proto(
-                np.array([s.encode() for s in value.data], dtype=object).reshape(value.type.shape or ())
-            )
+            shape = cast(tuple[int, ...], value.type.shape or ())  # a dense tensor's type is static
+            return self.tf.make_tensor_proto(np.array([s.encode() for s in value.data], dtype=object).reshape(shape))
         try:
             numpy_dtype(value.type.dtype)
         except KeyError:  # bf16, float8, int4: the element bytes as tensor_content
@@ -273,9 +300,9 @@ class AttrWriter:
                 elif inner == "shape":
                     target.shape.add().CopyFrom(self.shape(item))
                 elif inner == "int":
-                    target.i.append(int(item))  # type: ignore[arg-type]
+                    target.i.append(_to_int(item))
                 elif inner == "float":
-                    target.f.append(float(item))  # type: ignore[arg-type]
+                    target.f.append(_to_float(item))
                 elif inner == "bool":
                     target.b.append(bool(item))
                 elif inner == "string":
@@ -292,9 +319,9 @@ class AttrWriter:
         elif kind == "shape":
             attr.shape.CopyFrom(self.shape(value))
         elif kind == "int":
-            attr.i = int(value)  # type: ignore[arg-type]
+            attr.i = _to_int(value)
         elif kind == "float":
-            attr.f = float(value)  # type: ignore[arg-type]
+            attr.f = _to_float(value)
         elif kind == "bool":
             attr.b = bool(value)
         elif kind == "string":

@@ -9,6 +9,7 @@ graph outputs in a GraphDef file. The mapping is documented in :mod:`graphir.imp
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -141,7 +142,8 @@ def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputI
     to the public function on a fresh graph.
     """
     try:
-        from tensorflow.python.client import pywrap_tf_session as c_api
+        # TensorFlow's private C API: no stub (types-tensorflow), so imported by name, untyped.
+        c_api: Any = importlib.import_module("tensorflow.python.client.pywrap_tf_session")
         from tensorflow.python.framework import c_api_util, errors, importer
 
         py_operation = c_api.PyOperation
@@ -154,7 +156,7 @@ def _inferred_outputs_fast(graph: Any, graph_def: Any) -> dict[str, list[OutputI
     except (ImportError, AttributeError, TypeError):
         return None
 
-    class _Output(py_tensor):  # type: ignore[misc, valid-type]
+    class _Output(py_tensor):
         """A bare tensor wrapper: what ``Operation._init_outputs`` builds for each output."""
 
         def __new__(cls, op: Any, index: int, dtype: int) -> Any:

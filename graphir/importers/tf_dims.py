@@ -280,8 +280,8 @@ class DimSolver:
                 continue
             if padding == b"SAME":
                 self._union(y, axis, x, axis)
-            elif padding == b"VALID" and window[axis] is not None:
-                self._union(y, axis, x, axis, -((window[axis] - 1) * dilations[axis]))  # type: ignore[operator]
+            elif padding == b"VALID" and (size := window[axis]) is not None:
+                self._union(y, axis, x, axis, -((size - 1) * dilations[axis]))
 
     def _pad(self, op: Any) -> None:
         paddings = _static(op.inputs[1])

@@ -119,7 +119,7 @@ class _Flattener:
         flat.CopyFrom(self.graph_def)  # one copy of the whole graph (its library is empty)
         for descriptor, _ in flat.ListFields():  # what expand copies: nodes, versions, library
             if descriptor.name not in ("node", "versions", "library"):
-                flat.ClearField(descriptor.name)
+                flat.ClearField(descriptor.name)  # pyright: ignore[reportArgumentType]  # a field name ListFields gave
         flat.library.CopyFrom(self.graph_def.library)  # present, though empty, as run leaves it
         for node in flat.node:
             refs = node.input

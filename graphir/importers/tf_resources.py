@@ -66,14 +66,14 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from graphir.importers.tf_checkpoint import CheckpointVariable, match_variables
 from graphir.importers.tf_dims import BROADCASTING_BINARY, DimSolver
 from graphir.importers.tf_inline import _split_ref
 
 if TYPE_CHECKING:
-    from tensorflow.core.framework import graph_pb2, node_def_pb2
+    from tensorflow.core.framework import graph_pb2, node_def_pb2, types_pb2
 
 
 PartialShape = tuple[int | None, ...] | None
@@ -160,7 +160,7 @@ def recover_resource_variables(
     Returns:
         The report (empty, and no TensorFlow import, when the graph has no such placeholder).
     """
-    write = write or sys.stderr.write
+    write_line: Callable[[str], object] = write or sys.stderr.write
     report = RecoveryReport()
     candidates = _candidates(flat)
     if not candidates:
@@ -198,7 +198,7 @@ def recover_resource_variables(
         report.partial[name] = shape
         if name not in dtypes or shape is None:  # nothing usable: keep the original placeholder
             by_name[name].CopyFrom(originals[name])
-    _write_summary(report, len(candidates), source, variables_source if variables is not None else None, write)
+    _write_summary(report, len(candidates), source, variables_source if variables is not None else None, write_line)
     return report
 
 
@@ -305,7 +305,7 @@ def _make_var_handle(node: node_def_pb2.NodeDef, dtype: int, shape: PartialShape
     name = node.name
     node.Clear()
     node.name, node.op, node.device = name, "VarHandleOp", device
-    node.attr["dtype"].type = dtype
+    node.attr["dtype"].type = cast("types_pb2.DataType.ValueType", dtype)  # a DataType enum TensorFlow gave
     node.attr["shape"].shape.SetInParent()  # a scalar has no dims but needs the attr
     if shape is None:
         node.attr["shape"].shape.unknown_rank = True
@@ -326,7 +326,7 @@ def _dims(tf_shape: Any) -> PartialShape:
     return None if tf_shape.rank is None else tuple(tf_shape.as_list())
 
 
-def _merge(a: PartialShape, b: PartialShape) -> PartialShape | bool:
+def _merge(a: PartialShape, b: PartialShape) -> PartialShape | Literal[False]:
     """The more specific of two compatible partial shapes; ``False`` when they conflict."""
     if a is None:
         return b

@@ -62,18 +62,17 @@ from graphir.ops.registry import (
 from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_value, static_shape, variable_bytes
 
 # isort: split
-from graphir.ops import (  # noqa: F401 - imported for their registrations
-    attention,
-    conv_pool,
-    elementwise,
-    graphir_dialect,
-    indexing,
-    matmul,
-    norm,
-    strings,
-    tensor,
-    training,
-)
+# Imported for their registrations (`x as x` marks a re-export, used).
+from graphir.ops import attention as attention
+from graphir.ops import conv_pool as conv_pool
+from graphir.ops import elementwise as elementwise
+from graphir.ops import graphir_dialect as graphir_dialect
+from graphir.ops import indexing as indexing
+from graphir.ops import matmul as matmul
+from graphir.ops import norm as norm
+from graphir.ops import strings as strings
+from graphir.ops import tensor as tensor
+from graphir.ops import training as training
 from graphir.ops.lower_context import OpContext, onnx_inputs, tf_dtype
 from graphir.ops.split_plan import Dim, SplitError, SplitPlan
 

@@ -15,6 +15,8 @@ Lowering facets only (their cost falls back to bytes-only estimates and they are
   cached cos/sin rows of each position (``interleaved`` pairs ``(2i, 2i+1)``, else halves).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import Any

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphir.ops.lower_context import OpContext, _arg, _vector_length, onnx_inputs
-from graphir.ops.registry import Estimate, cost, lowering, split_rule, weight_layout
+from graphir.ops.registry import Estimate, Shape, cost, lowering, split_rule, weight_layout
 from graphir.ops.split_plan import (
     Dim,
     SplitError,
@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 
 
 @cost("Conv", "FusedConv", "ConvInteger")
-def _onnx_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _onnx_conv(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """ONNX Conv, W = [Cout, Cin/g, k...]: ``2 · |Y| · prod(W[1:])`` (+ |Y| for the bias)."""
     if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
         return None
@@ -60,7 +62,9 @@ def _onnx_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("ConvTranspose")
-def _onnx_conv_transpose(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _onnx_conv_transpose(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """ONNX ConvTranspose, W = [Cin, Cout/g, k...]: ``2 · |X| · prod(W[1:])``."""
     if len(ins) < 2 or ins[0] is None or ins[1] is None:
         return None
@@ -68,7 +72,9 @@ def _onnx_conv_transpose(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("Conv2D", "Conv3D", "Conv1D", "_FusedConv2D")
-def _tf_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_conv(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """TF Conv, filter = [k..., Cin/g, Cout]: ``2 · |out| · prod(filter[:-1])``."""
     if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
         return None
@@ -78,7 +84,9 @@ def _tf_conv(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("DepthwiseConv2dNative", "DepthwiseConv2D")
-def _tf_depthwise(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_depthwise(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Depthwise conv, filter = [kh, kw, Cin, multiplier]: ``2 · |out| · kh · kw``."""
     if len(ins) < 2 or ins[1] is None or not outs or outs[0] is None:
         return None
@@ -86,7 +94,9 @@ def _tf_depthwise(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("Conv2DBackpropInput", "Conv3DBackpropInputV2", "Conv3DBackpropInput")
-def _tf_conv_backprop_input(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_conv_backprop_input(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """DX of a conv (inputs: input_sizes, filter, dY): the forward FLOPs, ``2 · |dY| · prod(filter[:-1])``."""
     if len(ins) < 3 or ins[1] is None or ins[2] is None:
         return None
@@ -94,7 +104,9 @@ def _tf_conv_backprop_input(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("Conv2DBackpropFilter", "Conv3DBackpropFilterV2", "Conv3DBackpropFilter")
-def _tf_conv_backprop_filter(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_conv_backprop_filter(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """DW of a conv (inputs: input, filter_sizes, dY; output: filter-shaped): ``2 · |dY| · prod(dW[:-1])``."""
     if len(ins) < 3 or ins[2] is None or not outs or outs[0] is None:
         return None
@@ -102,7 +114,9 @@ def _tf_conv_backprop_filter(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter")
-def _tf_depthwise_backprop(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_depthwise_backprop(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Depthwise conv gradients: ``2 · |dY| · kh · kw`` (kernel from the filter or the result)."""
     if len(ins) < 3 or ins[2] is None:
         return None
@@ -118,7 +132,9 @@ def _kernel_elems(node: Node) -> int | None:
 
 
 @cost("MaxPool", "AveragePool", "AvgPool", "AvgPool3D", "MaxPool3D", "LpPool", "MaxPoolWithArgmax")
-def _pool(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _pool(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Windowed pooling: ``|out| · prod(kernel)`` comparisons/additions."""
     kernel = _kernel_elems(node)
     if kernel is None or not outs or outs[0] is None:
@@ -127,7 +143,9 @@ def _pool(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("MaxPoolGrad", "AvgPoolGrad", "MaxPoolGradV2", "MaxPool3DGrad", "AvgPool3DGrad", "MaxPoolGradGrad")
-def _pool_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _pool_grad(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Pooling gradients: ``|dY| · prod(kernel)`` (dY is the last input)."""
     kernel = _kernel_elems(node)
     if kernel is None or not ins or ins[-1] is None:
@@ -607,6 +625,7 @@ def _grid_sample(cx: OpContext, operands: list[Any]) -> list[Any]:
         values = tf.gather_nd(channels_last, indices, batch_dims=1)  # [N, out..., C]
         term = values * tf.cast(weight, x.dtype)[..., None]
         result = term if result is None else result + term
+    assert result is not None, "every axis has a tap: one combination at least"
     out_rank = result.shape.rank
     return [tf.transpose(result, [0, out_rank - 1, *range(1, out_rank - 1)])]
 

@@ -14,6 +14,8 @@
   combine pairwise (numpy broadcasting, unlike ``tf.add_n``).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -9,6 +9,8 @@ operands along ``axis`` (both written by :mod:`graphir.passes.transform.split_re
 * **lowering**: ``tf.split`` with the part sizes taken from the IR types, ``tf.concat``.
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from graphir.ops.lower_context import OpContext
 from graphir.ops.registry import cost, lowering, type_rule
 from graphir.ops.work import _copy
+from graphir.types import is_static_shape
 
 if TYPE_CHECKING:
     from graphir.ir import Node
@@ -37,17 +40,18 @@ def _split_concat_type(node: Node, in_types: list[TensorType], out_types: list[T
     if not all(t.is_static for t in whole + parts):
         return None
     shape = whole[0].shape
-    assert shape is not None
+    assert is_static_shape(shape), "checked above"
     if axis < 0 or axis >= len(shape):
         return f"axis {axis} is out of range for {whole[0]}"
     total = 0
     for part in parts:
-        assert part.shape is not None
-        if len(part.shape) != len(shape) or any(
-            d != p for i, (d, p) in enumerate(zip(shape, part.shape, strict=True)) if i != axis
+        part_shape = part.shape
+        assert is_static_shape(part_shape), "checked above"
+        if len(part_shape) != len(shape) or any(
+            d != p for i, (d, p) in enumerate(zip(shape, part_shape, strict=True)) if i != axis
         ):
             return f"part {part} does not match {whole[0]} outside axis {axis}"
-        total += part.shape[axis]  # type: ignore[operator]
+        total += part_shape[axis]
     if total != shape[axis]:
         return f"parts add up to {total} along axis {axis}, expected {shape[axis]}"
     return None

@@ -7,6 +7,8 @@ Costs for these ops live with the rest of the tensor family in :mod:`graphir.ops
 their lowerings are here (each receives the ``tensorflow`` module in ``cx.tf``).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 from typing import Any
@@ -407,10 +409,11 @@ def _resize(cx: OpContext, operands: list[Any]) -> list[Any]:
             taps = list(range(1 - support, support + 1))
         else:  # the footprint widens by 1 / scale when downscaling; extra taps get weight 0
             in_dim = cx.maybe_shape(0)
+            in_size = None if in_dim is None else in_dim[axis]
             out_dim = None if out_type is None else out_type[axis]
-            if in_dim is None or in_dim[axis] is None or not isinstance(out_dim, int) or out_dim == 0:
+            if in_size is None or not isinstance(out_dim, int) or out_dim == 0:
                 raise cx.error("with antialias needs static input and output sizes to be lowered")
-            reach = support * max(1, -(-int(in_dim[axis]) // out_dim)) + 1
+            reach = support * max(1, -(-int(in_size) // out_dim)) + 1
             taps = list(range(1 - reach, reach + 1))
         result = _resize_axis(cx, result, axis, per_axis[k], outs[k], roi_pairs[k], taps)
     if x.dtype.is_integer:

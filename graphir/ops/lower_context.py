@@ -8,17 +8,19 @@ images). Semantics follow the ONNX operator docs for the module's opset (``cx.op
 The driver that walks a module and calls the lowerings is :mod:`graphir.backends.tf.lowering`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from graphir.attributes import DenseTensor, numpy_dtype
 from graphir.errors import BackendError, Location
-from graphir.types import TensorType
+from graphir.types import TensorType, is_static_shape
 
 if TYPE_CHECKING:
     from graphir.ir import Node, Value
@@ -46,7 +48,7 @@ class OpContext:
     node: Node
     opset: int
     operands: list[Any] | None = None
-    laid_out: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    laid_out: dict[int, tuple[int, ...]] = dataclasses.field(default_factory=dict[int, tuple[int, ...]])
 
     def error(self, message: str) -> BackendError:
         """A one-line :class:`BackendError` about this node (naming its op and node)."""
@@ -81,16 +83,18 @@ class OpContext:
     def static_shape(self, position: int = 0) -> tuple[int, ...]:
         """The static shape of ONNX input ``position``; raises when a dimension is not a number."""
         tensor_type = self.in_type(position)
-        if not tensor_type.is_static:
+        shape = tensor_type.shape
+        if not is_static_shape(shape):
             tensor = self._tensor(position)
             if tensor is not None and tensor.shape.is_fully_defined():
                 return tuple(int(d) for d in tensor.shape)
             raise self.error(f"input #{position} has type {tensor_type}; lowering needs a static shape")
-        return tuple(int(d) for d in tensor_type.shape)  # type: ignore[union-attr, arg-type]
+        return tuple(int(d) for d in shape)
 
     def maybe_shape(self, position: int = 0) -> tuple[int | None, ...] | None:
         """The shape of ONNX input ``position`` with ``None`` for unknown dims (``None``: unknown rank)."""
         tensor_type = self.in_type(position)
+        known: tuple[int | None, ...] | None = None
         if tensor_type.shape is not None:
             known = tuple(d if isinstance(d, int) else None for d in tensor_type.shape)
             if all(d is not None for d in known):
@@ -102,7 +106,7 @@ class OpContext:
 
     def present(self, results: list[Any]) -> list[Any]:
         """``results`` in ONNX output positions -> those of the node's present (named) outputs."""
-        absent = set(self.node.params.get("_absent_outputs", ()))  # type: ignore[arg-type]
+        absent = set(cast("tuple[int, ...]", self.node.params.get("_absent_outputs", ())))  # positions
         kept = [r for k, r in enumerate(results) if k not in absent]
         return kept[: len(self.node.outputs)]
 
@@ -117,9 +121,10 @@ class OpContext:
     def out_shape(self, position: int = 0) -> tuple[int, ...]:
         """The static shape of result ``position``; raises when it is not static."""
         tensor_type = self.node.outputs[position].type
-        if not tensor_type.is_static:
+        shape = tensor_type.shape
+        if not is_static_shape(shape):
             raise self.error(f"result #{position} has type {tensor_type}; lowering needs a static shape")
-        return tuple(int(d) for d in tensor_type.shape)  # type: ignore[union-attr, arg-type]
+        return tuple(int(d) for d in shape)
 
 
 def onnx_inputs(node: Node) -> list[Value | None]:
@@ -127,7 +132,7 @@ def onnx_inputs(node: Node) -> list[Value | None]:
     absent = node.params.get("_absent_inputs", ())
     if not absent:
         return list(node.inputs)
-    gaps = set(absent)  # type: ignore[arg-type]
+    gaps = set(cast("tuple[int, ...]", absent))  # positions
     values = iter(node.inputs)
     total = len(node.inputs) + len(gaps)
     return [None if k in gaps else next(values) for k in range(total)]

@@ -9,6 +9,8 @@
 * **lowering**: ``tf.linalg.matmul``; 1-D operands are expanded and squeezed back (numpy rules).
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import math
@@ -66,7 +68,9 @@ def _tf_matmul_type(node: Node, in_types: list[TensorType], out_types: list[Tens
 
 
 def _matmul(k_of: Callable[[Node, Shape, Shape], int], bias_input: int | None = None) -> Estimator:
-    def estimate(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    def estimate(
+        node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+    ) -> Estimate | None:
         if len(ins) < 2 or ins[0] is None or ins[1] is None or not outs or outs[0] is None or not ins[0]:
             return None
         k = k_of(node, ins[0], ins[1])
@@ -86,8 +90,8 @@ def _k_last(node: Node, a: Shape, b: Shape) -> int:
 
 def _k_transpose(flag: str) -> Callable[[Node, Shape, Shape], int]:
     def k_of(node: Node, a: Shape, b: Shape) -> int:
-        if len(a) < 2:
-            return a[-1]
+        if len(a) == 1:  # (the caller passes no empty shape)
+            return a[0]
         return a[-2] if node.params.get(flag) in (1, True) else a[-1]
 
     return k_of
@@ -101,7 +105,9 @@ cost("_MklMatMul", "_FusedMatMul")(_matmul(_k_transpose("transpose_a")))
 
 
 @cost("Einsum")
-def _einsum(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _einsum_cost(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """``2 · prod(size of every distinct index)`` when some index is contracted, else ``|out|``."""
     equation = node.params.get("equation")
     if not isinstance(equation, str) or any(s is None for s in ins):

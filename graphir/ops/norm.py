@@ -13,6 +13,8 @@
   norm scales per group before opset 21 and per channel from 21.
 """
 
+# The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
+# pyright: reportPrivateUsage=false
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphir.ops.elementwise import same_type_rule
 from graphir.ops.lower_context import OpContext, _arg, _norm_axis, _per_channel
-from graphir.ops.registry import Estimate, cost, lowering, split_rule, type_rule
+from graphir.ops.registry import Estimate, Shape, cost, lowering, split_rule, type_rule
 from graphir.ops.split_plan import Dim, SplitError, SplitPlan, _broadcast_plan, _int_param
 from graphir.ops.work import _elems, _over_input, _param_int
 
@@ -33,7 +35,9 @@ type_rule("onnx.LRN")(same_type_rule)
 
 
 @cost("LRN")
-def _lrn(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _lrn(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Local response normalisation: a sum of squares over ``size`` channels, then a power: ``(2·size + 4)/elem``."""
     if not ins or ins[0] is None:
         return None
@@ -42,7 +46,9 @@ def _lrn(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("LRNGrad")
-def _lrn_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _lrn_grad(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """LRN gradient: about twice the forward work."""
     if not ins or ins[0] is None:
         return None
@@ -51,7 +57,9 @@ def _lrn_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", "_FusedBatchNormEx")
-def _fused_batch_norm(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _fused_batch_norm(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """TF batch norm: training computes mean and variance (10 FLOPs/elem), inference scales (4)."""
     if not ins or ins[0] is None:
         return None

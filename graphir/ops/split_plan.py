@@ -8,10 +8,12 @@ follow "it" (``"has no channel dimension"``). Parts have balanced sizes (the fir
 larger). The rewrite that applies a plan is :mod:`graphir.passes.transform.split_rewrite`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from graphir.attributes import ParamValue
 from graphir.errors import PassError
@@ -45,8 +47,9 @@ def _balanced(total: int, parts: int) -> tuple[int, ...]:
 
 
 def _shape(value: Value) -> tuple[int, ...]:
-    assert value.type.shape is not None
-    return tuple(int(d) for d in value.type.shape)  # type: ignore[arg-type]
+    shape = value.type.shape
+    assert shape is not None
+    return tuple(int(d) for d in cast(tuple[int, ...], shape))  # split plans are made for static shapes
 
 
 def _int_param(node: Node, key: str, default: int) -> int:

@@ -69,9 +69,11 @@ def _string_normalizer(cx: OpContext, operands: list[Any]) -> list[Any]:
 
     def drop_stop_words(text: Any, words: list[str]) -> Any:
         tokens = tf.strings.split(text, sep=" ")
-        hit = tf.ragged.map_flat_values(
-            lambda t: tf.reduce_any(tf.equal(t[:, None], tf.constant(words)[None, :]), axis=1), tokens
-        )
+
+        def is_stop_word(t: Any) -> Any:  # t: the tokens' flat values, a string tensor
+            return tf.reduce_any(tf.equal(t[:, None], tf.constant(words)[None, :]), axis=1)
+
+        hit = tf.ragged.map_flat_values(is_stop_word, tokens)
         kept = tf.ragged.boolean_mask(tokens, tf.logical_not(hit))
         return tf.strings.reduce_join(kept, axis=-1, separator=" ")
 

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from graphir.ops.lower_context import (
 )
 from graphir.ops.registry import Lowering, cost, lowering
 from graphir.ops.work import _copy, _gather, _over_input, _produce, _reduce, _scatter, _slice, _zero
+from graphir.types import is_static_shape
 
 Converter = Lowering
 
@@ -102,7 +103,7 @@ def _lower_split(cx: OpContext, operands: list[Any]) -> list[Any]:
     if sizes is None:
         shapes = [cx.node.outputs[k].type.shape for k in range(count)]
         if all(s is not None and isinstance(s[axis], int) for s in shapes):
-            sizes = [int(s[axis]) for s in shapes]  # type: ignore[index]
+            sizes = [int(cast(int, s[axis])) for s in shapes if s is not None]  # (all are: checked above)
         else:  # equal parts, the last one smaller (opset 18's num_outputs): ceil(dim / count) each
             dim = tf.shape(operands[0], out_type=tf.int64)[axis]
             chunk = (dim + count - 1) // count
@@ -119,7 +120,8 @@ def _reshape(cx: OpContext, operands: list[Any]) -> list[Any]:
     if int(cx.param("allowzero", 0)):
         return [tf.reshape(x, shape)]
     # A 0 in the target shape copies the input's dimension at that position.
-    count: Any = cx.in_type(1).shape[0] if cx.in_type(1).is_static else None  # type: ignore[index]
+    target_shape = cx.in_type(1).shape
+    count: Any = target_shape[0] if is_static_shape(target_shape) else None
     if count is None:
         count = tf.size(shape)  # a shape computed at run time
     dims = tf.concat([tf.shape(x, out_type=tf.int64), tf.zeros([count], tf.int64)], axis=0)[:count]
@@ -215,8 +217,9 @@ def _constant_of_shape(cx: OpContext, operands: list[Any]) -> list[Any]:
 def _constant(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
     params = cx.node.params
-    if isinstance(params.get("value"), DenseTensor):
-        return [tf.constant(params["value"].numpy())]  # type: ignore[union-attr]
+    value = params.get("value")
+    if isinstance(value, DenseTensor):
+        return [tf.constant(value.numpy())]
     for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
         if key in params:
             return [tf.constant(np.asarray(params[key], dtype=dtype))]
@@ -393,7 +396,7 @@ def _lower_slice(cx: OpContext, operands: list[Any]) -> list[Any]:
             if step == 0:
                 raise cx.error("has a zero step")
             axis = _norm_axis(axis, rank)
-            begin, stop, stride = slice(start, end, step).indices(shape[axis])  # type: ignore[index, arg-type]
+            begin, stop, stride = slice(start, end, step).indices(cast(tuple[int, ...], shape)[axis])  # known
             # slice.indices gives stop -1 for "before index 0" with a negative step: an end mask.
             index[axis] = slice(begin, None if stop < 0 else stop, stride)
         return [operands[0][tuple(index)]]

@@ -22,7 +22,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from graphir.ops.lower_context import OpContext, _arg
-from graphir.ops.registry import Estimate, Estimator, cost, lowering
+from graphir.ops.registry import Estimate, Estimator, Shape, cost, lowering
 from graphir.ops.work import _elems, _produce
 
 if TYPE_CHECKING:
@@ -39,22 +39,28 @@ cost(
 
 
 @cost("LSTM", "GRU", "RNN")
-def _onnx_rnn(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _onnx_rnn(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """ONNX RNNs: two GEMMs per step plus ~10 FLOPs per gate unit.
 
     With X = [seq, batch, in], W = [dirs, gates·h, in], R = [dirs, gates·h, h]:
     ``2 · seq · batch · dirs · gates·h · (in + h)``.
     """
-    if len(ins) < 3 or any(s is None or len(s) != 3 for s in ins[:3]):
+    if len(ins) < 3:
         return None
     x, w, r = ins[0], ins[1], ins[2]
-    seq, batch, dirs, gate_units, width, hidden = x[0], x[1], w[0], w[1], w[2], r[2]  # type: ignore[index]
+    if x is None or w is None or r is None or len(x) != 3 or len(w) != 3 or len(r) != 3:
+        return None
+    seq, batch, dirs, gate_units, width, hidden = x[0], x[1], w[0], w[1], w[2], r[2]
     flops = 2.0 * seq * batch * dirs * gate_units * (width + hidden) + 10.0 * seq * batch * dirs * gate_units
     return flops, float(sum(ib) + sum(ob)), 0
 
 
 @cost("LSTMBlockCell", "BlockLSTM", "BlockLSTMV2", "GRUBlockCell")
-def _tf_lstm_block(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_lstm_block(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """TF fused LSTM cell(s): x = [(seq,) batch, in], w = [in + h, 4h]: ``2 · steps · batch · (in+h) · 4h``."""
     weight = next((s for s in ins if s is not None and len(s) == 2 and s[0] > 0 and s[1] % 4 == 0), None)
     x = ins[1] if node.op.endswith(("BlockLSTM", "BlockLSTMV2")) and len(ins) > 1 else (ins[0] if ins else None)
@@ -67,7 +73,9 @@ def _tf_lstm_block(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("LSTMBlockCellGrad", "BlockLSTMGrad", "BlockLSTMGradV2", "GRUBlockCellGrad")
-def _tf_lstm_block_grad(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _tf_lstm_block_grad(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Fused LSTM gradients: about twice the forward GEMM work."""
     forward = _tf_lstm_block(node, ins, outs, ib, ob)
     return None if forward is None else (2.0 * forward[0], forward[1], 0)
@@ -83,7 +91,9 @@ def _optimizer(flops_per_element: float, tensors_touched: int) -> Estimator:
     the size is the gradient's (variable inputs are resource handles of zero bytes).
     """
 
-    def estimate(node: Node, ins, outs, ib, ob) -> Estimate | None:
+    def estimate(
+        node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+    ) -> Estimate | None:
         known = [_elems(s) for s in ins if s is not None]
         if not known:
             return None
@@ -123,13 +133,15 @@ for _name, (_flops, _tensors) in _OPTIMIZERS.items():
 
 
 @cost("AssignVariableOp", "Assign", "AssignVariableXlaConcatND")
-def _assign(node: Node, ins, outs, ib, ob) -> Estimate:
+def _assign(node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]) -> Estimate:
     """Variable assignment: read the value, write the variable."""
     return 0.0, float(2 * max(ib, default=0)), 0
 
 
 @cost("AssignAddVariableOp", "AssignSubVariableOp", "AssignAdd", "AssignSub")
-def _assign_update(node: Node, ins, outs, ib, ob) -> Estimate:
+def _assign_update(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate:
     """In-place add/sub into a variable: read both, write one; one FLOP per element."""
     largest = max((s for s in ins if s is not None), key=_elems, default=None)
     return float(_elems(largest)), float(3 * max(ib, default=0)), 0
@@ -139,7 +151,9 @@ def _assign_update(node: Node, ins, outs, ib, ob) -> Estimate:
 
 
 @cost("TopK", "TopKV2")
-def _topk(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _topk(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Partial sort: ``|in| · log2(k)`` comparisons (k from the values output's last dimension)."""
     if not ins or ins[0] is None or not outs or outs[0] is None or not outs[0]:
         return None
@@ -147,7 +161,9 @@ def _topk(node: Node, ins, outs, ib, ob) -> Estimate | None:
 
 
 @cost("SoftmaxCrossEntropyWithLogits", "SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyLoss")
-def _softmax_xent(node: Node, ins, outs, ib, ob) -> Estimate | None:
+def _softmax_xent(
+    node: Node, ins: list[Shape | None], outs: list[Shape | None], ib: list[int], ob: list[int]
+) -> Estimate | None:
     """Softmax + log + loss + gradient over the logits: ~8 FLOPs per logit."""
     if not ins or ins[0] is None:
         return None

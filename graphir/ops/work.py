@@ -25,6 +25,8 @@ facts of op kinds: which ops own their value (:func:`owns_value`) and which are 
 them are in :mod:`graphir.passes.profile.roofline`.
 """
 
+# Its private helpers serve this package's op families, which import them (unused here).
+# pyright: reportUnusedFunction=false
 from __future__ import annotations
 
 import math
@@ -32,7 +34,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from graphir.ops.registry import Estimate, Estimator, Shape, bare_op, cost_of
-from graphir.types import DType, TensorType
+from graphir.types import DType, TensorType, is_static_shape
 
 if TYPE_CHECKING:
     from graphir.ir import Node
@@ -168,13 +170,10 @@ def static_shape(type_: TensorType) -> tuple[Shape | None, bool]:
     shape = type_.shape
     if shape is None:
         return None, False
-    for dim in shape:
-        if type(dim) is not int:
-            break
-    else:  # integers only (nearly every type of a real graph): the shape is its own static shape
-        return shape, False  # type: ignore[return-value]
+    if is_static_shape(shape):  # integers only (nearly every type of a real graph): its own static shape
+        return shape, False
     symbolic = False
-    out = []
+    out: list[int] = []
     for dim in shape:
         if isinstance(dim, int):
             out.append(dim)

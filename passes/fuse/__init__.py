@@ -30,7 +30,7 @@ before and after, plus the algorithm's own figures.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -134,7 +134,7 @@ class Fuse(Pass):
     name: ClassVar[str] = "fuse"
     requires: ClassVar[tuple[str, ...]] = ("cost",)
     provides: ClassVar[tuple[str, ...]] = ("group",)
-    algorithms: ClassVar[AlgorithmRegistry | None] = FUSIONS  # type: ignore[assignment]
+    algorithms: ClassVar[AlgorithmRegistry | None] = FUSIONS
     algorithm_selector: ClassVar[str] = "algo"
     algorithm_field: ClassVar[str] = "fuser"
     algorithm_kind: ClassVar[str] = "fusion algorithm"
@@ -192,7 +192,10 @@ class Fuse(Pass):
         return PassResult(changed > 0, stats)
 
 
-def register_fusion(cls: type[FusionAlgorithm]) -> type[FusionAlgorithm]:
+_FusionT = TypeVar("_FusionT", bound=type[FusionAlgorithm])
+
+
+def register_fusion(cls: _FusionT) -> _FusionT:
     """Class decorator: make ``cls`` available as ``fuse{algo=cls.name}``.
 
     Raises:

@@ -94,6 +94,7 @@ def optimal_breakpoints(
         rows = b1 - b0
         # inward[m - b0, k] = sum_{s in [i, m)} c_{s,m} for i = m - R + 1 + k (k = 0..R-2): the
         # edges into v_m from the cluster that eq. (5) turns internal when v_m joins it.
+        change = np.empty((0, 0))  # (set below when r > 1, the only case that reads it)
         if r > 1:
             lo_e, hi_e = np.searchsorted(s_to, [b0, b1])
             flat = (s_to[lo_e:hi_e] - b0) * r + s_dist[lo_e:hi_e]

@@ -29,7 +29,7 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol
+from typing import ClassVar, Literal, Protocol, TypeVar
 
 import numpy as np
 
@@ -204,7 +204,7 @@ class Place(Pass):
     name: ClassVar[str] = "place"
     requires: ClassVar[tuple[str, ...]] = ("cost",)
     provides: ClassVar[tuple[str, ...]] = ("device", "order")
-    algorithms: ClassVar[AlgorithmRegistry | None] = PLACERS  # type: ignore[assignment]
+    algorithms: ClassVar[AlgorithmRegistry | None] = PLACERS
     algorithm_selector: ClassVar[str] = "algo"
     algorithm_field: ClassVar[str] = "placer"
     algorithm_kind: ClassVar[str] = "placement algorithm"
@@ -302,7 +302,10 @@ def apply_placement(
     return stats
 
 
-def register_placer(cls: type[Placer]) -> type[Placer]:
+_PlacerT = TypeVar("_PlacerT", bound=type[Placer])
+
+
+def register_placer(cls: _PlacerT) -> _PlacerT:
     """Class decorator: make ``cls`` available as ``place{algo=cls.name}``.
 
     Raises:

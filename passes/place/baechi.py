@@ -424,8 +424,9 @@ def _choose(
         if awake_row >= 0:
             if urgent is None:
                 # Urgent time: the start the node gets whatever device it goes to (max over devices).
-                urgent = np.where(feasible, schedulable, -np.inf).max(axis=1)
-                urgent[~feasible.any(axis=1)] = np.inf
+                computed: np.ndarray = np.where(feasible, schedulable, -np.inf).max(axis=1)
+                computed[~feasible.any(axis=1)] = np.inf
+                urgent = computed
             candidates = np.where(feasible[:, d], urgent, np.inf)
             first = _argmin_key(candidates, prio)
             if first >= 0 and candidates[first] <= now:

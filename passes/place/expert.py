@@ -29,6 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from graphir.pass_infra import Stat
 from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
@@ -127,5 +128,5 @@ class Expert(Placer):
                 constraints.best_effort += 1
             constraints.place(v, d)
             device[v] = d
-        stats = {"best-effort-nodes": constraints.best_effort, "moved-nodes": moved}
+        stats: dict[str, Stat] = {"best-effort-nodes": constraints.best_effort, "moved-nodes": moved}
         return Placement(device, None, stats)

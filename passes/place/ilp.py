@@ -86,7 +86,7 @@ import pickle
 import subprocess
 import sys
 import time
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NotRequired, TypedDict
 
 import numpy as np
 
@@ -183,6 +183,21 @@ def warm_start(
     return best[1], best[2], best[3], best[4], not best[0][0]
 
 
+class SolveResult(TypedDict):
+    """What :func:`solve` returns (plain values: it is pickled back from the isolated process)."""
+
+    status: str
+    unit: float
+    fifo: bool
+    hint: int
+    memory: str
+    wall: float
+    objective: NotRequired[float]
+    bound: NotRequired[float]
+    device: NotRequired[list[int]]
+    start: NotRequired[list[int]]
+
+
 def solve(
     problem: PlacementProblem,
     transfers: Transfers,
@@ -190,7 +205,7 @@ def solve(
     device: list[int],
     sequence: list[int],
     settings: SolverSettings,
-) -> dict[str, object]:
+) -> SolveResult:
     """Build the model, hint the warm start, run CP-SAT; return plain results (picklable).
 
     Keys: ``status`` (``optimal``, ``feasible``, ``infeasible`` or ``unknown``), ``unit``,
@@ -229,7 +244,7 @@ def solve(
     params.max_time_in_seconds = max(0.1, settings.time_limit)
     status = solver.Solve(ilp.model)
     names = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}
-    out: dict[str, object] = {
+    out: SolveResult = {
         "status": names.get(status, "unknown"),
         "unit": ilp.unit,
         "fifo": ilp.fifo,
@@ -245,7 +260,7 @@ def solve(
     return out
 
 
-def _solve_isolated(*args: object) -> dict[str, object]:
+def _solve_isolated(*args: object) -> SolveResult:
     """Run :func:`solve` in a fresh interpreter (see :class:`Ilp`'s ``isolate``); pickles in, pickles out."""
     code = "from graphir.passes.place.ilp import _solve_child; _solve_child()"
     done = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(args), capture_output=True, check=False)
@@ -341,7 +356,7 @@ class Ilp(Placer):
         args = (problem, transfers, memory_rule, warm_device.tolist(), warm_sequence, settings)
         isolate = self.isolate == "yes" or (self.isolate == "auto" and "tensorflow" in sys.modules)
         result = _solve_isolated(*args) if isolate else solve(*args)
-        unit = float(result["unit"])  # type: ignore[arg-type]
+        unit = float(result["unit"])
         stats: dict[str, Stat] = {
             "formulation": FORMULATION,
             "warm-start": algo,
@@ -349,7 +364,7 @@ class Ilp(Placer):
             "time-unit-s": unit,
             "fifo": int(bool(result["fifo"])),
             "transfer-units": len(transfers.producer),
-            "hint-objective-s": float(result["hint"]) * unit,  # type: ignore[arg-type]
+            "hint-objective-s": float(result["hint"]) * unit,
             "isolated": int(isolate),
             "memory-constraint": str(result["memory"]),
             **heuristics,
@@ -359,8 +374,10 @@ class Ilp(Placer):
         if result["status"] == "unknown":
             stats.update({"status": "unknown", "result": "warm-start"})
             return Placement(warm_device, warm.start, stats)
-        objective = float(result["objective"])  # type: ignore[arg-type]
-        bound = float(result["bound"])  # type: ignore[arg-type]
+        assert "objective" in result and "bound" in result, "optimal or feasible: solve() added the solution"
+        assert "device" in result and "start" in result, "likewise"
+        objective = float(result["objective"])
+        bound = float(result["bound"])
         device = np.asarray(result["device"], dtype=np.int64)
         start = np.asarray(result["start"], dtype=np.float64) * unit
         verdict = ctx.simulator()(problem, device, start, self.congestion)
@@ -371,7 +388,7 @@ class Ilp(Placer):
                 "objective-s": objective * unit,
                 "bound-s": bound * unit,
                 "gap": 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective),
-                "solver-wall-s": float(result["wall"]),  # type: ignore[arg-type]
+                "solver-wall-s": float(result["wall"]),
                 "ilp-simulated-makespan-s": simulated,
                 "result": "ilp",
             }

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from graphir.passes.place.ilp_model import IlpModel
+    from graphir.passes.place.ilp_model import CpVar, IlpModel, Schedule
 
 
 class LivenessMemory:
@@ -76,7 +76,7 @@ class LivenessMemory:
         self.is_output = outputs[transfers.values].tolist() if len(transfers.values) else []
         allowed = problem.allowed.tolist()
         x = ilp.x
-        tasks: list[list[tuple[object, int]]] = [[] for _ in ilp.devices]
+        tasks: list[list[tuple[CpVar, int]]] = [[] for _ in ilp.devices]
         for g in range(n):
             for d, interval in ilp.node_interval[g].items():
                 if self.own[g]:
@@ -86,8 +86,8 @@ class LivenessMemory:
                         ilp.start[g], horizon - ilp.start[g], horizon, x[g][d], f"O{g}_{d}"
                     )
                     tasks[d].append((held, self.local_output[g]))
-        self.last: list[object] = []
-        self.copy_end: list[dict[int, object]] = []
+        self.last: list[CpVar] = []
+        self.copy_end: list[dict[int, CpVar]] = []
         for k, g in enumerate(transfers.producer):
             nbytes = round(transfers.nbytes[k])
             last = model.NewIntVar(0, horizon, f"L{k}")
@@ -106,7 +106,7 @@ class LivenessMemory:
                 if allowed[g][d]:
                     home = model.NewOptionalIntervalVar(ilp.start[g], size, last, x[g][d], f"H{k}_{d}")
                     tasks[d].append((home, nbytes))
-            ends: dict[int, object] = {}
+            ends: dict[int, CpVar] = {}
             for d, nd in ilp.need[k].items():
                 end = model.NewIntVar(0, horizon, f"R{k}_{d}")
                 model.Add(end >= ilp.t_end[k][d])
@@ -128,13 +128,13 @@ class LivenessMemory:
             if items:
                 model.AddCumulative([t for t, _ in items], [b for _, b in items], free)
 
-    def lifetimes(self, schedule: dict[str, object]) -> tuple[list[int], dict[tuple[int, int], int]]:
+    def lifetimes(self, schedule: Schedule) -> tuple[list[int], dict[tuple[int, int], int]]:
         """``L[k]`` and ``R[k, d]`` of a replayed schedule (:meth:`IlpModel.replay`) at their lower bounds."""
         ilp = self.ilp
         transfers = ilp.transfers
-        end: list[int] = schedule["end"]  # type: ignore[assignment]
-        device: list[int] = schedule["device"]  # type: ignore[assignment]
-        arrival: dict[tuple[int, int], tuple[int, int]] = schedule["arrival"]  # type: ignore[assignment]
+        end = schedule["end"]
+        device = schedule["device"]
+        arrival = schedule["arrival"]
         last = []
         copy_end: dict[tuple[int, int], int] = {}
         for k, g in enumerate(transfers.producer):
@@ -152,14 +152,14 @@ class LivenessMemory:
             last.append(value)
         return last, copy_end
 
-    def peaks(self, schedule: dict[str, object]) -> list[int]:
+    def peaks(self, schedule: Schedule) -> list[int]:
         """Per device, the rule's peak bytes (persistent included) on a replayed schedule."""
         ilp = self.ilp
         transfers = ilp.transfers
-        start: list[int] = schedule["start"]  # type: ignore[assignment]
-        end: list[int] = schedule["end"]  # type: ignore[assignment]
-        device: list[int] = schedule["device"]  # type: ignore[assignment]
-        arrival: dict[tuple[int, int], tuple[int, int]] = schedule["arrival"]  # type: ignore[assignment]
+        start = schedule["start"]
+        end = schedule["end"]
+        device = schedule["device"]
+        arrival = schedule["arrival"]
         last, copy_end = self.lifetimes(schedule)
         events: list[list[tuple[int, int]]] = [[] for _ in ilp.devices]  # (time, +/- bytes)
         held = [0] * len(ilp.devices)
@@ -186,12 +186,12 @@ class LivenessMemory:
             peaks.append(held[d] + best)
         return peaks
 
-    def hint(self, schedule: dict[str, object]) -> None:
+    def hint(self, schedule: Schedule) -> None:
         """Hint ``L`` and ``R`` from a replayed schedule (the rest of the hint is :meth:`IlpModel.hint`'s)."""
         model = self.ilp.model
         last, copy_end = self.lifetimes(schedule)
-        end: list[int] = schedule["end"]  # type: ignore[assignment]
-        device: list[int] = schedule["device"]  # type: ignore[assignment]
+        end = schedule["end"]
+        device = schedule["device"]
         transfers = self.ilp.transfers
         for k, var in enumerate(self.last):
             model.AddHint(var, last[k])

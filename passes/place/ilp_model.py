@@ -22,11 +22,25 @@ change it:
 from __future__ import annotations
 
 import math
+from typing import Any, TypedDict
 
 import numpy as np
 
 from graphir.extras import require
 from graphir.passes.place.problem import PlacementProblem
+
+CpVar = Any
+"""A CP-SAT model, variable, interval or linear expression (ortools, imported when a model is built),
+or the constant 0 standing for a placement literal that cannot be true."""
+
+
+class Schedule(TypedDict):
+    """:meth:`IlpModel.replay`'s integer schedule: every variable's value for a placement and order."""
+
+    start: list[int]
+    end: list[int]
+    arrival: dict[tuple[int, int], tuple[int, int]]  # (value, device) -> (send begin, arrival)
+    device: list[int]
 
 
 class Transfers:
@@ -143,8 +157,8 @@ class IlpModel:
         self.model = model
         allowed = problem.allowed.tolist()
         # Placement literals; a colocation class shares one set.
-        x: list[list[object]] = [[None] * num_devices for _ in range(n)]
-        shared: dict[int, list[object]] = {}
+        x: list[list[CpVar]] = [[None] * num_devices for _ in range(n)]
+        shared: dict[int, list[CpVar]] = {}
         colocation = problem.colocation.tolist()
         for g in range(n):
             root = colocation[g]
@@ -159,8 +173,8 @@ class IlpModel:
         self.x = x
         self.start = [model.NewIntVar(0, horizon, f"S{g}") for g in range(n)]
         self.end = [model.NewIntVar(0, horizon, f"E{g}") for g in range(n)]
-        device_intervals: list[list[object]] = [[] for _ in self.devices]
-        self.node_interval: list[dict[int, object]] = [{} for _ in range(n)]
+        device_intervals: list[list[CpVar]] = [[] for _ in self.devices]
+        self.node_interval: list[dict[int, CpVar]] = [{} for _ in range(n)]
         for g in range(n):
             model.Add(
                 self.end[g] == self.start[g] + sum(self.dur[g][d] * x[g][d] for d in self.devices if allowed[g][d])
@@ -175,7 +189,7 @@ class IlpModel:
         # Under ``task`` a device's compute is a resource its transfers occupy too: its no-overlap
         # waits for the transfers' intervals.
         compute = links.compute_resource
-        resource_intervals: dict[int, list[object]] = {}
+        resource_intervals: dict[int, list[CpVar]] = {}
         for d, intervals in enumerate(device_intervals):
             if compute[d] < 0:
                 model.AddNoOverlap(intervals)
@@ -192,16 +206,16 @@ class IlpModel:
                         model.Add(self.start[h] >= self.end[g] + self.latency[s][d]).OnlyEnforceIf([x[g][s], x[h][d]])
         # Transfers: one per (crossing value, destination device), on every resource of its route.
         routes = links.routes
-        self.need: list[dict[int, object]] = []
-        self.on_channel: list[dict[tuple[int, int], object]] = []
-        self.t_start: list[dict[int, object]] = []
-        self.t_end: list[dict[int, object]] = []
+        self.need: list[dict[int, CpVar]] = []
+        self.on_channel: list[dict[tuple[int, int], CpVar]] = []
+        self.t_start: list[dict[int, CpVar]] = []
+        self.t_end: list[dict[int, CpVar]] = []
         for k, g in enumerate(transfers.producer):
             consumers = transfers.consumers[k]
-            need: dict[int, object] = {}
-            present: dict[tuple[int, int], object] = {}
-            ts: dict[int, object] = {}
-            te: dict[int, object] = {}
+            need: dict[int, CpVar] = {}
+            present: dict[tuple[int, int], CpVar] = {}
+            ts: dict[int, CpVar] = {}
+            te: dict[int, CpVar] = {}
             for d in self.devices:
                 users = [x[h][d] for h in consumers if allowed[h][d]]
                 sources = [s for s in self.devices if s != d and allowed[g][s]]
@@ -238,7 +252,7 @@ class IlpModel:
             self.t_end.append(te)
         for intervals in resource_intervals.values():
             model.AddNoOverlap(intervals)
-        self.order: dict[tuple[int, int], object] = {}
+        self.order: dict[tuple[int, int], CpVar] = {}
         self.fifo = congestion == "pair" and self._add_fifo(model, fifo_limit)
         self.makespan = model.NewIntVar(0, horizon, "M")
         for g in range(n):
@@ -253,13 +267,13 @@ class IlpModel:
         # Memory capacity, the paper rule (``memory`` is None: no such constraint).
         if memory is None:
             return
-        memory = [round(float(m)) for m in memory]
+        units = [round(float(m)) for m in memory]
         for d in self.devices:
-            terms = [memory[g] * x[g][d] for g in range(n) if allowed[g][d] and memory[g] > 0]
+            terms = [units[g] * x[g][d] for g in range(n) if allowed[g][d] and units[g] > 0]
             if terms:
                 model.Add(sum(terms) <= int(problem.capacity[d]))
 
-    def _add_fifo(self, model: object, limit: int) -> bool:
+    def _add_fifo(self, model: CpVar, limit: int) -> bool:
         """Channel order = producer order on the shared source device (see the module docstring)."""
         transfers = self.transfers
         producers = [g for g in range(self.problem.num_nodes) if transfers.of_node[g]]
@@ -298,7 +312,7 @@ class IlpModel:
                                 model.Add(te[m][d] <= ts[k][d]).OnlyEnforceIf([p, q, o.Not()])
         return True
 
-    def replay(self, device: list[int], sequence: list[int]) -> dict[str, object]:
+    def replay(self, device: list[int], sequence: list[int]) -> Schedule:
         """The model's own schedule for a placement and a global node order (an exact integer replay).
 
         Nodes run on their device in ``sequence`` order as early as possible; transfers are queued

@@ -102,6 +102,7 @@ def memory_guarded(
     best_overflow = np.inf
     placement = first
     bound = 0
+    made = 0
     for made in range(1, GUARD_PLANS + 1):
         if made > 1:
             placement = plan(dataclasses.replace(problem, capacity=capacity.copy()))

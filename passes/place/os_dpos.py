@@ -71,7 +71,7 @@ def simulated_critical_path(module: Module, result: SimResult) -> list[Node]:
     if n == 0:
         return []
     names = result.device_names
-    device = np.asarray([names.index(node.device) for node in index.nodes], dtype=np.int64)  # type: ignore[arg-type]
+    device = np.asarray([names.index(node.device) for node in index.nodes], dtype=np.int64)
     order = np.asarray([node.order for node in index.nodes], dtype=np.int64)
     previous = np.full(n, -1, dtype=np.int64)
     sequence = np.lexsort((order, device))

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -286,7 +286,7 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
     send_back = np.zeros(count + 1)
     src, dst, value = index.edge_src, index.edge_dst, index.edge_value
     data = (value >= 0) & first[src] & first[dst]
-    by_value: dict[int, tuple[int, int, bool]] = {}
+    by_value: dict[int, tuple[Any, Any, bool]] = {}  # (lowest, highest layer: numpy ints, read back)
     for s, d, x in zip(src[data].tolist(), dst[data].tolist(), value[data].tolist(), strict=True):
         low, high, read_back = by_value.get(x, (layer[s], layer[s], False))
         ld = int(layer[d])
@@ -374,7 +374,7 @@ def partition_layers(
     *,
     copies: Sequence[float],
     capacity: Sequence[float],
-    boundary_time: Sequence[float] = (),
+    boundary_time: Sequence[float] | np.ndarray = (),
     scale: float = 1.0,
     op_overhead: float = 0.0,
     memory_first: bool = False,

@@ -30,6 +30,10 @@ records.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "BACKWARD",
@@ -121,7 +125,7 @@ def pipeline_timeline(
     *,
     send: Sequence[float] = (),
     send_back: Sequence[float] = (),
-    update: Sequence[float] = (),
+    update: Sequence[float] | np.ndarray = (),
 ) -> PipelineTimeline:
     """Run the schedule's event model: each stage runs its :func:`stage_sequence` in order.
 
@@ -148,7 +152,7 @@ def pipeline_timeline(
         raise ValueError("forward and backward need one entry per stage")
     sequences = [stage_sequence(schedule, s, stages, microbatches) for s in range(stages)]
 
-    def link(times: Sequence[float], s: int) -> float:
+    def link(times: Sequence[float] | np.ndarray, s: int) -> float:
         return float(times[s]) if s < len(times) else 0.0
 
     timeline = PipelineTimeline(stages)

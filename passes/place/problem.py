@@ -480,7 +480,7 @@ def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.nda
         arrive = 0.0
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
             u = pred[k]
-            t = finish[u] + problem.links.transfer_time(problem.edge_bytes[pred_edge[k]], dev[u], d)
+            t = finish[u] + problem.links.transfer_time(float(problem.edge_bytes[pred_edge[k]]), dev[u], d)
             if t > arrive:
                 arrive = t
         begin = max(arrive, device_free[d])

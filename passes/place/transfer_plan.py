@@ -25,7 +25,16 @@ timelines would have to hold transfers too.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+
 from graphir.passes.place.problem import PlacementProblem
+
+IntSeq = Sequence[int] | np.ndarray
+"""Device per node: a list, or the placer's int64 array."""
+FloatSeq = Sequence[float] | np.ndarray
+"""Finish time per node: a list, or the placer's float64 array."""
 
 PLAN_CONGESTION = ("none", "pair", "port", "topology")
 """The planning rules; ``none`` is the papers' congestion-free estimate (the default)."""
@@ -74,11 +83,11 @@ class TransferPlan:
         self.sent: dict[tuple[int, int], tuple[float, float]] = {}
         self.version = 0  # bumped by every booking that adds a transfer
         self.incoming = incoming_values(problem)
-        self._pred_offsets = problem.pred_offsets.tolist()
-        self._pred = problem.pred.tolist()
+        self._pred_offsets: list[int] = problem.pred_offsets.tolist()
+        self._pred: list[int] = problem.pred.tolist()
         self._devices = list(range(problem.num_devices))
 
-    def _plan(self, v: int, d: int, device: list[int], finish: list[float]) -> list[tuple[int, float, float, int]]:
+    def _plan(self, v: int, d: int, device: IntSeq, finish: FloatSeq) -> list[tuple[int, float, float, int]]:
         """``(value, begin, end, source device)`` of every value ``v`` reads from another device, were it on ``d``.
 
         Booked transfers keep their times; new ones are estimated one after the other in value
@@ -108,7 +117,7 @@ class TransferPlan:
             out.append((x, begin, end, dp))
         return out
 
-    def data_ready(self, v: int, device: list[int], finish: list[float]) -> list[float]:
+    def data_ready(self, v: int, device: IntSeq, finish: FloatSeq) -> list[float]:
         """``pre_t(v, d)`` for every device: its predecessors finished and its inputs arrived there.
 
         A predecessor on another device with no value for ``v`` (a control edge) adds the link latency.
@@ -131,11 +140,11 @@ class TransferPlan:
                         ready[d] = end
         return ready
 
-    def received(self, v: int, d: int, device: list[int], finish: list[float]) -> list[tuple[int, float, float]]:
+    def received(self, v: int, d: int, device: IntSeq, finish: FloatSeq) -> list[tuple[int, float, float]]:
         """``(value, begin, end)`` of every value ``v`` would receive on ``d`` (nothing is booked)."""
         return [(x, begin, end) for x, begin, end, _ in self._plan(v, d, device, finish)]
 
-    def book(self, v: int, d: int, device: list[int], finish: list[float]) -> list[tuple[int, float, float]]:
+    def book(self, v: int, d: int, device: IntSeq, finish: FloatSeq) -> list[tuple[int, float, float]]:
         """Book the transfers ``v`` needs on ``d`` (busy-until moves forward); return them as :meth:`received`."""
         planned = self._plan(v, d, device, finish)
         busy = self.busy

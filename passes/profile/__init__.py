@@ -57,7 +57,7 @@ import threading
 from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -124,7 +124,7 @@ class Profile(Pass):
 
     name: ClassVar[str] = "profile"
     provides: ClassVar[tuple[str, ...]] = ("cost", "mem")
-    algorithms: ClassVar[AlgorithmRegistry | None] = MODES  # type: ignore[assignment]
+    algorithms: ClassVar[AlgorithmRegistry | None] = MODES
     algorithm_selector: ClassVar[str] = "mode"
     algorithm_field: ClassVar[str] = "profiler"
     algorithm_kind: ClassVar[str] = "profiling mode"
@@ -172,7 +172,10 @@ class Profile(Pass):
             raise RunMemoryError(f"{what}: this machine cannot allocate the memory the run needs") from None
 
 
-def register_profile_mode(cls: type[ProfileMode]) -> type[ProfileMode]:
+_ModeT = TypeVar("_ModeT", bound=type[ProfileMode])
+
+
+def register_profile_mode(cls: _ModeT) -> _ModeT:
     """Class decorator: make ``cls`` available as ``profile{mode=cls.name}``.
 
     Raises:
@@ -411,13 +414,17 @@ def export_onnx(module: Module, rng: np.random.Generator) -> tuple[Any, dict[str
         proto.attribute.extend(attributes)
         nodes.append(proto)
     initializers = []
+    value: Value | None = None  # the value whose data is being made
     try:
         for value in graph.constants:
             array = constant_array(value, rng)
             initializers.append(numpy_helper.from_array(np.asarray(array), value.name))
-        feeds = {value.name: random_array(value.type, rng) for value in graph.inputs}
+        feeds = {}
+        for value in graph.inputs:
+            feeds[value.name] = random_array(value.type, rng)
     except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a type numpy cannot hold, a hostile shape
-        raise PassError(f"value '%{value.name}' ({value.type}): no data can be made for it to run") from exc
+        what = f"value '%{value.name}' ({value.type})" if value is not None else "a value"
+        raise PassError(f"{what}: no data can be made for it to run") from exc
     onnx_graph = helper.make_graph(
         nodes,
         graph.name,

@@ -616,7 +616,7 @@ def write_text(path: Path, text: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m graphir.tools.calibrate_comm --cluster=2xcpu -o out.toml``: calibrate in a fresh process."""
-    parser = argparse.ArgumentParser(prog="calibrate-comm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="calibrate-comm", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cluster", default="2xcpu", help="cluster whose devices to calibrate (default 2xcpu)")
     parser.add_argument("-o", "--output", help="cluster TOML to write")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per size (default 5)")

@@ -29,7 +29,7 @@ from typing import ClassVar
 from graphir.annotations import Cost, Mem
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.pass_infra import PassContext, PassResult
+from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.passes.profile import ProfileMode, kind_times, register_profile_mode
 from graphir.passes.profile.cost_store import CostStore, tuning_cluster
 from graphir.passes.profile.roofline import analyze_graph
@@ -69,7 +69,7 @@ class CostTable(ProfileMode):
         return PassResult(True, annotate_from_store(module, store, self.unmeasured == "zero"))
 
 
-def annotate_from_store(module: Module, store: CostStore, explore: bool = True) -> dict[str, float | int]:
+def annotate_from_store(module: Module, store: CostStore, explore: bool = True) -> dict[str, Stat]:
     """Write every node's ``cost`` per device kind from ``store`` and its analytical ``mem``; the statistics."""
     cluster = module.cluster
     kinds = list(cluster.kinds)

@@ -49,7 +49,7 @@ import numpy as np
 from graphir.annotations import Cost, Mem
 from graphir.cluster_model import Cluster
 from graphir.errors import PassError
-from graphir.ir import Module
+from graphir.ir import Module, Node
 from graphir.ops import is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.pass_manager import PassManager
@@ -157,14 +157,22 @@ def _rig_measure(cluster: Cluster) -> Callable[[Module, Regression, int, list[st
     return measure
 
 
+def _profiled(node: Node) -> tuple[Cost, Mem]:
+    """``node``'s cost and mem, which step 1 annotated."""
+    cost, mem = node.cost, node.mem
+    assert cost is not None and mem is not None, f"step 1 annotated every node ('{node.name}' has no cost or mem)"
+    return cost, mem
+
+
 def _step2(options: StandardEval, module: Module, ctx: PassContext) -> dict[str, Stat]:
     from graphir.backends.tf.rig import rig
     from graphir.backends.tf.strategy_run import run_strategy
 
     nodes = module.graph.index().nodes
     kinds = sorted(module.cluster.kinds)
-    predicted_t = np.array([node.cost.time(kinds[0]) or 0.0 for node in nodes])  # type: ignore[union-attr]
-    predicted_m = np.array([node.mem.activation + node.mem.temporary for node in nodes], dtype=float)  # type: ignore[union-attr]
+    profiled = [_profiled(node) for node in nodes]
+    predicted_t = np.array([cost.time(kinds[0]) or 0.0 for cost, _ in profiled])
+    predicted_m = np.array([mem.activation + mem.temporary for _, mem in profiled], dtype=float)
     saved = [(node.device, node.order) for node in nodes]
     try:
         PassManager(parse_pipeline(f"place{{algo={options.placer}}}")).run(module, ctx)

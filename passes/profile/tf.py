@@ -355,7 +355,7 @@ def run_regression(
     seconds_b = np.stack(rows_t, axis=1)
     output_b = np.stack(rows_o, axis=1).astype(float)
     temp_b = np.stack(rows_m, axis=1).astype(float)
-    fitted = ~np.isnan(seconds_b).any(axis=1) & (output_b >= 0).all(axis=1)
+    fitted = np.asarray(~np.isnan(seconds_b).any(axis=1) & (output_b >= 0).all(axis=1))
     x = np.array(batches, dtype=float)
     seconds = np.full(len(nodes), np.nan)
     activation = np.zeros(len(nodes), dtype=np.int64)

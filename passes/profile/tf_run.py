@@ -114,6 +114,7 @@ def run_tf_run(options: TfRun, module: Module, ctx: PassContext) -> PassResult:
     runs: list[RigRun] = []
     kinds = sorted(cluster.kinds) if unplaced else [None]
     for kind in kinds:
+        ordered = False
         if kind is not None:
             first = next(d for d in cluster.devices if d.kind == kind)
             ordered = all(node.order is None for node in nodes)

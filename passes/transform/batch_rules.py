@@ -51,14 +51,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from graphir.attributes import DenseTensor
 from graphir.errors import PassError
-from graphir.ir import Graph, Node, Value
-from graphir.types import DType
+from graphir.ir import ExternalTensor, Graph, Node, Value
+from graphir.types import DType, is_static_shape
 
 __all__ = [
     "BATCH_RULES",
@@ -128,7 +128,7 @@ def const_array(value: Value) -> np.ndarray | None:
         data = producer.params.get("value")
     if isinstance(data, DenseTensor):
         return data.numpy()
-    if data is not None and hasattr(data, "numpy"):
+    if isinstance(data, ExternalTensor):  # (the one other kind of value with a numpy())
         try:
             return np.asarray(data.numpy())
         except ValueError:
@@ -397,9 +397,9 @@ def _check_unknown(nodes: Sequence[Node], facts: BatchFacts) -> None:
 
 def _small(value: Value) -> bool:
     shape = value.type.shape
-    if shape is None or not value.type.is_static or value.type.dtype in (DType.STRING, DType.RESOURCE):
+    if not is_static_shape(shape) or value.type.dtype in (DType.STRING, DType.RESOURCE):
         return False
-    count = math.prod(shape)  # type: ignore[arg-type]
+    count = math.prod(shape)
     if value.type.dtype in (DType.F32, DType.F64, DType.F16, DType.BF16):
         return count == 1
     return len(shape) <= 1 and count <= CONTENT_LIMIT
@@ -474,15 +474,16 @@ def _fold(node: Node, facts: BatchFacts) -> Any:  # noqa: C901, PLR0911, PLR0912
         return np.asarray(math.prod(facts.shape(node.inputs[0])))
     if op == "Rank":
         return np.asarray(len(facts.shape(node.inputs[0])))
-    args = [facts.content.get(v) for v in node.inputs]
-    if any(a is None for a in args):
+    content = facts.content
+    if any(v not in content for v in node.inputs):
         return None
+    args = [content[v] for v in node.inputs]
     if op in ("Cast", "Identity", "StopGradient", "Snapshot"):
         return args[0]
     if op == "Pack":
-        return np.stack(args, axis=int(node.params.get("axis", 0)))  # type: ignore[arg-type]
+        return np.stack(args, axis=_int_param(node, "axis", 0))
     if op == "ConcatV2":
-        return np.concatenate(args[:-1], axis=int(args[-1]))  # type: ignore[arg-type, call-overload]
+        return np.concatenate(args[:-1], axis=int(args[-1].item()))
     if op in ("Prod", "Sum", "Max", "Min"):
         reduce = {"Prod": np.prod, "Sum": np.sum, "Max": np.max, "Min": np.min}[op]
         axes = tuple(int(a) for a in np.asarray(args[1]).reshape(-1))
@@ -502,7 +503,7 @@ def _fold(node: Node, facts: BatchFacts) -> Any:  # noqa: C901, PLR0911, PLR0912
         with np.errstate(all="raise"):
             return binary[op](args[0], args[1])
     if op == "StridedSlice":
-        index = _strided_index(node, len(np.shape(args[0])), args[1], args[2], args[3])  # type: ignore[arg-type]
+        index = _strided_index(node, len(np.shape(args[0])), args[1], args[2], args[3])
         return None if index is None else np.asarray(args[0])[index]
     if op == "Slice":
         data = np.asarray(args[0])
@@ -510,7 +511,7 @@ def _fold(node: Node, facts: BatchFacts) -> Any:  # noqa: C901, PLR0911, PLR0912
         size = [int(s) for s in np.asarray(args[2]).reshape(-1)]
         return data[tuple(slice(b, None if s < 0 else b + s) for b, s in zip(begin, size, strict=True))]
     if op == "GatherV2":
-        return np.take(args[0], np.asarray(args[1]), axis=int(args[2]))  # type: ignore[arg-type, call-overload]
+        return np.take(args[0], np.asarray(args[1]), axis=int(args[2].item()))
     if op in ("Reshape", "ExpandDims", "Squeeze"):
         return np.asarray(args[0]).reshape(facts.shape(node.outputs[0]))
     if op == "InvertPermutation":
@@ -521,12 +522,17 @@ def _fold(node: Node, facts: BatchFacts) -> Any:  # noqa: C901, PLR0911, PLR0912
 # --------------------------------------------------------------------------- slicing
 
 
+def _int_param(node: Node, key: str, default: int) -> int:
+    """The int TF attr ``key`` of ``node`` (``default`` when absent or 0)."""
+    return int(cast(int, node.params.get(key, default) or default))  # an int attr (TensorFlow's op def)
+
+
 def _strided_index(node: Node, rank: int, begin: Any, end: Any, strides: Any) -> tuple[Any, ...] | None:
     """The numpy index equivalent to a ``StridedSlice`` with these constant operands and masks."""
     begin = [int(x) for x in np.asarray(begin).reshape(-1)]
     end = [int(x) for x in np.asarray(end).reshape(-1)]
     strides = [int(x) for x in np.asarray(strides).reshape(-1)]
-    masks = {k: int(node.params.get(k, 0) or 0) for k in _MASKS}  # type: ignore[arg-type]
+    masks = {k: _int_param(node, k, 0) for k in _MASKS}
     index: list[Any] = []
     for k in range(len(begin)):
         bit = 1 << k
@@ -1063,7 +1069,7 @@ def _pack(node: Node, facts: BatchFacts) -> None:
     """A new axis of the operands' count; the operands' axes keep their order around it."""
     out = node.outputs[0]
     rank = len(facts.dims[out])
-    axis = int(node.params.get("axis", 0) or 0) % rank if rank else 0  # type: ignore[arg-type]
+    axis = _int_param(node, "axis", 0) % rank if rank else 0
     facts.set_dim(out, axis, NO)
     for part in node.inputs:
         for k in range(rank - 1):
@@ -1079,7 +1085,7 @@ def _unpack(node: Node, facts: BatchFacts) -> None:
     """The operand's ``axis`` is removed from each result."""
     data = node.inputs[0]
     rank = len(facts.dims[data])
-    axis = int(node.params.get("axis", 0) or 0) % rank if rank else 0  # type: ignore[arg-type]
+    axis = _int_param(node, "axis", 0) % rank if rank else 0
     facts.set_dim(data, axis, NO)
     for out in node.outputs:
         for k in range(rank - 1):
@@ -1125,7 +1131,7 @@ def _strided_slice(node: Node, facts: BatchFacts) -> None:
     assert index is not None
     shape = facts.shape(data)
     _sliced(facts, node, data, out, index)
-    masks = int(node.params.get("end_mask", 0) or 0)  # type: ignore[arg-type]
+    masks = _int_param(node, "end_mask", 0)
     for value in (begin, strides):
         facts.index_operand(value)
     ends = [int(x) for x in np.asarray(e).reshape(-1)]
@@ -1180,7 +1186,7 @@ def _gather(node: Node, facts: BatchFacts) -> None:
         return
     rank_p, rank_i = len(facts.dims[params]), len(facts.dims[indices])
     axis = found[0] % rank_p if rank_p else 0
-    batch_dims = int(node.params.get("batch_dims", 0) or 0)  # type: ignore[arg-type]
+    batch_dims = _int_param(node, "batch_dims", 0)
     for k in range(axis):
         facts.tie(params, k, out, k)
     if rank_p:
@@ -1216,7 +1222,7 @@ def _one_hot(node: Node, facts: BatchFacts) -> None:
     indices, depth, on, off = node.inputs
     out = node.outputs[0]
     rank = len(facts.dims[out])
-    axis = int(node.params.get("axis", -1) or -1)  # type: ignore[arg-type]
+    axis = _int_param(node, "axis", -1)
     axis = axis % rank if rank else 0
     for value in (depth, on, off):
         facts.index_operand(value)

@@ -28,6 +28,7 @@ GraphDef with its batch baked into constants does not allow; the tests keep re-t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -92,9 +93,10 @@ def rebatch(module: Module, batch: int) -> Module:
     for node in graph.nodes:
         if node.op == "tf.Const":
             source = originals[node.outputs[0].name]
-            data = _constant(source, node.params.get("value"), facts, old, batch, node.name)  # type: ignore[arg-type]
+            value = cast(DenseTensor, node.params.get("value"))  # a tf.Const's value: sliced, it stays dense
+            data = _constant(source, value, facts, old, batch, node.name)
             if data is not None:
-                node.params = {**node.params, "value": data}
+                node.params = {**node.params, "value": cast(DenseTensor, data)}
         elif node.op in _PLACEHOLDERS and "shape" in node.params and node.outputs:
             shape = node.outputs[0].type.shape
             if shape is not None:

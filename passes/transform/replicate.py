@@ -77,6 +77,7 @@ The baseline placement of this graph ("data parallel", TF-slim's deployment) is
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
 import numpy as np
 
@@ -92,7 +93,7 @@ from graphir.copies import (
     replica_of,
 )
 from graphir.errors import PassError
-from graphir.ir import Graph, Module, Node, Value
+from graphir.ir import ConstData, Graph, Module, Node, Value
 from graphir.passes.profile.roofline import kind_times
 from graphir.passes.transform.rebatch import recompute_mem, scaled_costs
 from graphir.types import DType, TensorType
@@ -380,7 +381,8 @@ def data_parallel(
             other = rgraph.value(value.name)
             data = other.const
             if data is None and other.producer is not None and other.producer.op == "tf.Const":
-                data = other.producer.params.get("value")  # the importer keeps small constants as Const nodes
+                # The importer keeps small constants as Const nodes (their value a DenseTensor).
+                data = cast("ConstData | None", other.producer.params.get("value"))
             for k in range(copies):
                 rep_maps[k][value] = new.add_constant(cname(value.name, k), other.type, data)
         else:
@@ -489,8 +491,10 @@ def data_parallel(
         if out_type != value.type and out_type.shape is not None and value.type.shape is not None:
             axis = next(i for i, (a, b) in enumerate(zip(out_type.shape, value.type.shape, strict=False)) if a != b)
             whole = TensorType(
-                value.type.dtype, tuple(d * copies if i == axis else d for i, d in enumerate(out_type.shape))
-            )  # type: ignore[operator]
+                value.type.dtype,
+                # The parts' dims differ at axis: numbers there.
+                tuple(cast(int, d) * copies if i == axis else d for i, d in enumerate(out_type.shape)),
+            )
             concat = new.add_node(
                 "graphir.concat", parts, [whole], name=f"{AGGREGATION_PREFIX}concat/{value.name}", params={"axis": axis}
             )

@@ -54,7 +54,7 @@ control edges), which OS-DPOS uses to try a split and take it back.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -100,7 +100,7 @@ def _plan(node: Node, dim: Dim, parts: int) -> SplitPlan:
     if positional:
         raise SplitError(f"has importer operand bookkeeping ({', '.join(positional)}) that a part cannot keep")
     plan = rule.plan(node, dim, parts)
-    total = int(node.outputs[0].type.shape[plan.out_axis])  # type: ignore[index,arg-type]
+    total = int(cast(tuple[int, ...], node.outputs[0].type.shape)[plan.out_axis])  # planned: a static shape
     if total < parts or min(plan.sizes) < 1:
         raise SplitError(f"has size {total} along axis {plan.out_axis}: too small for {parts} parts")
     if all(entry is None for entry in plan.operands):
@@ -353,7 +353,9 @@ def annotate_split(module: Module, result: SplitResult) -> None:
     # The original op's analytical time, to scale the parts' shares of its (possibly measured) cost.
     whole_graph = Graph("split-probe")
     probe_inputs = [whole_graph.add_input(f"in{k}", v.type) for k, v in enumerate(result._inputs)]
-    probe = whole_graph.add_node(result._op, probe_inputs, [result._out_type], params=result._params)  # type: ignore[list-item]
+    out_type = result._out_type
+    assert out_type is not None, "a split records the original result's type"
+    probe = whole_graph.add_node(result._op, probe_inputs, [out_type], params=result._params)
     whole, _ = kind_times(module.cluster, [probe])
     for i, node in enumerate(nodes):
         kinds: dict[str, float] = {}
@@ -389,8 +391,8 @@ def export_onnx_with_splits(module: Module, rng: np.random.Generator) -> tuple[A
     sizes: dict[str, list[int]] = {}
     for node, op in swapped:
         if op == SPLIT_OP:
-            axis = int(node.params["axis"])  # type: ignore[arg-type]
-            sizes[node.name] = [int(v.type.shape[axis]) for v in node.outputs]  # type: ignore[index,arg-type]
+            axis = int(cast(int, node.params["axis"]))  # an int: the split op's type rule checked it
+            sizes[node.name] = [int(cast(tuple[int, ...], v.type.shape)[axis]) for v in node.outputs]  # static parts
         node.op = "onnx.Split" if op == SPLIT_OP else "onnx.Concat"
     try:
         model, feeds = export_onnx(module, rng)
