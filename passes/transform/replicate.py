@@ -82,7 +82,7 @@ from typing import cast
 import numpy as np
 
 from graphir.annotations import Cost
-from graphir.attributes import DenseTensor, numpy_dtype
+from graphir.attributes import DenseTensor, ParamValue, numpy_dtype
 from graphir.copies import (
     MICROBATCHES_METADATA,
     REPLICAS_METADATA,
@@ -96,7 +96,7 @@ from graphir.errors import PassError
 from graphir.ir import ConstData, Graph, Module, Node, Value
 from graphir.passes.profile.roofline import kind_times
 from graphir.passes.transform.rebatch import recompute_mem, scaled_costs
-from graphir.types import DType, TensorType
+from graphir.types import DType, TensorType, is_static_shape
 
 __all__ = [
     "DataParallelGraph",
@@ -536,7 +536,7 @@ def data_parallel(
             inverse[dtype] = scale
         return scale
 
-    def op(name: str, kind: str, inputs: list[Value], out_types: list[TensorType], **params: object) -> Node:
+    def op(name: str, kind: str, inputs: list[Value], out_types: list[TensorType], **params: ParamValue) -> Node:
         made = new.add_node(kind, inputs, out_types, name=name, params=params)
         aggregation_nodes.append(made)
         return made
@@ -593,7 +593,7 @@ def data_parallel(
     def cut(value: Value, sizes: list[int], axis: int, name: str) -> list[Value]:
         """``value`` cut along ``axis`` into parts of ``sizes`` (one ``graphir.split``)."""
         shape = value.type.shape or ()
-        parts = [TensorType(value.type.dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in sizes]  # type: ignore[misc]
+        parts = [TensorType(value.type.dtype, tuple(p if i == axis else d for i, d in enumerate(shape))) for p in sizes]
         split = new.add_node(
             "graphir.split",
             [value],
@@ -669,7 +669,11 @@ def data_parallel(
         """
         label = f"bucket{index}"
         dtype = values[0].type.dtype
-        shapes = [tuple(int(d) for d in (v.type.shape or ())) for v in values]  # type: ignore[arg-type]
+        shapes: list[tuple[int, ...]] = []
+        for v in values:
+            shape = v.type.shape
+            assert is_static_shape(shape), "bucketed gradients have static shapes"
+            shapes.append(shape)
         counts = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
         starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
         if starts[-1] < replicas:  # fewer elements than replicas: each gradient on its own
@@ -785,7 +789,12 @@ def data_parallel(
                     and all(isinstance(d, int) for d in out_type.shape)
                 ):
                     wanted[value] = None
-        ordered = sorted(wanted, key=lambda v: (position[v.producer], v.name))  # type: ignore[index]
+
+        def made_at(value: Value) -> tuple[int, str]:
+            assert value.producer is not None, "a gradient is made by a node"
+            return position[value.producer], value.name
+
+        ordered = sorted(wanted, key=made_at)
         open_buckets: dict[DType, list[Value]] = {}
         closed: list[list[Value]] = []
         for value in ordered:
