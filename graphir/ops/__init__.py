@@ -26,7 +26,8 @@ because layouts differ between dialects (ONNX images are NCHW, TensorFlow's NHWC
 **Families** (one module each; within a module the four facets of its ops sit together):
 :mod:`~graphir.ops.elementwise`, :mod:`~graphir.ops.matmul`, :mod:`~graphir.ops.conv_pool`,
 :mod:`~graphir.ops.norm`, :mod:`~graphir.ops.tensor`, :mod:`~graphir.ops.training`,
-:mod:`~graphir.ops.attention`, :mod:`~graphir.ops.recurrent`, :mod:`~graphir.ops.strings` and
+:mod:`~graphir.ops.attention`, :mod:`~graphir.ops.recurrent`,
+:mod:`~graphir.ops.detection`, :mod:`~graphir.ops.strings` and
 :mod:`~graphir.ops.graphir_dialect` (``graphir.split``/``graphir.concat``). Importing the package
 registers them all. Plugins add op kinds with :func:`define` or the facet decorators.
 
@@ -65,6 +66,7 @@ from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_va
 from graphir.ops import (  # noqa: F401 - imported for their registrations
     attention,
     conv_pool,
+    detection,
     elementwise,
     graphir_dialect,
     indexing,
