@@ -27,7 +27,7 @@ because layouts differ between dialects (ONNX images are NCHW, TensorFlow's NHWC
 :mod:`~graphir.ops.elementwise`, :mod:`~graphir.ops.matmul`, :mod:`~graphir.ops.conv_pool`,
 :mod:`~graphir.ops.norm`, :mod:`~graphir.ops.tensor`, :mod:`~graphir.ops.training`,
 :mod:`~graphir.ops.attention`, :mod:`~graphir.ops.recurrent`,
-:mod:`~graphir.ops.detection`, :mod:`~graphir.ops.strings` and
+:mod:`~graphir.ops.detection`, :mod:`~graphir.ops.control_flow`, :mod:`~graphir.ops.strings` and
 :mod:`~graphir.ops.graphir_dialect` (``graphir.split``/``graphir.concat``). Importing the package
 registers them all. Plugins add op kinds with :func:`define` or the facet decorators.
 
@@ -65,6 +65,7 @@ from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_va
 # isort: split
 from graphir.ops import (  # noqa: F401 - imported for their registrations
     attention,
+    control_flow,
     conv_pool,
     detection,
     elementwise,
