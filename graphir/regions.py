@@ -191,6 +191,24 @@ def _scan_boundary(node: Node, operands: list[TensorType], results: list[TensorT
     return {"body": ([*states, *slices], [*states, *scan_outs])}
 
 
+def _scan8_boundary(node: Node, operands: list[TensorType], results: list[TensorType]):
+    """Scan-8 (opset 8): operands ``(sequence_lens?, states..., scans...)`` with a batch axis 0.
+
+    Scans have their sequence axis 1; the body sees one batch row's states and one step of its scans.
+    """
+    scan_count = node.params.get("num_scan_inputs")
+    absent = node.params.get("_absent_inputs", ())
+    own = operands if 0 in absent else operands[1:]  # type: ignore[operator]
+    if not isinstance(scan_count, int) or not 0 < scan_count <= len(own):
+        return f"has num_scan_inputs {scan_count!r} with {len(own)} operands"
+    states = [_sliced(t) for t in own[: len(own) - scan_count]]
+    slices = [_sliced(_sliced(t)) for t in own[len(own) - scan_count :]]
+    if len(results) < len(states):
+        return f"has {len(states)} states but {len(results)} results"
+    scan_outs = [_sliced(_sliced(t)) for t in results[len(states) :]]
+    return {"body": ([*states, *slices], [*states, *scan_outs])}
+
+
 def _tf_while_boundary(node: Node, operands: list[TensorType], results: list[TensorType]):
     return {"cond": (operands, [TensorType(DType.BOOL, None)]), "body": (operands, operands)}
 
@@ -201,16 +219,17 @@ def _tf_if_boundary(node: Node, operands: list[TensorType], results: list[Tensor
     return {"then_branch": (operands[1:], results), "else_branch": (operands[1:], results)}
 
 
-BOUNDARIES: dict[str, _Boundary] = {
+BOUNDARIES: dict[str, _Boundary | tuple[_Boundary, ...]] = {
     "onnx.If": _if_boundary,
     "onnx.Loop": _loop_boundary,
-    "onnx.Scan": _scan_boundary,
+    "onnx.Scan": (_scan_boundary, _scan8_boundary),
     "tf.While": _tf_while_boundary,
     "tf.StatelessWhile": _tf_while_boundary,
     "tf.If": _tf_if_boundary,
     "tf.StatelessIf": _tf_if_boundary,
 }
-"""Op -> its region boundary rule; an op not listed may hold regions of any signature."""
+"""Op -> its region boundary rule (or alternatives, one of which must hold: ``Scan`` opset 9+ or 8);
+an op not listed may hold regions of any signature."""
 
 
 def _types_text(types: list[TensorType]) -> str:
@@ -237,9 +256,21 @@ def check_regions(node: Node) -> str | None:
                 f"region '{name}' takes {_types_text(inputs)}, which does not end with the "
                 f"captured operand types {_types_text(captured)}"
             )
-    rule = BOUNDARIES.get(node.op)
-    if rule is None:
+    rules = BOUNDARIES.get(node.op)
+    if rules is None:
         return None
+    first = None
+    for rule in rules if isinstance(rules, tuple) else (rules,):
+        message = _check_boundary(node, rule, own, regions, captures)
+        if message is None:
+            return None
+        first = first or message
+    return first
+
+
+def _check_boundary(
+    node: Node, rule: _Boundary, own: list[TensorType], regions: list[tuple[str, Region]], captures: int
+) -> str | None:
     expected = rule(node, own, [v.type for v in node.outputs])
     if isinstance(expected, str):
         return expected

@@ -85,3 +85,11 @@ def test_holder_without_regions_falls_back(op):
     loop.params = {}
     loop.op = op
     assert estimate_node(loop)[3]  # no regions: the bytes-only fallback, counted by profile
+
+
+def test_run_guard_looks_inside_regions():
+    from graphir.runguard import refusals
+
+    text = LOOP.replace("%q = onnx.Relu(%p)", "%q = onnx.com.example.Leak(%p)")
+    (refusal,) = refusals(parse_module(text))
+    assert (refusal.node, refusal.op, refusal.where) == ("q", "onnx.com.example.Leak", "region 'body' of 'v'")
