@@ -245,6 +245,16 @@ def _activation(tf: Any, name: str, alpha: float, beta: float) -> Callable[[Any]
     return table[name]
 
 
+def _dim(tf: Any, x: Any, axis: int) -> Any:
+    """Dimension ``axis`` of ``x``: an int when static (no shape op for the runtime to fold away), else a tensor."""
+    static = x.shape[axis] if x.shape.rank is not None else None
+    return int(static) if static is not None else tf.shape(x)[axis]
+
+
+def _dynamic(dim: Any) -> bool:
+    return not isinstance(dim, int)
+
+
 def _reverse(tf: Any, x: Any, lengths: Any) -> Any:
     """``x[seq, batch, ...]`` with each row's first ``lengths[b]`` steps reversed (all steps when ``None``)."""
     if lengths is None:
@@ -281,9 +291,10 @@ class _Direction:
     def projection(self, x: Any) -> Any:
         """``X · Wᵀ + Wb`` for every step (plus ``Rb`` where it is added unconditionally)."""
         tf = self.tf
-        shape = tf.shape(x)
-        flat = tf.linalg.matmul(tf.reshape(x, tf.stack([-1, shape[2]])), self.w_t)
-        projected = tf.reshape(flat, tf.concat([shape[:2], [-1]], axis=0))
+        seq, batch, size = (_dim(tf, x, k) for k in range(3))
+        flat = tf.linalg.matmul(tf.reshape(x, tf.stack([-1, size]) if _dynamic(size) else [-1, size]), self.w_t)
+        target = [seq, batch, -1]
+        projected = tf.reshape(flat, tf.stack(target) if any(_dynamic(d) for d in target) else target)
         if self.w_bias is not None:
             projected = projected + self.w_bias
             if self.op_type != "GRU":
@@ -372,13 +383,13 @@ def _lower_recurrent(cx: OpContext, operands: list[Any]) -> list[Any]:
         h0 = None if h0 is None else tf.transpose(h0, [1, 0, 2])
         c0 = None if c0 is None else tf.transpose(c0, [1, 0, 2])
     dtype = x.dtype
-    hidden = tf.shape(operands[2])[2]
-    zeros = tf.zeros(tf.stack([tf.shape(x)[1], hidden]), dtype)
+    hidden, batch = _dim(tf, operands[2], 2), _dim(tf, x, 1)
+    zeros = tf.zeros(tf.stack([batch, hidden]) if _dynamic(batch) or _dynamic(hidden) else [batch, hidden], dtype)
     lengths = _arg(operands, 4)
     mask = None
     if lengths is not None:
         lengths = tf.cast(lengths, tf.int32)
-        valid = tf.sequence_mask(lengths, tf.shape(x)[0])  # [batch, seq]
+        valid = tf.sequence_mask(lengths, _dim(tf, x, 0))  # [batch, seq]
         mask = tf.transpose(valid)[:, :, None]  # [seq, batch, 1]
     per_direction = len(_DEFAULT_ACTIVATIONS[op_type])
     ys, hs, cs = [], [], []
