@@ -34,6 +34,11 @@ hangs is recorded (``crash``/``timeout``) and the worker restarts, so no case st
     python -m devtools.tf_onnx_cases --suite node -o benchmarks/results/tf_onnx_node.md
     python -m devtools.tf_onnx_cases --suite node --sample 300 --seed 0 --json
     python -m devtools.tf_onnx_cases --suite node --only test_argmax_default_axis_example
+    python -m devtools.tf_onnx_cases --suite node --only test_lstm_defaults,test_if \
+        --merge -o benchmarks/results/tf_onnx_node.md
+
+``--merge`` re-runs only the ``--only`` cases and replaces their rows in the existing ``-o`` table
+(totals recomputed; the page says which rows were re-run after the whole-suite run it records).
 
 The node suite's exit status is 1 when a case crashed or timed out, or (on the whole suite) when
 fewer than :data:`NODE_TARGET` of the plain-tensor cases pass.
@@ -44,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -67,6 +73,8 @@ __all__ = [
     "data_problem",
     "node_cases",
     "node_sample",
+    "merge_node_records",
+    "parse_node_table",
     "render_node_table",
     "render_table",
     "rule_violations",
@@ -531,8 +539,43 @@ def run_isolated(names: Sequence[str], case_timeout: float = CASE_TIMEOUT) -> It
 _RUNNER_FAILURES = ("crash", "timeout", "runner error", "lowering crash")
 
 
-def render_node_table(records: Sequence[dict[str, Any]], command: str) -> str:
-    """The Markdown report of the node suite: totals, a breakdown by status and op, one row per case."""
+_TABLE_ROW = re.compile(r"^\| (test_\w+) \| ([^|]*) \| (\d+) \| (.*) \|$")
+_MERGED_LINE = "Rows re-run after that run with `--merge`: "
+
+
+def parse_node_table(text: str) -> tuple[str, list[str], list[dict[str, Any]]]:
+    """``(command, merged case names, records)`` of a node table :func:`render_node_table` wrote."""
+    command_match = re.search(r"^Written by `(.*)`\.$", text, re.MULTILINE)
+    command = command_match.group(1) if command_match else ""
+    merged: list[str] = []
+    for line in text.splitlines():
+        if line.startswith(_MERGED_LINE):
+            merged = [n.strip(" `.") for n in line[len(_MERGED_LINE) :].split(",") if n.strip(" `.")]
+    records = []
+    for line in text.splitlines():
+        match = _TABLE_ROW.match(line)
+        if match is None:
+            continue
+        case, ops, devices, result = match.groups()
+        status, _, detail = result.replace("\\|", "|").partition(": ")
+        record = {"case": case, "suite": NODE_SUITE, "ops": ops.split(), "devices": int(devices)}
+        record.update(plain=status != "not plain tensors", status=status, detail=detail)
+        records.append(record)
+    return command, merged, records
+
+
+def merge_node_records(old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``old`` with every case of ``new`` replaced (cases not in ``old`` appended), in case order."""
+    by_case = {r["case"]: r for r in old}
+    by_case.update({r["case"]: r for r in new})
+    return [by_case[name] for name in sorted(by_case)]
+
+
+def render_node_table(records: Sequence[dict[str, Any]], command: str, merged: Sequence[str] = ()) -> str:
+    """The Markdown report of the node suite: totals, a breakdown by status and op, one row per case.
+
+    ``merged`` names the cases re-run with ``--merge`` after the whole-suite run ``command``.
+    """
     from collections import Counter
 
     plain = [r for r in records if r.get("plain", True)]
@@ -548,6 +591,10 @@ def render_node_table(records: Sequence[dict[str, Any]], command: str) -> str:
         "Outputs are compared as the ONNX backend runner does: equal shape and dtype, then",
         "`assert_allclose` with the case's own `rtol`/`atol` for floats (exact for integers, booleans, strings).",
         "Cases whose data is not plain tensors (sequences, optionals, 2/4/8-bit formats) are listed, not run.",
+    ]
+    if merged:
+        lines += ["", _MERGED_LINE + ", ".join(f"`{name}`" for name in sorted(merged)) + "."]
+    lines += [
         "",
         "| cases | plain tensor data | pass | pass rate (plain) | multi-device runs |",
         "|---:|---:|---:|---:|---:|",
@@ -575,21 +622,29 @@ def _main_node(args: argparse.Namespace, argv: Sequence[str]) -> int:
     names = only or [case.name for case in node_cases()]
     if args.sample:
         names = node_sample(names, args.sample, args.seed)
+    if args.merge and not (only and args.output and args.output.is_file()):
+        print("--merge needs --only and an existing -o table", file=sys.stderr)
+        return 2
     records = []
     for record in run_isolated(names, args.case_timeout):
         records.append(record)
         if args.json:
             print(json.dumps(record), flush=True)
     command = "python -m devtools.tf_onnx_cases " + " ".join(argv)
+    merged: list[str] = []
+    if args.merge:
+        command, merged, old = parse_node_table(args.output.read_text())
+        merged = sorted(set(merged) | {r["case"] for r in records})
+        records = merge_node_records(old, records)
     if args.output:
-        args.output.write_text(render_node_table(records, command))
+        args.output.write_text(render_node_table(records, command, merged))
     if not args.json:
-        sys.stdout.write(render_node_table(records, command))
+        sys.stdout.write(render_node_table(records, command, merged))
     failures = [r for r in records if r["status"] in _RUNNER_FAILURES]
     for r in failures:
         print(f"runner failure: {r['case']}: {r['status']} {r['detail']}", file=sys.stderr)
     plain = [r for r in records if r.get("plain", True)]
-    whole = not only and not args.sample
+    whole = (not only or args.merge) and not args.sample
     if whole and plain and sum(r["status"] == "pass" for r in plain) < NODE_TARGET * len(plain):
         print(f"fewer than {NODE_TARGET:.0%} of the plain-tensor cases pass", file=sys.stderr)
         return 1
@@ -606,6 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=0, help="node suite: a seeded sample of this many cases")
     parser.add_argument("--seed", type=int, default=0, help="node suite: the sample's seed")
     parser.add_argument("--case-timeout", type=float, default=CASE_TIMEOUT, help="node suite: seconds per case")
+    parser.add_argument("--merge", action="store_true", help="node suite: re-run --only cases into the -o table")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.suite == NODE_SUITE:

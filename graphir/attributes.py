@@ -19,6 +19,7 @@ from typing import Any, cast
 import attrs
 import numpy as np
 
+from graphir.regions import Region
 from graphir.types import DType, TensorType
 
 _NUMPY_DTYPES: dict[DType, Any] = {
@@ -100,7 +101,7 @@ class Opaque:
     data: bytes
 
 
-ParamValue = int | float | str | bool | tuple[Any, ...] | TensorType | DenseTensor | Opaque
+ParamValue = int | float | str | bool | tuple[Any, ...] | TensorType | DenseTensor | Opaque | Region
 
 
 # ---------------------------------------------------------------- durations and byte sizes

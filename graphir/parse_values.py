@@ -25,6 +25,7 @@ from graphir.attributes import (
 from graphir.errors import ParseError
 from graphir.lexer import Token as _Token
 from graphir.lexer import unquote as _unquote
+from graphir.regions import REGION_SLOT, REGION_WORD
 from graphir.types import Dim, DType, TensorType
 
 __all__ = ["dense_from_values", "_Line", "_ValueGrammar"]  # the two classes are graphir.parser's base
@@ -240,6 +241,8 @@ class _ValueGrammar:
             return tensor_type
         if tok.text == "dense":
             return self.parse_dense_body()
+        if tok.text == REGION_WORD:
+            return REGION_SLOT  # a node's region param: the node parser reads its graph after the line
         if tok.text == "opaque":
             self.expect("<")
             kind = _unquote(self.expect_kind("string", "the opaque kind string").text)

@@ -41,6 +41,7 @@ from graphir.ir import _NO_NODES, ExternalTensor, Graph, Module, Node, Value, Va
 from graphir.lexer import tokenize
 from graphir.native import girtext
 from graphir.parse_values import _Line, _ValueGrammar, dense_from_values
+from graphir.regions import REGION_SLOT, Region
 from graphir.types import TensorType
 
 _NATIVE = girtext
@@ -150,6 +151,8 @@ class _Parser(_ValueGrammar):
                 if not isinstance(value, str):
                     raise self.error("'cluster' must be a string", col, line)
                 cluster = value
+            elif value is REGION_SLOT:
+                raise self.error(f"module attribute '{key}' cannot be a region", col, line)
             else:
                 metadata[key] = value
         graph = self.parse_graph()
@@ -166,11 +169,15 @@ class _Parser(_ValueGrammar):
         rest = self.cur.tokens[self.cur.pos + 1 :]
         return bool(rest)
 
-    def parse_graph(self) -> Graph:
+    def parse_graph(self, region: str | None = None) -> Graph:
+        """A ``graph @name(...) { ... }`` block: the module's graph, or the graph of the region param ``region``."""
         if self.next_line() is None:
             raise self.error("expected 'graph @name(...) {'")
         self.expect("graph", "'graph'")
-        graph = Graph(self.sigil_name(self.expect_kind("aname", "the graph name '@name'")))
+        name_tok = self.expect_kind("aname", "the graph name '@name'")
+        graph = Graph(self.sigil_name(name_tok))
+        if region is not None and graph.name != region:
+            raise self.error(f"expected the graph of region '{region}', found '@{graph.name}'", name_tok.col)
         defined = graph._values  # every value name defined so far: arguments, constants, results
         self.expect("(")
         if not self.accept(")"):
@@ -399,8 +406,11 @@ class _Parser(_ValueGrammar):
         self.expect_end()
         return constant
 
-    def parse_node(self, defined: Container[str]) -> _NodeRecord:
-        """A node line; ``defined`` holds the value names defined on earlier lines."""
+    def parse_node(self, defined: Container[str], reread: bool = False) -> _NodeRecord:
+        """A node line and the region graphs that follow it; ``defined`` holds the value names defined earlier.
+
+        ``reread``: the line is read again for its columns only (its regions were read already).
+        """
         assert self.cur is not None
         outputs: list[tuple[str, int]] = []
         named_here: set[str] = set()
@@ -478,7 +488,22 @@ class _Parser(_ValueGrammar):
         annotations: dict[str, tuple[Any, int, int]] = {}
         if self.accept("["):
             annotations = self.parse_keyed("]")
+        brace = self.peek()
+        opens_regions = self.accept("{")
         self.expect_end()
+        slots = [key for key, value in params.items() if value is REGION_SLOT]
+        if slots and not opens_regions:
+            raise self.error(f"param '{slots[0]}' is a region, but the line does not end with '{{' opening the regions")
+        if opens_regions and not slots:
+            raise self.error("'{' opens regions, but no param is a region", brace.col if brace else None)
+        line_number, line_text = self.cur.number, self.cur.text
+        if slots and not reread:
+            for key in slots:
+                params[key] = Region(self.parse_graph(region=key))
+            if self.next_line() is None:
+                raise self.error("expected '}' closing the regions")
+            self.expect("}", "'}' closing the regions")
+            self.expect_end()
         cols = _Cols(
             name_col,
             [col for _, col in inputs],
@@ -489,7 +514,7 @@ class _Parser(_ValueGrammar):
         return _NodeRecord(
             op_tok.text, node_name, [name for name, _ in outputs], [name for name, _ in inputs],
             [name for name, _ in controls], params, [t for t, _ in input_types], output_types,
-            {key: value for key, (value, _, _) in annotations.items()}, self.cur.number, self.cur.text, cols,
+            {key: value for key, (value, _, _) in annotations.items()}, line_number, line_text, cols,
         )  # fmt: skip
 
     def _cols(self, record: _NodeRecord) -> tuple[_Cols, _Line]:
@@ -500,7 +525,7 @@ class _Parser(_ValueGrammar):
         saved = self.cur
         self.cur = self._tokenize(record.line, record.source)
         try:
-            cols = self.parse_node(set[str]()).cols
+            cols = self.parse_node(set[str](), reread=True).cols
         finally:
             self.cur = saved
         assert cols is not None

@@ -11,7 +11,9 @@ Layout::
       }
     }
 
-Control dependencies print after the operands as ``ctrl(@node, ...)``. Nodes print in the graph
+Control dependencies print after the operands as ``ctrl(@node, ...)``. A node holding regions
+(:mod:`graphir.regions`) prints ``region`` for each region param and ends its line with ``{``; its
+region graphs follow, indented, and a line ``}`` closes them. Nodes print in the graph
 index's stable topological order, params in their stored order and
 annotations sorted by key inside the trailing ``[...]``, so golden tests can match them alone. A
 node's ``@name`` is printed only when it differs from its first result's name.
@@ -50,6 +52,7 @@ from graphir.gcpause import gc_paused
 from graphir.hostcpu import available_cores
 from graphir.ir import Graph, Module, Node, Value
 from graphir.native import girtext
+from graphir.regions import REGION_WORD, Region, node_regions
 from graphir.types import TensorType
 
 _NATIVE = girtext
@@ -278,16 +281,21 @@ def _line_printer(
         extra = ""
         if node.control_inputs:
             extra = " ctrl(" + ", ".join("@" + format_name(n.name) for n in node.control_inputs) + ")"
+        regions = ""
         if node.params:
-            extra += " {" + ", ".join(f"{format_key(k)} = {format_value(v)}" for k, v in node.params.items()) + "}"
+            params = node.params.items()
+            extra += " {" + ", ".join(f"{format_key(k)} = {_param_text(v)}" for k, v in params) + "}"
+            if any(type(v) is Region for v in node.params.values()):
+                regions = _regions_text(node, indent)
         annotations = node._annotations
         if annotations:
             # Nodes of one graph carry a few distinct key sets (in a few insertion orders): the
             # sorted plan is made once per key tuple.
             keys = tuple(annotations)
             plan = plan_get(keys) or atext._plan(keys)
-            return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{plan(annotations)}{end}"
-        return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{end}"
+            types = f"({operand_types}) -> {result_types}"
+            return f"{indent}{head}({operands}){extra} : {types}{plan(annotations)}{regions}{end}"
+        return f"{indent}{head}({operands}){extra} : ({operand_types}) -> {result_types}{regions}{end}"
 
     writer = None
     if _NATIVE is not None:
@@ -302,6 +310,21 @@ def _line_printer(
 
         cast(_WithLines, node_line).lines = lines  # read by _lines_text
     return node_line
+
+
+def _param_text(value: Any) -> str:
+    """A param's text: ``region`` for a region (its graph follows the line), else its value."""
+    return REGION_WORD if type(value) is Region else format_value(value)
+
+
+def _regions_text(node: Node, indent: str) -> str:
+    """`` {`` then each region graph of ``node`` (one level deeper than ``indent``) and ``}``."""
+    buffer = io.StringIO()
+    buffer.write(" {\n")
+    for _, region in node_regions(node):
+        print_graph(region.graph, buffer, indent + "  ")
+    buffer.write(indent + "}")
+    return buffer.getvalue()
 
 
 def _print_constant(value: Value, ttext: _TypeText) -> str:

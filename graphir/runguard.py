@@ -57,7 +57,7 @@ import contextvars
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -385,10 +385,10 @@ def refusals(module: Module, limit: int = 1) -> list[Refusal]:
     """
     found: list[Refusal] = []
     onnx_functions, onnx_bodies = _onnx_functions(module)
-    for node in module.graph.index().nodes:
+    for node, where in _nodes_and_regions(module.graph.index().nodes, None):  # region nodes too
         reason = _node_reason(node, onnx_functions)
         if reason is not None:
-            found.append(Refusal(node.name, node.op, reason))
+            found.append(Refusal(node.name, node.op, reason, where or ""))
         if node.op.startswith("onnx."):
             for value in node.params.values():
                 for item in value if isinstance(value, tuple) else (value,):
@@ -409,6 +409,16 @@ def refusals(module: Module, limit: int = 1) -> list[Refusal]:
     for body in onnx_bodies:
         found += _onnx_nested(body, "a local function", onnx_functions)
     return found[:limit]
+
+
+def _nodes_and_regions(nodes: Iterable[Node], where: str | None) -> Iterator[tuple[Node, str | None]]:
+    """Each node with where it is (``None``: the module's graph), the nodes of its regions after it."""
+    from graphir.regions import node_regions
+
+    for node in nodes:
+        yield node, where
+        for name, region in node_regions(node):
+            yield from _nodes_and_regions(region.graph.index().nodes, f"region '{name}' of '{node.name}'")
 
 
 def _node_reason(node: Node, onnx_functions: set[tuple[str, str]]) -> str | None:

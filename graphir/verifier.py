@@ -5,7 +5,10 @@ Checks, in order:
        a constant), and every use recorded on a value matches an operand (skipped on a graph as
        the `.gir` parser built it, which appends each use with its operand);
     2. acyclicity of the graph (a cycle error names its nodes);
-    3. type agreement for ops with a type rule in :mod:`graphir.ops` (elementwise, MatMul, the graphir dialect);
+    3. type agreement for ops with a type rule in :mod:`graphir.ops` (elementwise, MatMul, the graphir dialect),
+       and for a node holding regions (:mod:`graphir.regions`): the region boundary (formal
+       arguments, results and captured operands, :func:`graphir.regions.check_regions`) and checks
+       1-3 on each region graph;
     4. annotations: devices exist in the module's cluster; ``order`` is a permutation
        ``0..k-1`` on each device; ``colocate``d nodes share a device; ``affinity`` is respected;
     5. acyclicity of the quotient graph of ``group`` annotations (a cycle error names the groups
@@ -27,6 +30,7 @@ from graphir.gcpause import gc_paused
 from graphir.index import GraphIndex
 from graphir.ir import Graph, Module, Node, ValueKind
 from graphir.ops import type_rule_of
+from graphir.regions import check_regions, has_regions, node_regions
 from graphir.topo import find_cycle, has_cycle
 
 
@@ -66,12 +70,25 @@ def _check_uses(graph: Graph) -> None:
 
 def _check_types(graph: Graph) -> None:
     for node in graph.nodes:
+        if node.params and has_regions(node):
+            _check_region_holder(node)
         rule = type_rule_of(node.op)  # the op's type rule in graphir.ops (None: unchecked)
         if rule is None:
             continue
         message = rule(node, [v.type for v in node.inputs], [v.type for v in node.outputs])
         if message is not None:
             raise _err(node, message)
+
+
+def _check_region_holder(node: Node) -> None:
+    """The boundary of ``node``'s regions, then uses, acyclicity and types inside each region graph."""
+    message = check_regions(node)
+    if message is not None:
+        raise _err(node, message)
+    for _, region in node_regions(node):
+        _check_uses(region.graph)
+        region.graph.index()  # raises on a cycle, naming it
+        _check_types(region.graph)
 
 
 PLACEMENT_KEYS = ("device", "order", "affinity", "colocate")

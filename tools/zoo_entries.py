@@ -96,6 +96,18 @@ for _model, _batch, _config, _note in _SPECS:
             f"{_model}_{_mode}", _model, _mode, _batch, _config, _note, external_weights=_external
         )
 ENTRIES["lstm_train"] = Entry("lstm_train", "lstm", "train", 512, _LSTM, "Celeritas NMT: 4 LSTM layers, 2048 units")
+_RNN_SEQ = (("layers", 4), ("units", 512), ("vocab", 8000), ("seq", 32))
+ENTRIES["lstm_seq_infer"] = Entry(
+    "lstm_seq_infer",
+    "lstm_seq",
+    "infer",
+    32,
+    _RNN_SEQ,
+    "LSTM language model: 4 ONNX LSTM layers of 512 units (tf2onnx)",
+)
+ENTRIES["gru_seq_infer"] = Entry(
+    "gru_seq_infer", "gru_seq", "infer", 32, _RNN_SEQ, "GRU sequence model: 4 Keras GRU layers, exported as ONNX Loops"
+)
 ENTRIES["resnet200_train"] = Entry(
     "resnet200_train", "resnet200", "train", 32, (), "FastT Table 1: TF-slim resnet_v2_200 (3, 24, 36, 3), batch 32"
 )

@@ -152,6 +152,24 @@ def _lstm_lm(batch: int, layers: int, units: int, vocab: int, seq: int) -> Model
     return model, [((batch, seq), "int32")], ((batch, seq), "int32")
 
 
+def _recurrent_lm(batch: int, cell: str, layers: int, units: int, vocab: int, seq: int) -> ModelSpec:
+    """A stacked LSTM or GRU language model with Keras's fused recurrent layers (not unrolled).
+
+    tf2onnx exports the LSTM layers as ONNX ``LSTM`` ops; Keras 3's GRU (``reset_after``) has no
+    tf2onnx rewrite, so each GRU layer is exported as its ``tf.while_loop``: an ONNX ``Loop``.
+    """
+    import keras
+
+    layer = {"lstm": keras.layers.LSTM, "gru": keras.layers.GRU}[cell]
+    tokens = keras.Input((seq,), batch_size=batch, dtype="int32", name="tokens")
+    x = keras.layers.Embedding(vocab, units, name="emb")(tokens)
+    for i in range(layers):
+        x = layer(units, return_sequences=True, name=f"{cell}{i}")(x)
+    logits = keras.layers.Dense(vocab, name="logits")(x)
+    model = keras.Model(tokens, logits, name=f"{cell}_seq")
+    return model, [((batch, seq), "int32")], ((batch, seq), "int32")
+
+
 MODELS: dict[str, Callable[..., ModelSpec]] = {
     "inception_v3": lambda batch: _vision("InceptionV3", 299, batch),
     "resnet50": lambda batch: _vision("ResNet50", 224, batch),
@@ -163,6 +181,8 @@ MODELS: dict[str, Callable[..., ModelSpec]] = {
     "bert_large": lambda batch, **kw: _encoder_lm(batch, causal=False, name="bert_large", **kw),
     "gpt": lambda batch, **kw: _encoder_lm(batch, causal=True, name="gpt", **kw),
     "lstm": _lstm_lm,
+    "lstm_seq": lambda batch, **kw: _recurrent_lm(batch, "lstm", **kw),
+    "gru_seq": lambda batch, **kw: _recurrent_lm(batch, "gru", **kw),
 }
 
 MODELS_WITH_SOFTMAX = frozenset({"inception_v3", "resnet50", "resnet200", "vgg19", "nasnet_mobile", "nasnet_large"})

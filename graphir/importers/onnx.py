@@ -14,10 +14,14 @@ Mapping (every ONNX construct lands somewhere; nothing is dropped silently):
   empty names are dropped (they mean the same as omission); interior ones are dropped from the IR
   operand list and their ONNX positions recorded in the params ``_absent_inputs = [k, ...]`` /
   ``_absent_outputs = [k, ...]``, so a lowering re-inserts ``""`` exactly where it was.
-* **Subgraphs**: ``If``/``Loop``/``Scan`` (any node with a GRAPH attribute) become opaque nodes whose
-  bodies are ``Opaque`` params; a warning names each one. Values of the outer graph that the bodies
-  read implicitly are appended as extra operands (the param ``_captured_inputs = N`` counts these
-  trailing operands) so data dependencies stay exact for scheduling.
+* **Subgraphs**: values of the outer graph that a node's subgraphs read implicitly are appended as
+  extra operands (the param ``_captured_inputs = N`` counts these trailing operands) so data
+  dependencies stay exact for scheduling. The bodies of default-domain ``If``/``Loop``/``Scan``
+  become **regions** (:mod:`graphir.regions`): each GRAPH attribute is a
+  :class:`~graphir.regions.Region` param whose graph takes the subgraph's inputs then the captured
+  values, holds its initializers and nodes (nested subgraphs imported the same way) and returns
+  its outputs; types come from shape inference, which annotates subgraphs too. Any other node with
+  a GRAPH attribute stays opaque (its bodies ``Opaque`` params), with a warning naming it.
 * **Initializers** become constants: up to :data:`graphir.attributes.INLINE_ELEMENTS` elements as
   a :class:`~graphir.attributes.DenseTensor`; larger ones as an :class:`~graphir.ir.ExternalTensor`
   whose loader converts the held ``TensorProto`` on demand (no weight bytes are copied at import).
@@ -72,6 +76,7 @@ from graphir.importers.onnx_attrs import _AttributeConversion
 from graphir.importers.onnx_checks import DATA_PROPAGATION_MAX_ELEMENTS as DATA_PROPAGATION_MAX_ELEMENTS
 from graphir.importers.onnx_checks import _display, _InputChecks, _vectors_are_short
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
+from graphir.regions import Region
 from graphir.types import Dim, DType, TensorType
 
 __all__ = ["import_onnx"]
@@ -108,6 +113,8 @@ SHAPE_INFERENCE_DATA_ELEMENTS = 1024
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NOT_IDENT_CHAR = re.compile(r"[^A-Za-z0-9_]")
 _DEFAULT_DOMAINS = ("", "ai.onnx")
+_REGION_OPS = ("If", "Loop", "Scan")
+"""Default-domain ops whose GRAPH attributes are imported as regions."""
 _MAX_NAMES_IN_WARNING = 5
 
 
@@ -301,13 +308,17 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
             self.warn(f"shape inference failed, using the declared value_info ({describe_exception(exc)})")
             inferred = model
         types: dict[str, onnx.TypeProto] = {}
-        for infos in (inferred.graph.value_info, inferred.graph.output, inferred.graph.input):
-            for info in infos:
-                if not info.name or not info.HasField("type"):
-                    continue
-                known = types.get(info.name)
-                if known is None or not _has_shape(known):
-                    types[info.name] = info.type
+        pending = [inferred.graph]
+        while pending:  # the main graph, then every subgraph (ONNX forbids shadowing outer names)
+            graph = pending.pop()
+            for infos in (graph.value_info, graph.output, graph.input):
+                for info in infos:
+                    if not info.name or not info.HasField("type"):
+                        continue
+                    known = types.get(info.name)
+                    if known is None or not _has_shape(known):
+                        types[info.name] = info.type
+            pending.extend(sub for node in graph.node for sub in _subgraphs(node))
         return types
 
     def inference_copy(self, model: onnx.ModelProto) -> onnx.ModelProto:
@@ -538,7 +549,8 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
                 label = ""
             params: dict[str, ParamValue] = {}
             if onnx_node.attribute:
-                params = self.node_params(onnx_node, inputs, _display(label, outputs, onnx_node.op_type))
+                display = _display(label, outputs, onnx_node.op_type)
+                params = self.node_params(onnx_node, inputs, display, types, values)
             if (inputs and not inputs[-1]) or "" in inputs:
                 while inputs and not inputs[-1]:
                     inputs.pop()
@@ -587,8 +599,19 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
                     raise self.error(f"'{node.op}' uses undefined value '{name}'", display)
                 node.add_input(value)
 
-    def node_params(self, onnx_node: onnx.NodeProto, inputs: list[str], display: str) -> dict[str, ParamValue]:
-        """The params of a node with attributes; subgraph captures are appended to ``inputs``."""
+    def node_params(
+        self,
+        onnx_node: onnx.NodeProto,
+        inputs: list[str],
+        display: str,
+        types: dict[str, onnx.TypeProto] | None = None,
+        values: dict[str, Value] | None = None,
+    ) -> dict[str, ParamValue]:
+        """The params of a node with attributes; subgraph captures are appended to ``inputs``.
+
+        The subgraphs of ``If``/``Loop``/``Scan`` become regions (``types``: every value's inferred
+        type; ``values``: the values defined so far in the enclosing graph, which captures name).
+        """
         if any(type(attr.name) is bytes for attr in onnx_node.attribute):
             raise self.node_text_error(onnx_node)
         try:
@@ -599,15 +622,94 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         subgraphs = _subgraphs(onnx_node)
         if not subgraphs:
             return params
-        self.warn(f"'{onnx_node.op_type}' has {len(subgraphs)} subgraph(s); imported as an opaque node", display)
-        local = set(inputs)
-        captured = list(dict.fromkeys(n for g in subgraphs for n in _outer_references(g) if n not in local))
+        as_regions = onnx_node.domain in _DEFAULT_DOMAINS and onnx_node.op_type in _REGION_OPS and values is not None
+        if not as_regions:
+            self.warn(f"'{onnx_node.op_type}' has {len(subgraphs)} subgraph(s); imported as an opaque node", display)
+        # Every name a subgraph reads from outside, even one the node also takes as an operand:
+        # a region sees nothing of the enclosing graph but its captures.
+        captured = list(dict.fromkeys(n for g in subgraphs for n in _outer_references(g)))
+        inlined: dict[str, DenseTensor] = {}
+        if not as_regions:
+            local = set(inputs)
+            captured = [n for n in captured if n not in local]
+        else:
+            assert values is not None
+            for name in captured:
+                data = _small_constant(values.get(name))
+                if data is not None:
+                    inlined[name] = data
+            captured = [n for n in captured if n not in inlined]
         if captured:
             params["_captured_inputs"] = len(captured)
             while inputs and not inputs[-1]:
                 inputs.pop()  # trailing "" are dropped anyway; interior ones stay recorded
             inputs.extend(captured)
+        if as_regions:
+            assert values is not None
+            for attr in onnx_node.attribute:
+                if attr.type == AttributeProto.GRAPH:
+                    region = self.build_region(attr.name, attr.g, captured, inlined, types or {}, values, display)
+                    params[attr.name] = Region(region)
         return params
+
+    def build_region(
+        self,
+        name: str,
+        source: onnx.GraphProto,
+        captured: list[str],
+        inlined: dict[str, DenseTensor],
+        types: dict[str, onnx.TypeProto],
+        outer: dict[str, Value],
+        display: str,
+    ) -> Graph:
+        """The region graph of subgraph ``source``: its inputs, then the ``captured`` outer values, its nodes.
+
+        Small outer constants the subgraph reads (``inlined``: axes, shapes, scalars) are copied into
+        the region as its own constants rather than captured, so ops that need them as static data
+        (``Unsqueeze``'s axes, ``Reshape``'s shape) still see constants.
+        """
+        graph = Graph(name)
+        values: dict[str, Value] = {}
+        for capture, data in inlined.items():
+            values[capture] = graph.add_constant(capture, data.type, data)
+        for info in source.input:
+            declared = info.type if info.HasField("type") else None
+            values[info.name] = graph.add_input(info.name, self.value_type(info.name, types.get(info.name, declared)))
+        for capture in captured:
+            value = outer.get(capture)
+            if value is None:
+                raise self.error(
+                    f"a subgraph of '{display}' reads '{capture}', which is not defined before it", display
+                )
+            if capture in values:
+                raise self.error(f"a subgraph of '{display}' redefines the outer value '{capture}'", display)
+            values[capture] = graph.add_input(capture, value.type)
+        for tensor in source.initializer:
+            tensor_type = self.initializer_type(tensor.name, tensor.data_type, tensor.dims, "initializer")
+            values[tensor.name] = graph.add_constant(tensor.name, tensor_type, self.dense(tensor, tensor_type))
+        self.add_nodes(source, graph, types, values)
+        outputs = []
+        for info in source.output:
+            value = values.get(info.name)
+            if value is None:
+                raise self.error(f"subgraph '{name}' output '{info.name}' is not defined", display)
+            outputs.append(value)
+        graph.set_outputs(outputs)
+        return graph
+
+
+def _small_constant(value: Value | None) -> DenseTensor | None:
+    """The data of ``value`` when it is a constant held inline (an initializer or ``Constant`` output)."""
+    if value is None:
+        return None
+    if isinstance(value.const, DenseTensor):
+        return value.const
+    producer = value.producer
+    if producer is not None and producer.op == "onnx.Constant" and len(producer.outputs) == 1:
+        data = producer.params.get("value")
+        if isinstance(data, DenseTensor) and data.type == value.type:
+            return data
+    return None
 
 
 def _definer(value: Value) -> str:

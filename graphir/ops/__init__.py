@@ -26,7 +26,8 @@ because layouts differ between dialects (ONNX images are NCHW, TensorFlow's NHWC
 **Families** (one module each; within a module the four facets of its ops sit together):
 :mod:`~graphir.ops.elementwise`, :mod:`~graphir.ops.matmul`, :mod:`~graphir.ops.conv_pool`,
 :mod:`~graphir.ops.norm`, :mod:`~graphir.ops.tensor`, :mod:`~graphir.ops.training`,
-:mod:`~graphir.ops.attention`, :mod:`~graphir.ops.strings` and
+:mod:`~graphir.ops.attention`, :mod:`~graphir.ops.recurrent`,
+:mod:`~graphir.ops.detection`, :mod:`~graphir.ops.control_flow`, :mod:`~graphir.ops.strings` and
 :mod:`~graphir.ops.graphir_dialect` (``graphir.split``/``graphir.concat``). Importing the package
 registers them all. Plugins add op kinds with :func:`define` or the facet decorators.
 
@@ -64,12 +65,15 @@ from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_va
 # isort: split
 # Imported for their registrations (`x as x` marks a re-export, used).
 from graphir.ops import attention as attention
+from graphir.ops import control_flow as control_flow
 from graphir.ops import conv_pool as conv_pool
+from graphir.ops import detection as detection
 from graphir.ops import elementwise as elementwise
 from graphir.ops import graphir_dialect as graphir_dialect
 from graphir.ops import indexing as indexing
 from graphir.ops import matmul as matmul
 from graphir.ops import norm as norm
+from graphir.ops import recurrent as recurrent
 from graphir.ops import strings as strings
 from graphir.ops import tensor as tensor
 from graphir.ops import training as training

@@ -107,7 +107,10 @@ def _lower_split(cx: OpContext, operands: list[Any]) -> list[Any]:
         else:  # equal parts, the last one smaller (opset 18's num_outputs): ceil(dim / count) each
             dim = tf.shape(operands[0], out_type=tf.int64)[axis]
             chunk = (dim + count - 1) // count
-            sizes = tf.concat([tf.fill([count - 1], chunk), [dim - chunk * (count - 1)]], axis=0)
+            # min(chunk, what is left), never negative: the same sizes wherever ONNX's rule is
+            # valid, and sizes that sum to dim where it is not (a branch tf.cond traces but never runs).
+            left = dim - chunk * tf.range(count, dtype=tf.int64)
+            sizes = tf.clip_by_value(left, tf.zeros([], tf.int64), chunk)
     elif isinstance(sizes, (list, tuple)):
         sizes = [int(v) for v in sizes]
     return list(tf.split(operands[0], sizes, axis=axis, num=count))
@@ -444,7 +447,8 @@ def _size(cx: OpContext, operands: list[Any]) -> list[Any]:
 @lowering("Range")
 def _range(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
-    start, limit, delta = operands
+    # ONNX wants scalars; exporters also pass 1-element vectors, which onnxruntime accepts.
+    start, limit, delta = (tf.reshape(v, []) for v in operands)
     dtype = start.dtype
     if dtype in (tf.int8, tf.int16, tf.uint8, tf.uint16, tf.uint32, tf.uint64):
         wide = [tf.cast(v, tf.int64) for v in (start, limit, delta)]

@@ -60,6 +60,19 @@ def _param_ints(node: Node, key: str) -> tuple[int, ...] | None:
     return None
 
 
+def int_params(node: Node, key: str) -> tuple[int, ...]:
+    """``node.params[key]`` as a tuple of ints (a list attribute: ONNX ``ints``); empty when absent or not ints."""
+    return _param_ints(node, key) or ()
+
+
+def float_params(node: Node, key: str) -> tuple[float, ...]:
+    """``node.params[key]`` as a tuple of floats (ONNX ``floats``); empty when absent or not numbers."""
+    value = node.params.get(key)
+    if isinstance(value, tuple) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+        return tuple(float(v) for v in value)
+    return ()
+
+
 def _param_int(node: Node, key: str, default: int) -> int:
     value = node.params.get(key, default)
     return value if isinstance(value, int) else default

@@ -17,6 +17,7 @@ from graphir.importers.onnx import import_onnx
 from graphir.ir import ExternalTensor, Module
 from graphir.parser import parse_module
 from graphir.printer import print_module
+from graphir.regions import node_regions
 from graphir.types import DType, TensorType
 
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -263,19 +264,18 @@ def test_hand_built_empty_optional_inputs(hand_built):
     assert graph.get_node("relu") is graph.value("r").producer  # a unique ONNX name is kept
 
 
-def test_hand_built_if_is_opaque_with_captures(hand_built):
-    module, model, _ = hand_built
+def test_hand_built_if_holds_regions_with_captures(hand_built):
+    module, _, _ = hand_built
     node = module.graph.node("choose")
-    branches = {a.name: a.g for a in model.graph.node[4].attribute}
-    then_graph, else_graph = branches["then_branch"], branches["else_branch"]
     assert node.op == "onnx.If"
-    assert node.params == {
-        "then_branch": Opaque("onnx.GraphProto", then_graph.SerializeToString()),
-        "else_branch": Opaque("onnx.GraphProto", else_graph.SerializeToString()),
-        "_captured_inputs": 3,
-    }
     assert list(node.params) == ["else_branch", "then_branch", "_captured_inputs"]  # onnx.helper sorts attributes
-    assert [v.name for v in node.inputs] == ["cond", "r", "x", "bias"]  # captures in attribute order
+    assert node.params["_captured_inputs"] == 2
+    assert [v.name for v in node.inputs] == ["cond", "r", "x"]  # captures in attribute order
+    branches = dict(node_regions(node))
+    then_graph, else_graph = branches["then_branch"].graph, branches["else_branch"].graph
+    assert [v.name for v in then_graph.inputs] == ["r", "x"] == [v.name for v in else_graph.inputs]
+    assert [v.name for v in then_graph.constants] == ["bias"]  # a small initializer is copied in, not captured
+    assert [n.op for n in then_graph.nodes] == ["onnx.Add"] and [n.op for n in else_graph.nodes] == ["onnx.Neg"]
     assert node.outputs[0].type == F32_4
     assert node.predecessors == [module.graph.node("relu")]  # the implicit use of 'r' is an edge
 
@@ -288,10 +288,10 @@ def test_hand_built_warnings(tmp_path, capsys):
     path = _save(model, tmp_path / "warn.onnx")
     import_onnx(path)
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == f"{path}:node 'choose': warning: 'If' has 2 subgraph(s); imported as an opaque node"
-    assert err[1] == f"{path}:node 'every': warning: 'Everything' has 2 subgraph(s); imported as an opaque node"
-    assert err[2].startswith(f"{path}: warning: 2 value(s) have no inferred shape ('c0', 'c2')")
-    assert len(err) == 3
+    # If's branches become regions (no warning); an op of another domain with subgraphs stays opaque.
+    assert err[0] == f"{path}:node 'every': warning: 'Everything' has 2 subgraph(s); imported as an opaque node"
+    assert err[1].startswith(f"{path}: warning: 2 value(s) have no inferred shape ('c0', 'c2')")
+    assert len(err) == 2
 
 
 def test_hand_built_types_and_round_trip(hand_built):

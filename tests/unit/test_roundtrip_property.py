@@ -11,6 +11,7 @@ random placements exercise the fast path's built-in annotation pattern at size.
 
 from __future__ import annotations
 
+import pytest
 from helpers import parse_tokens_only, random_modules
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +21,7 @@ from graphir.annotations import ANNOTATIONS, Cost
 from graphir.ir import Module
 from graphir.parser import parse_module
 from graphir.printer import print_module
+from graphir.regions import Region
 
 
 def _same_modules(a: Module, b: Module) -> None:
@@ -86,3 +88,46 @@ def placed_synthetic(draw) -> Module:
 @given(placed_synthetic())
 def test_placed_synthetic_modules_round_trip_through_both_paths(module):
     _check(module)
+
+
+_REGION_KEYS = ("body", "then_branch", "else_branch", "cond", "r")
+
+
+@st.composite
+def modules_with_regions(draw, depth: int = 2) -> Module:
+    """A random module whose nodes hold random region graphs (themselves holding regions, to ``depth``)."""
+    module = draw(random_modules())
+    rng = draw(st.randoms(use_true_random=False))
+    nodes = list(module.graph.nodes)
+    for node in rng.sample(nodes, min(len(nodes), rng.randint(1, 2))):  # one or two holders per graph
+        params = list(node.params.items())
+        for key in rng.sample(_REGION_KEYS, rng.randint(1, 2)):
+            inner = draw(modules_with_regions(depth - 1)) if depth > 1 else draw(random_modules())
+            inner.graph.name = key
+            params = [(k, v) for k, v in params if k != key]
+            params.insert(rng.randint(0, len(params)), (key, Region(inner.graph)))
+        node.params = dict(params)
+    return module
+
+
+def _check_regions_text(module: Module) -> None:
+    text = print_module(module)
+    assert ("= region" in text) == any(True for _ in module.graph.nodes)
+    assert print_module(parse_module(text, "regions.gir")) == text
+    assert print_module(parse_tokens_only(text)) == text
+
+
+_REGION_SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+@settings(max_examples=20, **_REGION_SETTINGS)
+@given(modules_with_regions())
+def test_modules_with_regions_round_trip_byte_identical(module):
+    _check_regions_text(module)
+
+
+@pytest.mark.slow
+@settings(max_examples=80, **_REGION_SETTINGS)
+@given(modules_with_regions())
+def test_many_modules_with_regions_round_trip_byte_identical(module):
+    _check_regions_text(module)

@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from devtools import child_env
-from devtools.tf_onnx_cases import NODE_TARGET, compare_outputs, node_sample, render_node_table
+from devtools.tf_onnx_cases import (
+    NODE_TARGET,
+    compare_outputs,
+    merge_node_records,
+    node_sample,
+    parse_node_table,
+    render_node_table,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "tf_onnx_node.md"
 SLICE, SEED = 240, 20
@@ -116,3 +123,30 @@ def test_table_lists_reasons():
     assert "| 3 | 2 | 1 | 50.0 % | 1 |" in text
     assert "| test_b | Foo | 0 | unsupported op Foo: Foo |" in text
     assert "| test_c | SequenceAt | 0 | not plain tensors: input #0 is a sequence |" in text
+
+
+def test_committed_table_parses_back_to_its_own_text():
+    text = RESULTS.read_text()
+    command, merged, records = parse_node_table(text)
+    assert command.startswith("python -m devtools.tf_onnx_cases --suite node")
+    assert render_node_table(records, command, merged) == text
+
+
+def test_merge_replaces_rerun_rows_and_recomputes_totals():
+    old = [
+        {"case": "test_a", "ops": ["Abs"], "devices": 1, "plain": True, "status": "pass", "detail": ""},
+        {
+            "case": "test_b",
+            "ops": ["LSTM"],
+            "devices": 0,
+            "plain": True,
+            "status": "unsupported op LSTM",
+            "detail": "LSTM",
+        },
+    ]
+    new = [{"case": "test_b", "ops": ["LSTM"], "devices": 2, "plain": True, "status": "pass", "detail": ""}]
+    records = merge_node_records(old, new)
+    text = render_node_table(records, "cmd", ["test_b"])
+    assert "| 2 | 2 | 2 | 100.0 % | 1 |" in text
+    assert "Rows re-run after that run with `--merge`: `test_b`." in text
+    assert parse_node_table(text) == ("cmd", ["test_b"], [{**r, "suite": "node"} for r in records])

@@ -162,7 +162,8 @@ def test_inference_entry_imports_and_roundtrips(name):
     path = zoo.build_entry(name)
     model = onnx.load_model(str(path), load_external_data=False)
     module = load_module(f"zoo:{name}")
-    assert len(module.graph) == len(model.graph.node) > 40  # VGG19: 46
+    # VGG19: 46 nodes; a recurrent model is a short chain of layer ops (a GRU layer's body is a region)
+    assert len(module.graph) == len(model.graph.node) > (20 if name.endswith("_seq_infer") else 40)
     assert stat.S_IMODE(path.stat().st_mode) == zoo.FILE_MODE
     text = print_module(module)
     assert print_module(parse_module(text)) == text
