@@ -50,12 +50,14 @@ import numpy as np
 
 from graphir.clone import clone_module
 from graphir.errors import PassError
+from graphir.gcpause import gc_paused
 from graphir.ir import Module
 from graphir.links import LinkModel
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.passes.place import Place
 from graphir.passes.place.pipeline import (
     LayerProfile,
+    TrainingLayout,
     accelerators,
     boundary_times,
     layer_profile,
@@ -119,6 +121,13 @@ def _powers_of_two(limit: int) -> list[int]:
     return out
 
 
+def _drop(candidate: Candidate) -> None:
+    """Forget ``candidate``'s rewritten graph (a copy only it holds), freeing it at once."""
+    if candidate.module is not None:
+        candidate.module.graph.release()
+        candidate.module = None
+
+
 def _judge(candidate: Candidate, result: SimResult) -> None:
     candidate.makespan = result.makespan
     candidate.overflow = float(np.maximum(result.peak_memory - result.memory_limit, 0).sum())
@@ -173,6 +182,14 @@ class Parallelize(Pass):
             )
             result = Place().run(module, ctx)
             return PassResult(True, {"chosen": "auto", "fallback": "not a training graph", **result.stats})
+        # The trial graphs are millions of objects built and mostly dropped: the cyclic collector is
+        # paused while they are made (its passes over them cost a fifth of the search), and each
+        # dropped one is released (Graph.release: freed at once, no collection needed).
+        with gc_paused(freeze=False):
+            return self._search(module, layout, budget, ctx)
+
+    def _search(self, module: Module, layout: TrainingLayout, budget: float, ctx: PassContext) -> PassResult:
+        """Screen the candidates, judge ``auto`` and the finalists, move the winner into ``module``."""
         stats: dict[str, Stat] = {}
         screened = self._screen(module, layout, stats, ctx)
         judged: list[Candidate] = []
@@ -193,9 +210,13 @@ class Parallelize(Pass):
             self._try(module, candidate, replicas, ctx)
             judged.append(candidate)
             if candidate.module is not None and candidate.verdict() < best.verdict():
-                best.module, best = None, candidate  # keep one rewritten graph in memory
+                _drop(best)  # keep one rewritten graph in memory
+                best = candidate
             else:
-                candidate.module = None
+                _drop(candidate)
+        for replica in replicas.values():
+            if replica is not module:  # module_at_batch returns the module itself at its own batch
+                replica.graph.release()
         for candidate in [judged[0], *screened]:
             stats[f"cand.{candidate.label}"] = self._describe(candidate)
         assert best.module is not None
@@ -216,12 +237,12 @@ class Parallelize(Pass):
 
     # ----------------------------------------------------------------------------- screening
 
-    def _screen(self, module: Module, layout: object, stats: dict[str, Stat], ctx: PassContext) -> list[Candidate]:
+    def _screen(
+        self, module: Module, layout: TrainingLayout, stats: dict[str, Stat], ctx: PassContext
+    ) -> list[Candidate]:
         """Every candidate with its estimate (or skip note), best estimates first."""
-        from graphir.passes.place.pipeline import TrainingLayout
         from graphir.passes.transform.batching import module_batch
 
-        assert isinstance(layout, TrainingLayout)
         cluster = module.cluster
         targets = accelerators(cluster)
         kind = cluster.devices[targets[0]].kind

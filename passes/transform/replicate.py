@@ -55,6 +55,7 @@ import numpy as np
 
 from graphir.annotations import Cost
 from graphir.attributes import DenseTensor, numpy_dtype
+from graphir.clone import add_copy
 from graphir.copies import (
     MICROBATCHES_METADATA,
     REPLICAS_METADATA,
@@ -344,12 +345,15 @@ def data_parallel(
         else:
             shared_map[value] = new.add_constant(value.name, value.type, value.const)
 
+    def kept_annotations(source: Node, k: int) -> dict[str, object]:
+        """``source``'s annotations without the placement; ``colocate`` renamed for copy ``k`` (k >= 0)."""
+        kept = {key: value for key, value in source.annotations.items() if key not in _PLACEMENT_KEYS}
+        if k >= 0 and "colocate" in kept:
+            kept["colocate"] = cname(str(kept["colocate"]), k)
+        return kept
+
     def copy_annotations(source: Node, target: Node, k: int) -> None:
-        for key, value in source.annotations.items():
-            if key in _PLACEMENT_KEYS:
-                continue
-            if key == "colocate" and k >= 0:
-                value = cname(str(value), k)
+        for key, value in kept_annotations(source, k).items():
             target.set_annotation(key, value)
 
     feed_copies: list[dict[Node, Node]] = [{} for _ in range(replicas)]
@@ -366,13 +370,17 @@ def data_parallel(
             feed_copies[r][node] = copy
             split_feed(copy.outputs[0], value, r)
     shared_copy: dict[Node, Node] = {}
+    # The copies are made without add_node's checks where they cannot fail (clone.add_copy).
     for node in shared_nodes:
-        copy = new.add_node(
-            node.op, [], [v.type for v in node.outputs], name=node.name, output_names=[v.name for v in node.outputs]
+        copy = add_copy(
+            new,
+            node,
+            node.name,
+            [v.name for v in node.outputs],
+            [v.type for v in node.outputs],
+            dict(node.params),
+            kept_annotations(node, -1),
         )
-        copy.params = dict(node.params)
-        copy.loc = node.loc
-        copy_annotations(node, copy, -1)
         shared_copy[node] = copy
         for a, b in zip(node.outputs, copy.outputs, strict=True):
             shared_map[a] = b
@@ -380,16 +388,15 @@ def data_parallel(
     rep_copies: list[dict[Node, Node]] = [{} for _ in range(copies)]
     for k in range(copies):
         for node, other in zip(replicated_nodes, rep_nodes, strict=True):
-            copy = new.add_node(
-                node.op,
-                [],
+            copy = add_copy(
+                new,
+                node,
+                cname(node.name, k),
+                [cname(v.name, k) for v in node.outputs],
                 [v.type for v in other.outputs],
-                name=cname(node.name, k),
-                output_names=[cname(v.name, k) for v in node.outputs],
+                dict(other.params),  # the replica's params: batch-dependent constants rescaled
+                kept_annotations(node, k),
             )
-            copy.params = dict(other.params)  # the replica's params: batch-dependent constants rescaled
-            copy.loc = node.loc
-            copy_annotations(node, copy, k)
             rep_copies[k][node] = copy
             for a, b in zip(node.outputs, copy.outputs, strict=True):
                 rep_maps[k][a] = b
@@ -486,6 +493,8 @@ def data_parallel(
                 if control in shared_copy:
                     copy.add_control_input(shared_copy[control])
     new.set_outputs(shared_map[v] if v in shared_map else aggregate(v) for v in graph.outputs)
+    keys = graph._annotation_keys  # what the copies may hold: the module's keys less the placement
+    new.touch_all(None if keys is None else keys.difference(_PLACEMENT_KEYS))
 
     metadata = dict(module.metadata)
     metadata[REPLICAS_METADATA] = replicas
@@ -531,10 +540,9 @@ def _annotate_costs(
         # A re-batched replica model (rebatch) already holds each node's cost at the replica's shapes.
         rescaled = all(r.cost is not None or o.cost is None for o, r in zip(originals, rep_nodes, strict=True))
         costs = [r.cost for r in rep_nodes] if rescaled else scaled_costs(result, originals, rep_nodes)
+        costed = [(node, cost) for node, cost in zip(originals, costs, strict=True) if cost is not None]
         for copies in rep_copies:
-            for node, cost in zip(originals, costs, strict=True):
-                if cost is not None:
-                    copies[node].cost = cost
+            result.graph.annotate("cost", [copies[node] for node, _ in costed], [cost for _, cost in costed])
         for copies in feed_copies:
             fed = [copies[n] for n in feeds]
             for node, cost in zip(fed, scaled_costs(result, feeds, fed), strict=True):
