@@ -89,6 +89,7 @@ def clone_module(module: Module) -> Module:
             copy.add_control_inputs([nodes[control] for control in node.control_inputs])
     graph.touch_all(source._annotation_keys)  # the keys the source's nodes may hold
     graph.set_outputs(values[v] for v in source.outputs)
+    graph._uses_exact_version = graph._version  # every use was appended with its operand, as the parser does
     clone = Module(module.name, graph, module.cluster_spec, dict(module.metadata))
     clone.set_cluster(module.cluster)
     return clone

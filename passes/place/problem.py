@@ -489,7 +489,8 @@ def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.nda
         arrive = 0.0
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
             u = pred[k]
-            t = finish[u] + transfer_time(edge_bytes[pred_edge[k]], dev[u], d)
+            source = dev[u]
+            t = finish[u] if source == d else finish[u] + transfer_time(edge_bytes[pred_edge[k]], source, d)
             if t > arrive:
                 arrive = t
         free = device_free[d]

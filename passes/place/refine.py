@@ -203,8 +203,12 @@ def blocks(problem: PlacementProblem, device: np.ndarray, size: int) -> list[np.
             block = every[k : min(k + size, high)]
             if before[min(k + size, high)] > before[k]:  # it holds colocated nodes: add their classes
                 classes = colocation[block]
-                joined = [members[c] for c in np.unique(classes[classes >= 0]).tolist()]
-                block = np.unique(np.concatenate([block, *joined]))  # what union1d gives: sorted, distinct
+                one = int(classes[0])
+                if one >= 0 and (classes == one).all():  # inside one class (a class of thousands: every member)
+                    block = members[one]  # sorted, distinct: what the union below gives
+                else:
+                    joined = [members[c] for c in np.unique(classes[classes >= 0]).tolist()]
+                    block = np.unique(np.concatenate([block, *joined]))  # what union1d gives: sorted, distinct
             out.append(block)
     return out
 

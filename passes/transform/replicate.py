@@ -495,6 +495,7 @@ def data_parallel(
     new.set_outputs(shared_map[v] if v in shared_map else aggregate(v) for v in graph.outputs)
     keys = graph._annotation_keys  # what the copies may hold: the module's keys less the placement
     new.touch_all(None if keys is None else keys.difference(_PLACEMENT_KEYS))
+    new._uses_exact_version = new._version  # every use was appended with its operand (add_input, add_node)
 
     metadata = dict(module.metadata)
     metadata[REPLICAS_METADATA] = replicas

@@ -442,6 +442,10 @@ def test_clone_keeps_names_edges_control_lists_and_annotations():
     assert all(r.graph is clone.graph for r in sink.control_inputs)
     assert clone.graph.node("r7").control_users == [sink]
     _check_use_lists(clone.graph)
+    from graphir.verifier import _check_uses
+
+    assert clone.graph._uses_exact_version == clone.graph._version  # the verifier skips them: checked here
+    _check_uses(clone.graph)
     assert clone.graph.may_hold("cost") and not clone.graph.may_hold("device")
     assert clone.graph.index().num_edges == module.graph.index().num_edges
 
