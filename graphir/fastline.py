@@ -366,6 +366,18 @@ def typed_annotations(groups: Groups) -> dict[str, Any] | None:
     return annotations
 
 
+_PARAMS_CACHE_TEXT = 400
+"""Longest params text :meth:`LineScanner._params` remembers (longer ones are rarely repeated)."""
+
+
+def _plain(value: Any) -> bool:
+    """Whether a param value is immutable and plain (shared safely by the nodes of a remembered params text)."""
+    if isinstance(value, tuple):
+        items: tuple[Any, ...] = cast("tuple[Any, ...]", value)
+        return all(_plain(item) for item in items)
+    return isinstance(value, (bool, int, float, str, TensorType, DenseTensor))
+
+
 class LineScanner:
     """Reads canonical node lines; ``types`` maps type text to a shared :class:`TensorType`.
 
@@ -380,6 +392,7 @@ class LineScanner:
         self.type_cache = type_cache
         self.read_type = read_type
         self.dense_from_values = dense_from_values
+        self.params_cache: dict[str, dict[str, Any]] = {}  # params text -> its dict (plain values only)
 
     def scan_node_line(self, text: str, defined: Container[str]) -> tuple[Any, ...] | None:
         """The parts of a node line, or ``None`` when the token parser must read it.
@@ -473,7 +486,7 @@ class LineScanner:
             try:
                 params, pos = {}, head_match.end()
                 if text.startswith(" {", pos):
-                    params, pos = self._dict(text, pos + 1, "}", 0)
+                    params, pos = self._params(text, pos + 1)
                 tail = _TAIL.match(text, pos)
                 if tail is not None:
                     parts = tail.groups()
@@ -579,6 +592,26 @@ class LineScanner:
                 return None
             out.append(tensor_type)
         return out
+
+    def _params(self, text: str, pos: int) -> tuple[dict[str, Any], int]:
+        """A node's params ``{...}`` opening at ``text[pos]``: :meth:`_dict`, remembered by their text.
+
+        A graph repeats a few params texts thousands of times (``{T = "f32"}``). The text up to the
+        first ``} : `` is looked up; a dict that was read to exactly such a text is the answer again
+        (reading consumes the same characters whatever follows them), as a fresh dict. Only dicts of
+        immutable values are kept (a :class:`~graphir.attributes.DenseTensor` holds bytes: shared safely).
+        """
+        end = text.find("} : ", pos)
+        key = text[pos : end + 1] if 0 <= end < pos + _PARAMS_CACHE_TEXT else None
+        if key is not None:
+            known = self.params_cache.get(key)
+            if known is not None:
+                return dict(known), end + 1
+        params, after = self._dict(text, pos, "}", 0)
+        if key is not None and after == end + 1 and all(_plain(v) for v in params.values()):
+            self.params_cache[key] = params
+            return dict(params), after
+        return params, after
 
     def _dict(self, text: str, pos: int, close: str, depth: int) -> tuple[dict[str, Any], int]:
         """``{key = value, ...}`` (or ``[...]`` for annotations) opening at ``text[pos]``."""

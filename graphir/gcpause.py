@@ -27,14 +27,21 @@ def freeze_after_pauses(enabled: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Disable the cyclic collector inside the block (restoring its previous state afterwards)."""
+def gc_paused(*, freeze: bool = True) -> Iterator[None]:
+    """Disable the cyclic collector inside the block (restoring its previous state afterwards).
+
+    Args:
+        freeze: whether a one-shot process (:func:`freeze_after_pauses`) freezes what exists when
+            the block ends. False for a block that builds trial graphs and drops most of them
+            (``parallelize``'s finalists): frozen, a dropped graph's reference cycles would be kept
+            until exit. Such a block frees what it drops itself (:meth:`graphir.ir.Graph.release`).
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            if _freeze:
+            if _freeze and freeze:
                 gc.freeze()
             gc.enable()

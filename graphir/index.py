@@ -432,8 +432,7 @@ class Quotient:
             q.node_group, q.num_groups, index.edge_src, index.edge_dst, index.edge_value, index.value_bytes
         )
         q.order = stable_topological_order(q.num_groups, q.edge_src, q.edge_dst)
-        q._index = index
-        return q
+        return q  # no reference back to the index: the index caches it, and a cycle would outlive both
 
     def members(self) -> list[list[int]]:
         """Fine node numbers of each coarse node."""

@@ -684,6 +684,39 @@ class Graph:
         self.outputs = list(values)
         self._touch()
 
+    def release(self) -> None:
+        """Empty the graph and break its reference cycles, so that its nodes and values are freed at once.
+
+        For a trial graph that is dropped (``parallelize``'s losing candidates): the node, value and
+        graph references of a 100k-node graph form cycles that only the cyclic collector frees,
+        in a full pass over every live object. Afterwards the graph is empty and its former nodes
+        and values belong to no graph; nothing of it should be used again.
+        """
+        for node in self._nodes:
+            for value in node.outputs:
+                value.uses = []
+                value.producer = None
+                value.graph = None
+            node.inputs = []
+            node.outputs = []
+            node.control_inputs = _NO_NODES
+            node.control_users = _NO_NODES
+            node.graph = None
+        for value in (*self.inputs, *self.constants):
+            value.uses = []
+            value.graph = None
+        self._nodes = {}
+        self._values = {}
+        self._node_names = {}
+        self.inputs = []
+        self.constants = []
+        self.outputs = []
+        if self._index is not None:  # whoever still holds the array view keeps arrays, not nodes
+            self._index.nodes = []
+            self._index.values = []
+            self._index = None
+        self._touch()
+
 
 @attrs.define(eq=False)
 class Module:

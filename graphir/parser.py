@@ -694,14 +694,16 @@ class _Body:
         for node, controls, line_no in self.controls:
             if first is not None and first[0] <= line_no:
                 break  # an operand problem comes first (on the same line too: operands come first)
+            listed: dict[Node, None] = dict.fromkeys(node.control_inputs)
             for k, control_name in enumerate(controls):
                 control = graph.get_node(control_name)
-                if control is None or control in node.control_inputs:
+                if control is None or control in listed:
                     cols, line = parser._cols(self._source_record(line_no))
                     twice = control is not None
                     detail = "is listed twice" if twice else "is not a node of this graph"
                     raise parser.error(f"control input '@{control_name}' {detail}", cols.controls[k], line)
-                node.add_control_input(control)
+                listed[control] = None
+            node.add_control_inputs(listed)  # one call: a sink may wait on thousands of nodes
         if first is not None:
             if undefined is not None and undefined[:2] == first:
                 line_no, k, value_name = undefined

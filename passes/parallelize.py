@@ -58,12 +58,14 @@ import numpy as np
 
 from graphir.clone import clone_module
 from graphir.errors import PassError
+from graphir.gcpause import gc_paused
 from graphir.ir import Module
 from graphir.links import LinkModel
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pass
 from graphir.passes.place import Place
 from graphir.passes.place.pipeline import (
     LayerProfile,
+    TrainingLayout,
     accelerators,
     boundary_times,
     layer_profile,
@@ -78,7 +80,10 @@ SECONDS_PER_NODE = 90e-6
 """Modelled cost of a finalist per node of its rewritten graph: the rewrite (re-batching included),
 ``place{algo=pipeline}`` and one simulation. Profiled on a 99k-node GPT training step (2 and 4
 copies) on the 2-core machine: about 90 us per node; a budget of 60 s then judges one or two
-rewritten finalists of a 100k-node graph."""
+rewritten finalists of a 100k-node graph. Since the rewrite and the placement were made linear
+(benchmarks/results/parallelize-scale.md) a finalist costs 40 to 70 us of CPU per node; the model
+is kept at 90 us so that the same finalists are judged as before (a smaller figure lets the
+4-replica copy of that graph in, 336k nodes, for about 20 s more)."""
 
 DEFAULT_BUDGET = 60.0
 """The default budget in modelled seconds."""
@@ -131,6 +136,13 @@ def _powers_of_two(limit: int) -> list[int]:
         out.append(m)
         m *= 2
     return out
+
+
+def _drop(candidate: Candidate) -> None:
+    """Forget ``candidate``'s rewritten graph (a copy only it holds), freeing it at once."""
+    if candidate.module is not None:
+        candidate.module.graph.release()
+        candidate.module = None
 
 
 def _judge(candidate: Candidate, result: SimResult) -> None:
@@ -187,6 +199,14 @@ class Parallelize(Pass):
             )
             result = Place().run(module, ctx)
             return PassResult(True, {"chosen": "auto", "fallback": "not a training graph", **result.stats})
+        # The trial graphs are millions of objects built and mostly dropped: the cyclic collector is
+        # paused while they are made (its passes over them cost a fifth of the search), and each
+        # dropped one is released (Graph.release: freed at once, no collection needed).
+        with gc_paused(freeze=False):
+            return self._search(module, layout, budget, ctx)
+
+    def _search(self, module: Module, layout: TrainingLayout, budget: float, ctx: PassContext) -> PassResult:
+        """Screen the candidates, judge ``auto`` and the finalists, move the winner into ``module``."""
         stats: dict[str, Stat] = {}
         screened = self._screen(module, layout, stats, ctx)
         judged: list[Candidate] = []
@@ -207,9 +227,13 @@ class Parallelize(Pass):
             self._try(module, candidate, replicas, ctx)
             judged.append(candidate)
             if candidate.module is not None and candidate.verdict() < best.verdict():
-                best.module, best = None, candidate  # keep one rewritten graph in memory
+                _drop(best)  # keep one rewritten graph in memory
+                best = candidate
             else:
-                candidate.module = None
+                _drop(candidate)
+        for replica in replicas.values():
+            if replica is not module:  # module_at_batch returns the module itself at its own batch
+                replica.graph.release()
         for candidate in [judged[0], *screened]:
             stats[f"cand.{candidate.label}"] = self._describe(candidate)
         assert best.module is not None
@@ -230,12 +254,12 @@ class Parallelize(Pass):
 
     # ----------------------------------------------------------------------------- screening
 
-    def _screen(self, module: Module, layout: object, stats: dict[str, Stat], ctx: PassContext) -> list[Candidate]:
+    def _screen(
+        self, module: Module, layout: TrainingLayout, stats: dict[str, Stat], ctx: PassContext
+    ) -> list[Candidate]:
         """Every candidate with its estimate (or skip note), best estimates first."""
-        from graphir.passes.place.pipeline import TrainingLayout
         from graphir.passes.transform.batching import module_batch
 
-        assert isinstance(layout, TrainingLayout)
         cluster = module.cluster
         targets = accelerators(cluster)
         kind = cluster.devices[targets[0]].kind

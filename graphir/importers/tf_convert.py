@@ -243,16 +243,19 @@ class _TfImporter:
             node = nodes.get(node_def.name)
             if node is None:
                 continue
+            controls: list[Node] = []
             for ref in node_def.input:
                 if ref[:1] == "^":
                     other = nodes.get(ref[1:])
                     if other is not None:  # None: a large Const turned into a constant
-                        node.add_control_input(other)
+                        controls.append(other)
                     continue
                 value = values.get(ref)
                 if value is None:
                     raise self.error(f"uses undefined value '{ref}'", node_def.name)
                 node.add_input(value)
+            if controls:
+                node.add_control_inputs(controls)  # one call: a sink may wait on thousands of nodes
         graph.touch_all(())  # the nodes added unchecked (no annotations yet)
         self.set_outputs(graph, outputs, values)
         self.colocate(nodes)

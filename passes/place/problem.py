@@ -281,10 +281,13 @@ class PlacementProblem:
         for groups in class_members.values():
             for g in groups:
                 colocation[g] = sets.find(g)
-        # A colocation class may only use devices every member allows.
-        for root in np.unique(colocation[colocation >= 0]).tolist():
-            same = colocation == root
-            allowed[same] = allowed[same].all(axis=0)
+        # A colocation class may only use devices every member allows (one pass over the members).
+        colocated = np.flatnonzero(colocation >= 0)
+        if len(colocated):
+            roots, slot = np.unique(colocation[colocated], return_inverse=True)
+            joint = np.ones((len(roots), num_devices), dtype=bool)
+            np.logical_and.at(joint, slot, allowed[colocated])
+            allowed[colocated] = joint[slot]
         bad = np.flatnonzero(~allowed.any(axis=1))
         if len(bad):
             members = [index.nodes[u].name for u in np.flatnonzero(node_group == bad[0])[:3]]
@@ -316,7 +319,8 @@ class PlacementProblem:
             np.minimum.at(priority, node_group, fine_key)
         member_order = np.argsort(node_group, kind="stable")
         bounds = np.searchsorted(node_group[member_order], np.arange(n + 1))
-        members = [member_order[bounds[g] : bounds[g + 1]].tolist() for g in range(n)]
+        ordered, cut = member_order.tolist(), bounds.tolist()
+        members = [ordered[cut[g] : cut[g + 1]] for g in range(n)]
         return cls(
             num_nodes=n,
             num_devices=num_devices,
@@ -463,33 +467,39 @@ def list_schedule(problem: PlacementProblem, device: np.ndarray) -> tuple[np.nda
     n = problem.num_nodes
     rank = upward_rank(problem)
     indegree = np.bincount(problem.edge_dst, minlength=n).tolist() if len(problem.edge_dst) else [0] * n
-    start = np.zeros(n)
-    finish = np.zeros(n)
-    device_free = np.zeros(problem.num_devices)
-    ready_heap = [(-rank[v], v) for v in range(n) if indegree[v] == 0]
+    # Python lists, not numpy element access, in the loop (the same float64 arithmetic).
+    start = [0.0] * n
+    finish = [0.0] * n
+    device_free = [0.0] * problem.num_devices
+    ranks = rank.tolist()
+    ready_heap = [(-ranks[v], v) for v in range(n) if indegree[v] == 0]
     heapq.heapify(ready_heap)
     pred_offsets = problem.pred_offsets.tolist()
     pred = problem.pred.tolist()
     pred_edge = problem.pred_edge.tolist()
     succ_offsets = problem.succ_offsets.tolist()
     succ = problem.succ.tolist()
+    edge_bytes = problem.edge_bytes.tolist()
+    transfer_time = problem.links.transfer_time
     dev = device.tolist()
+    own_time = problem.times[np.arange(n), device].tolist() if n else []  # each node's time on its device
     while ready_heap:
         _, v = heapq.heappop(ready_heap)
         d = dev[v]
         arrive = 0.0
         for k in range(pred_offsets[v], pred_offsets[v + 1]):
             u = pred[k]
-            t = finish[u] + problem.links.transfer_time(float(problem.edge_bytes[pred_edge[k]]), dev[u], d)
+            source = dev[u]
+            t = finish[u] if source == d else finish[u] + transfer_time(edge_bytes[pred_edge[k]], source, d)
             if t > arrive:
                 arrive = t
-        begin = max(arrive, device_free[d])
+        free = device_free[d]
+        begin = arrive if arrive >= free else free
         start[v] = begin
-        finish[v] = begin + problem.times[v, d]
-        device_free[d] = finish[v]
+        finish[v] = device_free[d] = begin + own_time[v]
         for k in range(succ_offsets[v], succ_offsets[v + 1]):
             s = succ[k]
             indegree[s] -= 1
             if indegree[s] == 0:
-                heapq.heappush(ready_heap, (-rank[s], s))
-    return start, finish
+                heapq.heappush(ready_heap, (-ranks[s], s))
+    return np.asarray(start, dtype=np.float64), np.asarray(finish, dtype=np.float64)

@@ -210,18 +210,24 @@ def split_layers(
     inf = np.inf
     best = np.full((stages, num_layers + 1), inf)
     choice = np.full((stages, num_layers + 1), -1, dtype=np.int64)
-    for s in range(stages):
-        for j in range(s + 1, num_layers - (stages - 1 - s) + 1):
+    # The first stage starts at layer 0: A(j, 0) for every j at once (i = 0 is its only choice).
+    j = np.arange(1, num_layers - (stages - 1) + 1)
+    peak = np.maximum.accumulate(np.asarray(working, dtype=np.float64))[j - 1]  # max of working[0..j-1]
+    need = prefix_persistent[j] - prefix_persistent[0] + copies[0] * (prefix_saved[j] - prefix_saved[0]) + peak
+    stage_time = prefix_time[j, 0] - prefix_time[0, 0]
+    best[0, j] = need / capacity[0] if memory_first else np.where(need <= capacity[0], stage_time, inf)
+    choice[0, j] = 0
+    for s in range(1, stages):
+        # Only A(L, S - 1) is read of the last stage: one j there.
+        first = max(num_layers, s + 1) if s == stages - 1 else s + 1
+        for j in range(first, num_layers - (stages - 1 - s) + 1):
             i = np.arange(s, j)  # stage s holds layers i..j-1
             stage_time = prefix_time[j, s] - prefix_time[i, s]
             peak = np.maximum.accumulate(working[i[::-1]])[::-1]  # max of working[i..j-1]
             need = prefix_persistent[j] - prefix_persistent[i] + copies[s] * (prefix_saved[j] - prefix_saved[i]) + peak
             cost = need / capacity[s] if memory_first else np.where(need <= capacity[s], stage_time, inf)
-            if s > 0:
-                link = 0.0 if memory_first else comm[s, i]
-                cost = np.maximum(np.maximum(best[s - 1, i], link), cost)
-            else:  # the first stage starts at layer 0
-                cost = np.where(i == 0, cost, inf)
+            link = 0.0 if memory_first else comm[s, i]
+            cost = np.maximum(np.maximum(best[s - 1, i], link), cost)
             k = int(np.argmin(cost))
             best[s, j] = cost[k]
             choice[s, j] = int(i[k])

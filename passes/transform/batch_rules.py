@@ -185,8 +185,12 @@ class BatchFacts:
         if axis < 0:
             axis += len(labels)
         old = labels[axis]
-        if _carries(label) and self.shape(value)[axis] % self.batch:
-            raise _ConflictError
+        if _carries(label):
+            shape = value.type.shape
+            assert shape is not None, "a label per dimension: the rank is known"
+            size = shape[axis]
+            if (size if isinstance(size, int) else 0) % self.batch:  # what shape() reads
+                raise _ConflictError
         merged = _merge(old, label)
         if merged == old:
             return

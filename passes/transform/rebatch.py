@@ -226,9 +226,15 @@ def recompute_mem(module: Module, temporary: Mapping[Node, int] | None = None) -
     known = temporary or {}
     rest = [node for node in nodes if node not in known]
     estimated = dict(zip(rest, analyze_graph(module.graph, rest).temporary.tolist(), strict=True)) if rest else {}
-    for i, node in enumerate(nodes):
-        scratch = known[node] if node in known else estimated[node]
-        node.mem = Mem(int(persistent[i]), int(activation[i]), int(scratch))
+    made: dict[tuple[int, int, int], Mem] = {}  # Mem is a frozen value: equal ones are shared
+    mems: list[Mem] = []
+    for node, held, out in zip(nodes, persistent.tolist(), activation.tolist(), strict=True):
+        key = (held, out, int(known[node] if node in known else estimated[node]))
+        mem = made.get(key)
+        if mem is None:
+            mem = made[key] = Mem(*key)
+        mems.append(mem)
+    module.graph.annotate("mem", nodes, mems)
 
 
 def _rescale(module: Module, result: Module) -> None:

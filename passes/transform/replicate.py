@@ -83,6 +83,7 @@ import numpy as np
 
 from graphir.annotations import Cost
 from graphir.attributes import DenseTensor, ParamValue, numpy_dtype
+from graphir.clone import add_copy
 from graphir.copies import (
     MICROBATCHES_METADATA,
     REPLICAS_METADATA,
@@ -388,12 +389,15 @@ def data_parallel(
         else:
             shared_map[value] = new.add_constant(value.name, value.type, value.const)
 
+    def kept_annotations(source: Node, k: int) -> dict[str, object]:
+        """``source``'s annotations without the placement; ``colocate`` renamed for copy ``k`` (k >= 0)."""
+        kept = {key: value for key, value in source.annotations.items() if key not in _PLACEMENT_KEYS}
+        if k >= 0 and "colocate" in kept:
+            kept["colocate"] = cname(str(kept["colocate"]), k)
+        return kept
+
     def copy_annotations(source: Node, target: Node, k: int) -> None:
-        for key, value in source.annotations.items():
-            if key in _PLACEMENT_KEYS:
-                continue
-            if key == "colocate" and k >= 0:
-                value = cname(str(value), k)
+        for key, value in kept_annotations(source, k).items():
             target.set_annotation(key, value)
 
     feed_copies: list[dict[Node, Node]] = [{} for _ in range(replicas)]
@@ -412,25 +416,28 @@ def data_parallel(
     mirrored = sync == "allreduce" and replicas > 1
     mirrors = replicas if mirrored else 1
     # shared_copies[r][node]: replica r's mirror of a shared node (one copy, r = 0, without mirrors).
+    # The copies are made without add_node's checks where they cannot fail (clone.add_copy).
     shared_copies: list[dict[Node, Node]] = [{} for _ in range(mirrors)]
     mirror_maps: list[dict[Value, Value]] = [{} for _ in range(mirrors)]
     for r in range(mirrors):
         rename = (lambda name, r=r: mirror_name(name, r)) if mirrored else (lambda name: name)
         for node in shared_nodes:
-            copy = new.add_node(
-                node.op,
-                [],
+            params = dict(node.params)
+            annotations = kept_annotations(node, -1)
+            if mirrored:
+                if "shared_name" in params:  # each mirror is a variable of its own
+                    params["shared_name"] = rename(str(params["shared_name"] or node.name))
+                if node.colocate is not None:
+                    annotations["colocate"] = rename(node.colocate)
+            copy = add_copy(
+                new,
+                node,
+                rename(node.name),
+                [rename(v.name) for v in node.outputs],
                 [v.type for v in node.outputs],
-                name=rename(node.name),
-                output_names=[rename(v.name) for v in node.outputs],
+                params,
+                annotations,
             )
-            copy.params = dict(node.params)
-            if mirrored and "shared_name" in copy.params:  # each mirror is a variable of its own
-                copy.params["shared_name"] = rename(str(copy.params["shared_name"] or node.name))
-            copy.loc = node.loc
-            copy_annotations(node, copy, -1)
-            if mirrored and node.colocate is not None:
-                copy.set_annotation("colocate", rename(node.colocate))
             shared_copies[r][node] = copy
             for a, b in zip(node.outputs, copy.outputs, strict=True):
                 mirror_maps[r][a] = b
@@ -450,16 +457,15 @@ def data_parallel(
     rep_copies: list[dict[Node, Node]] = [{} for _ in range(copies)]
     for k in range(copies):
         for node, other in zip(replicated_nodes, rep_nodes, strict=True):
-            copy = new.add_node(
-                node.op,
-                [],
+            copy = add_copy(
+                new,
+                node,
+                cname(node.name, k),
+                [cname(v.name, k) for v in node.outputs],
                 [v.type for v in other.outputs],
-                name=cname(node.name, k),
-                output_names=[cname(v.name, k) for v in node.outputs],
+                dict(other.params),  # the replica's params: batch-dependent constants rescaled
+                kept_annotations(node, k),
             )
-            copy.params = dict(other.params)  # the replica's params: batch-dependent constants rescaled
-            copy.loc = node.loc
-            copy_annotations(node, copy, k)
             rep_copies[k][node] = copy
             for a, b in zip(node.outputs, copy.outputs, strict=True):
                 rep_maps[k][a] = b
@@ -876,6 +882,9 @@ def data_parallel(
         return join.outputs[0]
 
     new.set_outputs(output(v) for v in graph.outputs)
+    keys = graph._annotation_keys  # what the copies may hold: the module's keys less the placement
+    new.touch_all(None if keys is None else keys.difference(_PLACEMENT_KEYS))
+    new._uses_exact_version = new._version  # every use was appended with its operand (add_input, add_node)
 
     metadata = dict(module.metadata)
     metadata[REPLICAS_METADATA] = replicas
@@ -921,10 +930,9 @@ def _annotate_costs(
         # A re-batched replica model (rebatch) already holds each node's cost at the replica's shapes.
         rescaled = all(r.cost is not None or o.cost is None for o, r in zip(originals, rep_nodes, strict=True))
         costs = [r.cost for r in rep_nodes] if rescaled else scaled_costs(result, originals, rep_nodes)
+        costed = [(node, cost) for node, cost in zip(originals, costs, strict=True) if cost is not None]
         for copies in rep_copies:
-            for node, cost in zip(originals, costs, strict=True):
-                if cost is not None:
-                    copies[node].cost = cost
+            result.graph.annotate("cost", [copies[node] for node, _ in costed], [cost for _, cost in costed])
         for copies in feed_copies:
             fed = [copies[n] for n in feeds]
             for node, cost in zip(fed, scaled_costs(result, feeds, fed), strict=True):

@@ -406,3 +406,81 @@ def test_add_control_inputs_in_bulk_skips_duplicates_and_refuses_other_graphs() 
     other = Graph("h").add_node("tf.NoOp", [], [scalar], name="x")
     with pytest.raises(ValueError, match="control input 'x' of 'c' is not in the same graph"):
         c.add_control_inputs([other])
+
+
+# ----------------------------------------------------------------------------- copies and release
+
+
+def _fan_in(width: int) -> Module:
+    """A constant, ``width`` relus of it, and a sink waiting on all of them (data into one, control from all)."""
+    graph = Graph()
+    weight = graph.add_constant("w", f32(4), None)
+    relus = [graph.add_node("onnx.Relu", [weight], [f32(4)], name=f"r{k}") for k in range(width)]
+    sink = graph.add_node("onnx.Identity", [relus[0].outputs[0]], [f32(4)], name="sink")
+    sink.add_control_inputs(relus)
+    relus[1].cost = Cost({"V100": 1e-3})
+    relus[2].mem = Mem(persistent=16)
+    relus[3].colocate = "c"
+    graph.set_outputs([sink.outputs[0]])
+    return Module("m", graph, "4xV100")
+
+
+def test_clone_keeps_names_edges_control_lists_and_annotations():
+    from graphir.clone import clone_module
+    from graphir.printer import print_module
+
+    module = _fan_in(3000)  # one call per node's control inputs: no quadratic re-check of the list
+    clone = clone_module(module)
+    assert print_module(clone) == print_module(module)
+    assert [n.name for n in clone.graph.nodes] == [n.name for n in module.graph.nodes]
+    sink = clone.graph.node("sink")
+    assert [c.name for c in sink.control_inputs] == [f"r{k}" for k in range(3000)]
+    assert all(r.graph is clone.graph for r in sink.control_inputs)
+    assert clone.graph.node("r7").control_users == [sink]
+    _check_use_lists(clone.graph)
+    from graphir.verifier import _check_uses
+
+    assert clone.graph._uses_exact_version == clone.graph._version  # the verifier skips them: checked here
+    _check_uses(clone.graph)
+    assert clone.graph.may_hold("cost") and not clone.graph.may_hold("device")
+    assert clone.graph.index().num_edges == module.graph.index().num_edges
+
+
+def test_add_copy_takes_the_checked_path_when_a_name_is_taken():
+    from graphir.clone import add_copy
+
+    module = _fan_in(4)
+    graph, relu = module.graph, module.graph.node("r1")
+    copy = add_copy(graph, relu, "r1", ["fresh"], [f32(4)], {}, {"cost": Cost({"V100": 2e-3})})
+    assert copy.name == "r1_1" and copy.outputs[0].name == "fresh"  # add_node's unique node name
+    assert copy.cost == Cost({"V100": 2e-3})
+    with pytest.raises(ValueError, match="already defined"):
+        add_copy(graph, relu, "other", ["r2"], [f32(4)], {}, {})  # a result name is never renamed
+
+
+def test_release_frees_a_graph_without_the_cyclic_collector():
+    import gc
+
+    from graphir.clone import clone_module
+
+    module = _fan_in(50)
+    module.graph.index().quotient()  # the cached array views must not hold the nodes either
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        clone = clone_module(module)
+        clone.graph.index().quotient()
+        clone.graph.release()
+        assert len(clone.graph) == 0 and clone.graph.outputs == []
+        del clone
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        leaked = [o for o in gc.garbage if isinstance(o, (Node, Value, Graph))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was:
+            gc.enable()
+    assert leaked == []
+    assert len(module.graph) == 51  # the original is untouched

@@ -79,6 +79,10 @@ def test_replicas_times_microbatches_accumulate_per_replica_first():
     result = data_parallel(module, 2, microbatches=2)
     graph = result.module.graph
     verify(result.module)
+    from graphir.verifier import _check_uses
+
+    assert graph._uses_exact_version == graph._version  # the rewrite says its use lists are exact ...
+    _check_uses(graph)  # ... which the verifier then skips: check them here
     assert result.microbatch == 2 and result.replica_batch == 4
     # each replica is fed its own placeholder at G/D, split in M
     assert graph.value("replica1/x").type == tf_tensor(4, 4)

@@ -153,3 +153,29 @@ def test_restarts_fitting_distinct_best_first(tmp_path: Path) -> None:
     full = dataclasses.replace(single, overflow=10)
     fuller = dataclasses.replace(spread, overflow=20)
     assert restarts([fuller, full]) == [full]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blocks_join_whole_colocation_classes(seed: int) -> None:
+    """Blocks are device runs cut into pieces, each joined with every member of the classes it touches."""
+    import types
+
+    rng = np.random.default_rng(seed)
+    for _ in range(200):
+        n = int(rng.integers(0, 50))
+        device = rng.integers(0, 3, n)
+        colocation = np.full(n, -1, dtype=np.int64)
+        if n:
+            marked = rng.integers(0, n, int(rng.integers(0, n)))
+            colocation[marked] = rng.integers(0, max(1, n // 3), len(marked))
+        problem = types.SimpleNamespace(num_nodes=n, colocation=colocation)
+        for size in (1, 3, 64):
+            expected = []  # the definition, written out: runs, pieces, np.union1d with each class
+            cuts = np.flatnonzero(np.diff(device) != 0) + 1
+            for stretch in np.split(np.arange(n), cuts):
+                for k in range(0, len(stretch), size):
+                    block = stretch[k : k + size]
+                    for c in set(colocation[block].tolist()) - {-1}:
+                        block = np.union1d(block, np.flatnonzero(colocation == c))
+                    expected.append(block.tolist())
+            assert [b.tolist() for b in blocks(problem, device, size)] == expected  # type: ignore[arg-type]

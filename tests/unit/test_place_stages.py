@@ -106,3 +106,62 @@ def test_traced_gpt_stages_and_auto(tiny_gpt_step) -> None:
     assert (plan.node_stage[paired] == plan.node_stage[structure.anchor[paired]]).all()
     PassManager(parse_pipeline("fuse,place,simulate")).run(module, PassContext(seed=0))
     assert all(node.device for node in module.graph.nodes)
+
+
+def _full_dp(time, persistent, saved, working, comm, copies, capacity, memory_first):  # noqa: ANN001, ANN202
+    """PipeDream's DP with every cell computed (the first stage too; every j of the last): the reference."""
+    num_layers, stages = time.shape
+    prefix_time = np.vstack([np.zeros(stages), np.cumsum(time, axis=0)])
+    prefix_persistent = np.concatenate([[0.0], np.cumsum(persistent)])
+    prefix_saved = np.concatenate([[0.0], np.cumsum(saved)])
+    best = np.full((stages, num_layers + 1), np.inf)
+    choice = np.full((stages, num_layers + 1), -1, dtype=np.int64)
+    for s in range(stages):
+        for j in range(s + 1, num_layers - (stages - 1 - s) + 1):
+            i = np.arange(s, j)
+            stage_time = prefix_time[j, s] - prefix_time[i, s]
+            peak = np.maximum.accumulate(working[i[::-1]])[::-1]
+            need = prefix_persistent[j] - prefix_persistent[i] + copies[s] * (prefix_saved[j] - prefix_saved[i]) + peak
+            cost = need / capacity[s] if memory_first else np.where(need <= capacity[s], stage_time, np.inf)
+            if s > 0:
+                link = 0.0 if memory_first else comm[s, i]
+                cost = np.maximum(np.maximum(best[s - 1, i], link), cost)
+            else:
+                cost = np.where(i == 0, cost, np.inf)
+            k = int(np.argmin(cost))
+            best[s, j] = cost[k]
+            choice[s, j] = int(i[k])
+    if not np.isfinite(best[stages - 1, num_layers]):
+        return None
+    starts, j = [0] * stages, num_layers
+    for s in range(stages - 1, -1, -1):
+        starts[s] = int(choice[s, j])
+        j = starts[s]
+    return starts
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_split_layers_equals_the_full_dynamic_programme(seed: int) -> None:
+    """The first stage in one vector and one cell of the last: the same splits as every cell computed.
+
+    Small integer times and bytes make ties and splits that do not fit common.
+    """
+    from graphir.passes.place.stages import split_layers
+
+    rng = np.random.default_rng(seed)
+    outcomes = set()
+    for trial in range(150):
+        layers, stages = int(rng.integers(1, 25)), int(rng.integers(1, 6))
+        time = rng.integers(0, 3, (layers, stages)).astype(float) if trial % 2 else rng.random((layers, stages))
+        persistent, saved, working = (rng.integers(0, 5, layers).astype(float) for _ in range(3))
+        comm = rng.integers(0, 3, (stages, layers + 1)) * 0.5
+        copies = rng.integers(1, 4, stages).astype(float).tolist()
+        capacity = rng.integers(3, 40, stages).astype(float).tolist()
+        memory_first = trial % 5 == 0
+        expected = _full_dp(time, persistent, saved, working, comm, copies, capacity, memory_first)
+        got = split_layers(
+            time, persistent, saved, working, comm=comm, copies=copies, capacity=capacity, memory_first=memory_first
+        )
+        assert got == expected
+        outcomes.add(got is None)
+    assert outcomes == {True, False}  # both fitting and refused splits were compared
