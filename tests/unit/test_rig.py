@@ -347,7 +347,7 @@ def test_fidelity_page_reports_held_out_placements_apart(tmp_path):
     # their rows in the table. Scored errors 10 % and 20 % (median 15 %); held out 40 % and 0 %.
     from devtools.bench_fidelity import HELD_OUT, _summary_text, write_markdown
 
-    assert HELD_OUT == ("topo", "metis", "pipeline")
+    assert HELD_OUT == ("topo", "metis", "pipeline", "allreduce")
     rows = [
         _fidelity_row(p, "enforced", 1.0, sim)
         for p, sim in (("balanced", 1.1), ("fine", 0.8), ("topo", 1.4), ("metis", 1.0))
