@@ -631,46 +631,41 @@ def _place_shared(
     # pass's arrivals give and charges each the link's queue.
     copy = layout.copy
     after = np.zeros(len(nodes), dtype=bool)
+
+    def arrival(u: int, free: dict[tuple[int, int], float] | None) -> float:
+        """When node u's inputs from the copies (or from shared nodes after them) are there; -1: none.
+
+        ``free``: when each device pair's link is free (transfers queue on it); None: no queues.
+        """
+        latest = -1.0
+        for value in nodes[u].inputs:
+            p = value.producer
+            q = -1 if p is None else position[p]
+            if q < 0 or not (copy[q] >= 0 or after[q]):
+                continue
+            src, dst = int(device[q]), int(device[u])
+            done = ready[q]
+            if src != dst:
+                seconds = links.transfer_time(float(value.type.nbytes_or(0)), src, dst)
+                if free is None:
+                    done += seconds
+                else:
+                    done = free[(src, dst)] = max(done, free.get((src, dst), 0.0)) + seconds
+            latest = max(latest, done)
+        for p in nodes[u].control_inputs:
+            q = position[p]
+            if copy[q] >= 0 or after[q]:
+                latest = max(latest, ready[q])
+        return latest
+
     naive = np.full(len(nodes), -1.0)
     for u in shared:  # topological
-        arrival = -1.0
-        for value in nodes[u].inputs:
-            p = value.producer
-            if p is None:
-                continue
-            q = position[p]
-            if copy[q] >= 0 or after[q]:
-                nbytes = float(value.type.nbytes_or(0))
-                arrival = max(arrival, ready[q] + links.transfer_time(nbytes, int(device[q]), int(device[u])))
-        for p in nodes[u].control_inputs:
-            q = position[p]
-            if copy[q] >= 0 or after[q]:
-                arrival = max(arrival, ready[q])
-        if arrival >= 0:
-            after[u] = True
-            naive[u] = ready[u] = arrival
-        else:
-            key[u] = -1.0
-    free: dict[tuple[int, int], float] = {}
+        naive[u] = ready[u] = arrival(u, None)
+        after[u] = naive[u] >= 0
+        key[u] = naive[u]
+    queues: dict[tuple[int, int], float] = {}
     for u in sorted(np.flatnonzero(after).tolist(), key=lambda v: (naive[v], v)):  # producers first
-        arrival = 0.0
-        for value in nodes[u].inputs:
-            p = value.producer
-            if p is None:
-                continue
-            q = position[p]
-            if copy[q] >= 0 or after[q]:
-                src, dst = int(device[q]), int(device[u])
-                done = ready[q]
-                if src != dst:
-                    begin = max(done, free.get((src, dst), 0.0))
-                    done = free[(src, dst)] = begin + links.transfer_time(float(value.type.nbytes_or(0)), src, dst)
-                arrival = max(arrival, done)
-        for p in nodes[u].control_inputs:
-            q = position[p]
-            if copy[q] >= 0 or after[q]:
-                arrival = max(arrival, ready[q])
-        key[u] = ready[u] = arrival
+        key[u] = ready[u] = max(arrival(u, queues), 0.0)
 
 
 # --------------------------------------------------------------------------- the placer
