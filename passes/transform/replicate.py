@@ -56,7 +56,9 @@ update). :func:`data_parallel` builds that graph from a training-step graph:
    receiver), so replica ``q`` ends with chunk ``q + 1`` summed over all replicas; in ``D - 1``
    all-gather steps each whole chunk travels on around the ring (``tf.Identity`` on the receiver:
    the hop is a transfer between ring neighbours, which the simulator charges on the link model
-   like any other); each replica joins its chunks (``graphir.concat``) and scales by ``1 / (D M)``.
+   like any other); between the two phases the replica holding a summed chunk scales it by
+   ``1 / (D M)`` (``dp/mean/<label>/<chunk>``: once per element, as NCCL's ``ncclAvg``), and each
+   replica joins its chunks (``graphir.concat``).
    Each replica sends and receives ``2 (D - 1) / D`` of the gradient's bytes, the bandwidth-optimal
    volume, only to and from its ring neighbours, and a layer's exchange starts as soon as its
    gradient is made, so it overlaps the backward passes of the layers before it. A gradient too
@@ -563,11 +565,13 @@ def data_parallel(
             for r in range(replicas)
         ]
 
-    def ring(held: list[list[Value]], label: str) -> list[list[Value]]:
-        """The ring on chunks: ``held[r][j]`` is replica r's part of chunk j; returns each replica's chunk sums.
+    def ring(held: list[list[Value]], label: str, scale: Value) -> list[list[Value]]:
+        """The ring on chunks: ``held[r][j]`` is replica r's part of chunk j; returns each replica's chunk means.
 
         Reduce-scatter: at step s replica r passes its partial sum of chunk (r - s) mod D to replica
-        r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole.
+        r + 1, which adds its own part; after D - 1 steps replica q holds chunk q + 1 whole and
+        scales it by ``scale`` (``dp/mean/<label>/<chunk>``: each element is scaled once, by the
+        replica that owns its chunk, as NCCL's ``ncclAvg`` does, rather than by every replica).
         All-gather: at step s replica q passes whole chunk (q + 1 - s) mod D on to replica q + 1.
         """
         held = [list(row) for row in held]
@@ -583,6 +587,15 @@ def data_parallel(
                     [partial.type],
                     T=partial.type.dtype.short,
                 ).outputs[0]
+        for q in range(replicas):
+            j = (q + 1) % replicas
+            held[q][j] = op(
+                mirror_name(f"{AGGREGATION_PREFIX}mean/{label}/{j}", q),
+                "tf.Mul",
+                [held[q][j], scale],
+                [held[q][j].type],
+                T=held[q][j].type.dtype.short,
+            ).outputs[0]
         for step in range(replicas - 1):
             sent = [(q, (q + 1 - step) % replicas, held[q][(q + 1 - step) % replicas]) for q in range(replicas)]
             for q, j, whole in sent:
@@ -614,14 +627,14 @@ def data_parallel(
     def balanced(total: int) -> list[int]:
         return [total // replicas + (1 if j < total % replicas else 0) for j in range(replicas)]
 
-    def ring_sum(local: list[Value], out_type: TensorType, label: str) -> list[Value]:
-        """Every replica's sum of the replicas' ``local`` values: a ring all-reduce (module docstring, step 6)."""
+    def ring_mean(local: list[Value], out_type: TensorType, label: str) -> list[Value]:
+        """Every replica's mean of the replicas' ``local`` values: a ring all-reduce (module docstring, step 6)."""
         dtype = out_type.dtype
         shape = out_type.shape or ()
         sizes = [d if isinstance(d, int) else 0 for d in shape]
         axis = max(range(len(sizes)), key=lambda i: (sizes[i], -i)) if sizes else -1
         if axis < 0 or sizes[axis] < replicas:  # too small to cut: every replica sums every replica's part
-            return [
+            sums = [
                 op(
                     mirror_name(f"{AGGREGATION_PREFIX}sum/{label}", r),
                     "tf.AddN",
@@ -632,9 +645,14 @@ def data_parallel(
                 ).outputs[0]
                 for r in range(replicas)
             ]
+            return mean(sums, out_type, label)
         base = f"{AGGREGATION_PREFIX}ring/{label}"
         parts = balanced(sizes[axis])
-        held = ring([cut(local[r], parts, axis, mirror_name(f"{base}/split", r)) for r in range(replicas)], label)
+        held = ring(
+            [cut(local[r], parts, axis, mirror_name(f"{base}/split", r)) for r in range(replicas)],
+            label,
+            inverse_of(dtype),
+        )
         return [
             op(mirror_name(f"{base}/concat", r), "graphir.concat", held[r], [out_type], axis=axis).outputs[0]
             for r in range(replicas)
@@ -670,8 +688,9 @@ def data_parallel(
         The bucket is the gradients flattened and laid end to end, cut into the ring's ``D``
         balanced chunks; each chunk is joined straight from the pieces of the gradients it covers
         (a gradient across a chunk boundary is cut there), so the bucket is copied once on the way
-        in; after the ring each replica scales its chunks and cuts them back at the gradients'
-        boundaries (a gradient across a boundary is joined from its pieces), then reshapes.
+        in; after the ring (which scales each chunk once, on its owner) each replica cuts the
+        chunks back at the gradients' boundaries (a gradient across a boundary is joined from its
+        pieces), then reshapes.
         """
         label = f"bucket{index}"
         dtype = values[0].type.dtype
@@ -684,7 +703,7 @@ def data_parallel(
         starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
         if starts[-1] < replicas:  # fewer elements than replicas: each gradient on its own
             for v in values:
-                reduced[v] = mean(ring_sum(local_parts(v), v.type, v.name), v.type, v.name)
+                reduced[v] = ring_mean(local_parts(v), v.type, v.name)
             return
         bounds = np.concatenate([[0], np.cumsum(balanced(int(starts[-1])))]).tolist()
         # pieces[i]: (chunk j, length) of gradient i in order; chunk_pieces[j]: (gradient i, piece k)
@@ -734,18 +753,11 @@ def data_parallel(
                     ).outputs[0]
                 )
             chunks.append(row_chunks)
-        summed = ring(chunks, label)
-        scale = inverse_of(dtype)
+        means = ring(chunks, label, inverse_of(dtype))
         for r in range(replicas):
             back: list[list[Value]] = [[] for _ in values]
             for j in range(replicas):
-                scaled = op(
-                    mirror_name(f"{AGGREGATION_PREFIX}mean/{label}/{j}", r),
-                    "tf.Mul",
-                    [summed[r][j], scale],
-                    [summed[r][j].type],
-                    T=dtype.short,
-                ).outputs[0]
+                scaled = means[r][j]
                 members = chunk_pieces[j]
                 if len(members) == 1:
                     outs = [scaled]
@@ -827,7 +839,7 @@ def data_parallel(
         if value in bucket_of:
             reduce_bucket(*bucket_of[value])
             return reduced[value]
-        reduced[value] = mean(ring_sum(local_parts(value), out_type, value.name), out_type, value.name)
+        reduced[value] = ring_mean(local_parts(value), out_type, value.name)
         return reduced[value]
 
     for r in range(mirrors):

@@ -71,35 +71,38 @@ def test_ring_allreduce_by_hand():
     assert _inputs(graph.node(f"mirror1/{ring}/rs1_2")) == [f"mirror0/{ring}/rs0_2", f"mirror1/{part}_2"]
     assert _inputs(graph.node(f"mirror2/{ring}/rs1_0")) == [f"mirror1/{ring}/rs0_0", f"mirror2/{part}_0"]
     assert _inputs(graph.node(f"mirror0/{ring}/rs1_1")) == [f"mirror2/{ring}/rs0_1", f"mirror0/{part}_1"]
-    # all-gather: whole chunks pass on around the ring
-    assert _inputs(graph.node(f"mirror1/{ring}/ag0_1")) == [f"mirror0/{ring}/rs1_1"]
-    assert _inputs(graph.node(f"mirror2/{ring}/ag0_2")) == [f"mirror1/{ring}/rs1_2"]
-    assert _inputs(graph.node(f"mirror0/{ring}/ag0_0")) == [f"mirror2/{ring}/rs1_0"]
+    # the owner of a whole chunk scales it by 1/3, once: replica q its chunk q + 1
+    mean = "dp/mean/bwd0/dw"
+    assert _inputs(graph.node(f"mirror0/{mean}/1")) == [f"mirror0/{ring}/rs1_1", "dp/inv_replicas_f32"]
+    assert _inputs(graph.node(f"mirror1/{mean}/2")) == [f"mirror1/{ring}/rs1_2", "dp/inv_replicas_f32"]
+    assert _inputs(graph.node(f"mirror2/{mean}/0")) == [f"mirror2/{ring}/rs1_0", "dp/inv_replicas_f32"]
+    assert float(graph.node(f"mirror2/{mean}/0").inputs[1].const.numpy()) == pytest.approx(1 / 3)  # type: ignore[union-attr]
+    # all-gather: whole scaled chunks pass on around the ring
+    assert _inputs(graph.node(f"mirror1/{ring}/ag0_1")) == [f"mirror0/{mean}/1"]
+    assert _inputs(graph.node(f"mirror2/{ring}/ag0_2")) == [f"mirror1/{mean}/2"]
+    assert _inputs(graph.node(f"mirror0/{ring}/ag0_0")) == [f"mirror2/{mean}/0"]
     assert _inputs(graph.node(f"mirror1/{ring}/ag1_0")) == [f"mirror0/{ring}/ag0_0"]
     assert _inputs(graph.node(f"mirror2/{ring}/ag1_1")) == [f"mirror1/{ring}/ag0_1"]
     assert _inputs(graph.node(f"mirror0/{ring}/ag1_2")) == [f"mirror2/{ring}/ag0_2"]
-    # each replica joins chunks 0, 1, 2 in order and scales by 1/3 into its own update
+    # each replica joins chunks 0, 1, 2 in order into its own update
     assert _inputs(graph.node(f"mirror0/{ring}/concat")) == [
         f"mirror0/{ring}/ag0_0",
-        f"mirror0/{ring}/rs1_1",
+        f"mirror0/{mean}/1",
         f"mirror0/{ring}/ag1_2",
     ]
     assert _inputs(graph.node(f"mirror2/{ring}/concat")) == [
-        f"mirror2/{ring}/rs1_0",
+        f"mirror2/{mean}/0",
         f"mirror2/{ring}/ag1_1",
         f"mirror2/{ring}/ag0_2",
     ]
     adam = graph.node("mirror2/w0/adam")
     assert _inputs(adam)[:3] == ["mirror2/w0/h", "mirror2/w0/m", "mirror2/w0/v"]
-    mean = adam.inputs[-1].producer
-    assert (
-        mean is not None and mean.name == "mirror2/dp/mean/bwd0/dw" and mean.inputs[0].producer.name.endswith("concat")
-    )
-    assert float(mean.inputs[1].const.numpy()) == pytest.approx(1 / 3)  # type: ignore[union-attr]
+    assert _inputs(adam)[-1] == f"mirror2/{ring}/concat"
     # every replica reads its own weights
     assert _inputs(graph.node("replica2/fwd0/mm"))[1] == "mirror2/w0/read"
-    # per gradient: 3 splits, 2 x 3 adds, 2 x 3 hops, 3 concats, 3 means
+    # per gradient: 3 splits, 2 x 3 adds, 2 x 3 hops, 3 concats under the ring's name; 3 means
     assert sum(1 for n in graph.nodes if n.name.split("/", 1)[-1].startswith(ring)) == 3 + 6 + 6 + 3
+    assert sum(1 for n in graph.nodes if n.name.split("/", 1)[-1].startswith(mean)) == 3
     text = print_module(result.module)
     assert print_module(parse_module(text)) == text
 
@@ -126,8 +129,9 @@ def test_buckets_join_the_gradients_in_the_order_the_backward_pass_makes_them():
     With 64-byte buckets: loss + w2 = 44 B, + w1 = 68 B closes bucket 0; w0 opens bucket 1 and is
     alone in it, so it keeps its own ring. Bucket 0 laid end to end: loss [0, 1), w2 [1, 11), w1
     [11, 17); the two-replica ring's chunks are [0, 9) and [9, 17). So w2 is cut at 9 into 8 + 2;
-    chunk 0 joins the loss and w2's first 8, chunk 1 w2's last 2 and w1. After the ring each
-    replica scales its two chunks and cuts them back: chunk 0 into 1 + 8, chunk 1 into 2 + 6; w2
+    chunk 0 joins the loss and w2's first 8, chunk 1 w2's last 2 and w1. Replica 1 ends the
+    reduce-scatter owning chunk 0 and scales it, replica 0 chunk 1; after the all-gather each
+    replica cuts both back: chunk 0 into 1 + 8, chunk 1 into 2 + 6; w2
     is joined from 8 + 2 and reshaped to 2x5, w1 is chunk 1's last 6 reshaped to 3x2.
     """
     module = mlp_training_step(8, widths=(4, 3, 2, 5))
@@ -145,7 +149,10 @@ def test_buckets_join_the_gradients_in_the_order_the_backward_pass_makes_them():
     assert _inputs(graph.node("mirror1/dp/ring/bucket0/rs0_0")) == ["mirror0/dp/bucket0/chunk0", f"{b}/chunk0"]
     mean0 = graph.node("mirror1/dp/mean/bucket0/0")
     assert float(mean0.inputs[1].const.numpy()) == pytest.approx(0.5)  # type: ignore[union-attr]
+    assert _inputs(mean0)[0] == "mirror1/dp/ring/bucket0/rs0_0"
     cut0, cut1 = graph.node(f"{b}/cut0"), graph.node(f"{b}/cut1")
+    assert _inputs(cut0) == ["mirror1/dp/mean/bucket0/0"] and _inputs(cut1) == ["mirror1/dp/ring/bucket0/ag0_1"]
+    assert _inputs(graph.node("mirror1/dp/ring/bucket0/ag0_1")) == ["mirror0/dp/mean/bucket0/1"]
     assert [v.type for v in cut0.outputs] == [_t(1), _t(8)] and [v.type for v in cut1.outputs] == [_t(2), _t(6)]
     whole = graph.node(f"{b}/whole/bwd2/dw")
     assert _inputs(whole) == [f"{b}/cut0_1", f"{b}/cut1_0"] and whole.outputs[0].type == _t(10)
@@ -153,7 +160,7 @@ def test_buckets_join_the_gradients_in_the_order_the_backward_pass_makes_them():
     assert _inputs(back) == [f"{b}/cut1_1", "dp/shape_3x2"] and back.outputs[0].type == _t(3, 2)
     assert _inputs(graph.node("mirror1/w1/adam"))[-1] == f"{b}/shape/bwd1/dw"
     assert _inputs(graph.node("mirror1/w2/adam"))[-1] == f"{b}/shape/bwd2/dw"
-    assert _inputs(graph.node("mirror1/w0/adam"))[-1] == "mirror1/dp/mean/bwd0/dw"  # its own ring
+    assert _inputs(graph.node("mirror1/w0/adam"))[-1] == "mirror1/dp/ring/bwd0/dw/concat"  # its own ring
     assert graph.get_node("mirror0/dp/ring/bwd0/dw/split") is not None
     text = print_module(result.module)
     assert print_module(parse_module(text)) == text
