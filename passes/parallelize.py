@@ -52,6 +52,7 @@ OOM, or why it was skipped; ``chosen`` names the winner.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
@@ -266,6 +267,14 @@ class Parallelize(Pass):
         profile = layer_profile(module, layout, kind)
         overhead = cluster.kind_device(kind).op_overhead
         links = LinkModel.from_cluster(cluster)
+        topology = LinkModel.from_cluster(cluster, "topology")
+        rings: dict[int, list[int]] = {}
+
+        def ring_of(replicas: int) -> list[int]:  # the ring of the first ``replicas`` accelerators, searched once
+            if replicas not in rings:
+                rings[replicas] = ring_order(targets[:replicas], topology)
+            return rings[replicas]
+
         try:
             batch = module_batch(module)
         except PassError:
@@ -281,7 +290,7 @@ class Parallelize(Pass):
                 schedules = self.schedules if stages > 1 and microbatches > 1 else self.schedules[:1]
                 for schedule in schedules:
                     candidate = Candidate(replicas, stages, microbatches, schedule)
-                    self._estimate(candidate, profile, targets, links, overhead, module)
+                    self._estimate(candidate, profile, targets, links, topology, ring_of, overhead, module)
                     out.append(candidate)
         out.sort(key=lambda c: (c.estimate, c.copies, c.label))
         ctx.log(f"parallelize: {len(out)} candidates screened, {sum(np.isfinite(c.estimate) for c in out)} fit")
@@ -293,6 +302,8 @@ class Parallelize(Pass):
         profile: LayerProfile,
         targets: list[int],
         links: LinkModel,
+        topology: LinkModel,
+        ring_of: Callable[[int], list[int]],
         overhead: float,
         module: Module,
     ) -> None:
@@ -328,8 +339,7 @@ class Parallelize(Pass):
             # backward pass makes them; what the backward pass cannot hide, and the last layer made
             # (the first layer's gradients: the embedding), come after it.
             weights = profile.persistent / 3.0  # Adam: var, m, v
-            topology = LinkModel.from_cluster(module.cluster, "topology")
-            order = ring_order(targets[:replicas], topology)
+            order = ring_of(replicas)
             share = 2.0 * (replicas - 1) / replicas
 
             def ring(nbytes: float) -> float:  # the slowest hop of the ring carries its share

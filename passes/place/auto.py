@@ -450,6 +450,7 @@ class Auto(Placer):
                 return candidate(fine, "trial", device, start, simulate(fine, device, start, self.congestion))
 
             outcome = refine(fine, best, judge_fine, allowance)
+            stats["auto.refine-starts"] = best.name
             stats["auto.refine-sims"] = outcome.simulations
             stats["auto.refine-allowance"] = allowance
             stats["auto.refine-moves"] = outcome.moves
