@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from helpers import mlp_training_step, tf_tensor
 
+from graphir.driver import load_builtin_passes
 from graphir.errors import PassError, PassOptionError
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.transform.data_parallel import DataParallel
 from graphir.passes.transform.microbatch import Microbatch
 from graphir.passes.transform.replicate import MICROBATCHES_METADATA, copy_name, copy_of, data_parallel

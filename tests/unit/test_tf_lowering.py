@@ -224,7 +224,7 @@ def test_enforce_order_needs_a_placement():
 
 def test_importing_the_backend_does_not_load_tensorflow():
     code = (
-        "import sys, graphir, graphir.emit; graphir.emit.load_builtin_emitters(); "
+        "import sys, graphir, graphir.driver; graphir.driver.load_builtin_emitters(); "
         "import graphir.backends.tf, graphir.backends.tf.onnx_ops; "
         "assert 'tensorflow' not in sys.modules; print(len(graphir.backends.tf.onnx_ops.ONNX_OPS))"
     )
