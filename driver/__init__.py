@@ -28,6 +28,7 @@ shorthand clusters resolve there, a file or host cluster needs this layer (or
 ``Module.set_cluster``).
 """
 
+from graphir.driver import clusters  # noqa: F401  (registers the resolver of file and host clusters)
 from graphir.driver.builtin import load_builtin_emitters, load_builtin_passes
 from graphir.driver.opt import main, run
 

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from graphir.budget import ALLOW_OOM
-from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
+from graphir.cluster import DEFAULT_CLUSTER
 from graphir.driver.builtin import load_builtin_emitters, load_builtin_passes
+from graphir.driver.clusters import list_clusters, resolve_cluster
 from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun
 from graphir.errors import GraphIRError, describe_exception
 from graphir.fileio import write_atomically

@@ -12,11 +12,11 @@ from helpers import f32
 
 from graphir.annotations import Mem
 from graphir.attributes import DenseTensor
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.backends.json_export import cost_graph
 from graphir.cluster import resolve_cluster
 from graphir.driver import load_builtin_passes
 from graphir.errors import PassError
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.importers import load_module
 from graphir.ir import Graph, Module
 from graphir.ops import estimate_node
