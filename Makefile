@@ -6,7 +6,7 @@
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
-#   make typecheck  pyright on graphir/, passes/ and backends/ ([tool.pyright] in pyproject.toml; strict on the IR core)
+#   make typecheck  pyright on graphir/, passes/, backends/ and driver/ ([tool.pyright] in pyproject.toml; strict on the IR core)
 #   make format   ruff format + ruff check --fix
 #   make bench    core benchmarks (devtools/bench_core.py) + placement tables (bench-place) + bench-scale
 #   make bench-place  issue 15's placement tables: zoo training graphs x 3 presets x every placer and auto,
@@ -41,7 +41,7 @@ BIN := $(VENV)/bin
 # graphir/_girtext.c: pip compiles it into graphir/ at install) changes.
 STAMP := $(VENV)/.installed-stamp
 # Folders that exist among these are linted (examples/ may hold no Python yet).
-LINT_PATHS := $(wildcard graphir passes backends tools devtools tests examples)
+LINT_PATHS := $(wildcard graphir passes backends driver tools devtools tests examples)
 FILECHECK_DIR := tests/filecheck
 
 .DEFAULT_GOAL := help
@@ -85,16 +85,16 @@ lint: $(STAMP)
 
 # pyright cannot follow pyproject's package-dir mapping (passes/ installs as graphir.passes), so a
 # folder of links gives it the installed shape: build/typecheck/graphir/{__init__.py,passes,backends,
-# tools} point at the sources, and [tool.pyright] checks passes/ and backends/ through them (one
-# module name per file); its report names them by their source paths again. The pyright wheel of
+# driver,tools} point at the sources, and [tool.pyright] checks passes/, backends/ and driver/ through
+# them (one module name per file); its report names them by their source paths again. The pyright wheel of
 # the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
 TYPECHECK_STAGE := build/typecheck/graphir
 typecheck: $(STAMP)
 	@mkdir -p $(TYPECHECK_STAGE)
 	@ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py
-	@for package in passes backends tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
+	@for package in passes backends driver tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
 	@PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright > build/typecheck/report.txt; status=$$?; \
-		sed -E 's#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends)/#$(CURDIR)/\1/#' build/typecheck/report.txt; \
+		sed -E 's#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends|driver)/#$(CURDIR)/\1/#' build/typecheck/report.txt; \
 		exit $$status
 
 format: $(STAMP)

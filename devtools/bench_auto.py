@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from devtools.synth import make_synthetic_module
-from graphir.cluster import resolve_cluster
+from graphir.driver.clusters import resolve_cluster
 from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
 from graphir.passes.place import PLACERS, placement_context

@@ -266,10 +266,12 @@ def rewrite_for(
     if placement not in REWRITING:
         return module
     from graphir.clone import clone_module
+    from graphir.driver import load_builtin_passes
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 
+    load_builtin_passes()
     if profile not in PIPELINE_PROFILES:
         raise ValueError(f"pipeline profile must be one of {', '.join(PIPELINE_PROFILES)}, got '{profile}'")
     rewritten = clone_module(module)
@@ -290,11 +292,13 @@ def rewrite_for(
 
 
 def _place(module: Any, placement: str, order: str, congestion: str, scratch: Path, seed: int) -> Any:
+    from graphir.driver import load_builtin_passes
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.simulator import record_order
 
+    load_builtin_passes()
     for node in module.graph.nodes:
         node.device = None
         node.order = None
@@ -424,10 +428,12 @@ def prepare_model(
     name: str, source: str, cluster: Any, args: argparse.Namespace, scratch: Path, log: Any
 ) -> tuple[Any, list[Pair]]:
     """Load ``name``, profile it once on the rig (``profile{mode=tf-run}``), place and simulate every pair."""
+    from graphir.driver import load_builtin_passes
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 
+    load_builtin_passes()
     module = _load(source, args.train_batch, scratch)
     module.set_cluster(cluster)
     log(f"{name}: {len(module.graph)} nodes; profile{{mode=tf-run}}")
@@ -756,7 +762,8 @@ def resimulate(args: argparse.Namespace) -> int:
     profiled as measured); it is simulated on ``--cluster`` under ``--congestion`` and the order it
     recorded. The measured times stay; the page, the JSON and the plot are rewritten (``--out``).
     """
-    from graphir.cluster import ClusterError, resolve_cluster
+    from graphir.cluster import ClusterError
+    from graphir.driver.clusters import resolve_cluster
     from graphir.parser import parse_module
 
     source = args.out.with_suffix(".json")
@@ -902,7 +909,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 1
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from graphir.cluster import resolve_cluster, rig_cache_path
+    from graphir.backends.host import rig_cache_path
+    from graphir.driver.clusters import resolve_cluster
 
     def log(message: str) -> None:
         print(f"bench-fidelity: {message}", file=sys.stderr, flush=True)

@@ -30,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
+from graphir.driver import load_builtin_passes
 from graphir.ir import Graph, Module
-from graphir.pass_infra import Pass, PassContext, load_builtin_passes
+from graphir.pass_infra import Pass, PassContext
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 from graphir.types import DType, TensorType

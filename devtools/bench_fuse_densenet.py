@@ -44,8 +44,9 @@ def build_graphdef(batch: int, path: Path) -> None:
 
 def measure(path: Path, target: int) -> dict[str, object]:
     """Import ``path``, profile it, and time ``fuse{algo=acyclic-batch target=...}`` alone."""
+    from graphir.driver import load_builtin_passes
     from graphir.importers.tf import import_graphdef_file
-    from graphir.pass_infra import PassContext, load_builtin_passes
+    from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 

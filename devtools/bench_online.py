@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphir.cluster import resolve_cluster
+from graphir.driver.clusters import resolve_cluster
 
 __all__ = ["MODELS", "main"]
 
@@ -78,7 +78,7 @@ NOTES_MARKER = "<!-- notes: written by hand, kept when the benchmark rewrites th
 
 _STANDARD_EVAL = """
 import json, sys, time
-from graphir.cluster import resolve_cluster
+from graphir.driver.clusters import resolve_cluster
 from graphir.importers.tf import import_graphdef
 from graphir.pass_infra import PassContext
 from graphir.passes.profile import Profile

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from devtools.synth import make_synthetic_module
+from graphir.driver import load_builtin_passes
 from graphir.ir import Module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.fuse import Fuse
 from graphir.passes.place import Place
 from graphir.simulator import simulate

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from devtools.synth import make_synthetic_module
+from graphir.driver import load_builtin_passes
 from graphir.ir import Module
-from graphir.pass_infra import load_builtin_passes
 from graphir.passes.place import PLACERS, PlacementContext
 from graphir.passes.place.problem import PlacementProblem, list_schedule, write_placement
 from graphir.simulator import simulate

@@ -157,6 +157,7 @@ def measure_stages(path: Path) -> dict[str, float]:
     import types
 
     import graphir.pass_manager as pass_manager_module
+    from graphir.driver import load_builtin_passes
     from graphir.gcpause import freeze_after_pauses
     from graphir.parser import parse_module
     from graphir.pass_infra import PassContext
@@ -164,6 +165,7 @@ def measure_stages(path: Path) -> dict[str, float]:
     from graphir.pipeline import parse_pipeline
     from graphir.printer import PRINT_JOBS, print_module
 
+    load_builtin_passes()
     gc.freeze()
     freeze_after_pauses()
     clock = time.process_time

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from devtools.synth import make_synthetic_module
+from graphir.driver.clusters import resolve_file_or_host  # noqa: F401  (--cluster=Nxcpu or FILE.toml)
 from graphir.ir import Module
 from graphir.links import CONGESTION_RULES
 from graphir.simulator import ORDERS, simulate

@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from devtools.replicate import fastt
 from graphir.clone import clone_module
 from graphir.cluster_presets import fastt_gpus
+from graphir.driver import load_builtin_passes
 from graphir.importers import load_module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.place import common
 from graphir.passes.place.common import DeviceTimeline
 from graphir.printer import print_module

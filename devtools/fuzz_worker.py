@@ -71,7 +71,7 @@ def _worker_main() -> None:
     for fd in (0, 1, 2):  # native libraries (TensorFlow, onnx) must not write into the protocol
         os.dup2(devnull, fd)
     import graphir.driver as driver
-    from graphir.emit import load_builtin_emitters
+    from graphir.driver import load_builtin_emitters
 
     load_builtin_emitters()
     from graphir.importers.tf import load_tensorflow

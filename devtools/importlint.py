@@ -1,15 +1,16 @@
 r"""``make lint``'s layering check: import-linter over the tree as it installs, and graphir's own contract type.
 
 graphir's source folders map onto one package (``graphir/`` is ``graphir``, ``passes/`` is
-``graphir.passes``, ``backends/`` is ``graphir.backends``, ``tools/`` is ``graphir.tools``; see
+``graphir.passes``, ``backends/`` is ``graphir.backends``, ``driver/`` is ``graphir.driver``,
+``tools/`` is ``graphir.tools``; see
 ``pyproject.toml``). import-linter (through grimp) finds a package's modules by walking its
 folder, so it would never see ``passes/`` from ``graphir/``. :func:`stage` therefore copies the
 Python files into ``build/importlint/graphir/`` in the installed shape, and :func:`main` runs
 ``lint-imports`` with that copy first on ``PYTHONPATH``. The contracts themselves live in
 ``pyproject.toml`` (``[tool.importlinter]``):
 
-* a ``layers`` contract: ``graphir.tools`` above ``graphir.passes`` above ``graphir.backends``
-  above the IR core (every other module of ``graphir``, listed by name; ``exhaustive`` makes a new
+* a ``layers`` contract: ``graphir.tools`` above ``graphir.driver`` above ``graphir.passes`` above
+  ``graphir.backends`` above the IR core (every other module of ``graphir``, listed by name; ``exhaustive`` makes a new
   core module fail the check until it is listed, so nothing lands in the core by accident);
 * a ``module-level-forbidden`` contract (:class:`ModuleLevelForbiddenContract`, below): the core
   imports no TensorFlow, onnxruntime, ortools, scipy, pymetis or matplotlib *at module level*.
@@ -33,7 +34,13 @@ from importlinter import Contract, ContractCheck, fields, output
 REPO = Path(__file__).resolve().parents[1]
 """The checkout (``devtools/`` is one level below it)."""
 
-FOLDERS = {"graphir": "graphir", "graphir/passes": "passes", "graphir/backends": "backends", "graphir/tools": "tools"}
+FOLDERS = {
+    "graphir": "graphir",
+    "graphir/passes": "passes",
+    "graphir/backends": "backends",
+    "graphir/driver": "driver",
+    "graphir/tools": "tools",
+}
 """Staged folder -> source folder, as ``pyproject.toml``'s package-dir maps them."""
 
 
@@ -49,7 +56,7 @@ def stage(destination: Path, repo: Path = REPO) -> Path:
     for staged, source in FOLDERS.items():
         for path in sorted((repo / source).rglob("*.py")):
             relative = path.relative_to(repo / source)
-            if source == "graphir" and relative.parts[0] in ("passes", "backends", "tools"):
+            if source == "graphir" and relative.parts[0] in ("passes", "backends", "driver", "tools"):
                 continue  # never shadows a mapped package
             if "__pycache__" in relative.parts:
                 continue

@@ -1,7 +1,7 @@
 """The module map (``docs/modules.md``), generated from the tree so that it cannot drift from the code.
 
 One row per Python module of the installed package, in the layer it belongs to (the same layers
-``make lint`` enforces: tools, passes, backends, the IR core), then the developer tools of
+``make lint`` enforces: tools, driver, passes, backends, the IR core), then the developer tools of
 ``devtools/`` (not installed), with the first line of the module's docstring. The modules are
 read as text (``ast``), never imported, so the map lists the tree as checked out, optional
 extras or not.
@@ -26,6 +26,11 @@ WRITE_COMMAND = "python -m devtools.modmap --write"
 
 LAYERS = (
     ("graphir.tools", "tools", "Tools: the installed command lines (graphir-bench, graphir-tune, the zoo, the demo)"),
+    (
+        "graphir.driver",
+        "driver",
+        "Driver: graphir-opt, the built-in passes and emitters, cluster resolution from files and this machine",
+    ),
     ("graphir.passes", "passes", "Passes: the algorithms (profiling, fusion, placement, rewrites)"),
     ("graphir.backends", "backends", "Backends: emitters, reports, TensorFlow lowering and measurement"),
     ("graphir", "graphir", "The IR core: IR, text format, verifier, pass infrastructure, cluster, links, simulator"),
@@ -35,7 +40,7 @@ LAYERS = (
 DEVTOOLS = ("devtools", "devtools", "Developer tools (`devtools/`, not installed): benchmarks, fuzzing, doc generators")
 """The section after the layers: run from the checkout as ``python -m devtools.NAME``, never in the wheel."""
 
-_UPPER = ("passes", "backends", "tools")
+_UPPER = ("passes", "backends", "driver", "tools")
 
 
 def _summary(path: Path) -> str:

@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from graphir.pass_infra import Pass, format_option, load_builtin_passes, pass_options
+from graphir.driver import load_builtin_passes
+from graphir.pass_infra import Pass, format_option, pass_options
 
 BEGIN_MARKER = "<!-- passes:begin -->"
 END_MARKER = "<!-- passes:end -->"

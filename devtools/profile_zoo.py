@@ -44,9 +44,10 @@ def light_models() -> list[Path]:
 
 def profile_row(spec: str) -> dict[str, Any]:
     """Profile one model (``zoo:<entry>`` or a file) analytically on the celeritas cluster; its table row."""
-    from graphir.cluster import resolve_cluster
+    from graphir.driver import load_builtin_passes
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers import load_module
-    from graphir.pass_infra import PassContext, load_builtin_passes
+    from graphir.pass_infra import PassContext
     from graphir.passes.profile import Profile
 
     load_builtin_passes()

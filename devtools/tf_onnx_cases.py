@@ -141,12 +141,14 @@ def run_case(case: Path) -> dict[str, Any]:
     from graphir.backends.tf.check import relative_error
     from graphir.backends.tf.lowering import check_supported, lower
     from graphir.backends.tf.onnx_ops import ONNX_OPS
+    from graphir.driver import load_builtin_passes
     from graphir.errors import BackendError
     from graphir.importers.onnx import import_onnx
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 
+    load_builtin_passes()
     record: dict[str, Any] = {"case": case.name, "suite": case.parent.name, "devices": 0, "detail": ""}
     ops = _model_ops(case / "model.onnx")
     missing = [op for op in ops if "onnx." + op not in ONNX_OPS]
@@ -375,12 +377,14 @@ def run_node_case(case: Any) -> dict[str, Any]:
 
     from graphir.backends.tf.lowering import check_supported, lower
     from graphir.backends.tf.onnx_ops import ONNX_OPS
+    from graphir.driver import load_builtin_passes
     from graphir.errors import BackendError
     from graphir.importers.onnx import import_onnx
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 
+    load_builtin_passes()
     ops = _node_ops(case)
     missing = [op for op in ops if "onnx." + op not in ONNX_OPS]
     record: dict[str, Any] = {"case": case.name, "suite": NODE_SUITE, "ops": ops, "devices": 0, "detail": ""}

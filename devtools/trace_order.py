@@ -202,7 +202,8 @@ def trace_module(path: Path, cluster: Any, steps: int, warmup: int, seed: int) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line (see the module docstring)."""
-    from graphir.cluster import ClusterError, resolve_cluster
+    from graphir.cluster import ClusterError
+    from graphir.driver.clusters import resolve_cluster
 
     parser = argparse.ArgumentParser(prog="trace_order", description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="+", type=Path, help="saved modules (bench_fidelity --save-modules)")

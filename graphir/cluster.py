@@ -6,11 +6,11 @@ A cluster is resolved from a spec string (:func:`resolve_cluster`):
   ``4xH100``): N identical GPUs of a catalogued kind (:data:`DEVICE_KINDS`), every pair joined by
   one PCIe (default) or NVLink channel;
 * ``Nxcpu``: N logical CPU devices ``/device:CPU:0..N-1`` sharing this machine's CPU, whose peak
-  FLOP/s and memory bandwidth are measured once (:func:`host_cpu_speed`);
+  FLOP/s and memory bandwidth are measured once;
 * ``Nxcpu-workers``: the fidelity rig, N local TensorFlow worker processes
-  ``/job:worker/task:0..N-1/device:CPU:0``, each pinned to one core (:func:`cpu_workers_cluster`);
+  ``/job:worker/task:0..N-1/device:CPU:0``, each pinned to one core;
 * a **preset** for a paper's testbed (:data:`PRESETS`, listed by ``graphir-opt --list-clusters``);
-* a **TOML file** (``*.toml``)::
+* a **TOML file** (``*.toml``, read by :func:`load_cluster_toml`)::
 
     [[device]]
     name = "gpu0"
@@ -73,15 +73,19 @@ Pairs that the wires do not connect are an error. Without wires, unlisted pairs 
 
 Per-kind costs (``Cost({kind: seconds})``) are keyed by ``kind``, so all devices of one kind must
 share peak FLOP/s, memory bandwidth and launch overhead.
+
+The core resolves presets and GPU shorthands itself: they are data. A spec that needs a file, a
+cache or a measurement of this machine (``*.toml``, ``Nxcpu``, ``Nxcpu-workers``) is checked for
+its form here and then handed to the resolvers registered from above
+(:func:`register_cluster_resolver`; the driver layer registers one when it is imported), so that
+:attr:`graphir.ir.Module.cluster` never reads a file or benchmarks the host by itself. Without a
+resolver such a spec is a one-line error; ``Module.set_cluster`` attaches any cluster directly.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
-
-import attrs
+from collections.abc import Callable
 
 from graphir.cluster_model import (
     CPU_LAUNCH_OVERHEAD,
@@ -105,7 +109,6 @@ from graphir.cluster_model import (
 )
 from graphir.cluster_presets import PRESETS
 from graphir.cluster_toml import device_toml, link_toml, load_cluster_toml
-from graphir.hostcpu import CPU_MEASURE_ENV, CpuSpeed, cache_dir, host_cpu_speed
 
 __all__ = [
     "CPU_LAUNCH_OVERHEAD",
@@ -120,19 +123,17 @@ __all__ = [
     "WORKERS_SUFFIX",
     "Cluster",
     "ClusterError",
+    "ClusterResolver",
     "Device",
     "DeviceKind",
     "GiB",
     "Link",
     "TransferCpu",
     "TransferService",
-    "cpu_cluster",
-    "cpu_workers_cluster",
-    "rig_cache_path",
     "device_toml",
     "link_toml",
-    "list_clusters",
     "load_cluster_toml",
+    "register_cluster_resolver",
     "resolve_cluster",
     "widest_routes",
 ]
@@ -147,96 +148,47 @@ def _homogeneous(spec: str, count: int, kind: str, interconnect: str) -> Cluster
     return Cluster(spec, devices, full_mesh(devices, latency, bandwidth))
 
 
-def cpu_cluster(count: int, spec: str | None = None) -> Cluster:
-    """``count`` logical CPU devices of this machine (``/device:CPU:0..count-1``), kind ``cpu``.
-
-    The logical devices share the host's cores, memory and bandwidth; each gets the measured
-    speed (:func:`host_cpu_speed`) and 1/count of the physical memory. A transfer between two of
-    them is a host memory copy: ~20 us of runtime rendezvous, bytes read and written once at the
-    copy bandwidth (calibrate them with ``calibrate-comm``).
-    """
-    fallback = DEVICE_KINDS["cpu"]
-    speed = host_cpu_speed(CpuSpeed(fallback.peak_flops, fallback.mem_bandwidth, fallback.memory, False))
-    devices = tuple(
-        Device(
-            name=f"cpu{i}",
-            tf_device=f"/device:CPU:{i}",
-            kind="cpu",
-            memory=speed.memory // count,
-            peak_flops=speed.peak_flops,
-            mem_bandwidth=speed.mem_bandwidth,
-            launch_overhead=CPU_LAUNCH_OVERHEAD,
-        )
-        for i in range(count)
-    )
-    return Cluster(spec or f"{count}xcpu", devices, full_mesh(devices, 20e-6, speed.mem_bandwidth / 2))
-
-
 WORKERS_SUFFIX = "xcpu-workers"
 """``Nxcpu-workers``: the rig of N single-core local TensorFlow workers."""
 
 
-def rig_cache_path(count: int) -> Path:
-    """Where ``calibrate-comm{rig=true}`` caches the calibrated ``{count}xcpu-workers`` cluster TOML."""
-    return cache_dir() / f"cluster-{count}{WORKERS_SUFFIX}.toml"
-
-
-def cpu_workers_cluster(count: int, spec: str | None = None) -> Cluster:
-    """``count`` local TensorFlow workers, one core each: ``/job:worker/task:k/device:CPU:0``, kind ``cpu``.
-
-    The description calibrated on this machine (``python -m graphir.passes.profile.calibrate_comm
-    --rig --cluster=2xcpu-workers``: one core's roofline, the executor's per-op overhead, gRPC
-    transfer latency and bandwidth, the fixed per-transfer cost) is read from :func:`rig_cache_path`
-    when it exists, so every model is judged with one cluster description. Without it (or with
-    ``GRAPHIR_MEASURE_CPU=0``) the devices get one core's share of the host's measured speed and
-    the links typical loopback-gRPC numbers (1 ms, 0.5 GB/s), uncalibrated.
-    """
-    spec = spec or f"{count}{WORKERS_SUFFIX}"
-    measure = os.environ.get(CPU_MEASURE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-    cached = rig_cache_path(count)
-    if measure and cached.is_file():
-        return attrs.evolve(load_cluster_toml(cached), spec=spec)
-    fallback = DEVICE_KINDS["cpu"]
-    speed = host_cpu_speed(CpuSpeed(fallback.peak_flops, fallback.mem_bandwidth, fallback.memory, False))
-    cores = max(os.cpu_count() or 1, 1)
-    devices = tuple(
-        Device(
-            name=f"worker{k}",
-            tf_device=f"/job:worker/task:{k}/device:CPU:0",
-            kind="cpu",
-            memory=speed.memory // count,
-            peak_flops=speed.peak_flops / cores,
-            mem_bandwidth=speed.mem_bandwidth / cores,
-            launch_overhead=CPU_LAUNCH_OVERHEAD,
-        )
-        for k in range(count)
-    )
-    return Cluster(spec, devices, full_mesh(devices, 1e-3, 0.5e9))
-
-
-def list_clusters() -> str:
-    """Text for ``graphir-opt --list-clusters``: presets, shorthands and the TOML form."""
-    lines = ["presets:"]
-    for name, (doc, _) in PRESETS.items():
-        lines.append(f"  {name:14s} {doc}")
-    lines.append("shorthands:")
-    lines.append("  NxKIND[-pcie|-nvlink]  N identical GPUs, all pairs over PCIe (default) or NVLink, e.g. 4xV100")
-    for kind, entry in DEVICE_KINDS.items():
-        if entry.tf_type == "CPU":
-            continue
-        lines.append(
-            f"    {kind:10s} {entry.memory / GiB:4.0f} GiB  {entry.peak_flops / 1e12:5.1f} TFLOP/s  "
-            f"{entry.mem_bandwidth / 1e9:5.0f} GB/s"
-        )
-    lines.append("  Nxcpu                  N logical CPU devices /device:CPU:0..N-1 with this CPU's measured speed")
-    lines.append(f"                         ({CPU_MEASURE_ENV}=0: fixed 100 GFLOP/s, 20 GB/s)")
-    lines.append("  Nxcpu-workers          N local TF workers /job:worker/task:k, one core each (the fidelity rig)")
-    lines.append("files:")
-    lines.append("  PATH.toml              [[device]], [[link]] and/or [[wire]] tables (see graphir/cluster.py)")
-    return "\n".join(lines) + "\n"
-
-
 # --------------------------------------------------------------------------- resolution
+
+ClusterResolver = Callable[[str], Cluster | None]
+"""``spec -> Cluster``, or ``None`` when the spec is not one this resolver knows."""
+
+CLUSTER_RESOLVERS: list[ClusterResolver] = []
+"""Resolvers of the specs the core does not resolve itself, asked in registration order."""
+
+
+def register_cluster_resolver(resolver: ClusterResolver) -> ClusterResolver:
+    """Ask ``resolver(spec)`` for specs that are not presets or GPU shorthands (files, host clusters, plugins).
+
+    Registered once however often it is called; returns ``resolver`` (usable as a decorator).
+    """
+    if resolver not in CLUSTER_RESOLVERS:
+        CLUSTER_RESOLVERS.append(resolver)
+    return resolver
+
+
+def _ask_resolvers(spec: str) -> Cluster | None:
+    for resolver in CLUSTER_RESOLVERS:
+        cluster = resolver(spec)
+        if cluster is not None:
+            return cluster
+    return None
+
+
+def _resolved_above(spec: str) -> Cluster:
+    """A spec of a file or host form: what the registered resolvers make of it, else a one-line error."""
+    cluster = _ask_resolvers(spec)
+    if cluster is None:
+        raise ClusterError(
+            f"cluster '{spec}' is read from a file or measured on this machine, and no cluster resolver is "
+            "registered (the driver layer registers one; or attach a Cluster with Module.set_cluster)"
+        )
+    return cluster
+
 
 _SHORTHAND = re.compile(r"^(?P<count>\d+)x(?P<kind>[A-Za-z0-9]+(?:-32GB)?)(?:-(?P<link>pcie|nvlink))?$")
 _MAX_DEVICES = 4096
@@ -245,8 +197,14 @@ _MAX_DEVICES = 4096
 def resolve_cluster(spec: str) -> Cluster:
     """Resolve a shorthand (``4xV100``, ``2xA100-nvlink``, ``4xcpu``), a preset name or a TOML file path.
 
+    Presets and GPU shorthands are resolved here; ``Nxcpu``, ``Nxcpu-workers`` and ``*.toml`` are
+    checked for their form, then resolved by the registered resolvers
+    (:func:`register_cluster_resolver`), which are also asked about any other spec before it is
+    rejected.
+
     Raises:
-        ClusterError: the spec is none of these, naming the accepted forms (one line).
+        ClusterError: the spec is none of these, naming the accepted forms (one line), or it needs a
+            resolver and none is registered.
     """
     if spec in PRESETS:
         return PRESETS[spec][1](spec)
@@ -254,7 +212,7 @@ def resolve_cluster(spec: str) -> Cluster:
         count = int(spec[: -len(WORKERS_SUFFIX)])
         if not 1 <= count <= 64:
             raise ClusterError(f"cluster '{spec}': between 1 and 64 workers")
-        return cpu_workers_cluster(count, spec)
+        return _resolved_above(spec)
     match = _SHORTHAND.match(spec)
     if match and match.group("kind") in DEVICE_KINDS:
         count = int(match.group("count"))
@@ -265,13 +223,13 @@ def resolve_cluster(spec: str) -> Cluster:
         if match.group("kind") == "cpu":
             if match.group("link"):
                 raise ClusterError(f"cluster '{spec}': logical CPU devices take no interconnect suffix")
-            return cpu_cluster(count, spec)
+            return _resolved_above(spec)
         return _homogeneous(spec, count, match.group("kind"), match.group("link") or "pcie")
     if spec.endswith(".toml"):
-        path = Path(spec)
-        if not path.is_file():
-            raise ClusterError(f"cluster file '{spec}' does not exist")
-        return load_cluster_toml(path)
+        return _resolved_above(spec)
+    cluster = _ask_resolvers(spec)
+    if cluster is not None:
+        return cluster
     kinds = ", ".join(DEVICE_KINDS)
     presets = ", ".join(PRESETS)
     raise ClusterError(

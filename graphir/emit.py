@@ -3,6 +3,10 @@
 An emitter takes the module and returns text. The driver writes the text to ``-o FILE``
 atomically, so a failed run never leaves a partial output file behind.
 
+This module is the registry; the backends fill it when they are imported (each calls
+:func:`register_emitter`, and a real-execution backend :func:`register_runner`). Which modules
+those are is the driver's knowledge (the layer above the backends), never the core's.
+
 An emitter that also writes side files (the report's JSON, pictures and DOT) registers with
 ``writes_files=True`` and is called as ``fn(module, output)``: ``output`` is the ``-o`` path, or
 ``None`` when the text goes to stdout (then it writes no side file). It derives the side files'
@@ -18,7 +22,6 @@ an emitter sees ``None`` there and shows the module alone.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from pathlib import Path
@@ -94,36 +97,13 @@ def register_emitter(
     return decorate
 
 
-BUILTIN_EMITTER_PLUGINS = (
-    "graphir.backends.compare",
-    "graphir.backends.json_export",
-    "graphir.backends.placement",
-    "graphir.backends.report",
-    "graphir.backends.summary",
-    "graphir.backends.tf",  # tf-graphdef, tf-savedmodel and the --run-tf runner; TensorFlow loads lazily
-)
-"""Backend modules that register the built-in emitters; the core names them and never imports them directly."""
-
-
 Runner = Callable[[Module, int, int], str]
 """``fn(module, steps, seed) -> one report line``: runs the placed module for real (``--run-tf=STEPS``)."""
 
 RUNNERS: dict[str, Runner] = {}
-"""Real-execution backends by name (``tf``); registered by the backend plugins like emitters."""
+"""Real-execution backends by name (``tf``); registered by the backends on import, like emitters."""
 
 
 def register_runner(name: str, runner: Runner) -> None:
     """Make ``name`` a runner the driver can call after the pipeline (``--run-tf`` uses ``tf``)."""
     RUNNERS[name] = runner
-
-
-def load_builtin_emitters() -> dict[str, Emitter]:
-    """Import the built-in emitter plugins by name (they register on import; see :data:`BUILTIN_EMITTER_PLUGINS`)."""
-    for name in BUILTIN_EMITTER_PLUGINS:
-        importlib.import_module(name)
-
-    if "gir" not in EMITTERS:
-        from graphir.printer import print_module
-
-        register_emitter("gir", "the annotated module as .gir text")(print_module)
-    return EMITTERS

@@ -1,46 +1,13 @@
-"""This machine's CPU speed, for ``Nxcpu`` clusters: measured once per machine and cached.
+"""This machine's cores, as this process may use them (the printer's and the TF rig's worker counts).
 
-A roofline needs two numbers per device: peak FLOP/s and memory bandwidth. For the host CPU they
-are measured (a large float32 matrix product and a large array copy, best of five) the first time
-an ``Nxcpu`` cluster is resolved, and cached in ``cpu-speed.json`` under :func:`cache_dir`, so later
-runs on the same machine give the same numbers (and byte-identical outputs).
+What the host CPU can do (its measured speed, the ``Nxcpu`` and ``Nxcpu-workers`` clusters built
+from it, and their caches) is measured above the core, in the backends' host module: the core
+reads no cache and benchmarks nothing.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import platform
-import time
-from collections.abc import Callable
-from pathlib import Path
-
-import attrs
-import numpy as np
-
-CPU_MEASURE_ENV = "GRAPHIR_MEASURE_CPU"
-"""Set to ``0`` to skip measuring the host CPU: ``Nxcpu`` then uses the fixed ``cpu`` catalogue entry
-(100 GFLOP/s, 20 GB/s, 8 GiB), so outputs do not depend on the machine."""
-CACHE_DIR_ENV = "GRAPHIR_CACHE_DIR"
-"""Overrides the cache directory (default ``$XDG_CACHE_HOME/graphir`` or ``~/.cache/graphir``)."""
-_CPU_CACHE_VERSION = 1
-
-
-@attrs.frozen
-class CpuSpeed:
-    """Measured (or fallback) speed of this machine's CPU.
-
-    Attributes:
-        peak_flops: FLOP/s of a large float32 matrix product (numpy's BLAS, all cores).
-        mem_bandwidth: bytes/s of a large array copy (bytes read + bytes written per second).
-        memory: physical memory in bytes.
-        measured: False when these are the documented fallback numbers.
-    """
-
-    peak_flops: float
-    mem_bandwidth: float
-    memory: int
-    measured: bool
 
 
 def available_cores() -> list[int]:
@@ -48,79 +15,3 @@ def available_cores() -> list[int]:
     if hasattr(os, "sched_getaffinity"):
         return sorted(os.sched_getaffinity(0))
     return list(range(os.cpu_count() or 1))
-
-
-def cache_dir() -> Path:
-    """Graphir's per-user cache directory (not created here)."""
-    override = os.environ.get(CACHE_DIR_ENV)
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "graphir"
-
-
-def _machine_key() -> str:
-    return f"{platform.node()}|{platform.machine()}|{platform.processor()}|{os.cpu_count()}"
-
-
-def _measure_cpu(fallback_memory: int) -> CpuSpeed:
-    """Best of a few runs of a 1024^3 float32 matmul and a 64 MiB copy (a roofline's two roofs)."""
-    rng = np.random.default_rng(0)
-    n = 1024
-    a = rng.standard_normal((n, n), dtype=np.float32)
-    b = rng.standard_normal((n, n), dtype=np.float32)
-    np.matmul(a, b)  # warm-up: thread pool start, page faults
-    best = min(_timed(lambda: np.matmul(a, b)) for _ in range(5))
-    peak_flops = 2.0 * n**3 / best
-    src = np.ones(16 << 20, dtype=np.float32)  # 64 MiB, far beyond the last-level cache
-    dst = np.empty_like(src)
-    np.copyto(dst, src)
-    best = min(_timed(lambda: np.copyto(dst, src)) for _ in range(5))
-    mem_bandwidth = 2.0 * src.nbytes / best
-    try:
-        memory = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        memory = fallback_memory
-    return CpuSpeed(float(f"{peak_flops:.4g}"), float(f"{mem_bandwidth:.4g}"), memory, True)
-
-
-def _timed(work: Callable[[], object]) -> float:
-    start = time.perf_counter()
-    work()
-    return time.perf_counter() - start
-
-
-def host_cpu_speed(fallback: CpuSpeed) -> CpuSpeed:
-    """This CPU's speed: measured once per machine and cached, or the fixed fallback.
-
-    The measurement (about a second) is written to ``cpu-speed.json`` in :func:`cache_dir` and
-    reused by every later run on the same machine, so results stay deterministic across runs.
-    ``GRAPHIR_MEASURE_CPU=0`` skips both measurement and cache and returns ``fallback`` (the
-    cluster catalogue's ``cpu`` entry).
-    """
-    if os.environ.get(CPU_MEASURE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
-        return fallback
-    path = cache_dir() / "cpu-speed.json"
-    key = _machine_key()
-    try:
-        data = json.loads(path.read_text())
-        if data.get("version") == _CPU_CACHE_VERSION and data.get("machine") == key:
-            return CpuSpeed(float(data["peak_flops"]), float(data["mem_bandwidth"]), int(data["memory"]), True)
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    speed = _measure_cpu(fallback.memory)
-    record = {
-        "version": _CPU_CACHE_VERSION,
-        "machine": key,
-        "peak_flops": speed.peak_flops,
-        "mem_bandwidth": speed.mem_bandwidth,
-        "memory": speed.memory,
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs a re-measurement next time
-    return speed

@@ -737,7 +737,13 @@ class Module:
 
     @property
     def cluster(self) -> Cluster:
-        """The resolved cluster (:data:`graphir.cluster.DEFAULT_CLUSTER` when no spec is set)."""
+        """The resolved cluster (:data:`graphir.cluster.DEFAULT_CLUSTER` when no spec is set).
+
+        Presets and GPU shorthands resolve in the core; a cluster file or a host cluster (``Nxcpu``,
+        ``Nxcpu-workers``) through a resolver registered from above
+        (:func:`graphir.cluster.register_cluster_resolver`), else a one-line
+        :class:`~graphir.cluster_model.ClusterError`.
+        """
         from graphir.cluster import DEFAULT_CLUSTER, resolve_cluster
 
         spec = self.cluster_spec or DEFAULT_CLUSTER

@@ -3,8 +3,10 @@
 A pass is a frozen dataclass with a kebab-case ``name``, typed option fields with defaults, and
 ``run(module, ctx) -> PassResult``. It declares the facts (annotation keys) it ``requires`` and
 ``provides``; the pass manager runs a provider with its default options when a requirement is
-missing. Passes register with :func:`register_pass`; third-party passes come through the entry-point
-group ``graphir.passes`` or ``graphir-opt --load-plugin=module_or_file.py``::
+missing. Passes register with :func:`register_pass` when their module is imported: the built-in ones
+when ``graphir.passes`` is imported (which the driver layer does; the core never imports it),
+third-party ones through the entry-point group ``graphir.passes`` (:func:`load_pass_plugins`) or
+``graphir-opt --load-plugin=module_or_file.py``::
 
     @register_pass
     @dataclasses.dataclass(frozen=True)
@@ -319,7 +321,6 @@ def plain_summary(obj: Any) -> str:
 # --------------------------------------------------------------------------- registry
 
 PASSES: dict[str, type[Pass]] = {}
-_loaded_builtins = False
 _loaded_plugins = False
 
 
@@ -338,13 +339,14 @@ def register_pass(cls: _P) -> _P:
     return cls
 
 
-def load_builtin_passes() -> dict[str, type[Pass]]:
-    """Import the built-in passes and those of installed plugins (entry-point group ``graphir.passes``)."""
-    global _loaded_builtins
-    if not _loaded_builtins:
-        _loaded_builtins = True
-        importlib.import_module("graphir.passes")
-        load_pass_plugins()
+def registered_passes() -> dict[str, type[Pass]]:
+    """The pass registry, after the installed pass plugins (entry-point group ``graphir.passes``) are loaded.
+
+    The built-in passes register themselves when their package is imported; the core never imports
+    it. ``graphir-opt`` and :func:`graphir.driver.load_builtin_passes` do; a Python program that
+    parses pipelines itself imports ``graphir.passes`` first.
+    """
+    load_pass_plugins()
     return PASSES
 
 
@@ -352,7 +354,8 @@ def load_pass_plugins() -> None:
     """Import the installed pass plugins (entry-point group ``graphir.passes``) once, without the built-ins.
 
     For a run with no passes: a plugin may register annotations its files use, while the built-in
-    passes register none, so their import (a tenth of a second) can be skipped.
+    passes register none, so their import (a tenth of a second) can be skipped. (The entry-point
+    group is named like the built-in passes' package; it is a group name, not a module the core imports.)
     """
     global _loaded_plugins
     if not _loaded_plugins:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from graphir.errors import Location, PassOptionError
-from graphir.pass_infra import Algorithm, OptionInfo, Pass, load_builtin_passes, pass_options
+from graphir.pass_infra import Algorithm, OptionInfo, Pass, pass_options, registered_passes
 
 _BARE_STOP = set(' \t,{}="')
 
@@ -141,16 +141,21 @@ def parse_pipeline(text: str) -> list[Pass]:
     resolved first (its default when absent), then every other option must be the pass's own or the
     chosen algorithm's.
 
+    The passes a pipeline may name are the registered ones (:func:`~graphir.pass_infra.registered_passes`):
+    the built-in passes once their package ``graphir.passes`` is imported (the driver layer imports
+    it, :func:`graphir.driver.load_builtin_passes`), and the installed plugins.
+
     Raises:
         PassOptionError: unknown pass, algorithm or option, or a value of the wrong type, with a caret.
     """
-    registry = load_builtin_passes()
+    registry = registered_passes()
     scanner = _Scanner(text)
     out: list[Pass] = []
     for entry in parse_pipeline_text(text):
         cls = registry.get(entry.name)
         if cls is None:
-            raise scanner.error(f"unknown pass '{entry.name}' (known passes: {', '.join(sorted(registry))})", entry.col)
+            known = ", ".join(sorted(registry)) if registry else "none: import the built-in passes first"
+            raise scanner.error(f"unknown pass '{entry.name}' (known passes: {known})", entry.col)
         options = pass_options(cls)
         kwargs: dict[str, object] = {}
         algorithm, algorithm_kwargs, algorithm_opts = _resolve_algorithm(scanner, cls, entry, options)

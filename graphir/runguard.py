@@ -1,8 +1,8 @@
 """Guards of every path that runs a model: ops that reach outside the process, memory, time.
 
 graphir executes a model when it measures or proves one (``profile{mode=tf|regression|tf-run|
-standard-eval|onnxruntime}``, ``graphir-opt --run-tf``, ``graphir-tune``, ``python -m
-graphir.backends.tf.check``). TensorFlow's security guidance is plain about what that means:
+standard-eval|onnxruntime}``, ``graphir-opt --run-tf``, ``graphir-tune``, the lowering check).
+TensorFlow's security guidance is plain about what that means:
 "TensorFlow models are programs ... When executing the computation graph, TensorFlow may read and
 write files, send and receive data over the network, and even spawn additional processes"
 (`SECURITY.md <https://github.com/tensorflow/tensorflow/blob/master/SECURITY.md>`_, "TensorFlow

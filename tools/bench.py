@@ -62,7 +62,7 @@ import time
 from collections.abc import Sequence
 from typing import NoReturn
 
-from graphir.cluster import resolve_cluster
+from graphir.driver.clusters import resolve_cluster
 from graphir.errors import GraphIRError
 from graphir.tools.bench_matrix import (
     BenchError,

@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import ClassVar, NoReturn, TextIO
 
-from graphir.cluster import resolve_cluster
+from graphir.driver import load_builtin_passes
+from graphir.driver.clusters import resolve_cluster
 from graphir.errors import GraphIRError
 from graphir.importers import load_module
 from graphir.ir import Module
@@ -130,6 +131,7 @@ class ModuleCache:
         self._load(model)
         key = (cluster, profile_spec)
         if key not in self._profiled:
+            load_builtin_passes()
             module = self.fresh(model, cluster)
             PassManager(parse_pipeline(profile_spec), verify_each=verify).run(module, PassContext(seed=seed))
             self._profiled[key] = print_module(module)
@@ -139,6 +141,7 @@ class ModuleCache:
 def run_cell(cache: ModuleCache, model: str, cluster: str, label: str, pipeline: str, matrix: Matrix) -> CellResult:
     """Run one cell; any failure is recorded in ``CellResult.error``."""
     cell = CellResult(model, cluster, label, pipeline)
+    load_builtin_passes()
     try:
         with _time_limit(matrix.timeout):
             passes = parse_pipeline(pipeline)

@@ -7,6 +7,7 @@ CPU devices).
 
 import sys
 
+from graphir.driver.clusters import resolve_file_or_host  # noqa: F401  (--cluster=FILE.toml, Nxcpu-workers)
 from graphir.passes.profile.calibrate_comm import main
 
 if __name__ == "__main__":

@@ -47,13 +47,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="time limit of the run in seconds (default 600)")
     args = parser.parse_args(argv)
     from graphir.backends.tf.run import run_module
-    from graphir.cluster import resolve_cluster
+    from graphir.driver import load_builtin_passes
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers import load_module
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.runguard import allowing_io_ops
 
+    load_builtin_passes()
     try:
         with allowing_io_ops(args.allow_io_ops):
             module = load_module(args.model)

@@ -288,7 +288,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     options = _options(args)
     from graphir.backends.tf.rig import rig
-    from graphir.cluster import resolve_cluster
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers import load_module
     from graphir.passes.profile.cost_store import CostStore
 

@@ -1,6 +1,8 @@
 """The model zoo as a model source: ``graphir-opt zoo:<name>`` and re-batched training entries.
 
-Importing this module registers two plugins with the core (the core never imports the zoo):
+Importing this module registers two plugins with the core (the core never names the zoo: this module
+is the ``zoo`` entry point of the group ``graphir.sources`` in graphir's ``pyproject.toml``, loaded by
+:func:`graphir.importers.load_source_plugins`):
 
 * the ``zoo:`` source scheme of :func:`graphir.importers.load_module` (build on first use, then
   import; :func:`graphir.tools.zoo.load_entry`);

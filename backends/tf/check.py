@@ -1,7 +1,8 @@
 """Prove a lowering: run it on logical CPU devices, compare with onnxruntime, check TF's placement.
 
-``python -m graphir.backends.tf.check MODEL.onnx... --cluster=4xcpu --passes=PIPELINE`` prints
-one JSON object per model (one line each):
+The command line ``check MODEL.onnx... --cluster=4xcpu --passes=PIPELINE`` (the driver layer's,
+which loads the passes a pipeline names and resolves host clusters) prints one JSON object per
+model (one line each):
 
 * ``max_rel_error``: the largest ``max |tf - ort| / max |ort|`` over every node result (the
   norm-wise relative error of each tensor, robust to entries near zero where an element-wise ratio
@@ -40,10 +41,7 @@ off: they fuse ops under new names, e.g. a ``Pad`` into its ``Conv2D``). The tes
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -52,9 +50,10 @@ import numpy as np
 
 from graphir.errors import GraphIRError
 from graphir.extras import require
-from graphir.runguard import IO_FLAG, allowing_io_ops, check_run_memory, check_runnable
+from graphir.runguard import check_run_memory, check_runnable
 
-CHECK_RUN = "python -m graphir.backends.tf.check"
+CHECK_RUN = "the TensorFlow lowering check"
+"""What a refused run is called in its one-line message (:mod:`graphir.runguard`)."""
 
 __all__ = [
     "check_onnx_model",
@@ -372,53 +371,3 @@ def check_training_step(
         "worst_update": worst_update,
         "loss_rel_error": relative_error([new_loss], [loss]),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m graphir.backends.tf.check", description=(__doc__ or "").splitlines()[0]
-    )
-    parser.add_argument("models", nargs="+", type=Path)
-    parser.add_argument(
-        "--train", action="store_true", help="the models are TF training-step GraphDefs: compare one step"
-    )
-    parser.add_argument("--int-high", type=int, default=2, help="--train: integer inputs lie in [0, N)")
-    parser.add_argument("--cluster", default="4xcpu")
-    parser.add_argument("--passes", default="profile,fuse{algo=cpd-topo},place{algo=adjusting}")
-    parser.add_argument("--devices", type=int, default=4, help="logical CPU devices to create")
-    parser.add_argument(
-        "--enforce-order",
-        action="store_true",
-        default=None,
-        help="control dependencies along each device's order (--train default: when the placement recorded"
-        " the enforced order)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        IO_FLAG,
-        action="store_true",
-        help="run models whose ops reach outside the process (custom ONNX domains; refused by default)",
-    )
-    args = parser.parse_args(argv)
-    configure_logical_cpus(args.devices)
-    status = 0
-    for model in args.models:
-        try:
-            with allowing_io_ops(args.allow_io_ops):
-                if args.train:
-                    result = check_training_step(
-                        model, args.cluster, args.passes, args.devices, args.seed, args.int_high, args.enforce_order
-                    )
-                else:
-                    enforce = bool(args.enforce_order)
-                    result = check_onnx_model(model, args.cluster, args.passes, enforce, args.devices, args.seed)
-        except GraphIRError as exc:
-            result = {"model": model.name, "error": exc.one_line()}
-            status = 1
-        print(json.dumps(result), flush=True)
-    return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,7 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from graphir.cluster import device_toml, link_toml, resolve_cluster
+from graphir.cluster import device_toml, link_toml
+from graphir.driver import load_builtin_passes
+from graphir.driver.clusters import resolve_cluster
 from graphir.errors import GraphIRError
 from graphir.fileio import write_atomically
 from graphir.pass_infra import PassContext, Stat
@@ -111,6 +113,7 @@ class Runner:
     def run(self, model: str, cluster: str, pipeline: str) -> Run:
         """Profile (cached), run ``pipeline`` and simulate; a failure is recorded in ``Run.error``."""
         run = Run(model, cluster, pipeline)
+        load_builtin_passes()
         started = time.perf_counter()
         try:
             module = self.cache.profiled(model, cluster, PROFILE, SEED, self.verify)

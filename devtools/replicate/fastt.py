@@ -93,9 +93,10 @@ from devtools.replicate.common import Runner, generated_line, run_main, table, w
 from graphir.clone import clone_module
 from graphir.cluster_model import Cluster
 from graphir.cluster_presets import fastt_gpus
+from graphir.driver import load_builtin_passes
 from graphir.importers import load_module
 from graphir.ir import Module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.place.os_dpos import OsDpos
 from graphir.passes.profile import Profile

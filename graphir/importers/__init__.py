@@ -3,13 +3,15 @@
 Each file importer is registered by file suffix in :data:`IMPORTERS` and returns a
 :class:`~graphir.ir.Module`; unreadable input raises :class:`~graphir.errors.ImportError_`
 (or :class:`~graphir.errors.ParseError` for `.gir`). :func:`load_module` also accepts a directory
-(a TensorFlow SavedModel) and ``zoo:<name>`` (a model-zoo entry, built on first use by
-:mod:`graphir.tools.zoo`). TensorFlow is imported only when a TF input is actually read.
+(a TensorFlow SavedModel) and ``<scheme>:<name>`` from a model source (:data:`SOURCES`): ``zoo:<name>``
+is a model-zoo entry, built on first use. Sources are plugins registered through the entry-point
+group ``graphir.sources`` (the model zoo is one, declared in graphir's own ``pyproject.toml``); the
+core never names their modules. TensorFlow is imported only when a TF input is actually read.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.metadata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -64,7 +66,7 @@ IMPORTERS[".pb"] = _import_tf_graphdef
 IMPORTERS[".pbtxt"] = _import_tf_graphdef
 
 ZOO_PREFIX = "zoo:"
-"""``graphir-opt zoo:<name>`` imports a model-zoo entry (the ``zoo`` source of ``graphir.tools.zoo_source``)."""
+"""``graphir-opt zoo:<name>`` imports a model-zoo entry (the ``zoo`` model source, a plugin)."""
 
 Source = Callable[[str], Module]
 """``name -> Module`` for a ``scheme:name`` model spec."""
@@ -72,8 +74,7 @@ Source = Callable[[str], Module]
 SOURCES: dict[str, Source] = {}
 """Model sources by scheme (``zoo`` -> the model zoo); registered by plugins, see :func:`register_source`."""
 
-BUILTIN_SOURCE_PLUGINS = ("graphir.tools.zoo_source",)
-"""Modules imported (by name, on first need) to register the built-in sources."""
+_loaded_sources = False
 
 
 def register_source(scheme: str, loader: Source) -> None:
@@ -81,10 +82,20 @@ def register_source(scheme: str, loader: Source) -> None:
     SOURCES[scheme] = loader
 
 
-def load_builtin_sources() -> dict[str, Source]:
-    """Import the built-in source plugins (the model zoo); they register themselves on import."""
-    for name in BUILTIN_SOURCE_PLUGINS:
-        importlib.import_module(name)
+def load_source_plugins() -> dict[str, Source]:
+    """Import the installed model-source plugins (entry-point group ``graphir.sources``) once; the registry.
+
+    Each entry point names a module that calls :func:`register_source` when imported (graphir's
+    model zoo is one). A plugin that fails to import is reported in one line.
+    """
+    global _loaded_sources
+    if not _loaded_sources:
+        _loaded_sources = True
+        for entry in importlib.metadata.entry_points(group="graphir.sources"):
+            try:
+                entry.load()
+            except Exception as exc:  # a broken plugin is reported, not a traceback
+                raise ImportError_(f"cannot load model source plugin '{entry.name}' ({entry.value}): {exc}") from exc
     return SOURCES
 
 
@@ -107,7 +118,10 @@ def load_module(path: str | Path, tf_variables: Path | None = None) -> Module:
             raise ImportError_(f"'{path}': no such file")
         return import_graphdef_file(Path(path), variables=Path(tf_variables))
     if isinstance(path, str) and path.startswith(ZOO_PREFIX):
-        return load_builtin_sources()["zoo"](path[len(ZOO_PREFIX) :])
+        zoo = load_source_plugins().get("zoo")
+        if zoo is None:
+            raise ImportError_(f"'{path}': no model source 'zoo' is installed (entry-point group graphir.sources)")
+        return zoo(path[len(ZOO_PREFIX) :])
     path = Path(path)
     if path.is_dir():
         return _import_saved_model(path)

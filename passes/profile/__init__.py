@@ -63,7 +63,8 @@ import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, Opaque
-from graphir.cluster import Cluster, cpu_cluster
+from graphir.backends.host import cpu_cluster
+from graphir.cluster import Cluster
 from graphir.errors import PassError
 from graphir.extras import require
 from graphir.ir import Module, Node, Value

@@ -51,7 +51,7 @@ negative, the latency is set to 0 and the bandwidth refitted through the origin.
   vectors, bytes read + written), so ``profile{mode=analytical}`` works on the rig too.
 
 It writes the cluster TOML (default for an ``Nxcpu-workers`` cluster: the cache that resolving
-``Nxcpu-workers`` reads, :func:`graphir.cluster.rig_cache_path`), so every model is then judged
+``Nxcpu-workers`` reads, :func:`graphir.backends.host.rig_cache_path`), so every model is then judged
 with this one description::
 
     python -m graphir.tools.calibrate_comm --rig --cluster=2xcpu-workers
@@ -84,6 +84,7 @@ from typing import Any, ClassVar
 import attrs
 import numpy as np
 
+from graphir.backends.host import rig_cache_path
 from graphir.cluster import (
     WORKERS_SUFFIX,
     Cluster,
@@ -95,7 +96,6 @@ from graphir.cluster import (
     link_toml,
     load_cluster_toml,
     resolve_cluster,
-    rig_cache_path,
 )
 from graphir.cluster_toml import TRANSFER_CPU_KEYS, service_toml
 from graphir.errors import GraphIRError, PassError

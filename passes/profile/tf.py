@@ -55,7 +55,7 @@ import attrs
 import numpy as np
 
 from graphir.annotations import Cost, Mem
-from graphir.cluster import cpu_cluster
+from graphir.backends.host import cpu_cluster
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.ops import bare_op, is_variable, owns_value

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from graphir.errors import PassError
-from graphir.importers import load_builtin_sources
+from graphir.importers import load_source_plugins
 from graphir.ir import Module
 
 __all__ = [
@@ -64,7 +64,7 @@ def register_builder_provider(provider: Callable[[str], BatchBuilder | None]) ->
 
 
 def _provided_builder(module_name: str) -> BatchBuilder | None:
-    load_builtin_sources()
+    load_source_plugins()
     for provider in _PROVIDERS:
         builder = provider(module_name)
         if builder is not None:

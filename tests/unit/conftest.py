@@ -9,9 +9,10 @@ import pytest
 from helpers import f32
 from hypothesis import HealthCheck, settings
 
+from graphir.driver import load_builtin_passes
 from graphir.ir import Graph, Module, Node
 from graphir.parser import parse_module
-from graphir.pass_infra import FACT_CHECKS, PASSES, load_builtin_passes
+from graphir.pass_infra import FACT_CHECKS, PASSES
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

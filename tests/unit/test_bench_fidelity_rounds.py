@@ -14,7 +14,7 @@ import pytest
 
 from devtools import bench_fidelity
 from devtools.bench_fidelity import Row, apply_placement, place_pairs, read_json, run_rounds, write_json
-from graphir.cluster import cpu_workers_cluster
+from graphir.backends.host import cpu_workers_cluster
 from graphir.ir import Graph, Module
 from graphir.simulator import recorded_order
 from graphir.types import DType, TensorType

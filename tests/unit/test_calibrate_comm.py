@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.cluster import load_cluster_toml, resolve_cluster
 from graphir.errors import PassError
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.passes.profile.calibrate_comm import LinkFit, calibration_sizes, cluster_toml, fit_linear, fit_stats
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.cluster import (
     DEVICE_KINDS,
     PRESETS,
@@ -17,7 +18,6 @@ from graphir.cluster import (
     widest_routes,
 )
 from graphir.driver import run
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.links import LinkModel
 
 

@@ -14,10 +14,10 @@ from html.parser import HTMLParser
 import pytest
 
 from graphir.comparison import METADATA_KEY, Comparison, best_row, read_comparison
-from graphir.driver import run
+from graphir.driver import load_builtin_passes, run
 from graphir.errors import GraphIRError
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
 from graphir.pipeline import parse_pipeline
 from graphir.printer import print_module

@@ -16,10 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from graphir.attributes import DenseTensor
+from graphir.driver import load_builtin_passes
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
 from graphir.passes.transform.data_parallel import DataParallel, data_parallel_devices

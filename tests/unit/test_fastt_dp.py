@@ -12,9 +12,10 @@ from helpers import mlp_training_step
 
 from graphir.cluster import resolve_cluster
 from graphir.cluster_presets import fastt_gpus
+from graphir.driver import load_builtin_passes
 from graphir.errors import PassError
 from graphir.links import LinkModel
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
 from graphir.passes.transform.data_parallel import data_parallel_devices, issue_inputs_after_reads

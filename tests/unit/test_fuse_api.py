@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from graphir.driver import list_passes
+from graphir.driver.opt import list_passes
 from graphir.errors import PassError, PassOptionError
 from graphir.ir import Graph, Module
 from graphir.pass_infra import PassContext

@@ -3,7 +3,7 @@
 The structure is checked on the hand-built MLP training step of test_data_parallel.py; the numbers on
 TensorFlow: one training step of the zoo's tiny GPT and of a small CNN, original and micro-batched
 (or data-parallel through the IR's re-batching), from the same variables and batch on 4 logical
-CPUs (``python -m graphir.backends.tf.check --train``), every variable within 1e-5. Pipelined steps
+CPUs (``python -m graphir.driver.check --train``), every variable within 1e-5. Pipelined steps
 (``place{algo=pipeline}`` under GPipe and 1F1B, alone and with data parallelism, and whatever
 ``parallelize`` chooses) run with each device's recorded order enforced by control dependencies:
 the schedule's order must neither deadlock TensorFlow nor change the step.
@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 from helpers import mlp_training_step, tf_tensor
 
+from graphir.driver import load_builtin_passes
 from graphir.errors import PassError, PassOptionError
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.transform.data_parallel import DataParallel
 from graphir.passes.transform.microbatch import Microbatch
 from graphir.passes.transform.replicate import MICROBATCHES_METADATA, copy_name, copy_of, data_parallel
@@ -131,6 +132,8 @@ _SCRIPT = textwrap.dedent(
     sys.path.insert(0, sys.argv[1])
     from graphir.backends.tf.check import configure_logical_cpus
     configure_logical_cpus(4)
+    from graphir.driver import load_builtin_passes
+    load_builtin_passes()
     from helpers import build_train
     from graphir.backends.tf.check import check_training_step
     model, batch, pipelines, out = sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), Path(sys.argv[5])

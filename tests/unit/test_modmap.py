@@ -19,7 +19,7 @@ def test_module_map_lists_every_module_once():
     listed = re.findall(r"^\| `[^`]+` \| `([^`]+)` \|", text, flags=re.M)
     on_disk = sorted(
         p.relative_to(ROOT).as_posix()
-        for folder in ("graphir", "passes", "backends", "tools", "devtools")
+        for folder in ("graphir", "passes", "backends", "driver", "tools", "devtools")
         for p in (ROOT / folder).rglob("*.py")
         if "__pycache__" not in p.parts
     )
@@ -31,7 +31,7 @@ def test_readme_layout_names_every_package_folder():
     layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
     packages = sorted(
         p.parent.relative_to(ROOT).as_posix()
-        for folder in ("graphir", "passes", "backends", "tools")
+        for folder in ("graphir", "passes", "backends", "driver", "tools")
         for p in (ROOT / folder).rglob("__init__.py")
     )
     missing = [folder for folder in packages if f"{folder}/" not in layout and f"{Path(folder).name}/" not in layout]

@@ -27,7 +27,14 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 NAMESPACE = "graphir"
-IMPORTED_PACKAGES = ("graphir", "graphir.importers", "graphir.passes", "graphir.backends", "graphir.tools")
+IMPORTED_PACKAGES = (
+    "graphir",
+    "graphir.importers",
+    "graphir.passes",
+    "graphir.backends",
+    "graphir.driver",
+    "graphir.tools",
+)
 TIMEOUT_S = 180
 PRODUCT_TOOLS = (
     "__init__",

@@ -12,15 +12,16 @@ from helpers import f32
 
 from graphir.annotations import Mem
 from graphir.attributes import DenseTensor
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.backends.json_export import cost_graph
 from graphir.cluster import resolve_cluster
+from graphir.driver import load_builtin_passes
 from graphir.errors import PassError
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV
 from graphir.importers import load_module
 from graphir.ir import Graph, Module
 from graphir.ops import estimate_node
 from graphir.parser import parse_module
-from graphir.pass_infra import PassContext, load_builtin_passes, providers_of
+from graphir.pass_infra import PassContext, providers_of
 from graphir.passes.profile import Profile, measure_onnxruntime
 from graphir.passes.profile.roofline import analyze_graph
 from graphir.printer import print_module

@@ -12,8 +12,8 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402  (installed by make: the tf extra)
 
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.errors import PassError  # noqa: E402
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.importers.tf import concrete_function_graphdef, from_concrete_function, import_graphdef  # noqa: E402
 from graphir.pass_infra import PassContext  # noqa: E402
 from graphir.passes.profile import Profile  # noqa: E402

@@ -14,10 +14,10 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402  (installed by make: the tf extra)
 
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.backends.tf.measure import module_graphdef  # noqa: E402
 from graphir.driver import run  # noqa: E402
 from graphir.errors import PassError  # noqa: E402
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.importers import load_module  # noqa: E402
 from graphir.importers.tf import concrete_function_graphdef, from_concrete_function, import_graphdef, tf_tensor_name  # noqa: E402
 from graphir.ir import Graph, Module  # noqa: E402

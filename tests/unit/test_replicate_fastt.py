@@ -17,8 +17,9 @@ import pytest
 
 from devtools.replicate import fastt
 from graphir.cluster_presets import fastt_gpus
+from graphir.driver import load_builtin_passes
 from graphir.ir import Module, Node
-from graphir.pass_infra import PassContext, load_builtin_passes
+from graphir.pass_infra import PassContext
 from graphir.passes.place import Place
 from graphir.passes.profile import Profile
 from graphir.passes.transform.data_parallel import DataParallel

@@ -14,8 +14,7 @@ import pytest
 from graphir.backends.placement import emit_placement
 from graphir.backends.report import build_report, emit_report, format_table, report_json, report_paths
 from graphir.backends.report.dot import device_colour, quotient_dot
-from graphir.driver import run
-from graphir.emit import load_builtin_emitters
+from graphir.driver import load_builtin_emitters, run
 from graphir.errors import BackendError
 from graphir.parser import parse_module
 from graphir.simulator import simulate
@@ -185,7 +184,7 @@ def test_timeline_draws_device_and_link_rows():
 
 def test_matplotlib_is_imported_only_when_drawing():
     code = (
-        "import sys; from graphir.emit import load_builtin_emitters; load_builtin_emitters(); "
+        "import sys; from graphir.driver import load_builtin_emitters; load_builtin_emitters(); "
         "from graphir.parser import parse_module; from graphir.backends.report import emit_report; "
         f"emit_report(parse_module({HAND!r})); print('matplotlib' in sys.modules)"
     )

@@ -314,7 +314,8 @@ def test_page_is_byte_identical_across_processes(tmp_path):
 
 def _simulate_run() -> PipelineRun:
     """What the driver records for ``--passes=simulate`` on the OOM variant of HAND."""
-    from graphir.pass_infra import PassContext, load_builtin_passes
+    from graphir.driver import load_builtin_passes
+    from graphir.pass_infra import PassContext
 
     module = parse_module(_with_persistent(17))
     result = load_builtin_passes()["simulate"]().run(module, PassContext())

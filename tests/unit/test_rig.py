@@ -17,8 +17,9 @@ from types import SimpleNamespace
 import pytest
 from helpers import rig_calibration
 
+from graphir.backends.host import cpu_workers_cluster, rig_cache_path
 from graphir.backends.tf.rig import normalise_device, parse_step_stats, rig_cores
-from graphir.cluster import cpu_workers_cluster, load_cluster_toml, resolve_cluster, rig_cache_path
+from graphir.cluster import load_cluster_toml, resolve_cluster
 from graphir.cluster_model import ClusterError
 from graphir.passes.profile.calibrate_comm import fit_rig
 
@@ -132,13 +133,15 @@ _RIG_SCRIPT = textwrap.dedent(
     """
     import json, sys
     from graphir.backends.tf.rig import rig, run_on_rig
-    from graphir.cluster import resolve_cluster
+    from graphir.driver import load_builtin_passes
+    from graphir.driver.clusters import resolve_cluster
     from graphir.ir import Graph, Module
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.types import DType, TensorType
 
+    load_builtin_passes()
     t = TensorType(DType.F32, (128, 256))
     graph = Graph()
     x = graph.add_input("x", t)

@@ -25,9 +25,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 import tensorflow as tf  # noqa: E402  (installed by make: the tf extra)
 
+from graphir.backends.host import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.backends.tf.check import check_onnx_model  # noqa: E402
 from graphir.driver import run  # noqa: E402
-from graphir.hostcpu import CACHE_DIR_ENV, CPU_MEASURE_ENV  # noqa: E402
 from graphir.importers.tf import concrete_function_graphdef  # noqa: E402
 from graphir.parser import parse_module  # noqa: E402
 from graphir.runguard import (  # noqa: E402

@@ -45,7 +45,7 @@ TIME_TOTAL_DEVIATION_BAR = 0.25
 _SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from graphir.cluster import resolve_cluster
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers.tf import import_graphdef
     from graphir.pass_infra import PassContext
     from graphir.passes.profile import Profile

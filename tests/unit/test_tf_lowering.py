@@ -2,7 +2,7 @@
 
 TensorFlow's logical devices must be configured before its runtime starts, and other tests of this
 process may have started it: every run that executes TensorFlow happens in a fresh process
-(``python -m graphir.backends.tf.check`` or a small script), which prints JSON.
+(``python -m graphir.driver.check`` or a small script), which prints JSON.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _json_lines(command: list[str], env: dict[str, str]) -> list[dict]:
 
 
 def _check(models: list[str], env: dict[str, str], *extra: str) -> dict[str, dict]:
-    command = [sys.executable, "-m", "graphir.backends.tf.check", "--cluster=4xcpu", "--devices=4", *extra]
+    command = [sys.executable, "-m", "graphir.driver.check", "--cluster=4xcpu", "--devices=4", *extra]
     command += [str(LIGHT / m) for m in models]
     return {r["model"]: r for r in _json_lines(command, env)}
 
@@ -93,7 +93,9 @@ _TF_SCRIPT = textwrap.dedent(
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.types import DType, TensorType
+    from graphir.driver import load_builtin_passes
 
+    load_builtin_passes()
     rng = np.random.default_rng(0)
     w1 = tf.constant(rng.standard_normal((3, 3, 3, 8)).astype(np.float32))
     w2 = tf.constant(rng.standard_normal((8 * 8 * 8, 10)).astype(np.float32))
@@ -224,7 +226,7 @@ def test_enforce_order_needs_a_placement():
 
 def test_importing_the_backend_does_not_load_tensorflow():
     code = (
-        "import sys, graphir, graphir.emit; graphir.emit.load_builtin_emitters(); "
+        "import sys, graphir, graphir.driver; graphir.driver.load_builtin_emitters(); "
         "import graphir.backends.tf, graphir.backends.tf.onnx_ops; "
         "assert 'tensorflow' not in sys.modules; print(len(graphir.backends.tf.onnx_ops.ONNX_OPS))"
     )

@@ -117,7 +117,9 @@ _SCRIPT = textwrap.dedent(
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
+    from graphir.driver import load_builtin_passes
 
+    load_builtin_passes()
     original, path = Path(sys.argv[1]), Path(sys.argv[2])
     # The real placement: the model at its zoo batch, placed on the cluster the lowering runs on.
     full = import_onnx(original)

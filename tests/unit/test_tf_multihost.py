@@ -46,12 +46,14 @@ _SCRIPT = textwrap.dedent(
     from graphir.backends.tf.check import placement_mismatches, reference_values, relative_error
     from graphir.backends.tf.distributed import run_step, start_local_servers
     from graphir.backends.tf.run import random_inputs, tasks_used
-    from graphir.cluster import resolve_cluster
+    from graphir.driver import load_builtin_passes
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers.onnx import import_onnx
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
 
+    load_builtin_passes()
     model, cluster = Path(sys.argv[1]), sys.argv[2]
     module = import_onnx(model)
     module.set_cluster(resolve_cluster(cluster))

@@ -39,7 +39,9 @@ _SCRIPT = textwrap.dedent(
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.tools.zoo import build_train_graphdef
+    from graphir.driver import load_builtin_passes
 
+    load_builtin_passes()
     config, batch, pipeline = json.loads(sys.argv[1])
     graph_def, step = build_train_graphdef("lstm", batch, [tuple(c) for c in config])
     _, slots, beta1_power, beta2_power = step.graphir_keepalive

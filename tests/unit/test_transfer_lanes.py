@@ -154,8 +154,9 @@ def test_the_calibration_writes_its_stream_check_with_the_lanes_prediction(tmp_p
 
     from helpers import rig_calibration
 
+    from graphir.backends.host import cpu_workers_cluster
     from graphir.backends.tf.rig import WORKER_SERVICE
-    from graphir.cluster import TransferCpu, cpu_workers_cluster
+    from graphir.cluster import TransferCpu
     from graphir.passes.profile.calibrate_comm import LinkFit, RigFit, fit_rig
 
     measured = rig_calibration(latency=300e-6, bandwidth=2e9, kernel=1e-6, gap=4e-6, step=600e-6)

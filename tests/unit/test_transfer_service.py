@@ -282,8 +282,8 @@ def test_the_rig_calibration_writes_how_its_workers_serve_transfers(tmp_path):
 
     from helpers import rig_calibration
 
+    from graphir.backends.host import cpu_workers_cluster
     from graphir.backends.tf.rig import WORKER_SERVICE
-    from graphir.cluster import cpu_workers_cluster
     from graphir.passes.profile.calibrate_comm import fit_rig
 
     assert WORKER_SERVICE == TransferService(

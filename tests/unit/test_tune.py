@@ -235,7 +235,7 @@ _RIG_SCRIPT = textwrap.dedent(
     import numpy as np
     from graphir.backends.tf.rig import rig
     from graphir.backends.tf.strategy_run import initial_variables, run_strategy
-    from graphir.cluster import resolve_cluster
+    from graphir.driver.clusters import resolve_cluster
     from graphir.passes.profile.cost_store import CostStore
     from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune
 
@@ -457,7 +457,7 @@ _DP_SCRIPT = textwrap.dedent(
     from tensorflow.core.framework import graph_pb2
     from graphir.backends.tf.rig import rig
     from graphir.backends.tf.strategy_run import run_strategy
-    from graphir.cluster import resolve_cluster
+    from graphir.driver.clusters import resolve_cluster
     from graphir.importers.tf import import_graphdef
     from graphir.passes.profile.cost_store import CostStore
     from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune

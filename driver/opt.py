@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from graphir.budget import ALLOW_OOM
-from graphir.cluster import DEFAULT_CLUSTER, list_clusters, resolve_cluster
-from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun, load_builtin_emitters
+from graphir.cluster import DEFAULT_CLUSTER
+from graphir.driver.builtin import load_builtin_emitters, load_builtin_passes
+from graphir.driver.clusters import list_clusters, resolve_cluster
+from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun
 from graphir.errors import GraphIRError, describe_exception
 from graphir.fileio import write_atomically
 from graphir.gcpause import freeze_after_pauses
@@ -41,7 +43,6 @@ from graphir.pass_infra import (
     Pass,
     PassContext,
     format_option,
-    load_builtin_passes,
     load_pass_plugins,
     load_plugin,
     pass_options,
@@ -285,6 +286,7 @@ def _pipeline(args: argparse.Namespace) -> list[Pass]:
     if not args.passes:
         load_pass_plugins()
         return []
+    load_builtin_passes()
     return parse_pipeline(args.passes)
 
 

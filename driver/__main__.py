@@ -1,0 +1,5 @@
+"""``python -m graphir.driver``: the ``graphir-opt`` command line."""
+
+from graphir.driver.opt import main
+
+main()
