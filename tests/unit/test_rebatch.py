@@ -291,13 +291,23 @@ def differences(rebatched: Module, traced: Module) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["gpt", "cnn", "lstm", "transformer"])
-def test_zoo_training_steps_rebatch_as_tensorflow_retraces_them(model, tmp_path):
+@pytest.mark.parametrize(
+    ("model", "batches"),
+    [
+        ("gpt", (6, 3, 2)),
+        ("cnn", (6, 3, 2)),
+        ("lstm", (6, 3, 2)),
+        ("transformer", (6, 3, 2)),
+        ("cnn_padded", (8, 4, 2)),
+    ],
+)
+def test_zoo_training_steps_rebatch_as_tensorflow_retraces_them(model, batches, tmp_path):
+    """``cnn_padded`` (helpers.padded_cnn): Pad, StridedSliceGrad, ConcatOffset, sizes of 8 at batch 8."""
     from graphir.importers import load_module
 
-    big, *smalls = build_graphs(model, [6, 3, 2], tmp_path)
+    big, *smalls = build_graphs(model, list(batches), tmp_path)
     module = load_module(big)
-    for path, batch in zip(smalls, (3, 2), strict=True):
+    for path, batch in zip(smalls, batches[1:], strict=True):
         got = rebatch(module, batch)
         verify(got)
         assert differences(got, load_module(path)) == []
