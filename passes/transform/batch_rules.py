@@ -1459,9 +1459,12 @@ def _tile(node: Node, facts: BatchFacts) -> None:
             facts.set_dim(data, k, NO)
 
 
-@batch_rule("Pad", "PadV2", "MirrorPad")
+@batch_rule("Pad", "PadV2", "MirrorPad", "MirrorPadGrad")
 def _pad(node: Node, facts: BatchFacts) -> None:
-    """An axis padded by nothing keeps its label; a padded axis cannot carry the batch."""
+    """An axis padded by nothing keeps its label; a padded axis cannot carry the batch.
+
+    ``MirrorPadGrad`` (the padded gradient folded back to the operand's shape) relates the same axes.
+    """
     data, paddings = node.inputs[0], node.inputs[1]
     out = node.outputs[0]
     for value in node.inputs[1:]:

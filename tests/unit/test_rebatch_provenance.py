@@ -208,3 +208,19 @@ def test_a_node_that_cannot_tell_is_refused_naming_it():
     g.add_node("tf.Pad", [x, computed], [tf_tensor(4, 8)], name="pad")
     with pytest.raises(PassError, match="node 'pad' \\(tf.Pad\\) does not tell where the batch 4 goes \\(its paddings"):
         rebatch(Module("m", g), 2)
+
+
+def test_mirror_pad_grad_folds_the_padding_back():
+    """``MirrorPadGrad([4, 7, 7, 3], paddings) -> [4, 5, 5, 3]``: the Pad rule, operand and result swapped."""
+    g = Graph("main")
+    dy = _images(g, 4, 7, 7, 3)
+    paddings = [[0, 0], [1, 1], [1, 1], [0, 0]]
+    g.add_node(
+        "tf.MirrorPadGrad",
+        [dy, _const(g, "paddings", paddings)],
+        [tf_tensor(4, 5, 5, 3)],
+        name="fold",
+        params={"mode": "REFLECT"},
+    )
+    got = rebatch(Module("m", g), 2)
+    assert _shape(got, "fold") == (2, 5, 5, 3) and _value(got, "paddings") == paddings
