@@ -8,6 +8,14 @@ then rewrites the graph at another batch ``b``: a dimension of size ``c*B`` that
 becomes ``c*b``, a constant element ``c*B`` that carries it becomes ``c*b``, and a constant tensor
 with a batch dimension is sliced along it.
 
+**Provenance, not size.** A dimension carries the batch when it *derives* from a batch input's
+leading dimension through the rules (along data edges, both ways), never because its size equals
+the batch: a ``[rank, 2]`` paddings constant of 128 rows in a graph at batch 128, a concatenation
+offset of 128, a weight slice that keeps 128 rows are not the batch. A dimension no rule labels is
+connected to no batch input and is :data:`NO` at the end; a node whose rule could not relate its
+dimensions (its paddings, begins or axes are computed at run time:
+:meth:`BatchFacts.undecided_by`) refuses the graph when an unlabelled dimension touches it.
+
 **Labels.** A dimension's label is ``None`` (not known yet), :data:`NO` (the batch is not in it),
 :data:`SOME` (the batch is in it; where inside is not known) or an integer ``k >= 1``: the dimension
 is ``outer * B * k`` in row-major order (``k`` is the product of what is inside the batch: ``[B, S]``
@@ -29,7 +37,8 @@ gradients, ``FusedBatchNormV3`` and its gradient, ``Reshape``, ``Transpose``, re
 and cross-entropies, ``GatherV2`` and ``UnsortedSegmentSum`` (its gradient), ``Shape``/``Size``/
 ``BroadcastGradientArgs``, ``ConcatV2``/``Pack``/``Unpack``/``Split``/``SplitV``/``Slice``/
 ``StridedSlice``, ``Select``/``SelectV2``, ``OneHot``, ``Fill``/``BroadcastTo``/``Tile``/``Pad``, the
-random ops' shapes, variable reads and updates (never batched), and arithmetic on shape vectors.
+random ops' shapes, variable reads and updates (never batched), arithmetic on shape vectors, and
+the gradients' ``StridedSliceGrad`` and ``ConcatOffset``.
 They live here rather than as an op facet of :mod:`graphir.ops.registry`: they describe how the
 *batch* flows, a property of a training graph's inputs rather than of one op's types, and only
 this rewrite uses them.
@@ -41,9 +50,9 @@ summed, and labels the divisor (and, through ``Cast``, the ``Prod``'s constant s
 by element against ``x``'s dimensions) from ``x``'s labels; the gradient divides by the same value.
 
 **What is refused** (:class:`~graphir.errors.PassError`, one line naming the node): two labels that
-disagree (a ``Reshape`` that splits the batch across dimensions, a slice of part of the batch,
-a tensor with the batch twice), an op with no rule whose result has a dimension that might be the
-batch, and a dimension whose size is a multiple of ``B`` that no rule could tell about.
+disagree (a ``Reshape`` that splits the batch across dimensions, a slice or a padding of part of
+the batch, a tensor with the batch twice), an op with no rule whose result has a dimension that
+might be the batch, and a node whose rule could not tell (above) with such a dimension around it.
 """
 
 from __future__ import annotations
@@ -149,6 +158,8 @@ class BatchFacts:
         self._queued: set[Node] = set()
         self._node: Node | None = None
         self._changes = 0
+        self.undecided: dict[Node, str] = {}
+        """Nodes whose rule could not relate all their dimensions (last run), and why (see :meth:`undecided_by`)."""
 
     # ----------------------------------------------------------------- reading
     def shape(self, value: Value) -> tuple[int, ...]:
@@ -259,6 +270,8 @@ class BatchFacts:
         """
         self.no_batch(shape_value)
         known = self.ints(shape_value)
+        if shape_value not in self.elements:
+            self.undecided_by(f"the values of its shape operand '%{shape_value.name}' are not known")
         for axis in range(len(self.dims[result])):
             if known is not None and axis < len(known) and known[axis] < 0:
                 continue
@@ -271,6 +284,16 @@ class BatchFacts:
         if labels is not None:
             for index in range(len(labels)):
                 self.set_element(value, index, NO)
+
+    def undecided_by(self, reason: str) -> None:
+        """The running rule cannot relate its node's dimensions: ``reason`` says what it misses.
+
+        A dimension the rules leave unlabelled does not derive from the batch and is :data:`NO`
+        (:func:`analyze_batch`), except around a node whose rule said this: there the batch may pass
+        unseen, and an unlabelled dimension of its operands or results refuses the graph naming the node.
+        """
+        if self._node is not None:
+            self.undecided[self._node] = reason
 
     def _changed(self, value: Value) -> None:
         self._changes += 1
@@ -291,6 +314,7 @@ class BatchFacts:
             if rule is None:
                 continue
             self._node = node
+            self.undecided.pop(node, None)  # the rule's last run says
             before = self._changes
             try:
                 rule(node, self)
@@ -366,34 +390,42 @@ def analyze_batch(graph: Graph, batch: int, sources: Iterable[Value]) -> BatchFa
 
 
 def _check_unknown(nodes: Sequence[Node], facts: BatchFacts) -> None:
-    """Refuse a dimension that may be the batch and that no rule decided; the others are ``NO``."""
+    """Decide the dimensions no rule labelled: by provenance, they do not carry the batch.
+
+    The rules relate every dimension through which the batch flows (from the sources, along data
+    edges, both ways); a dimension they leave unlabelled is connected to no batch source, so its size
+    being a multiple of ``B`` is a coincidence (a ``[128, 2]``-shaped constant in a graph at batch 128,
+    a ``Slice`` of a weight that keeps 128 of its rows) and it is :data:`NO`. That holds only where
+    every rule saw all it needed: an op with no rule, or a node whose rule could not relate its
+    dimensions (:meth:`BatchFacts.undecided_by`: a ``Pad`` whose paddings are computed at run time),
+    with an unlabelled dimension around it refuses the graph naming the node. The defaults are then
+    propagated once more, so that a rule they contradict is reported as a disagreement.
+    """
     for node in nodes:
-        for value in node.outputs:
+        reason = facts.undecided.get(node)
+        rule = BATCH_RULES.get(node.op)
+        for value in (*node.inputs, *node.outputs) if reason is not None else node.outputs:
             labels = facts.dims[value]
-            for axis, label in enumerate(labels):
-                if label is not None:
-                    continue
-                size = facts.shape(value)[axis]
-                if value in facts.content:  # a shape vector's length is a rank
-                    labels[axis] = NO
-                    continue
-                if node.op not in BATCH_RULES:
-                    raise PassError(
-                        f"cannot re-batch: node '{node.name}' ({node.op}) has no batch rule and its result "
-                        f"'%{value.name}' has a dimension of {size}, a multiple of the batch {facts.batch}"
-                    )
+            axis = next((k for k, label in enumerate(labels) if label is None), None)
+            if axis is None or value in facts.content:  # a shape vector's length is a rank
+                continue
+            size = facts.shape(value)[axis]
+            if rule is None:
                 raise PassError(
-                    f"cannot re-batch: dimension {axis} (size {size}) of '%{value.name}' ({node.op}) might or "
-                    f"might not be the batch {facts.batch}: nothing in the graph tells"
+                    f"cannot re-batch: node '{node.name}' ({node.op}) has no batch rule and its result "
+                    f"'%{value.name}' has a dimension of {size}, a multiple of the batch {facts.batch}"
                 )
-    for value in facts.graph.constants:
-        labels = facts.dims[value]
-        for axis, label in enumerate(labels):
+            if reason is not None:
+                raise PassError(
+                    f"cannot re-batch: node '{node.name}' ({node.op}) does not tell where the batch "
+                    f"{facts.batch} goes ({reason}): dimension {axis} (size {size}) of '%{value.name}' "
+                    "might or might not be the batch"
+                )
+    for value in facts.graph.values:
+        for axis, label in enumerate(facts.dims[value]):
             if label is None:
-                raise PassError(
-                    f"cannot re-batch: dimension {axis} (size {facts.shape(value)[axis]}) of constant "
-                    f"'%{value.name}' might or might not be the batch {facts.batch}"
-                )
+                facts.set_dim(value, axis, NO)
+    facts.run([])
 
 
 # --------------------------------------------------------------------------- compile-time values
@@ -406,7 +438,7 @@ def _small(value: Value) -> bool:
     count = math.prod(shape)
     if value.type.dtype in (DType.F32, DType.F64, DType.F16, DType.BF16):
         return count == 1
-    return len(shape) <= 1 and count <= CONTENT_LIMIT
+    return len(shape) <= 2 and count <= CONTENT_LIMIT  # shape vectors, and paddings ``[rank, 2]``
 
 
 def _track(facts: BatchFacts, value: Value, data: Any) -> None:
@@ -437,6 +469,12 @@ def _evaluate_content(graph: Graph, nodes: Sequence[Node], facts: BatchFacts) ->
                 for out, axes in zip(node.outputs, _gradient_axes(shapes[0], shapes[1]), strict=True):
                     _track(facts, out, np.asarray(axes, dtype=np.int32))
             continue
+        if node.op == "tf.ConcatOffset":
+            offsets = _concat_offsets(node, facts)
+            if offsets is not None:
+                for out, offset in zip(node.outputs, offsets, strict=True):
+                    _track(facts, out, offset)
+            continue
         if len(node.outputs) != 1 or not _small(node.outputs[0]):
             continue
         out = node.outputs[0]
@@ -457,6 +495,24 @@ def known_values(graph: Graph) -> dict[Value, np.ndarray]:
         facts.dims[value] = [None] * len(facts.shape(value))
     _evaluate_content(graph, graph.index().nodes, facts)
     return facts.content
+
+
+def _concat_offsets(node: Node, facts: BatchFacts) -> list[np.ndarray] | None:
+    """TensorFlow's ``ConcatOffset(axis, shape_0, ...)``: where each part starts in the concatenation."""
+    axis_values = facts.ints(node.inputs[0])
+    shapes = [facts.values_of(v) for v in node.inputs[1:]]
+    if axis_values is None or any(shape is None for shape in shapes):
+        return None
+    parts = [np.asarray(shape).reshape(-1) for shape in shapes if shape is not None]
+    axis = axis_values[0] % len(parts[0])
+    offsets: list[np.ndarray] = []
+    start = 0
+    for part in parts:
+        offset = np.zeros_like(part)
+        offset[axis] = start
+        offsets.append(offset)
+        start += int(part[axis])
+    return offsets
 
 
 def _gradient_axes(x: list[int], y: list[int]) -> tuple[list[int], list[int]]:
@@ -875,6 +931,7 @@ def _einsum(node: Node, facts: BatchFacts) -> None:
     """Dimensions named by one letter of the equation are the same dimension (no ellipsis)."""
     equation = str(node.params.get("equation", "")).replace(" ", "")
     if "..." in equation or "->" not in equation:
+        facts.undecided_by(f"its equation '{equation}' has an ellipsis or no result")
         return
     lhs, rhs = equation.split("->")
     where: dict[str, tuple[Value, int]] = {}
@@ -933,7 +990,8 @@ def _place_batch(facts: BatchFacts, src: Value, src_axes: list[int], dst: Value,
     after = math.prod(src_shape[a] for a in src_axes if a > axis)
     if label == SOME:
         if src_shape[axis] != facts.batch:
-            return  # where inside the axis is not known
+            facts.undecided_by(f"where the batch lies inside the {src_shape[axis]} of '%{src.name}' is not known")
+            return
         inner = 1
     else:
         inner = label
@@ -968,6 +1026,7 @@ def _regroup(facts: BatchFacts, data: Value, out: Value) -> None:
     src, dst = facts.shape(data), facts.shape(out)
     groups = _reshape_groups(src, dst)
     if groups is None:
+        facts.undecided_by(f"its operand's shape {list(src)} and its result's {list(dst)} do not regroup")
         return
     for axis, size in enumerate(src):
         if size == 1:
@@ -997,6 +1056,7 @@ def _transpose(node: Node, facts: BatchFacts) -> None:
     facts.index_operand(perm)
     order = facts.ints(perm)
     if order is None:
+        facts.undecided_by("its permutation is not known at compile time")
         return
     for j, i in enumerate(order):
         facts.tie(data, i % len(order), out, j)
@@ -1010,6 +1070,7 @@ def _reduce(node: Node, facts: BatchFacts) -> None:
     facts.index_operand(axes_value)
     axes = facts.ints(axes_value)
     if axes is None:
+        facts.undecided_by("its axes are not known at compile time")
         return
     rank = len(facts.dims[data])
     reduced = {a % rank for a in axes} if rank else set()
@@ -1041,6 +1102,7 @@ def _concat(node: Node, facts: BatchFacts) -> None:
     facts.index_operand(axis_value)
     found = facts.ints(axis_value)
     if found is None:
+        facts.undecided_by("its axis is not known at compile time")
         return
     rank = len(facts.dims[out])
     axis = found[0] % rank if rank else 0
@@ -1107,6 +1169,7 @@ def _split(node: Node, facts: BatchFacts) -> None:
     facts.index_operand(axis_value)
     found = facts.ints(axis_value)
     if found is None:
+        facts.undecided_by("its axis is not known at compile time")
         return
     rank = len(facts.dims[data])
     axis = found[0] % rank if rank else 0
@@ -1121,33 +1184,117 @@ def _split(node: Node, facts: BatchFacts) -> None:
         facts.set_dim(out, axis, NO)
 
 
-@batch_rule("StridedSlice")
-def _strided_slice(node: Node, facts: BatchFacts) -> None:
-    """Whole axes keep their label; a partly sliced axis cannot carry the batch; shape vectors are sliced too."""
-    data, begin, end, strides = node.inputs
-    out = node.outputs[0]
-    for value in (begin, end, strides):
+def _strided_spec(facts: BatchFacts, node: Node, bounds: Sequence[Value]) -> tuple[Any, ...] | None:
+    """The index of a ``StridedSlice`` (or its gradient) with operands ``begin, end, strides``, or None."""
+    begin, end, strides = bounds
+    for value in bounds:
         facts.no_batch(value)
     b, e, s = facts.values_of(begin), facts.values_of(end), facts.values_of(strides)
     if b is None or e is None or s is None:
-        return
-    index = _strided_index(node, len(facts.dims[data]), b, e, s)
-    assert index is not None
-    shape = facts.shape(data)
-    _sliced(facts, node, data, out, index)
-    masks = _int_param(node, "end_mask", 0)
+        facts.undecided_by("its begin, end or strides are not known at compile time")
+        return None
     for value in (begin, strides):
         facts.index_operand(value)
-    ends = [int(x) for x in np.asarray(e).reshape(-1)]
-    for k, (in_axis, _, whole) in enumerate(_axis_map(index, shape)):
-        if k < len(ends) and in_axis is not None and whole and not masks & (1 << k) and ends[k] == shape[in_axis]:
-            facts.tie_element_dim(end, k, data, in_axis)
-        elif k < len(ends):
+    return _strided_index(node, 0, b, e, s)
+
+
+def _strided_ends(facts: BatchFacts, node: Node, data: Value, end: Value, index: tuple[Any, ...]) -> None:
+    """An ``end`` element equal to the whole axis it stops (not masked) is that axis's size; others are not."""
+    shape = facts.shape(data)
+    ends = facts.ints(end) or []
+    masks = _int_param(node, "end_mask", 0)
+    for k, entry in enumerate(_spec_entries(index, shape)):
+        if k >= len(ends):
+            break
+        if entry is None:
             facts.set_element(end, k, NO)
+            continue
+        in_axis, _, whole = entry
+        if in_axis is not None and whole and not masks & (1 << k) and ends[k] == shape[in_axis]:
+            facts.tie_element_dim(end, k, data, in_axis)
+        else:
+            facts.set_element(end, k, NO)
+
+
+def _spec_entries(index: tuple[Any, ...], shape: tuple[int, ...]) -> list[tuple[int | None, int | None, bool] | None]:
+    """:func:`_axis_map`'s entry for each position of a strided-slice spec (None for the ellipsis)."""
+    entries = _axis_map(index, shape)
+    explicit = sum(1 for i in index if i is not None and i is not Ellipsis)
+    found: list[tuple[int | None, int | None, bool] | None] = []
+    position = 0
+    for item in index:
+        if item is Ellipsis:
+            found.append(None)
+            position += len(shape) - explicit
+        else:
+            found.append(entries[position])
+            position += 1
+    return found
+
+
+@batch_rule("StridedSlice")
+def _strided_slice(node: Node, facts: BatchFacts) -> None:
+    """Whole axes keep their label; a partly sliced axis cannot carry the batch; shape vectors are sliced too."""
+    data, *bounds = node.inputs
+    out = node.outputs[0]
+    index = _strided_spec(facts, node, bounds)
+    if index is None:
+        return
+    shape = facts.shape(data)
+    _sliced(facts, node, data, out, index)
+    _strided_ends(facts, node, data, bounds[1], index)
     if data in facts.elements and out in facts.elements:
         positions = np.arange(len(facts.elements[data])).reshape(shape)[index].reshape(-1)
         for k, position in enumerate(positions):
             facts.tie_element(out, k, data, int(position))
+
+
+@batch_rule("StridedSliceGrad")
+def _strided_slice_grad(node: Node, facts: BatchFacts) -> None:
+    """``StridedSliceGrad(shape, begin, end, strides, dy)``: ``dy`` scattered into zeros of ``shape``.
+
+    The result is the forward slice's operand (``shape`` lists its dimensions) and ``dy`` its result,
+    so the forward rule relates them: a whole axis keeps its label, a partly sliced one is not the batch.
+    """
+    shape, *bounds, grad = node.inputs
+    out = node.outputs[0]
+    facts.shape_operand(shape, out)
+    index = _strided_spec(facts, node, bounds)
+    if index is None:
+        return
+    _sliced(facts, node, out, grad, index)
+    _strided_ends(facts, node, out, bounds[1], index)
+
+
+@batch_rule("ConcatOffset")
+def _concat_offset(node: Node, facts: BatchFacts) -> None:
+    """``ConcatOffset(axis, shape_0, ...)``: part ``i`` starts at the sum of the earlier parts' sizes on ``axis``.
+
+    Zero elsewhere. An offset carries the batch when an earlier part's size on the axis does (a
+    concatenation along the batch: the ``Slice`` it feeds then refuses to cut part of the batch).
+    """
+    axis_value, *shapes = node.inputs
+    facts.index_operand(axis_value)
+    for value in (*shapes, *node.outputs):
+        facts.no_batch(value)
+    found = facts.ints(axis_value)
+    if found is None or not all(v in facts.elements for v in (*shapes, *node.outputs)):
+        facts.undecided_by("its shapes are not known at compile time")
+        return
+    rank = len(facts.elements[shapes[0]])
+    axis = found[0] % rank if rank else 0
+    for i, out in enumerate(node.outputs):
+        for k in range(rank):
+            if k != axis:
+                facts.set_element(out, k, NO)
+        earlier = [facts.element(part, axis) for part in shapes[:i]]
+        if all(label == NO for label in earlier):
+            facts.set_element(out, axis, NO)
+        elif any(label == SOME for label in earlier):
+            facts.set_element(out, axis, SOME)
+        if facts.element(out, axis) == NO:
+            for part in shapes[:i]:
+                facts.set_element(part, axis, NO)
 
 
 @batch_rule("Slice")
@@ -1159,6 +1306,7 @@ def _slice(node: Node, facts: BatchFacts) -> None:
     facts.no_batch(size)
     starts, sizes = facts.ints(begin), facts.ints(size)
     if starts is None or sizes is None:
+        facts.undecided_by("its begin or size is not known at compile time")
         return
     shape = facts.shape(data)
     index = tuple(slice(b, None if s < 0 else b + s) for b, s in zip(starts, sizes, strict=True))
@@ -1187,6 +1335,7 @@ def _gather(node: Node, facts: BatchFacts) -> None:
     facts.index_operand(axis_value)
     found = facts.ints(axis_value)
     if found is None:
+        facts.undecided_by("its axis is not known at compile time")
         return
     rank_p, rank_i = len(facts.dims[params]), len(facts.dims[indices])
     axis = found[0] % rank_p if rank_p else 0
@@ -1287,6 +1436,7 @@ def _tile(node: Node, facts: BatchFacts) -> None:
     facts.no_batch(multiples)
     counts = facts.ints(multiples)
     if counts is None:
+        facts.undecided_by("its multiples are not known at compile time")
         return
     for k, count in enumerate(counts):
         if count == 1:
@@ -1309,15 +1459,19 @@ def _tile(node: Node, facts: BatchFacts) -> None:
             facts.set_dim(data, k, NO)
 
 
-@batch_rule("Pad", "PadV2", "MirrorPad")
+@batch_rule("Pad", "PadV2", "MirrorPad", "MirrorPadGrad")
 def _pad(node: Node, facts: BatchFacts) -> None:
-    """An axis padded by nothing keeps its label; a padded axis cannot carry the batch."""
+    """An axis padded by nothing keeps its label; a padded axis cannot carry the batch.
+
+    ``MirrorPadGrad`` (the padded gradient folded back to the operand's shape) relates the same axes.
+    """
     data, paddings = node.inputs[0], node.inputs[1]
     out = node.outputs[0]
     for value in node.inputs[1:]:
         facts.index_operand(value)
     pads = facts.ints(paddings)
     if pads is None:
+        facts.undecided_by("its paddings are not known at compile time")
         return
     for k in range(len(facts.dims[data])):
         if pads[2 * k] == pads[2 * k + 1] == 0:
@@ -1338,10 +1492,12 @@ def _range(node: Node, facts: BatchFacts) -> None:
         facts.index_operand(value)
     facts.no_batch(limit)
     first, step = facts.ints(start), facts.ints(delta)
-    if first == [0] and step == [1]:
+    if first == [0] and step == [1] and limit in facts.elements:
         facts.tie_element_dim(limit, 0, out, 0)
-    elif first is not None and step is not None:
+    elif first is not None and step is not None and limit in facts.elements:
         facts.index_operand(limit)
+    else:
+        facts.undecided_by("its bounds are not known at compile time")
 
 
 def _layout(node: Node, rank: int) -> tuple[int, int, list[int]]:

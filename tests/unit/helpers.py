@@ -886,6 +886,33 @@ def plain_cnn(batch: int, size: int = 12, classes: int = 5) -> Any:
     return keras.Model(images, x, name="plain_cnn"), [((batch, size, size, 3), "float32")], ((batch,), "int32")
 
 
+def padded_cnn(batch: int, size: int = 14, classes: int = 5) -> Any:
+    """A small CNN with the zoo CNNs' re-batching hazards, and a batch of 8 colliding with many sizes.
+
+    ``ZeroPadding2D`` (a ``Pad`` whose ``[4, 2]`` paddings the gradient slices), ``Cropping2D`` (a
+    ``StridedSlice`` whose gradient is a ``StridedSliceGrad``), ``Concatenate`` (its gradient slices
+    at ``ConcatOffset`` begins), and at ``batch=8`` channels, spatial sizes, a concatenation offset
+    and a dense layer's width of 8 that are not the batch. No batch statistics, so a re-batched step
+    computes the same update exactly.
+    """
+    import keras
+
+    images = keras.Input((size, size, 3), batch_size=batch, name="images")
+    x = keras.layers.ZeroPadding2D(1, name="pad")(images)
+    x = keras.layers.Conv2D(8, 3, activation="relu", name="c1")(x)  # 16 x 16 x 8
+    x = keras.layers.MaxPooling2D(2, name="p1")(x)  # 8 x 8 x 8
+    a = keras.layers.Conv2D(8, 1, activation="relu", name="a")(x)
+    b = keras.layers.ZeroPadding2D(1, name="b_pad")(x)
+    b = keras.layers.Conv2D(8, 3, padding="same", activation="relu", name="b")(b)  # 10 x 10 x 8
+    b = keras.layers.Cropping2D(1, name="b_crop")(b)  # 8 x 8 x 8
+    x = keras.layers.Concatenate(name="cat")([a, b])  # 8 x 8 x 16: b starts at channel 8
+    x = keras.layers.Conv2D(8, 3, strides=2, padding="same", activation="relu", name="c2")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+    x = keras.layers.Dense(8, activation="relu", name="fc1")(x)
+    x = keras.layers.Dense(classes, activation="softmax", name="fc")(x)
+    return keras.Model(images, x, name="padded_cnn"), [((batch, size, size, 3), "float32")], ((batch,), "int32")
+
+
 def build_train(model: str, batch: int, dropout: bool = True) -> tuple[Any, Any]:
     """``(graph_def, concrete_function)`` of one training step of ``model`` at ``batch``.
 
@@ -893,9 +920,9 @@ def build_train(model: str, batch: int, dropout: bool = True) -> tuple[Any, Any]
     :func:`graphir.tools.zoo_convert.build_train_graphdef`) of ``gpt`` (the zoo's GPT at a tiny
     config whose head size and sequence length equal 6, so that many dimensions collide with a batch
     of 6), ``lstm`` and ``transformer`` (the zoo's, tiny), ``cnn`` (a small CNN with Keras batch
-    norm, max and average pooling, a depthwise convolution and a softmax head) or ``cnn_plain`` (the
-    same without batch norm). ``dropout=False`` turns the GPT's dropout off (a numeric comparison of
-    two graphs needs the same randomness). Needs TensorFlow.
+    norm, max and average pooling, a depthwise convolution and a softmax head), ``cnn_plain`` (the
+    same without batch norm) or ``cnn_padded`` (:func:`padded_cnn`). ``dropout=False`` turns the
+    GPT's dropout off (a numeric comparison of two graphs needs the same randomness). Needs TensorFlow.
     """
     from graphir.tools import zoo_convert, zoo_models
 
@@ -907,6 +934,10 @@ def build_train(model: str, batch: int, dropout: bool = True) -> tuple[Any, Any]
         zoo_models.MODELS["plain_cnn"] = plain_cnn
         zoo_convert.MODELS_WITH_SOFTMAX = zoo_models.MODELS_WITH_SOFTMAX | {"plain_cnn"}
         return zoo_convert.build_train_graphdef("plain_cnn", batch, ())
+    if model == "cnn_padded":
+        zoo_models.MODELS["padded_cnn"] = padded_cnn
+        zoo_convert.MODELS_WITH_SOFTMAX = zoo_models.MODELS_WITH_SOFTMAX | {"padded_cnn"}
+        return zoo_convert.build_train_graphdef("padded_cnn", batch, ())
     if not dropout:
         zoo_models.DROPOUT = 0.0
     configs = {"gpt": GPT_CONFIG, "lstm": LSTM_CONFIG, "transformer": TRANSFORMER_CONFIG}

@@ -249,3 +249,19 @@ def test_cnn_allreduce_step_equals_the_original(tmp_path):
     assert report["variables_after"] == 2 * report["variables"], report  # one copy of each per replica
     assert report["changed"] >= report["variables"] - 2 > 4, report
     assert report["update_rel_error"] < float("inf"), report
+
+
+@pytest.mark.slow
+def test_padded_cnn_data_parallel_steps_equal_the_original(tmp_path):
+    """The zoo CNNs' re-batching hazards (Pad, Cropping2D's StridedSliceGrad, a concat gradient's
+    ConcatOffset, sizes of 8 at batch 8 that are not the batch), re-batched in the IR to 2 samples
+    per replica: four replicas with mirrored variables, and a shared copy (~35 s)."""
+    pipelines = [
+        "data-parallel{replicas=4 sync=allreduce},place{algo=data-parallel}",
+        "data-parallel{replicas=4},place{algo=data-parallel}",
+    ]
+    mirrored, shared = _check("cnn_padded", 8, pipelines, tmp_path)["reports"]
+    for report in (mirrored, shared):
+        _assert_same_step(report)
+        assert report["max_rel_error_per_variable"] <= TOLERANCE, report
+    assert mirrored["variables_after"] == 4 * mirrored["variables"], mirrored

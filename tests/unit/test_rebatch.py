@@ -157,13 +157,11 @@ def test_refusals_name_the_node():
 
     g = Graph("main")
     x = g.add_node("tf.Placeholder", [], [tf_tensor(4, 6)], name="x")
-    g.add_node(
-        "tf.Fill",
-        [_const(g, "d", np.asarray([4, 6], np.int32)), _const(g, "v", np.float32(0))],
-        [tf_tensor(4, 6)],
-        name="lonely",
-    )  # a [4, 6] of zeros: 4 might be the batch or not
-    with pytest.raises(PassError, match="'%lonely' \\(tf.Fill\\) might or might not be the batch 4"):
+    paddings = g.add_node(
+        "tf.Abs", [_const(g, "p", np.asarray([[0, 0], [1, 1]], np.int32))], [tf_tensor(2, 2, dtype=I32)], name="p/abs"
+    )  # computed paddings: the analysis does not evaluate Abs
+    g.add_node("tf.Pad", [x.outputs[0], paddings.outputs[0]], [tf_tensor(4, 8)], name="pad")
+    with pytest.raises(PassError, match="node 'pad' \\(tf.Pad\\) does not tell where the batch 4 goes \\(its paddings"):
         rebatch(Module("m", g), 2)
 
     with pytest.raises(PassError, match="batch must be >= 1"):
@@ -293,13 +291,23 @@ def differences(rebatched: Module, traced: Module) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", ["gpt", "cnn", "lstm", "transformer"])
-def test_zoo_training_steps_rebatch_as_tensorflow_retraces_them(model, tmp_path):
+@pytest.mark.parametrize(
+    ("model", "batches"),
+    [
+        ("gpt", (6, 3, 2)),
+        ("cnn", (6, 3, 2)),
+        ("lstm", (6, 3, 2)),
+        ("transformer", (6, 3, 2)),
+        ("cnn_padded", (8, 4, 2)),
+    ],
+)
+def test_zoo_training_steps_rebatch_as_tensorflow_retraces_them(model, batches, tmp_path):
+    """``cnn_padded`` (helpers.padded_cnn): Pad, StridedSliceGrad, ConcatOffset, sizes of 8 at batch 8."""
     from graphir.importers import load_module
 
-    big, *smalls = build_graphs(model, [6, 3, 2], tmp_path)
+    big, *smalls = build_graphs(model, list(batches), tmp_path)
     module = load_module(big)
-    for path, batch in zip(smalls, (3, 2), strict=True):
+    for path, batch in zip(smalls, batches[1:], strict=True):
         got = rebatch(module, batch)
         verify(got)
         assert differences(got, load_module(path)) == []
