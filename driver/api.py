@@ -177,7 +177,10 @@ class Plan:
         """The module lowered to TensorFlow, every op on its device: call it with the inputs.
 
         Returns a :class:`~graphir.backends.tf.lowering.LoweredGraph` (a callable whose
-        ``function`` is the ``tf.function``; ``graph_def()`` gives the GraphDef).
+        ``function`` is the ``tf.function``; ``graph_def()`` gives the GraphDef). A module with
+        TensorFlow variables (a training step, a ``tf.function`` that reads ``tf.Variable``s)
+        lowers to a graph whose variables start uninitialised: run their initialisers, or
+        place a frozen graph (a Keras model's forward pass is frozen by :func:`load`).
         """
         from graphir.backends.tf import lower
 
@@ -203,8 +206,9 @@ def load(model: object, **options: Any) -> Module:
             ``input_signature`` (a list of ``tf.TensorSpec``; a Keras model's own inputs by
             default); for a Keras model, ``train=True`` with ``loss`` (a Keras loss or its name) and
             ``optimizer`` (a Keras optimizer or its name) to import one training step (forward,
-            gradients, update) instead of the forward pass, and ``label_signature`` (a
-            ``tf.TensorSpec``; default: the model output's shape and dtype).
+            gradients, update; its variables stay variables) instead of the forward pass (whose
+            weights are frozen into constants, as in an exported inference graph), and
+            ``label_signature`` (a ``tf.TensorSpec``; default: the model output's shape and dtype).
 
     Raises:
         ImportError_: the model cannot be read or converted (one line naming it).
@@ -336,8 +340,12 @@ def _load_keras(model: Any, options: Mapping[str, Any]) -> Module:
         def forward(*inputs: Any) -> Any:
             return model(inputs[0] if single else list(inputs), training=False)
 
+        from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
         concrete = tf.function(forward, autograph=False).get_concrete_function(*specs)
-        return _from_concrete(concrete, {"name": name})
+        # The forward pass of a trained model: its weights are constants (as in an exported
+        # inference graph), so the plan's ``to_tf()`` carries them and computes what the model does.
+        return _from_concrete(convert_variables_to_constants_v2(concrete), {"name": name})
     import keras
 
     loss_option, optimizer_option = options.get("loss"), options.get("optimizer")
