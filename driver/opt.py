@@ -29,6 +29,7 @@ from typing import NoReturn
 
 from graphir.budget import ALLOW_OOM
 from graphir.cluster import DEFAULT_CLUSTER
+from graphir.driver.api import run_pipeline
 from graphir.driver.builtin import load_builtin_emitters, load_builtin_passes
 from graphir.driver.clusters import list_clusters, resolve_cluster
 from graphir.emit import CURRENT_RUN, RUNNERS, PipelineRun
@@ -41,7 +42,6 @@ from graphir.parser import parse_module
 from graphir.pass_infra import (
     OptionInfo,
     Pass,
-    PassContext,
     format_option,
     load_pass_plugins,
     load_plugin,
@@ -291,36 +291,36 @@ def _pipeline(args: argparse.Namespace) -> list[Pass]:
 
 
 def _process(module: Module, args: argparse.Namespace, chunk: int | None = None) -> str:
-    if args.cluster:
-        module.set_cluster(resolve_cluster(args.cluster))
     passes = _pipeline(args)
     for name in (n for item in args.print_ir_after for n in item.split(",")):
         known = load_builtin_passes()
         if name not in known:
             raise GraphIRError(f"--print-ir-after: unknown pass '{name}' (known passes: {', '.join(sorted(known))})")
-    manager = PassManager(
-        passes,
-        verify_each=not args.no_verify,
-        verify_full=args.verify_each,
-        print_ir_after_all=args.print_ir_after_all,
-        print_ir_after=frozenset(n for item in args.print_ir_after for n in item.split(",")),
-    )
-    ctx = PassContext(seed=args.seed, verbose=args.verbose)
-    args.stage = "the pass pipeline"
-    try:
-        manager.run(module, ctx)
-    finally:
+
+    def report_timing_and_stats(manager: PassManager) -> None:
         if args.timing:
             print(manager.timing_report(), file=sys.stderr)
         if args.stats and manager.records:
             print(manager.stats_report(), file=sys.stderr)
+
+    args.stage = "the pass pipeline"
+    plan = run_pipeline(
+        module,
+        passes,
+        cluster=args.cluster,
+        seed=args.seed,
+        verbose=args.verbose,
+        verify=not args.no_verify,
+        verify_full=args.verify_each,
+        print_ir_after_all=args.print_ir_after_all,
+        print_ir_after=frozenset(n for item in args.print_ir_after for n in item.split(",")),
+        finished=report_timing_and_stats,
+    )
     emitters = load_builtin_emitters()
     if args.run_tf:
         print(RUNNERS["tf"](module, args.run_tf, args.seed), file=sys.stderr)
     args.stage = f"emitter '{args.emit}'"
-    records = tuple((r.pass_.spec(), r.auto, dict(r.result.stats)) for r in manager.records)
-    pipeline_run = PipelineRun(records, chunk)
-    token = CURRENT_RUN.set(pipeline_run)
+    token = CURRENT_RUN.set(PipelineRun(plan.run.passes, chunk))
     try:
         return emitters[args.emit].run(module, Path(args.output) if args.output else None)
     finally:

@@ -91,18 +91,27 @@ class Compare(Pass):
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Place and simulate a clone per placer, record the rows, keep the best placement."""
-        cluster = module.cluster
-        devices = cluster.device_names
-        rows: list[ComparisonRow] = []
-        clones: dict[str, _Placed] = {}
+        return self.record(module, self.placements(module, ctx), ctx)
+
+    def placements(self, module: Module, ctx: PassContext) -> list[tuple[ComparisonRow, _Placed | None]]:
+        """Per placer of :attr:`chosen`, in order: its row and its placed, simulated clone (``None``: it failed)."""
+        out: list[tuple[ComparisonRow, _Placed | None]] = []
         chosen = self.chosen
         for position, algo in enumerate(chosen, start=1):
             self._say(ctx, f"compare [{position}/{len(chosen)}] {algo}: placing...")
             row, placed = self._run_one(module, algo, ctx)
-            rows.append(row)
-            if placed is not None:
-                clones[algo] = placed
+            out.append((row, placed))
             self._say(ctx, f"compare [{position}/{len(chosen)}] {describe_row(row)}")
+        return out
+
+    def record(
+        self, module: Module, placements: list[tuple[ComparisonRow, _Placed | None]], ctx: PassContext
+    ) -> PassResult:
+        """Write the table of :meth:`placements` into the module's metadata; keep the best placement."""
+        cluster = module.cluster
+        devices = cluster.device_names
+        rows = [row for row, _ in placements]
+        clones = {row.algo: placed for row, placed in placements if placed is not None}
         best = best_row(rows)
         comparison = Comparison(
             module=module.name,
