@@ -23,11 +23,11 @@ import attrs
 from graphir.annotations import ANNOTATIONS, Cost, Mem
 from graphir.attributes import DenseTensor, ParamValue
 from graphir.errors import Location, SourceLines
+from graphir.index import GraphIndex
 from graphir.types import TensorType
 
 if TYPE_CHECKING:
     from graphir.cluster import Cluster
-    from graphir.index import GraphIndex
 
 
 class ValueKind(enum.Enum):
@@ -425,8 +425,6 @@ class Graph:
 
     def index(self) -> GraphIndex:
         """The cached array view (topological numbering, CSR, bytes); rebuilt after mutation."""
-        from graphir.index import GraphIndex
-
         if self._index is None or self._index.version != self._version:
             self._index = GraphIndex.build(self)
         return self._index

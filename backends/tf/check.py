@@ -41,13 +41,13 @@ off: they fuse ops under new names, e.g. a ``Pad`` into its ``Conv2D``). The tes
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 
+from graphir.backends.tf.session import configure_logical_cpus
 from graphir.errors import GraphIRError
 from graphir.extras import require
 from graphir.runguard import check_run_memory, check_runnable
@@ -64,18 +64,6 @@ __all__ = [
     "relative_error",
     "session_run",
 ]
-
-
-def configure_logical_cpus(count: int) -> Any:
-    """Split the host CPU into ``count`` logical devices (before TensorFlow initialises them)."""
-    from graphir.importers.tf import load_tensorflow
-
-    # oneDNN's graph rewrite fuses ops (Pad into Conv2D) under new names, hiding their placement.
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    tf = load_tensorflow("running on TensorFlow")
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-    return tf
 
 
 def relative_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> float:
@@ -112,7 +100,7 @@ def session_run(
     """
     import tensorflow as tf
 
-    from graphir.backends.tf.run import session_config
+    from graphir.backends.tf.session import session_config
 
     graph = tf.Graph()
     with graph.as_default():
@@ -188,7 +176,7 @@ def check_onnx_model(
     (intermediate values included) is compared with onnxruntime's, through the GraphDef run in a
     session; the graph outputs are also compared through the ``tf.function``.
     """
-    from graphir.backends.tf import lower
+    from graphir.backends.tf.lowering import lower
     from graphir.importers.onnx import import_onnx
     from graphir.pass_infra import PassContext
     from graphir.pass_manager import PassManager
@@ -236,7 +224,7 @@ def check_onnx_model(
 
 def initial_variables(module: Any, seed: int) -> dict[str, np.ndarray]:
     """Seeded variable values for a training step (see the module docstring), by VarHandleOp name."""
-    from graphir.backends.tf.run import random_variables
+    from graphir.backends.tf.session import random_variables
 
     values = random_variables(module, seed)
     for node in module.graph.nodes:
@@ -298,9 +286,8 @@ def check_training_step(
     ``enforce_order`` applies to the rewritten graph's lowering (None: when its placement recorded
     the ``enforced`` order, as ``place{algo=pipeline}`` does; the original always runs without).
     """
-    from graphir.backends.tf import lower
-    from graphir.backends.tf.lowering import lowering_sequence
-    from graphir.backends.tf.run import SessionRunner, random_inputs
+    from graphir.backends.tf.lowering import lower, lowering_sequence
+    from graphir.backends.tf.session import SessionRunner, random_inputs
     from graphir.copies import REPLICAS_METADATA, original_name
     from graphir.importers import load_module
     from graphir.pass_infra import PassContext

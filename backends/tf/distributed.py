@@ -5,7 +5,7 @@ is run by :func:`start_local_servers`: one server process per task of the cluste
 ports picked at run time, addressed as ``127.0.0.1:PORT`` in the ``tf.train.ClusterSpec`` (so all
 traffic stays on the loopback interface; the gRPC listener itself binds the port on every
 interface, which TensorFlow's Python API does not let us narrow). A client session
-(:class:`~graphir.backends.tf.run.SessionRunner` with ``target=servers.target``, the master of task
+(:class:`~graphir.backends.tf.session.SessionRunner` with ``target=servers.target``, the master of task
 0) partitions the lowered graph by device and runs each partition on its task: TensorFlow's own
 runtime and transport, nothing home-made.
 
@@ -269,9 +269,9 @@ def _tail(lines: list[str]) -> str:
 def run_step(module: Any, lowered: Any, servers: LocalServers, inputs: Any, **kwargs: Any) -> Any:
     """One traced step of ``lowered`` on ``servers``: ``(outputs, {op: device})``.
 
-    ``kwargs`` go to :class:`~graphir.backends.tf.run.SessionRunner` (``variables``, ``timeout_s``).
+    ``kwargs`` go to :class:`~graphir.backends.tf.session.SessionRunner` (``variables``, ``timeout_s``).
     """
-    from graphir.backends.tf.run import SessionRunner
+    from graphir.backends.tf.session import SessionRunner
 
     with SessionRunner(module, lowered, servers.target, **kwargs) as runner:
         return runner.run_traced(inputs)

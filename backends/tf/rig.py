@@ -347,8 +347,8 @@ def run_on_rig(
         max_steps: bound of the timed steps under ``min_seconds``.
         what: the run, named in errors.
     """
-    from graphir.backends.tf import lower
-    from graphir.backends.tf.run import SessionRunner, random_inputs, random_variables
+    from graphir.backends.tf.lowering import lower
+    from graphir.backends.tf.session import SessionRunner, random_inputs, random_variables
     from graphir.backends.tf.tf_graphdef import variable_values
 
     if steps < 1:
@@ -483,7 +483,7 @@ def calibration_runs(
 
     Every number is a median over ``repeats`` steps after two warm-up steps.
     """
-    from graphir.backends.tf.run import session_config
+    from graphir.backends.tf.session import session_config
     from graphir.importers.tf import load_tensorflow
 
     tf = load_tensorflow("calibrating the rig")
@@ -553,7 +553,7 @@ def calibration_runs(
 
 def _median_wall(session: Any, target: Any, steps: int, warmup: int = 2) -> float:
     """The median wall time of ``steps`` untraced ``session.run(target)`` after ``warmup`` untimed ones."""
-    from graphir.backends.tf.run import timed_calls
+    from graphir.backends.tf.session import timed_calls
 
     return float(statistics.median(timed_calls(lambda: session.run(target), steps, warmup)))
 
@@ -631,7 +631,7 @@ def transfer_cpu_runs(
     separates by fitting ``a + K·(c0 + c1·bytes)``. CPU time, unlike wall time, is what the worker's
     own core spent, so other jobs on the machine barely move it.
     """
-    from graphir.backends.tf.run import session_config
+    from graphir.backends.tf.session import session_config
     from graphir.importers.tf import load_tensorflow
 
     tf = load_tensorflow("measuring transfer CPU on the rig")
@@ -695,7 +695,7 @@ def stream_runs(
     slower end sets a one-way stream's rate, and traffic both ways pays each core's send plus
     receive).
     """
-    from graphir.backends.tf.run import session_config
+    from graphir.backends.tf.session import session_config
     from graphir.importers.tf import load_tensorflow
 
     tf = load_tensorflow("measuring transfer streams on the rig")

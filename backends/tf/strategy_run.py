@@ -98,8 +98,8 @@ def optimizer_state(module: Module) -> dict[str, np.ndarray]:
 
 
 def initial_variables(module: Module, seed: int) -> dict[str, np.ndarray]:
-    """Seeded weights (:func:`graphir.backends.tf.run.random_variables`) with the optimizer's own initial state."""
-    from graphir.backends.tf.run import random_variables
+    """Seeded weights (:func:`graphir.backends.tf.session.random_variables`) with the optimizer's own initial state."""
+    from graphir.backends.tf.session import random_variables
 
     return {**random_variables(module, seed), **optimizer_state(module)}
 
@@ -128,8 +128,8 @@ def run_strategy(
     ``timeout_s`` bounds the whole run (``None``: the run time limit, :func:`graphir.runguard.run_timeout`);
     ``what`` names the run in errors.
     """
-    from graphir.backends.tf import lower
-    from graphir.backends.tf.run import SessionRunner, random_inputs
+    from graphir.backends.tf.lowering import lower
+    from graphir.backends.tf.session import SessionRunner, random_inputs
     from graphir.backends.tf.tf_graphdef import variable_values
 
     if steps < 1:

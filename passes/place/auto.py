@@ -67,18 +67,12 @@ import numpy as np
 
 from graphir.errors import GraphIRError
 from graphir.pass_infra import Stat
-from graphir.passes.place import (  # noqa: F401  (the members register)
+from graphir.passes.place.base import (
     PLACERS,
     CandidateSimulator,
     Placement,
     PlacementContext,
     Placer,
-    baechi,
-    celeritas,
-    expert,
-    fastt,
-    heft,
-    metis,
     register_placer,
 )
 from graphir.passes.place.memory_guard import GUARD_PLANS, lowered_capacity
@@ -88,6 +82,8 @@ from graphir.passes.place.refine import Candidate, candidate, critical_path_boun
 from graphir.passes.place.refine_fine import fine_problem, offload
 from graphir.passes.place.stages import Stages, accelerators
 
+# The members run by name from PLACERS: the package (graphir.passes.place) imports their modules,
+# which register them, before anything can import this one.
 PORTFOLIO = ("single", "metis", "heft", "m-topo", "expert", "m-etf", "dpos", "order-place", "adjusting", "m-sct")
 """The members of the portfolio, in the order they run: those that win most often in the placement
 tables first (METIS, HEFT, m-TOPO; benchmarks/results/placement-notes.md), then the cheap ones,

@@ -69,7 +69,7 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.passes.orders import m_topo, positions
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem

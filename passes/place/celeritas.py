@@ -30,7 +30,7 @@ import dataclasses
 from typing import ClassVar, Literal
 
 from graphir.passes.orders import cpd_topo
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import INF, ListScheduler, argmin
 from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem

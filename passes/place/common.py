@@ -47,7 +47,7 @@ from operator import sub
 import numpy as np
 
 from graphir.pass_infra import Stat
-from graphir.passes.place import Placement
+from graphir.passes.place.base import Placement
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
 from graphir.passes.place.transfer_plan import TransferPlan

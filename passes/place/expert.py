@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from graphir.pass_infra import Stat
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.constraints import Constraints
 from graphir.passes.place.problem import PlacementProblem
 

@@ -39,7 +39,7 @@ from typing import ClassVar, Literal
 import numpy as np
 
 from graphir.passes.orders import tlevel_blevel
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
 from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.common import ListScheduler, ready_order
 from graphir.passes.place.memory_guard import memory_guarded
 from graphir.passes.place.problem import PlacementProblem, upward_rank

@@ -93,7 +93,7 @@ import numpy as np
 from graphir.errors import PassError
 from graphir.extras import require
 from graphir.pass_infra import Stat
-from graphir.passes.place import PLACERS, Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import PLACERS, Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.ilp_model import IlpModel, Transfers
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order, list_schedule
 

@@ -27,6 +27,7 @@ from typing import Any, TypedDict
 import numpy as np
 
 from graphir.extras import require
+from graphir.passes.place.ilp_memory import LivenessMemory
 from graphir.passes.place.problem import PlacementProblem
 
 CpVar = Any
@@ -261,8 +262,6 @@ class IlpModel:
         model.Minimize(self.makespan)
         self.memory_model = None
         if liveness:
-            from graphir.passes.place.ilp_memory import LivenessMemory
-
             self.memory_model = LivenessMemory(self)
         # Memory capacity, the paper rule (``memory`` is None: no such constraint).
         if memory is None:

@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graphir.passes.place import Placement, PlacementContext
+from graphir.passes.place.base import Placement, PlacementContext
 from graphir.passes.place.problem import PlacementProblem, list_schedule
 from graphir.simulator import SimResult
 

@@ -30,7 +30,7 @@ from typing import ClassVar
 import numpy as np
 
 from graphir.extras import require
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
 
 VERTEX_WEIGHT_SCALE = 10_000_000

@@ -47,7 +47,7 @@ from graphir.clone import clone_module
 from graphir.ir import Module, Node
 from graphir.links import LinkModel
 from graphir.pass_infra import Pass, PassContext, PassResult, register_pass
-from graphir.passes.place import Placement, PlacementContext, apply_placement
+from graphir.passes.place.base import Placement, PlacementContext, apply_placement
 from graphir.passes.place.fastt import Dpos
 from graphir.passes.place.problem import PlacementProblem, write_placement
 from graphir.passes.transform.split_rewrite import annotate_split, parallel_dims, split_node, split_reason

@@ -61,7 +61,7 @@ import numpy as np
 from graphir.copies import MICROBATCHES_METADATA, REPLICAS_METADATA, copy_of, mirror_of
 from graphir.errors import PassError
 from graphir.ir import Module, Node
-from graphir.passes.place import Placement, PlacementContext, PlacementHints, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, PlacementHints, Placer, register_placer
 from graphir.passes.place.pipeline_schedule import (
     BACKWARD,
     FORWARD,

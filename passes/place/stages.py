@@ -44,7 +44,7 @@ import numpy as np
 
 from graphir.errors import PassError
 from graphir.ir import Module
-from graphir.passes.place import Placement, PlacementContext, Placer, register_placer
+from graphir.passes.place.base import Placement, PlacementContext, Placer, register_placer
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.training import BACKWARD, FORWARD, OPTIMIZER
 

@@ -40,6 +40,11 @@ returns the pass result. The built-in modes:
 In the analytical and onnxruntime modes ``mem`` comes from the analytical model (persistent weights attributed to their
 first user, activation = output bytes, temporary where known; see :mod:`graphir.passes.profile.roofline`).
 
+The pass and the mode API (:class:`Profile`, :class:`ProfileMode`, :data:`MODES`,
+:func:`register_profile_mode`) live in :mod:`graphir.passes.profile.base` and are re-exported here;
+``analytical`` and ``onnxruntime`` are defined here, the other modes in the modules this package
+imports, each registering itself in :data:`MODES` (no mode module imports this package).
+
 Provides: cost, mem. Requires nothing. Statistics: ``fallback-ops`` (nodes costed by the
 bytes-only fallback) and ``fallback-op-types``, ``symbolic-ops``, ``total-flops``,
 ``total-bytes``, ``compute-s.<kind>`` (sum of node times per kind), ``persistent-bytes``,
@@ -57,143 +62,52 @@ import threading
 from bisect import bisect_right
 from collections import Counter
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from graphir.annotations import Cost, Mem
 from graphir.attributes import DenseTensor, Opaque
 from graphir.backends.host import cpu_cluster
-from graphir.cluster import Cluster
 from graphir.errors import PassError
 from graphir.extras import require
 from graphir.ir import Module, Node, Value
-from graphir.pass_infra import (
-    Algorithm,
-    AlgorithmRegistry,
-    Pass,
-    PassContext,
-    PassResult,
-    Stat,
-    pass_options,
-    register_algorithm,
-    register_pass,
+from graphir.pass_infra import PassContext, PassResult, Stat
+
+# The other modes register themselves (their modules import TensorFlow only when a mode runs).
+from graphir.passes.profile import cost_table, standard_eval, tf, tf_run
+from graphir.passes.profile.base import (
+    DEFAULT_MODE,
+    MODES,
+    Profile,
+    ProfileMode,
+    check_measurement,
+    kind_times,
+    register_profile_mode,
 )
 from graphir.passes.profile.roofline import GraphWork, analyze_graph
-from graphir.runguard import Deadline, RunMemoryError, check_run_memory, check_runnable
+from graphir.runguard import Deadline, check_runnable
 from graphir.sampling import constant_array, random_array
 from graphir.types import DType
 
-DEFAULT_MODE = "analytical"
-"""The mode ``profile`` runs when no ``mode`` is given (and when the pass manager auto-runs it)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ProfileMode(Algorithm):
-    """Base of the modes of ``profile{mode=...}`` (frozen dataclasses; fields are their options).
-
-    A mode that runs the model (``runs``) is guarded by :class:`Profile` before it starts: the
-    module's ops (:func:`graphir.runguard.check_runnable`, ``--allow-io-ops``) and, when the mode
-    runs the module at its own size (``checks_memory``), its memory against this machine's
-    (:func:`graphir.runguard.check_run_memory`).
-    """
-
-    runs: ClassVar[bool] = False
-    checks_memory: ClassVar[bool] = True
-
-    def profile(self, module: Module, ctx: PassContext) -> PassResult:
-        """Annotate ``cost`` and ``mem`` on every node of ``module``; the statistics."""
-        raise NotImplementedError
-
-
-MODES: dict[str, type[ProfileMode]] = {}
-"""Every profiling mode by ``mode`` name (``tf`` and ``regression`` are in :mod:`graphir.passes.profile.tf`,
-``tf-run`` in :mod:`graphir.passes.profile.tf_run`)."""
-
-
-@register_pass
-@dataclasses.dataclass(frozen=True)
-class Profile(Pass):
-    """Annotate cost (per device kind) and mem on every node with the chosen mode. Provides: cost, mem.
-
-    Options:
-        mode: how costs are obtained, a name from the mode registry (``register_profile_mode``):
-            ``analytical`` (roofline from shapes), ``onnxruntime`` or ``tf`` (measured on this CPU),
-            ``tf-run`` (the module run on the cluster's TF workers), ``regression`` (Celeritas's
-            Standard Evaluation); each mode has its own options, listed with it.
-    """
-
-    name: ClassVar[str] = "profile"
-    provides: ClassVar[tuple[str, ...]] = ("cost", "mem")
-    algorithms: ClassVar[AlgorithmRegistry | None] = MODES
-    algorithm_selector: ClassVar[str] = "mode"
-    algorithm_field: ClassVar[str] = "profiler"
-    algorithm_kind: ClassVar[str] = "profiling mode"
-    mode: str = DEFAULT_MODE
-    profiler: ProfileMode | None = None
-
-    def __post_init__(self) -> None:
-        """Reject an unknown mode when the pipeline is parsed; default the mode's options."""
-        self.bind_algorithm()
-
-    @classmethod
-    def of(cls, mode: str = DEFAULT_MODE, **options: object) -> Profile:
-        """``profile{mode=MODE key=value ...}`` from Python: ``Profile.of("tf", iterations=3)``.
-
-        Raises:
-            ValueError: unknown mode.
-            TypeError: an option the mode does not have.
-        """
-        if mode not in MODES:
-            raise ValueError(cls.unknown_algorithm(mode))
-        profiler = MODES[mode]
-        own = pass_options(profiler)
-        known = {info.field for info in own.values()}
-        for key in options:
-            if key not in known:
-                raise TypeError(
-                    f"option '{key.replace('_', '-')}' does not apply to mode={mode} "
-                    f"({mode} options: {', '.join(own) or 'none'}; profile options: {', '.join(pass_options(cls))})"
-                )
-        return cls(mode, profiler(**options))
-
-    def run(self, module: Module, ctx: PassContext) -> PassResult:
-        """Run the chosen mode's profiler, which writes the annotations (a running mode is guarded first)."""
-        profiler = self.profiler
-        assert profiler is not None
-        if not profiler.runs:
-            return profiler.profile(module, ctx)
-        what = f"profile{{mode={profiler.name}}}"
-        check_runnable(module, what)
-        if profiler.checks_memory:
-            check_run_memory(module, what)
-        try:
-            return profiler.profile(module, ctx)
-        except MemoryError:  # sizes the check could not know (unknown dims): still one line
-            raise RunMemoryError(f"{what}: this machine cannot allocate the memory the run needs") from None
-
-
-_ModeT = TypeVar("_ModeT", bound=type[ProfileMode])
-
-
-def register_profile_mode(cls: _ModeT) -> _ModeT:
-    """Class decorator: make ``cls`` available as ``profile{mode=cls.name}``.
-
-    Raises:
-        TypeError: no name, a name taken by another class, an unsupported option type, or an
-            option named ``mode``.
-    """
-    register_algorithm(Profile, cls)
-    return cls
-
-
-def check_measurement(iterations: int, warmup: int, threads: int = 0) -> None:
-    """Reject measurement options a measured mode cannot run with (a :class:`PassError`)."""
-    if iterations < 1:
-        raise PassError(f"'iterations' must be >= 1, got {iterations}")
-    if warmup < 0 or threads < 0:
-        raise PassError("'warmup' and 'threads' must be >= 0")
-
+__all__ = [
+    "DEFAULT_MODE",
+    "MODES",
+    "Analytical",
+    "MeasuredProfile",
+    "OnnxRuntime",
+    "Profile",
+    "ProfileMode",
+    "check_measurement",
+    "cost_table",
+    "export_onnx",
+    "kind_times",
+    "measure_onnxruntime",
+    "register_profile_mode",
+    "standard_eval",
+    "tf",
+    "tf_run",
+]
 
 # --------------------------------------------------------------------------- analytical
 
@@ -211,11 +125,6 @@ def _fallback_stats(module: Module, work: GraphWork) -> dict[str, Stat]:
         "persistent-bytes": int(work.persistent.sum()),
         "activation-bytes": int(work.activation.sum()),
     }
-
-
-def kind_times(cluster: Cluster, work: GraphWork) -> dict[str, np.ndarray]:
-    """Roofline time per node for each device kind of ``cluster`` (kinds sorted by name)."""
-    return {kind: work.times(cluster.kind_device(kind)) for kind in sorted(cluster.kinds)}
 
 
 def _annotate(module: Module, times: dict[str, np.ndarray], work: GraphWork) -> None:
@@ -564,7 +473,3 @@ def _run_onnxruntime(options: OnnxRuntime, module: Module, ctx: PassContext) -> 
     stats["measured-node-sum-s"] = float(seconds[~unmeasured].sum())
     stats["iterations"] = measured.iterations
     return PassResult(True, stats)
-
-
-# The TensorFlow modes register themselves (their modules import TensorFlow only when a mode runs).
-from graphir.passes.profile import cost_table, standard_eval, tf, tf_run  # noqa: E402, F401

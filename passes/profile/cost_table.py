@@ -30,7 +30,7 @@ from graphir.annotations import Cost, Mem
 from graphir.errors import PassError
 from graphir.ir import Module
 from graphir.pass_infra import PassContext, PassResult, Stat
-from graphir.passes.profile import ProfileMode, kind_times, register_profile_mode
+from graphir.passes.profile.base import ProfileMode, kind_times, register_profile_mode
 from graphir.passes.profile.cost_store import CostStore, tuning_cluster
 from graphir.passes.profile.roofline import analyze_graph
 

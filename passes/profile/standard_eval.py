@@ -53,7 +53,7 @@ from graphir.ir import Module, Node
 from graphir.ops import is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
 from graphir.pass_manager import PassManager
-from graphir.passes.profile import check_measurement, register_profile_mode
+from graphir.passes.profile.base import check_measurement, register_profile_mode
 from graphir.passes.profile.tf import (
     NodeMeasure,
     Regression,

@@ -60,7 +60,7 @@ from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.ops import bare_op, is_variable, owns_value
 from graphir.pass_infra import PassContext, PassResult, Stat
-from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
+from graphir.passes.profile.base import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
 from graphir.runguard import check_runnable
 

@@ -46,7 +46,7 @@ from graphir.annotations import Cost, Mem
 from graphir.errors import PassError
 from graphir.ir import Module, Node
 from graphir.pass_infra import PassContext, PassResult, Stat
-from graphir.passes.profile import ProfileMode, check_measurement, register_profile_mode
+from graphir.passes.profile.base import ProfileMode, check_measurement, register_profile_mode
 from graphir.passes.profile.roofline import analyze_graph
 from graphir.runguard import Deadline
 

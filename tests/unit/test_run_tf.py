@@ -173,18 +173,18 @@ def test_device_helpers():
 
 def test_variable_initialisation_is_fed_in_bounded_batches(monkeypatch):
     """A remote session serialises its feeds into one gRPC message: big training states go in several runs."""
-    import graphir.backends.tf.run as run_module_source
+    import graphir.backends.tf.session as session_source
 
-    monkeypatch.setattr(run_module_source, "INIT_BATCH_BYTES", 1000)
+    monkeypatch.setattr(session_source, "INIT_BATCH_BYTES", 1000)
     targets = [f"graphir_init/{name}/graphir_assign" for name in "abc"]
     feeds = {
         "graphir_init/a/graphir_value:0": np.zeros(600, np.uint8),
         "graphir_init/b/graphir_value:0": np.zeros(1500, np.uint8),  # alone: larger than a batch
         "graphir_init/c/graphir_value:0": np.zeros(10, np.uint8),
     }
-    batches = run_module_source._init_batches(targets, feeds)
+    batches = session_source._init_batches(targets, feeds)
     assert [batch_targets for batch_targets, _ in batches] == [[targets[0]], [targets[1]], [targets[2]]]
     feeds["graphir_init/b/graphir_value:0"] = np.zeros(450, np.uint8)
-    batches = run_module_source._init_batches(targets, feeds)
+    batches = session_source._init_batches(targets, feeds)
     assert [batch_targets for batch_targets, _ in batches] == [targets[:1], targets[1:]]
     assert sorted(key for _, batch in batches for key in batch) == sorted(feeds)

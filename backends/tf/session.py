@@ -1,0 +1,375 @@
+"""The TensorFlow session a lowered module runs in: devices, seeded inputs and variables, timed steps.
+
+:class:`SessionRunner` imports the lowered GraphDef (:meth:`LoweredGraph.graph_def`) into a
+``tf.Graph`` and runs it in a ``tf.compat.v1.Session``: locally on logical CPU devices, or against a
+``tf.distribute.Server`` (``target="grpc://..."``, see :mod:`graphir.backends.tf.distributed`), the
+same code either way. Grappler and the classic graph optimiser are off and soft placement is off
+(:func:`session_config`): every op runs on the device graphir assigned, under its own name, so the
+measured step is the placement graphir evaluated (and ``RunMetadata`` can prove it).
+
+Variables (training graphs): the importer keeps no values, so the caller passes
+``variables={shared_name or VarHandleOp node name: array}``; the runner assigns them once before
+the first step through a companion graph (:func:`graphir.backends.tf.tf_graphdef.variables_graphdef`,
+values fed, so their size is not bound by the 2 GB GraphDef limit)
+and :meth:`SessionRunner.read_variables` reads every variable back. Without values, every variable
+gets seeded random values (:func:`random_variables`).
+
+**Logical devices**: ``tf.config.set_logical_device_configuration`` only works before TensorFlow
+initialises its devices (the first op, session or device listing). :func:`configure_cpus` is
+therefore the first TensorFlow call of a run; when TensorFlow was initialised earlier in the
+process with too few CPU devices, it is a one-line :class:`BackendError` (run in a fresh process).
+
+This module is the bottom of the TensorFlow runners: the local run (:mod:`graphir.backends.tf.run`),
+the rig (:mod:`graphir.backends.tf.rig`), the multi-host servers (:mod:`.distributed`), the
+strategy runs (:mod:`.strategy_run`) and the checks (:mod:`.check`) build on it, and it imports
+none of them. Importing it does not load TensorFlow.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graphir.attributes import numpy_dtype
+from graphir.errors import BackendError, GraphIRError, describe_exception
+from graphir.ir import Module, Value
+from graphir.runguard import Deadline, check_runnable
+from graphir.types import is_static_shape
+
+__all__ = [
+    "INIT_BATCH_BYTES",
+    "SessionRunner",
+    "configure_cpus",
+    "configure_logical_cpus",
+    "random_inputs",
+    "random_variables",
+    "session_config",
+    "tf_run_error",
+    "time_steps",
+    "timed_calls",
+]
+
+
+def configure_logical_cpus(count: int) -> Any:
+    """Split the host CPU into ``count`` logical devices (before TensorFlow initialises them)."""
+    from graphir.importers.tf import load_tensorflow
+
+    # oneDNN's graph rewrite fuses ops (Pad into Conv2D) under new names, hiding their placement.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    tf = load_tensorflow("running on TensorFlow")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    return tf
+
+
+def configure_cpus(count: int) -> Any:
+    """Give TensorFlow ``count`` logical CPU devices; must precede any other TensorFlow use.
+
+    Returns:
+        The ``tensorflow`` module.
+
+    Raises:
+        BackendError: TensorFlow was already initialised with fewer CPU devices.
+    """
+    from graphir.importers.tf import load_tensorflow
+
+    try:
+        return configure_logical_cpus(max(count, 1))
+    except RuntimeError:  # "Virtual devices cannot be modified after being initialized"
+        tf = load_tensorflow("running on TensorFlow")
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < count:
+            raise BackendError(
+                f"TensorFlow was initialised with {have} CPU device(s) before {count} logical devices could be "
+                "configured; run in a fresh process"
+            ) from None
+        return tf
+
+
+def _values_by_name(module: Module) -> dict[str, Value]:
+    values = {v.name: v for v in module.graph.inputs}
+    for node in module.graph.nodes:
+        values.update((v.name, v) for v in node.outputs)
+    return values
+
+
+def random_inputs(module: Module, names: Sequence[str], seed: int = 0, int_high: int = 2) -> list[np.ndarray]:
+    """Seeded inputs for the IR values ``names``: standard normal floats, integers in ``[0, int_high)``.
+
+    Unknown dims become 1. Integers stay small so that token ids and class labels are valid for
+    any vocabulary or class count of at least ``int_high``; booleans are random.
+    """
+    from graphir.budget import human_bytes
+    from graphir.runguard import RunMemoryError, available_memory
+
+    rng = np.random.default_rng(seed)
+    values = _values_by_name(module)
+    arrays = []
+    free = available_memory()
+    for name in names:
+        vtype = values[name].type
+        shape = [d if isinstance(d, int) and d >= 0 else 1 for d in (vtype.shape or ())]
+        try:
+            dtype = np.dtype(numpy_dtype(vtype.dtype))
+        except (KeyError, TypeError):
+            raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made") from None
+        need = math.prod(shape) * max(dtype.itemsize, 8)  # floats are drawn in float64 first
+        if math.prod(d for d in shape if d) * max(dtype.itemsize, 8) >= 1 << 63:  # numpy's own limit, even when empty
+            raise BackendError(f"input '%{name}' has type {vtype}, too large for any array (unknown dims fed as 1)")
+        if free and need > free:
+            raise RunMemoryError(
+                f"input '%{name}' ({vtype}, unknown dims fed as 1) needs {human_bytes(need)} of seeded data, more "
+                f"than this machine can give: {human_bytes(free)} available"
+            )
+        if dtype.kind == "f":
+            arrays.append(rng.standard_normal(shape).astype(dtype))
+        elif dtype.kind in "iu":
+            arrays.append(rng.integers(0, int_high, size=shape).astype(dtype))
+        elif dtype.kind == "b":
+            arrays.append(rng.integers(0, 2, size=shape).astype(bool))
+        else:
+            raise BackendError(f"input '%{name}' has type {vtype}, for which no random data can be made")
+    return arrays
+
+
+def random_variables(
+    module: Module, seed: int = 0, scale: float = 0.05, skip: set[str] | None = None
+) -> dict[str, np.ndarray]:
+    """Seeded values for every variable (keyed by VarHandleOp node name): ``scale``·N(0,1) floats, integer zeros.
+
+    Variables named in ``skip`` get none (the caller has their values); the others draw from one
+    generator in topological order.
+    """
+    from graphir.backends.tf.tf_graphdef import variable_nodes
+    from graphir.importers.tf import variable_type
+
+    rng = np.random.default_rng(seed + 1)
+    result: dict[str, np.ndarray] = {}
+    for node in variable_nodes(module):
+        vtype = variable_type(node)
+        if skip and node.name in skip:
+            continue
+        vshape = vtype.shape if vtype is not None else None
+        if vtype is None or not is_static_shape(vshape):
+            raise BackendError("variable has no static shape: pass its value explicitly", _loc(node.name))
+        dtype = np.dtype(numpy_dtype(vtype.dtype))
+        shape = tuple(int(d) for d in vshape)
+        if dtype.kind == "f":
+            result[node.name] = (scale * rng.standard_normal(shape)).astype(dtype)
+        else:
+            result[node.name] = np.zeros(shape, dtype)
+    return result
+
+
+def _loc(node: str) -> Any:
+    from graphir.errors import Location
+
+    return Location(node=node)
+
+
+def session_config(tf: Any, cpu_devices: int | None = None, timeout_s: float | None = None) -> Any:
+    """No soft placement, Grappler off, graph optimiser at L0 (no folding, CSE or inlining).
+
+    Every blocking call of the session, and every call a remote session makes to its master
+    (creating the session, registering and running its graph on the workers), is bounded by
+    ``timeout_s`` (``operation_timeout_in_ms``; ``None``: the run time limit,
+    :func:`graphir.runguard.run_timeout`): a worker that hangs or dies makes the call fail instead
+    of blocking the client forever.
+    """
+    from graphir.runguard import run_timeout
+
+    limit = run_timeout() if timeout_s is None else timeout_s
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=False, operation_timeout_in_ms=max(int(limit * 1000), 1))
+    if cpu_devices is not None:
+        config.device_count["CPU"] = cpu_devices
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    optimizer = config.graph_options.optimizer_options
+    optimizer.opt_level = tf.compat.v1.OptimizerOptions.L0
+    optimizer.do_constant_folding = False
+    optimizer.do_common_subexpression_elimination = False
+    optimizer.do_function_inlining = False
+    return config
+
+
+def tf_run_error(exc: BaseException, what: str, deadline: Deadline | None = None) -> GraphIRError:
+    """The one-line error of a TensorFlow call that failed while running a model.
+
+    ``DeadlineExceeded`` is the run's time limit (:class:`~graphir.runguard.RunTimeoutError` when a
+    ``deadline`` is known); ``ResourceExhausted`` is memory TensorFlow could not allocate; anything
+    else names TensorFlow's error type and the first line of its message.
+    """
+    name = type(exc).__name__
+    first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    if name == "DeadlineExceededError" and deadline is not None:
+        return deadline.error("TensorFlow's call exceeded its deadline")
+    detail = describe_exception(exc) if not first else f"{name}: {first}"
+    if name == "ResourceExhaustedError":
+        return BackendError(f"{what}: TensorFlow ran out of memory ({detail})")
+    return BackendError(f"{what}: TensorFlow failed running the model ({detail})")
+
+
+class SessionRunner:
+    """A session holding a lowered graph, its variables assigned, ready to run steps.
+
+    Args:
+        module: the lowered module (to find its variables and their devices).
+        lowered: the :class:`~graphir.backends.tf.lowering.LoweredGraph`.
+        target: session target: ``""`` (in process) or ``grpc://host:port`` (a TF server).
+        cpu_devices: CPU devices of an in-process session (``None``: TensorFlow's default).
+        variables: ``{shared_name or VarHandleOp node name: array}``; variables left out keep
+            whatever the runtime holds (in a fresh runtime: uninitialised, an error when read).
+        timeout_s: time limit of everything this runner runs, from its creation (each call's
+            ``RunOptions.timeout_in_ms`` is what is left of it; the session's operations are bounded
+            by it too, :func:`session_config`); ``None``: the run time limit,
+            :func:`graphir.runguard.run_timeout`.
+        what: the run, named in errors.
+
+    The module is checked first (:func:`graphir.runguard.check_runnable`). TensorFlow's errors
+    while running are one-line :class:`BackendError` or :class:`~graphir.runguard.RunTimeoutError`
+    (:func:`tf_run_error`).
+    """
+
+    def __init__(
+        self,
+        module: Module,
+        lowered: Any,
+        target: str = "",
+        cpu_devices: int | None = None,
+        variables: Mapping[str, Any] | None = None,
+        timeout_s: float | None = None,
+        what: str = "running the model",
+    ):
+        from graphir.backends.tf.lowering import node_devices
+        from graphir.backends.tf.tf_graphdef import variable_values, variables_graphdef
+        from graphir.importers.tf import load_tensorflow
+
+        check_runnable(module, what)
+        tf = load_tensorflow("running on TensorFlow")
+        self.tf = tf
+        self.lowered = lowered
+        self.what = what
+        self.deadline = Deadline(timeout_s, what)
+        devices = node_devices(module)
+        self.graph = tf.Graph()
+        reader = variables_graphdef(module, devices, tf)
+        init = variables_graphdef(module, devices, tf, variable_values(module, variables or {}))
+        with self.graph.as_default():
+            tf.graph_util.import_graph_def(lowered.graph_def(), name="")
+            tf.graph_util.import_graph_def(init.graph_def, name="graphir_init")
+            tf.graph_util.import_graph_def(reader.graph_def, name="graphir_read")
+        self.init_targets = [f"graphir_init/{name}" for name in init.targets]
+        init_feeds = {f"graphir_init/{name}": array for name, array in init.feeds.items()}
+        self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
+        config = session_config(tf, cpu_devices, self.deadline.seconds)
+        self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=config)
+        try:
+            for targets, feeds in _init_batches(self.init_targets, init_feeds):
+                self._call(targets, feeds, self._options())
+        except BaseException:
+            self.close()
+            raise
+
+    def _options(self, trace: bool = False) -> Any:
+        self.deadline.check()
+        return self.tf.compat.v1.RunOptions(output_partition_graphs=trace, timeout_in_ms=self.deadline.remaining_ms())
+
+    def _call(self, fetches: Any, feed: Any, options: Any, run_metadata: Any = None) -> Any:
+        """``session.run`` with TensorFlow's errors as one line (:func:`tf_run_error`)."""
+        try:
+            return self.session.run(fetches, feed, options=options, run_metadata=run_metadata)
+        except self.tf.errors.OpError as exc:
+            raise tf_run_error(exc, self.what, self.deadline) from None
+
+    def run(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> list[np.ndarray]:
+        """One step: feed ``inputs`` (one per graph feed), return the fetched values (default: the outputs)."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options())
+        return [np.asarray(o) for o in outputs]
+
+    def run_traced(
+        self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None
+    ) -> tuple[list[np.ndarray], dict[str, str]]:
+        """:meth:`run`, also returning each op's device from ``RunMetadata``'s partition graphs."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        metadata = self.tf.compat.v1.RunMetadata()
+        outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options(trace=True), metadata)
+        placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
+        return [np.asarray(o) for o in outputs], placed
+
+    def run_metadata(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> Any:
+        """One step traced in full (``FULL_TRACE``, partition graphs): its ``RunMetadata``."""
+        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        metadata = self.tf.compat.v1.RunMetadata()
+        options = self._options(trace=True)
+        options.trace_level = self.tf.compat.v1.RunOptions.FULL_TRACE
+        self._call(list(fetches or self.lowered.fetches), feed, options, metadata)
+        return metadata
+
+    def read_variables(self) -> dict[str, np.ndarray]:
+        """Every variable's current value, keyed by its VarHandleOp node name."""
+        if not self.read_fetches:
+            return {}
+        names = sorted(self.read_fetches)
+        values = self._call([self.read_fetches[n] for n in names], None, self._options())
+        return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
+
+    def close(self) -> None:
+        """Close the session."""
+        self.session.close()
+
+    def __enter__(self) -> SessionRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+INIT_BATCH_BYTES = 256 << 20
+"""Variable values fed per initialising ``session.run``: a remote session serialises its feeds into one
+gRPC message, which must stay below protobuf's 2 GB (a training step's weights and optimizer slots
+exceed it: ``lstm_train`` holds about 3 GB)."""
+
+
+def _init_batches(
+    targets: Sequence[str], feeds: Mapping[str, np.ndarray]
+) -> list[tuple[list[str], dict[str, np.ndarray]]]:
+    """Split the assign ``targets`` into runs of at most :data:`INIT_BATCH_BYTES` of fed values.
+
+    Target ``X/graphir_assign`` is fed by ``X/graphir_value:0``; a larger value runs alone.
+    """
+    batches: list[tuple[list[str], dict[str, np.ndarray]]] = []
+    size = 0
+    for target in targets:
+        key = target.removesuffix("graphir_assign") + "graphir_value:0"
+        value = feeds.get(key)
+        nbytes = int(value.nbytes) if value is not None else 0
+        if not batches or size + nbytes > INIT_BATCH_BYTES:
+            batches.append(([], {}))
+            size = 0
+        batches[-1][0].append(target)
+        if value is not None:
+            batches[-1][1][key] = value
+        size += nbytes
+    return batches
+
+
+def timed_calls(call: Callable[[], Any], steps: int, warmup: int) -> list[float]:
+    """``call()`` ``warmup`` times untimed, then ``steps`` times timed: the wall seconds of each timed call."""
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(steps):
+        begin = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - begin)
+    return times
+
+
+def time_steps(runner: SessionRunner, inputs: Sequence[np.ndarray], steps: int, warmup: int) -> list[float]:
+    """Run ``warmup`` untimed then ``steps`` timed steps; the wall time of each timed step."""
+    return timed_calls(lambda: runner.run(inputs), steps, warmup)
