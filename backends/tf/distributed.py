@@ -124,6 +124,11 @@ class LocalServers:
         job = sorted(self.cluster_spec)[0]
         return f"grpc://{self.cluster_spec[job][0]}"
 
+    @property
+    def master_task(self) -> str:
+        """``/job:J/task:0`` of :attr:`target`: the task a session's feeds enter by."""
+        return f"/job:{sorted(self.cluster_spec)[0]}/task:0"
+
     def troubled(self) -> str:
         """The servers that died or are stopped, as one clause (``""`` when every one is running).
 
