@@ -131,7 +131,7 @@ def test_workers_shorthand_reads_the_calibrated_cache(tmp_path, monkeypatch):
 
 _RIG_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     from graphir.backends.tf.rig import rig, run_on_rig
     from graphir.cluster import resolve_cluster
     from graphir.ir import Graph, Module
@@ -204,6 +204,7 @@ _RIG_SCRIPT = textwrap.dedent(
     with rig(module.cluster, timeout_s=60) as servers:
         pids = [p.pid for p in servers.processes.values()]
         environments = [open(f"/proc/{pid}/environ", "rb").read().split(b"\\0") for pid in pids]
+        sessions = [os.getsid(pid) == pid for pid in pids]
         held_starts = held_input_starts(held_module, held_lowered, servers)
         run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
         # min_seconds: timed steps continue until they add up to it, bounded by max_steps
@@ -220,6 +221,7 @@ _RIG_SCRIPT = textwrap.dedent(
         "longer": longer.times_s, "capped": capped.times_s,
         "bfc": [b"TF_CPU_ALLOCATOR_USE_BFC=true" in environment for environment in environments],
         "held": held_starts,
+        "sessions": sessions,
     }))
     """
 )
@@ -253,6 +255,7 @@ def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
     assert len(report["capped"]) == 4
     assert report["alive"] == [False, False], "the workers stop when the rig closes"
     assert report["bfc"] == [True, True], "every worker allocates through TF's BFC allocator"
+    assert report["sessions"] == [True, True], "every worker leads its own session: its own autogroup"
     # An input placed on task 1 and fed waits for task 0's one compute thread to run out of work (the
     # feed enters by task 0); held on task 1 (run_on_rig's remote_feeds), task 1 starts at once.
     # Times are (task 1's first op start - the end of task 0's chain) / the chain's duration.
