@@ -12,6 +12,14 @@ runtime and transport, nothing home-made.
 The servers are children of the caller: each prints ``ready`` once listening, and exits when its
 standard input closes (the parent closed it, or died) or after ``lifetime_s``; leaving the context
 terminates them (SIGTERM, then SIGKILL after a bounded wait). Start-up is bounded by ``timeout_s``.
+Each server starts in a session of its own (``setsid``), so Linux's autogroup scheduling
+(``/proc/sys/kernel/sched_autogroup_enabled``, on by default) makes it a scheduling group of its
+own, as a separate machine would be: in one group, the servers of a run share one group's CPU
+weight among them. Measured on this 2-core machine under other sessions' load (23:25 UTC
+2026-11-28, load 9-11; two pinned busy loops for 8 s): one loop alone got 3.1-3.3 CPU seconds,
+two loops in the caller's group 1.6 each (one loop's share, split), two loops in groups of their
+own 2.7 each. With the rig's workers in one group, a data-parallel step on two workers could not
+beat one worker whenever other sessions kept the cores busy.
 The servers run with oneDNN's graph rewrites off (``TF_ENABLE_ONEDNN_OPTS=0`` unless set), as
 :mod:`graphir.backends.tf.check` does, so every op runs under its own name on its own device.
 """
@@ -124,6 +132,11 @@ class LocalServers:
         job = sorted(self.cluster_spec)[0]
         return f"grpc://{self.cluster_spec[job][0]}"
 
+    @property
+    def master_task(self) -> str:
+        """``/job:J/task:0`` of :attr:`target`: the task a session's feeds enter by."""
+        return f"/job:{sorted(self.cluster_spec)[0]}/task:0"
+
     def troubled(self) -> str:
         """The servers that died or are stopped, as one clause (``""`` when every one is running).
 
@@ -211,6 +224,7 @@ def start_local_servers(
                 stderr=subprocess.STDOUT,
                 text=True,
                 env=env,
+                start_new_session=True,  # its own scheduling group (module docstring)
             )
         _wait_ready(servers, timeout_s)
         yield servers

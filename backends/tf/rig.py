@@ -20,6 +20,13 @@ instead runs TensorFlow's own distributed runtime on this machine:
 * **Client.** The caller's process holds the ``tf.compat.v1.Session`` (target: task 0's master).
   During a step it only waits for the master's reply, so it does not compete for the workers'
   cores beyond the per-step RPCs.
+* **Inputs.** Each step's inputs are seeded once and are the same every step. An input whose
+  placeholder is placed on another task than the session's master (task 0) is held on its own
+  task (``SessionRunner(held_inputs=...)``, :func:`~graphir.backends.tf.run.remote_feeds`): fed,
+  it would reach its task only when task 0's one compute thread ran out of work, which serialised
+  the replicas of the data-parallel pair (``benchmarks/results/fidelity-allreduce-notes.md``); the
+  simulator, like one input pipeline per worker, has every input on its device at the step's start.
+  Inputs of task 0 are fed, as before.
 * **Step time.** ``warmup`` untraced steps, then ``steps`` untraced timed steps: the wall time of
   ``session.run`` in the client, and the median over the timed steps (:attr:`RigRun.median_s`).
   Tracing is off for these steps, so the statistics collection does not slow them.
@@ -348,7 +355,7 @@ def run_on_rig(
         what: the run, named in errors.
     """
     from graphir.backends.tf.lowering import lower
-    from graphir.backends.tf.session import SessionRunner, random_inputs, random_variables
+    from graphir.backends.tf.session import SessionRunner, random_inputs, random_variables, remote_feeds
     from graphir.backends.tf.tf_graphdef import variable_values
 
     if steps < 1:
@@ -360,8 +367,12 @@ def run_on_rig(
     lowered = lower(module, enforce_order=enforce_order)
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
-    inputs = random_inputs(module, lowered.input_names, seed)
-    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what) as runner:
+    drawn = dict(zip(lowered.feeds, random_inputs(module, lowered.input_names, seed), strict=True))
+    held = {feed: drawn.pop(feed) for feed in remote_feeds(lowered, servers.master_task)}
+    inputs = list(drawn.values())
+    with SessionRunner(
+        module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what, held_inputs=held
+    ) as runner:
         for _ in range(warmup):
             runner.run(inputs)
         times: list[float] = []

@@ -17,10 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from graphir.backends.tf.session import (
+    TASK,
     SessionRunner,
     configure_cpus,
+    feed_devices,
     random_inputs,
     random_variables,
+    remote_feeds,
     tf_run_error,
     time_steps,
 )
@@ -33,10 +36,12 @@ __all__ = [
     "RunReport",
     "SessionRunner",
     "configure_cpus",
+    "feed_devices",
     "is_multihost",
     "local_cpu_count",
     "random_inputs",
     "random_variables",
+    "remote_feeds",
     "run_module",
     "simulated_makespan",
     "tasks_used",
@@ -47,7 +52,6 @@ RUN_TF_LINE = re.compile(r"^run-tf: measured median (?P<measured>\S+) s, simulat
 """Reads the measured and simulated seconds back from a :meth:`RunReport.line`."""
 
 _CPU_INDEX = re.compile(r"/device:CPU:(\d+)$", re.IGNORECASE)
-_TASK = re.compile(r"/job:([^/]+)/(?:replica:\d+/)?task:(\d+)")
 
 
 def is_multihost(module: Module) -> bool:
@@ -63,7 +67,7 @@ def local_cpu_count(module: Module) -> int:
 
 def tasks_used(placed: Mapping[str, str]) -> set[str]:
     """``/job:J/task:K`` of every device in a ``{op: device}`` map (``RunMetadata`` partition graphs)."""
-    return {f"/job:{m.group(1)}/task:{m.group(2)}" for d in placed.values() if (m := _TASK.search(d))}
+    return {f"/job:{m.group(1)}/task:{m.group(2)}" for d in placed.values() if (m := TASK.search(d))}
 
 
 @dataclasses.dataclass

@@ -14,6 +14,21 @@ values fed, so their size is not bound by the 2 GB GraphDef limit)
 and :meth:`SessionRunner.read_variables` reads every variable back. Without values, every variable
 gets seeded random values (:func:`random_variables`).
 
+**Held inputs** (``held_inputs``): a fed tensor reaches a remote session through its master's task
+(task 0 of the rig): TensorFlow's client graph puts the feed's ``_Recv`` on the master's device, and
+a placeholder placed on another task receives the value from there by a ``RecvTensor``, which the
+master task's worker serves on its compute pool once that pool is idle (the rig's workers run one
+thread each: :data:`graphir.backends.tf.rig.WORKER_SERVICE`'s ``serve_when_idle``). So an input of
+task 1 arrives only when task 0 has run out of ready work: in the data-parallel pair of the fidelity
+benchmark, replica 1's batch reached worker 1 after replica 0's whole forward and backward pass on
+worker 0 (1.38 s of a 2.9 s step, ``benchmarks/results/fidelity-allreduce-notes.md``), so the two
+replicas ran one after the other. The simulator, like a real data-parallel input pipeline (one per
+worker), has every input on its device when the step starts. A held input is a resource variable on
+its placeholder's device, assigned once before the first step (as the weights are) and read by
+every step in place of the placeholder (``input_map``, data and control edges): the step feeds
+nothing across tasks.
+:func:`graphir.backends.tf.run.remote_feeds` names the feeds to hold for a master task.
+
 **Logical devices**: ``tf.config.set_logical_device_configuration`` only works before TensorFlow
 initialises its devices (the first op, session or device listing). :func:`configure_cpus` is
 therefore the first TensorFlow call of a run; when TensorFlow was initialised earlier in the
@@ -27,8 +42,12 @@ none of them. Importing it does not load TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import itertools
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -89,6 +108,36 @@ def configure_cpus(count: int) -> Any:
                 "configured; run in a fresh process"
             ) from None
         return tf
+
+
+TASK = re.compile(r"/job:([^/]+)/(?:replica:\d+/)?task:(\d+)")
+"""``/job:J/task:K`` of a TF device string (groups: job, task)."""
+
+
+def feed_devices(lowered: Any) -> dict[str, str]:
+    """Each feed tensor of a :class:`~graphir.backends.tf.lowering.LoweredGraph` -> its placeholder's TF device.
+
+    ``""`` for an unplaced placeholder (TensorFlow puts it on the master's task).
+    """
+    op_device = {op: lowered.node_devices.get(node, "") for node, ops in lowered.node_ops.items() for op in ops}
+    return {feed: op_device.get(feed.rsplit(":", 1)[0], "") for feed in lowered.feeds}
+
+
+def remote_feeds(lowered: Any, master_task: str) -> tuple[str, ...]:
+    """The feeds whose placeholder is placed on a task other than ``master_task`` (``/job:J/task:K``).
+
+    What a session on that master should hold on their own task (``SessionRunner(held_inputs=...)``,
+    module docstring): fed, they would wait for the master task's compute pool to go idle.
+    """
+    master = TASK.search(master_task)
+    if master is None:
+        raise BackendError(f"'{master_task}' names no task (expected /job:NAME/task:K)")
+    out = []
+    for feed, device in feed_devices(lowered).items():
+        task = TASK.search(device)
+        if task is not None and (task.group(1), task.group(2)) != (master.group(1), master.group(2)):
+            out.append(feed)
+    return tuple(out)
 
 
 def _values_by_name(module: Module) -> dict[str, Value]:
@@ -228,6 +277,9 @@ class SessionRunner:
             by it too, :func:`session_config`); ``None``: the run time limit,
             :func:`graphir.runguard.run_timeout`.
         what: the run, named in errors.
+        held_inputs: ``{feed tensor name: array}``: inputs held on their placeholder's device for
+            every step instead of fed (module docstring; e.g. :func:`graphir.backends.tf.run.remote_feeds`); :meth:`run`
+            then takes the other feeds only (:attr:`feeds`).
 
     The module is checked first (:func:`graphir.runguard.check_runnable`). TensorFlow's errors
     while running are one-line :class:`BackendError` or :class:`~graphir.runguard.RunTimeoutError`
@@ -243,6 +295,7 @@ class SessionRunner:
         variables: Mapping[str, Any] | None = None,
         timeout_s: float | None = None,
         what: str = "running the model",
+        held_inputs: Mapping[str, np.ndarray] | None = None,
     ):
         from graphir.backends.tf.lowering import node_devices
         from graphir.backends.tf.tf_graphdef import variable_values, variables_graphdef
@@ -254,16 +307,29 @@ class SessionRunner:
         self.lowered = lowered
         self.what = what
         self.deadline = Deadline(timeout_s, what)
+        held = dict(held_inputs or {})
+        unknown = sorted(set(held) - set(lowered.feeds))
+        if unknown:
+            raise BackendError(f"{what}: cannot hold '{unknown[0]}': it is not one of the graph's feeds")
+        self.feeds: tuple[str, ...] = tuple(feed for feed in lowered.feeds if feed not in held)
+        """The tensors :meth:`run` feeds, one input each, in order (the lowering's feeds minus the held ones)."""
         devices = node_devices(module)
         self.graph = tf.Graph()
         reader = variables_graphdef(module, devices, tf)
         init = variables_graphdef(module, devices, tf, variable_values(module, variables or {}))
+        step = lowered.graph_def()
+        holder = _held_inputs_graphdef(step, held, tf)
         with self.graph.as_default():
-            tf.graph_util.import_graph_def(lowered.graph_def(), name="")
+            tf.graph_util.import_graph_def(holder.graph_def, name="")
+            input_map = {}
+            for feed, read in holder.fetches.items():  # its users, and the order's control edges on it
+                input_map[feed] = input_map["^" + feed.rsplit(":", 1)[0]] = self.graph.get_tensor_by_name(read)
+            tf.graph_util.import_graph_def(step, input_map=input_map or None, name="")
             tf.graph_util.import_graph_def(init.graph_def, name="graphir_init")
             tf.graph_util.import_graph_def(reader.graph_def, name="graphir_read")
-        self.init_targets = [f"graphir_init/{name}" for name in init.targets]
-        init_feeds = {f"graphir_init/{name}": array for name, array in init.feeds.items()}
+        self.init_targets = [f"graphir_init/{name}" for name in init.targets] + holder.targets
+        init_feeds = {f"graphir_init/{name}": array for name, array in init.feeds.items()} | holder.feeds
+        self._release = [f"{target.removesuffix('graphir_assign')}graphir_release" for target in holder.targets]
         self.read_fetches = {name: f"graphir_read/{tensor}" for name, tensor in reader.fetches.items()}
         config = session_config(tf, cpu_devices, self.deadline.seconds)
         self.session = tf.compat.v1.Session(target=target, graph=self.graph, config=config)
@@ -286,8 +352,8 @@ class SessionRunner:
             raise tf_run_error(exc, self.what, self.deadline) from None
 
     def run(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> list[np.ndarray]:
-        """One step: feed ``inputs`` (one per graph feed), return the fetched values (default: the outputs)."""
-        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        """One step: feed ``inputs`` (one per :attr:`feeds`), return the fetched values (default: the outputs)."""
+        feed = dict(zip(self.feeds, inputs, strict=True))
         outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options())
         return [np.asarray(o) for o in outputs]
 
@@ -295,7 +361,7 @@ class SessionRunner:
         self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None
     ) -> tuple[list[np.ndarray], dict[str, str]]:
         """:meth:`run`, also returning each op's device from ``RunMetadata``'s partition graphs."""
-        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        feed = dict(zip(self.feeds, inputs, strict=True))
         metadata = self.tf.compat.v1.RunMetadata()
         outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options(trace=True), metadata)
         placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
@@ -303,7 +369,7 @@ class SessionRunner:
 
     def run_metadata(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> Any:
         """One step traced in full (``FULL_TRACE``, partition graphs): its ``RunMetadata``."""
-        feed = dict(zip(self.lowered.feeds, inputs, strict=True))
+        feed = dict(zip(self.feeds, inputs, strict=True))
         metadata = self.tf.compat.v1.RunMetadata()
         options = self._options(trace=True)
         options.trace_level = self.tf.compat.v1.RunOptions.FULL_TRACE
@@ -319,7 +385,11 @@ class SessionRunner:
         return {n: np.asarray(v) for n, v in zip(names, values, strict=True)}
 
     def close(self) -> None:
-        """Close the session."""
+        """Release the held inputs (a server keeps resources across sessions) and close the session."""
+        release, self._release = getattr(self, "_release", []), []
+        if release:
+            with contextlib.suppress(Exception):  # a session that failed or timed out: nothing more to do
+                self.session.run(release)
         self.session.close()
 
     def __enter__(self) -> SessionRunner:
@@ -327,6 +397,63 @@ class SessionRunner:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_HOLDERS = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True)
+class _HeldInputs:
+    graph_def: Any
+    targets: list[str]
+    """The assign ops (``graphir_input/<op>/graphir_assign``), fed by ``.../graphir_value:0``."""
+    feeds: dict[str, np.ndarray]
+    fetches: dict[str, str]
+    """Feed tensor -> the tensor reading its held value."""
+
+
+def _held_inputs_graphdef(step: Any, held: Mapping[str, np.ndarray], tf: Any) -> _HeldInputs:
+    """A resource variable per held feed, on its placeholder's device: handle, read, assign, release.
+
+    The variable's ``shared_name`` is unique to this runner (a server keeps resources from session
+    to session; the runner releases them when it closes).
+    """
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import versions
+
+    graph_def = graph_pb2.GraphDef()
+    graph_def.versions.producer = versions.GRAPH_DEF_VERSION
+    out = _HeldInputs(graph_def, [], {}, {})
+    if not held:
+        return out
+    placeholders = {node.name: node for node in step.node}
+    token = f"{os.getpid()}-{next(_HOLDERS)}"
+    for feed, array in held.items():
+        op = feed.rsplit(":", 1)[0]
+        placeholder = placeholders[op]
+        dtype = placeholder.attr["dtype"].type
+        shape = tf.TensorShape(np.shape(array)).as_proto()
+        base = f"graphir_input/{op}"
+        handle = graph_def.node.add(name=base, op="VarHandleOp", device=placeholder.device)
+        handle.attr["dtype"].type = dtype
+        handle.attr["shape"].shape.CopyFrom(shape)
+        handle.attr["shared_name"].s = f"graphir_input/{token}/{op}".encode()
+        read = graph_def.node.add(name=f"{base}/read", op="ReadVariableOp", device=placeholder.device)
+        read.input.append(base)
+        read.attr["dtype"].type = dtype
+        value = graph_def.node.add(name=f"{base}/graphir_value", op="Placeholder", device=placeholder.device)
+        value.attr["dtype"].type = dtype
+        value.attr["shape"].shape.CopyFrom(shape)
+        assign = graph_def.node.add(name=f"{base}/graphir_assign", op="AssignVariableOp", device=placeholder.device)
+        assign.input.extend([base, value.name])
+        assign.attr["dtype"].type = dtype
+        release = graph_def.node.add(name=f"{base}/graphir_release", op="DestroyResourceOp", device=placeholder.device)
+        release.input.append(base)
+        release.attr["ignore_lookup_error"].b = True
+        out.targets.append(assign.name)
+        out.feeds[f"{value.name}:0"] = np.asarray(array)
+        out.fetches[feed] = f"{read.name}:0"
+    return out
 
 
 INIT_BATCH_BYTES = 256 << 20

@@ -129,7 +129,7 @@ def run_strategy(
     ``what`` names the run in errors.
     """
     from graphir.backends.tf.lowering import lower
-    from graphir.backends.tf.session import SessionRunner, random_inputs
+    from graphir.backends.tf.session import SessionRunner, random_inputs, remote_feeds
     from graphir.backends.tf.tf_graphdef import variable_values
 
     if steps < 1:
@@ -142,10 +142,14 @@ def run_strategy(
     # the same batch to the same input (a data-parallel graph's replicas keep their slices).
     by_name = sorted(lowered.input_names)
     drawn = dict(zip(by_name, random_inputs(module, by_name, seed), strict=True))
-    inputs = [drawn[name] for name in lowered.input_names]
+    fed = dict(zip(lowered.feeds, (drawn[name] for name in lowered.input_names), strict=True))
+    held = {feed: fed.pop(feed) for feed in remote_feeds(lowered, servers.master_task)}  # as run_on_rig
+    inputs = list(fed.values())
     losses: list[float] = []
     times: list[float] = []
-    with SessionRunner(module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what) as runner:
+    with SessionRunner(
+        module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what, held_inputs=held
+    ) as runner:
         for _ in range(warmup):
             losses.append(_first_float(runner.run(inputs)))
         metadata = []

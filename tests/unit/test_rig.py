@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -131,7 +132,7 @@ def test_workers_shorthand_reads_the_calibrated_cache(tmp_path, monkeypatch):
 
 _RIG_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
     from graphir.backends.tf.rig import rig, run_on_rig
     from graphir.driver import load_builtin_passes
     from graphir.driver.clusters import resolve_cluster
@@ -140,6 +141,48 @@ _RIG_SCRIPT = textwrap.dedent(
     from graphir.pass_manager import PassManager
     from graphir.pipeline import parse_pipeline
     from graphir.types import DType, TensorType
+
+    def held_input_module(cluster):
+        # A TF step: a placeholder on task 1 (doubled there), a chain of 30 MatMuls on task 0.
+        import numpy as np
+        import tensorflow as tf
+        from graphir.backends.tf import lower
+        from graphir.importers.tf import import_graphdef
+
+        tf_graph = tf.Graph()
+        with tf_graph.as_default():
+            x = tf.compat.v1.placeholder(tf.float32, [64, 64], name="x")
+            z = tf.identity(x * 2.0, name="z")
+            a = tf.constant(np.eye(256, dtype=np.float32), name="a")
+            y = a
+            for k in range(30):
+                y = tf.matmul(y, a, name=f"chain{k}")
+            tf.identity(tf.reduce_sum(y) + tf.reduce_sum(z), name="out")
+        held = import_graphdef(tf_graph.as_graph_def(), name="held", source="<held>")
+        held.set_cluster(cluster)
+        for node in held.graph.nodes:
+            node.device = "worker1" if node.name in ("x", "mul", "mul/y", "z") else "worker0"
+        return held, lower(held, enforce_order=False)
+
+    def held_input_starts(held, lowered, servers):
+        # When task 1's first op starts, from the end of task 0's chain, with its input fed and held.
+        import numpy as np
+        from graphir.backends.tf.rig import parse_step_stats
+        from graphir.backends.tf.run import SessionRunner, remote_feeds
+
+        value = np.ones((64, 64), np.float32)
+        remote = remote_feeds(lowered, servers.master_task)
+        out = {"remote": list(remote)}
+        for mode, kept, inputs in (("fed", {}, [value]), ("held", {f: value for f in remote}, [])):
+            with SessionRunner(held, lowered, servers.target, held_inputs=kept, timeout_s=60) as runner:
+                runner.run(inputs)
+                traces = [parse_step_stats(runner.run_metadata(inputs)) for _ in range(2)]
+                out[mode + "_output"] = float(runner.run(inputs)[0])
+            out[mode] = [
+                (t.ops["mul"].start - t.ops["chain29"].end) / (t.ops["chain29"].end - t.ops["chain0"].start)
+                for t in traces
+            ]
+        return out
 
     load_builtin_passes()
     t = TensorType(DType.F32, (128, 256))
@@ -160,9 +203,12 @@ _RIG_SCRIPT = textwrap.dedent(
     placement = [(a, "worker0"), (b, "worker0"), (c, "worker1"), (d, "worker1"), (e, "worker0")]
     for order, (node, device) in enumerate(placement):
         node.device, node.order = device, order
+    held_module, held_lowered = held_input_module(module.cluster)
     with rig(module.cluster, timeout_s=60) as servers:
         pids = [p.pid for p in servers.processes.values()]
         environments = [open(f"/proc/{pid}/environ", "rb").read().split(b"\\0") for pid in pids]
+        sessions = [os.getsid(pid) == pid for pid in pids]
+        held_starts = held_input_starts(held_module, held_lowered, servers)
         run = run_on_rig(module, servers, steps=2, warmup=1, trace_steps=2, timeout_s=60)
         # min_seconds: timed steps continue until they add up to it, bounded by max_steps
         longer = run_on_rig(
@@ -177,6 +223,8 @@ _RIG_SCRIPT = textwrap.dedent(
         "devices": run.node_devices, "transfers": run.transfers, "times": run.times_s, "alive": alive,
         "longer": longer.times_s, "capped": capped.times_s,
         "bfc": [b"TF_CPU_ALLOCATOR_USE_BFC=true" in environment for environment in environments],
+        "held": held_starts,
+        "sessions": sessions,
     }))
     """
 )
@@ -185,7 +233,7 @@ _RIG_SCRIPT = textwrap.dedent(
 def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
     result = subprocess.run(
-        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=120, check=False
+        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=180, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.splitlines()[-1])
@@ -210,6 +258,30 @@ def test_two_worker_rig_measures_nodes_and_transfers(tmp_path):
     assert len(report["capped"]) == 4
     assert report["alive"] == [False, False], "the workers stop when the rig closes"
     assert report["bfc"] == [True, True], "every worker allocates through TF's BFC allocator"
+    assert report["sessions"] == [True, True], "every worker leads its own session: its own autogroup"
+    # An input placed on task 1 and fed waits for task 0's one compute thread to run out of work (the
+    # feed enters by task 0); held on task 1 (run_on_rig's remote_feeds), task 1 starts at once.
+    # Times are (task 1's first op start - the end of task 0's chain) / the chain's duration.
+    held = report["held"]
+    assert held["remote"] == ["x:0"]
+    assert held["fed_output"] == held["held_output"] == 64 * 64 * 2 + 256
+    assert statistics.median(held["fed"]) > -0.1, "fed: task 1 waits for task 0's chain"
+    assert statistics.median(held["held"]) < -0.5, "held: task 1 runs while task 0's chain runs"
+
+
+def test_remote_feeds_are_the_inputs_placed_off_the_master_task():
+    from graphir.backends.tf.run import remote_feeds
+    from graphir.errors import BackendError
+
+    lowered = SimpleNamespace(
+        feeds=("r0/x:0", "r1/x:0", "r1/labels:0", "free:0"),
+        node_ops={"r0/x": ("r0/x",), "r1/x": ("r1/x",), "r1/labels": ("r1/labels",), "free": ("free",)},
+        node_devices={"r0/x": W0, "r1/x": "/job:worker/task:1/device:CPU:0", "r1/labels": W1, "free": ""},
+    )
+    assert remote_feeds(lowered, "/job:worker/task:0") == ("r1/x:0", "r1/labels:0")
+    assert remote_feeds(lowered, "/job:worker/task:1") == ("r0/x:0",)
+    with pytest.raises(BackendError, match="names no task"):
+        remote_feeds(lowered, "grpc://127.0.0.1:1")
 
 
 def test_tf_run_refuses_a_cluster_without_workers():
