@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import f32
+from helpers import SOLVER_PROCESS, f32
 from hypothesis import HealthCheck, settings
 
 from graphir.driver import load_builtin_passes
@@ -96,3 +96,40 @@ def tiny_gpt_step() -> Module:
     config = (("layers", 2), ("d_model", 16), ("heads", 2), ("d_ff", 32), ("vocab", 40), ("seq", 8))
     graph_def, _ = build_train_graphdef("gpt", 2, config)
     return import_graphdef(graph_def, name="tiny_gpt", source="<tiny_gpt>")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ilp_solver_process() -> Iterator[None]:
+    """``place{algo=ilp}``'s isolated solves go to the session's one solver process (helpers.SolverProcess).
+
+    The placer solves in a fresh interpreter whenever TensorFlow is loaded, which the test session
+    always has: one interpreter for the session instead of one per solve (the same ``solve`` on the
+    same arguments, in a process without TensorFlow). ``fresh_ilp_subprocess`` restores the real
+    one-interpreter-per-solve path for the test that checks it.
+    """
+    from graphir.errors import PassError
+    from graphir.passes.place import ilp
+
+    real = ilp._solve_isolated
+
+    def solve_in_session_process(*args: object) -> object:
+        try:
+            return SOLVER_PROCESS.call(ilp.__name__, "solve", args)
+        except RuntimeError as error:
+            raise PassError(f"place{{algo=ilp}}: the CP-SAT subprocess failed: {error}") from error
+
+    solve_in_session_process.real = real  # type: ignore[attr-defined]  # for fresh_ilp_subprocess
+    ilp._solve_isolated = solve_in_session_process
+    try:
+        yield
+    finally:
+        ilp._solve_isolated = real
+        SOLVER_PROCESS.close()
+
+
+@pytest.fixture
+def fresh_ilp_subprocess(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``place{algo=ilp}``'s own isolated path (a fresh interpreter per solve) for this test."""
+    from graphir.passes.place import ilp
+
+    monkeypatch.setattr(ilp, "_solve_isolated", getattr(ilp._solve_isolated, "real", ilp._solve_isolated))

@@ -384,7 +384,7 @@ def run_ilp(module: Module, time_limit: float = 30.0, **options: object) -> dict
     return dict(result.stats)
 
 
-# ---- the CP-SAT model of place{algo=ilp}, solved in this process or a fresh one
+# ---- the CP-SAT model of place{algo=ilp}, solved in this process or the session's solver process
 
 
 def solve_ilp_model(
@@ -411,10 +411,67 @@ def solve_ilp_model(
     return out
 
 
-def solve_ilp_model_child() -> None:
-    """Entry point of the fresh interpreter: ``solve_ilp_model(*pickle(stdin))`` to stdout."""
-    result = solve_ilp_model(*pickle.loads(sys.stdin.buffer.read()))
-    sys.stdout.buffer.write(pickle.dumps(result))
+class SolverProcess:
+    """One interpreter without TensorFlow that runs CP-SAT solves for the whole test session.
+
+    CP-SAT crashes a process that has loaded TensorFlow (``place{algo=ilp}``'s ``isolate``), and
+    the test session always has (test modules import it), so every ILP solve of the suite would
+    start a fresh interpreter (about a second of imports each, most of the ILP tests' time). This
+    keeps one such interpreter per session: ``call(module, function, args)`` pickles the call to it
+    and the answer back (the same function on the same arguments, in a process TensorFlow never
+    entered). A child that dies is restarted on the next call.
+    """
+
+    _LOOP = (
+        "import importlib, pickle, sys, traceback\n"
+        "sys.path.insert(0, {tests!r})\n"
+        "out = sys.stdout.buffer\n"
+        "sys.stdout = sys.stderr\n"
+        "while True:\n"
+        "    try:\n"
+        "        module, function, args = pickle.load(sys.stdin.buffer)\n"
+        "    except EOFError:\n"
+        "        break\n"
+        "    try:\n"
+        "        answer = (True, getattr(importlib.import_module(module), function)(*args))\n"
+        "    except BaseException as error:\n"
+        "        answer = (False, traceback.format_exception_only(error)[-1].strip())\n"
+        "    pickle.dump(answer, out)\n"
+        "    out.flush()\n"
+    )
+
+    def __init__(self) -> None:
+        self._child: Any = None
+
+    def call(self, module: str, function: str, args: tuple) -> Any:
+        """``module.function(*args)`` in the child; its exception's last line raised as a RuntimeError."""
+        import subprocess  # noqa: PLC0415
+
+        if self._child is None or self._child.poll() is not None:
+            self.close()
+            code = self._LOOP.format(tests=str(Path(__file__).parent))
+            self._child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            pickle.dump((module, function, args), self._child.stdin)
+            self._child.stdin.flush()
+            ok, answer = pickle.load(self._child.stdout)
+        except (EOFError, BrokenPipeError) as error:
+            raise RuntimeError(f"the solver process died (exit code {self._child.wait()})") from error
+        if not ok:
+            raise RuntimeError(answer)
+        return answer
+
+    def close(self) -> None:
+        """End the child (it leaves its loop when its input closes)."""
+        if self._child is not None:
+            self._child.stdin.close()
+            self._child.wait(timeout=60)
+            self._child.stdout.close()
+            self._child = None
+
+
+SOLVER_PROCESS = SolverProcess()
+"""The session's solver process (conftest.py routes ``place{algo=ilp}``'s isolated solves to it)."""
 
 
 # ---- the congestion goldens: 1 ms nodes, 1e6 B tensors, 1 GB/s links (one transfer: 1 ms)

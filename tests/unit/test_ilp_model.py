@@ -11,19 +11,18 @@ The cluster (``MESH``): gpu0 (kind V100) and gpu1 (kind P100), 1,000 B of memory
 ``affinity`` of one kind pins a node to that device.
 
 CP-SAT crashes in a process that has loaded TensorFlow (see ``Ilp.isolate``), which the test
-session may have done: the model is then built and solved in a fresh interpreter.
+session may have done: the model is then built and solved in the session's solver process
+(``helpers.SolverProcess``, a Python without TensorFlow).
 """
 
 from __future__ import annotations
 
-import pickle
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import f32, solve_ilp_model
+from helpers import SOLVER_PROCESS, f32, solve_ilp_model
 
 from graphir.annotations import Cost
 from graphir.ir import Graph, Module, Node, Value
@@ -94,12 +93,7 @@ def solve(
     """
     if "tensorflow" not in sys.modules:
         return solve_ilp_model(problem, options, hint)
-    here = str(Path(__file__).parent)
-    code = f"import sys; sys.path.insert(0, {here!r}); import helpers; helpers.solve_ilp_model_child()"
-    done = subprocess.run(
-        [sys.executable, "-c", code], input=pickle.dumps((problem, options, hint)), capture_output=True, check=True
-    )
-    return pickle.loads(done.stdout)
+    return SOLVER_PROCESS.call("helpers", "solve_ilp_model", (problem, options, hint))
 
 
 # --------------------------------------------------------------------------- crossing values and scale

@@ -224,7 +224,7 @@ print(json.dumps([stats["isolated"], stats["status"], stats["objective-s"],
 """
 
 
-def test_ilp_isolated_solver_process_gives_the_same_schedule() -> None:
+def test_ilp_isolated_solver_process_gives_the_same_schedule(fresh_ilp_subprocess: None) -> None:
     """The subprocess path (used when TensorFlow is loaded) returns what the in-process solve does.
 
     CP-SAT crashes in a process that has loaded TensorFlow, which the test session may have done,

@@ -119,14 +119,16 @@ def test_fork_brute_force_agrees(tmp_path: Path, rule: str) -> None:
     assert _brute_force(_fork(tmp_path), rule) == pytest.approx(expected)
 
 
-def test_accepted_under_liveness_never_overflows(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("cases", "least"), [(6, 3), pytest.param(12, 5, marks=pytest.mark.slow)])
+def test_accepted_under_liveness_never_overflows(tmp_path: Path, cases: int, least: int) -> None:
     """Random DAGs (10-14 nodes) on devices of 50-90 % of the one-device peak.
 
-    Whenever the model used the liveness rule, the simulator finds no overflow; at least 5 of the
-    12 cases must use it with a spread placement (the property must not hold vacuously).
+    Whenever the model used the liveness rule, the simulator finds no overflow; at least 3 of the
+    first 6 cases (``make test``; the slow suite: 5 of 12) must use it with a spread placement (the
+    property must not hold vacuously). Each solve may take its 5 s time limit.
     """
     used = 0
-    for seed in range(12):
+    for seed in range(cases):
         rng = np.random.default_rng(2000 + seed)
         num_devices = int(rng.integers(2, 4))
         num_nodes = int(rng.integers(10, 15))
@@ -138,4 +140,4 @@ def test_accepted_under_liveness_never_overflows(tmp_path: Path) -> None:
         if stats["memory-constraint"] == "liveness":
             assert not simulate(module).oom_devices, f"seed {seed}: {stats}"
             used += len({node.device for node in module.graph.index().nodes}) > 1
-    assert used >= 5, f"only {used} of 12 cases ran under the liveness rule with a spread placement"
+    assert used >= least, f"only {used} of {cases} cases ran under the liveness rule with a spread placement"

@@ -56,9 +56,16 @@ def _check(module: Module) -> None:
     _held_keys_exact(slow)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_modules())
 def test_random_modules_round_trip_through_both_paths(module):
+    _check(module)
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_modules())
+def test_many_random_modules_round_trip_through_both_paths(module):
     _check(module)
 
 
@@ -120,7 +127,7 @@ def _check_regions_text(module: Module) -> None:
 _REGION_SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
-@settings(max_examples=20, **_REGION_SETTINGS)
+@settings(max_examples=8, **_REGION_SETTINGS)
 @given(modules_with_regions())
 def test_modules_with_regions_round_trip_byte_identical(module):
     _check_regions_text(module)
