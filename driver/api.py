@@ -46,7 +46,6 @@ from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.pass_infra import Pass, PassContext, PassResult, Stat
 from graphir.pass_manager import PassManager
-from graphir.passes.compare import Compare
 from graphir.pipeline import parse_pipeline
 from graphir.runguard import ALLOW_IO_OPS
 from graphir.simulator import SimResult, simulate
@@ -543,15 +542,26 @@ _CAPTURED: ContextVar[list[tuple[ComparisonRow, tuple[Module, SimResult] | None]
 )
 
 
-class _CapturingCompare(Compare):
-    """The ``compare`` pass that also hands its placed clones to :func:`compare` (not registered)."""
+def _capturing(judge: Pass) -> Pass:
+    """``judge`` (the ``compare`` pass) as one that also hands its placed clones to :func:`compare`.
 
-    def run(self, module: Module, ctx: PassContext) -> PassResult:
-        placements = self.placements(module, ctx)
-        captured = _CAPTURED.get()
-        if captured is not None:
-            captured.extend(placements)
-        return self.record(module, placements, ctx)
+    The passes are imported here, not at the top: ``graphir-opt`` imports this module and runs
+    without any pass when its pipeline is empty.
+    """
+    from graphir.passes.compare import Compare
+
+    class _CapturingCompare(Compare):
+        """The ``compare`` pass that also hands its placed clones to :func:`compare` (not registered)."""
+
+        def run(self, module: Module, ctx: PassContext) -> PassResult:
+            placements = self.placements(module, ctx)
+            captured = _CAPTURED.get()
+            if captured is not None:
+                captured.extend(placements)
+            return self.record(module, placements, ctx)
+
+    assert isinstance(judge, Compare), "the pipeline ends with the compare pass"
+    return _CapturingCompare(**{f.name: getattr(judge, f.name) for f in dataclasses.fields(judge)})
 
 
 def compare(
@@ -586,8 +596,7 @@ def compare(
     step = f"compare{{algos={algos}}}" if algos else "compare"
     pipeline = _parse(f"{passes},{step}" if passes.strip() else step)
     judge = pipeline[-1]
-    assert isinstance(judge, Compare), "the pipeline ends with the compare pass"
-    capturing = _CapturingCompare(**{f.name: getattr(judge, f.name) for f in dataclasses.fields(judge)})
+    capturing = _capturing(judge)
     resolve_cluster(cluster)
     module = load(model, **load_options)
     captured: list[tuple[ComparisonRow, tuple[Module, SimResult] | None]] = []
