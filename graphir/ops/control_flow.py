@@ -158,8 +158,17 @@ def _regions(cx: OpContext) -> dict[str, Graph]:
 
 
 def _split_captures(cx: OpContext, operands: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``(own operands, captured operands)``, each first copied onto the node's device.
+
+    TensorFlow's session lowers a functional ``While``/``If`` into ``Enter``/``Switch``/``Merge``
+    ops placed with the *producer* of each input: an operand from another device would keep the
+    loop's machinery there and cross devices on every trip. The copies (``tf.identity`` in the
+    node's device scope) move each input once, before the loop or branch.
+    """
+    tf = cx.tf
+    local = [None if x is None else tf.identity(x) for x in operands]
     count = captured_count(cx.node)
-    return operands[: len(operands) - count], operands[len(operands) - count :]
+    return local[: len(local) - count], local[len(local) - count :]
 
 
 def _scalar_bool(tf: Any, value: Any) -> Any:
