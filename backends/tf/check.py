@@ -167,15 +167,16 @@ def _live_ops(ops: dict[str, Any], roots: Sequence[str]) -> set[str]:
     return live
 
 
-def _lowered_parts(op: str, placed: dict[str, str]) -> list[str]:
+def _lowered_parts(op: str, placed: dict[str, str], graph_ops: dict[str, Any]) -> list[str]:
     """The partition-graph ops a functional control-flow op ``op`` became: ``<op>/...`` and ``Func/<op>/...``.
 
     The session lowers a ``While``/``If`` into ``Enter``/``Switch``/``Merge``... named under the op,
     and inlines its branch and body functions under ``<op>/<branch>/_k/`` (their argument and result
-    identities under ``Func/<op>/``); every part runs on the op's device.
+    identities under ``Func/<op>/``); every part runs on the op's device. Ops of the lowered
+    GraphDef itself under the same name scope (a TF graph's ``while/loop_counter``) are not parts.
     """
     prefixes = (op + "/", "Func/" + op + "/")
-    return [name for name in placed if name.startswith(prefixes)]
+    return [name for name in placed if name.startswith(prefixes) and name not in graph_ops]
 
 
 def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, list[str]]:
@@ -201,12 +202,16 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
     graph_ops = _graph_ops(lowered) or {}
     roots = [*lowered.fetches, *getattr(lowered, "value_tensors", {}).values()]
     live = _live_ops(graph_ops, roots) if graph_ops else None
-    loop_inputs = _control_flow_only_inputs(graph_ops)
+    users = _users(graph_ops)
     for op, device in expected:
         if op in fed:
             continue
         node_def = graph_ops.get(op)
-        parts = _lowered_parts(op, placed) if node_def is not None and node_def.op in FUNCTIONAL_CONTROL_FLOW else []
+        parts = (
+            _lowered_parts(op, placed, graph_ops)
+            if node_def is not None and node_def.op in FUNCTIONAL_CONTROL_FLOW
+            else []
+        )
         checked += len(parts)
         problems.extend(
             f"{part}: expected {device}, got {placed[part]}" for part in parts if not _same_device(placed[part], device)
@@ -217,7 +222,7 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
                 continue  # lowered into its parts (a fetched one also leaves an IdentityN of its name)
             if live is not None and op not in live:
                 continue  # dead: the session prunes it
-            if op in loop_inputs and any(_lowered_parts(user, placed) for user in loop_inputs[op]):
+            if _dropped_by_loops(op, placed, graph_ops, users):
                 continue  # read only by lowered loops, which dropped it (e.g. a loop's unused trip limit)
             problems.append(f"{op}: expected {device}, not run")
             continue
@@ -227,13 +232,35 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
     return checked, problems
 
 
-def _control_flow_only_inputs(ops: dict[str, Any]) -> dict[str, list[str]]:
-    """Op -> its users, for the ops whose every user is a functional control-flow op."""
+def _users(ops: dict[str, Any]) -> dict[str, list[str]]:
+    """Op -> the ops that take its results or wait on it."""
     users: dict[str, list[str]] = {}
     for name, node_def in ops.items():
         for ref in node_def.input:
             users.setdefault(ref.lstrip("^").split(":")[0], []).append(name)
-    return {op: names for op, names in users.items() if all(ops[user].op in FUNCTIONAL_CONTROL_FLOW for user in names)}
+    return users
+
+
+def _dropped_by_loops(op: str, placed: dict[str, str], ops: dict[str, Any], users: dict[str, list[str]]) -> bool:
+    """Whether ``op`` (not run) feeds only functional control-flow ops the session lowered.
+
+    Directly or through ops that were not run either: the lowering dropped an input its loop never reads.
+    """
+    pending, seen = [op], set()
+    found_loop = False
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for user in users.get(name, ()):
+            if ops[user].op in FUNCTIONAL_CONTROL_FLOW and _lowered_parts(user, placed, ops):
+                found_loop = True
+            elif user not in placed:
+                pending.append(user)
+            else:
+                return False
+    return found_loop
 
 
 def reference_values(path: Path, names: Sequence[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
