@@ -328,10 +328,110 @@ def _write_atomically(path: Path, data: bytes) -> None:
     write_atomically(path, data)
 
 
+GRU_EXPORT_TOLERANCE = 1e-4
+"""Largest relative error allowed between the written GRU model (onnxruntime) and the Keras model."""
+
+
+def build_gru_onnx(model: str, batch: int, config: Sequence[tuple[str, Any]], path: Path) -> None:
+    """Write the Keras GRU language model ``model`` as ONNX with one ``GRU`` op per layer, and check it.
+
+    tf2onnx has no rewrite for Keras 3's GRU (it exports each layer's ``tf.while_loop`` as a
+    ``Loop``: ``gru_seq_infer``), and PyTorch is not a dependency, so the graph is written with
+    ``onnx.helper`` in the form PyTorch's exporter gives ``nn.GRU``: ``Gather`` (embedding),
+    ``Transpose`` to ``[seq, batch, units]``, per layer ``GRU`` then ``Squeeze`` of its direction
+    axis, ``Transpose`` back, ``MatMul`` + ``Add`` (the logits). Keras's ``GRU(reset_after=True)`` is
+    ONNX's ``GRU`` with ``linear_before_reset=1`` (Cho et al. 2014 as cuDNN computes it: the reset
+    gate applied after the recurrent matmul and its bias), both with the gates in the order
+    ``z, r, h`` and ``h_t = z * h_{t-1} + (1 - z) * h~``: ``W = kernel^T``, ``R = recurrent_kernel^T``,
+    ``B = [input bias, recurrent bias]``. The weights are the Keras model's own (the same seed and
+    layers as ``gru_seq``); the written model must match the Keras model on seeded tokens within
+    :data:`GRU_EXPORT_TOLERANCE` (onnxruntime), else the build fails.
+    """
+    _quiet_tensorflow()
+    require("tensorflow", "tf", ZOO_FEATURE)
+    ort = require("onnxruntime", "ort", ZOO_FEATURE)
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from graphir.errors import GraphIRError
+
+    net, input_specs, _ = fresh_model(model, batch, config)
+    options = dict(config)
+    layers, units = int(options["layers"]), int(options["units"])
+    ((shape, _),) = input_specs
+    initializers = [numpy_helper.from_array(np.asarray(net.get_layer("emb").get_weights()[0]), "emb")]
+    nodes = [
+        helper.make_node("Gather", ["emb", "tokens"], ["embedded"], name="emb"),
+        helper.make_node("Transpose", ["embedded"], ["x0"], name="to_time_major", perm=[1, 0, 2]),
+    ]
+    axis = numpy_helper.from_array(np.array([1], np.int64), "direction_axis")
+    initializers.append(axis)
+    for i in range(layers):
+        layer = net.get_layer(f"gru{i}")
+        cell = layer.cell
+        if (
+            not cell.reset_after
+            or cell.activation.__name__ != "tanh"
+            or cell.recurrent_activation.__name__ != "sigmoid"
+        ):
+            raise GraphIRError(f"layer gru{i}: only GRU(reset_after=True, tanh, sigmoid) maps onto ONNX GRU here")
+        kernel, recurrent, bias = (np.asarray(w, np.float32) for w in layer.get_weights())
+        names = [f"gru{i}_W", f"gru{i}_R", f"gru{i}_B"]
+        arrays = [kernel.T[None], recurrent.T[None], bias.reshape(1, -1)]
+        initializers.extend(
+            numpy_helper.from_array(np.ascontiguousarray(a), n) for a, n in zip(arrays, names, strict=True)
+        )
+        nodes.append(
+            helper.make_node(
+                "GRU",
+                [f"x{i}", *names],
+                [f"gru{i}_Y", f"gru{i}_Y_h"],
+                name=f"gru{i}",
+                hidden_size=units,
+                linear_before_reset=1,
+            )
+        )
+        nodes.append(
+            helper.make_node("Squeeze", [f"gru{i}_Y", "direction_axis"], [f"x{i + 1}"], name=f"gru{i}_squeeze")
+        )
+    dense_w, dense_b = (np.asarray(w, np.float32) for w in net.get_layer("logits").get_weights())
+    initializers += [numpy_helper.from_array(dense_w, "logits_W"), numpy_helper.from_array(dense_b, "logits_b")]
+    nodes += [
+        helper.make_node("Transpose", [f"x{layers}"], ["features"], name="to_batch_major", perm=[1, 0, 2]),
+        helper.make_node("MatMul", ["features", "logits_W"], ["projected"], name="logits_matmul"),
+        helper.make_node("Add", ["projected", "logits_b"], ["logits"], name="logits_bias"),
+    ]
+    batch_size, seq = shape
+    graph = helper.make_graph(
+        nodes,
+        "gru_lm",
+        [helper.make_tensor_value_info("tokens", onnx.TensorProto.INT32, [batch_size, seq])],
+        [helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [batch_size, seq, dense_w.shape[1]])],
+        initializers,
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="graphir.tools.zoo")
+    proto.ir_version = 8  # what onnx 1.12+ writes for opset 17; onnxruntime reads it
+    onnx.checker.check_model(proto)
+    tokens = np.random.default_rng(0).integers(0, int(options["vocab"]), (batch_size, seq)).astype(np.int32)
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(["logits"], {"tokens": tokens})
+    want = np.asarray(net(tokens, training=False))
+    error = float(np.max(np.abs(got - want)) / max(float(np.max(np.abs(want))), 1e-30))
+    if error > GRU_EXPORT_TOLERANCE:
+        raise GraphIRError(f"the ONNX GRU model differs from the Keras model by {error:.2e} (relative)")
+    _write_atomically(path, proto.SerializeToString())
+
+
+DIRECT_EXPORTS = {"gru_lm": build_gru_onnx}
+"""Inference entries written without tf2onnx: model -> its exporter (see each exporter's docstring)."""
+
+
 def build_in_process(entry: Entry, directory: Path) -> Path:
     """Build ``entry`` in this process (callers should use a fresh process: see the module doc)."""
     path = entry.path(directory)
-    if entry.mode == "infer" and entry.external_weights:
+    if entry.mode == "infer" and entry.model in DIRECT_EXPORTS:
+        DIRECT_EXPORTS[entry.model](entry.model, entry.batch, entry.config, path)
+    elif entry.mode == "infer" and entry.external_weights:
         build_infer_onnx_external(entry.model, entry.batch, entry.config, path)
     elif entry.mode == "infer":
         build_infer_onnx(entry.model, entry.batch, entry.config, path)

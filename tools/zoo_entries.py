@@ -108,6 +108,14 @@ ENTRIES["lstm_seq_infer"] = Entry(
 ENTRIES["gru_seq_infer"] = Entry(
     "gru_seq_infer", "gru_seq", "infer", 32, _RNN_SEQ, "GRU sequence model: 4 Keras GRU layers, exported as ONNX Loops"
 )
+ENTRIES["gru_lm_infer"] = Entry(
+    "gru_lm_infer",
+    "gru_lm",
+    "infer",
+    32,
+    _RNN_SEQ,
+    "GRU language model: gru_seq's Keras weights as 4 ONNX GRU ops (linear_before_reset=1; onnx.helper)",
+)
 ENTRIES["resnet200_train"] = Entry(
     "resnet200_train", "resnet200", "train", 32, (), "FastT Table 1: TF-slim resnet_v2_200 (3, 24, 36, 3), batch 32"
 )

@@ -183,6 +183,7 @@ MODELS: dict[str, Callable[..., ModelSpec]] = {
     "lstm": _lstm_lm,
     "lstm_seq": lambda batch, **kw: _recurrent_lm(batch, "lstm", **kw),
     "gru_seq": lambda batch, **kw: _recurrent_lm(batch, "gru", **kw),
+    "gru_lm": lambda batch, **kw: _recurrent_lm(batch, "gru", **kw),  # written with ONNX GRU ops (zoo_convert)
 }
 
 MODELS_WITH_SOFTMAX = frozenset({"inception_v3", "resnet50", "resnet200", "vgg19", "nasnet_mobile", "nasnet_large"})

@@ -56,6 +56,7 @@ CHECK_RUN = "the TensorFlow lowering check"
 """What a refused run is called in its one-line message (:mod:`graphir.runguard`)."""
 
 __all__ = [
+    "FUNCTIONAL_CONTROL_FLOW",
     "check_onnx_model",
     "check_training_step",
     "configure_logical_cpus",
@@ -76,6 +77,10 @@ def relative_error(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray])
         scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
         worst = max(worst, float(np.max(np.abs(got - want))) / scale if want.size else 0.0)
     return worst
+
+
+_TRANSFER_OPS = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+"""Ops the partitioner adds for cross-device edges; they are not lowered ops."""
 
 
 def _same_device(actual: str, expected: str) -> bool:
@@ -114,14 +119,62 @@ def session_run(
         lowered.initialize_weights(session)
         feed = dict(zip(lowered.feeds, inputs, strict=True))
         outputs = session.run(list(fetches or lowered.fetches), feed, options=options, run_metadata=metadata)
-    placed = {node.name: node.device for partition in metadata.partition_graphs for node in partition.node}
+    placed = {
+        node.name: node.device
+        for partition in metadata.partition_graphs
+        for node in partition.node
+        if node.op not in _TRANSFER_OPS  # named after their source op ("<src>/_k"), on either end's device
+    }
     return [np.asarray(o) for o in outputs], placed
+
+
+FUNCTIONAL_CONTROL_FLOW = frozenset({"While", "StatelessWhile", "If", "StatelessIf", "Case", "StatelessCase"})
+"""TF ops the session replaces by their lowered parts (``LowerFunctionalOpsPass``) before it places them."""
+
+
+def _graph_ops(lowered: Any) -> dict[str, Any] | None:
+    """Op name -> ``NodeDef`` of the lowered GraphDef (``None`` when the lowering has none)."""
+    graph_def: Any = getattr(lowered, "graph_def", None)
+    if graph_def is None:
+        return None
+    nodes: Any = graph_def(embed_weights=False).node
+    return {node.name: node for node in nodes}
+
+
+def _live_ops(ops: dict[str, Any], roots: Sequence[str]) -> set[str]:
+    """The ops some tensor of ``roots`` depends on (data and control inputs): the ones a session runs."""
+    live: set[str] = set()
+    pending = [root.split(":")[0] for root in roots]
+    while pending:
+        name = pending.pop()
+        if name in live or name not in ops:
+            continue
+        live.add(name)
+        pending.extend(ref.lstrip("^").split(":")[0] for ref in ops[name].input)
+    return live
+
+
+def _lowered_parts(op: str, placed: dict[str, str], graph_ops: dict[str, Any]) -> list[str]:
+    """The partition-graph ops a functional control-flow op ``op`` became: ``<op>/...`` and ``Func/<op>/...``.
+
+    The session lowers a ``While``/``If`` into ``Enter``/``Switch``/``Merge``... named under the op,
+    and inlines its branch and body functions under ``<op>/<branch>/_k/`` (their argument and result
+    identities under ``Func/<op>/``); every part runs on the op's device. Ops of the lowered
+    GraphDef itself under the same name scope (a TF graph's ``while/loop_counter``) are not parts.
+    """
+    prefixes = (op + "/", "Func/" + op + "/")
+    return [name for name in placed if name.startswith(prefixes) and name not in graph_ops]
 
 
 def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, list[str]]:
     """(ops checked, ``"op: expected X, got Y"`` lines) for every op lowered from a placed node and every constant.
 
     Large weights count twice: their ``ReadVariableOp`` (in ``const_devices``) and their ``VarHandleOp``.
+    A functional control-flow op (``While``, ``If``; :data:`FUNCTIONAL_CONTROL_FLOW`) is checked also through
+    the parts the session lowered it into (:func:`_lowered_parts`: its loop machinery and the ops of its
+    bodies, each on the op's device). An op that no node result or graph output depends on (dead code
+    a TF helper left in a node's scope, e.g. ``tf.scan``'s unused TensorArray) is pruned by the
+    session by design and is not reported as not run.
     """
     checked = 0
     problems: list[str] = []
@@ -133,17 +186,68 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
     expected.extend((op, device) for op, device in lowered.const_devices.items() if device)
     expected.extend((op, weight.device) for op, weight in getattr(lowered, "weights", {}).items() if weight.device)
     fed = {feed.rsplit(":", 1)[0] for feed in lowered.feeds}  # fed placeholders become session args
+    graph_ops = _graph_ops(lowered) or {}
+    roots = [*lowered.fetches, *getattr(lowered, "value_tensors", {}).values()]
+    live = _live_ops(graph_ops, roots) if graph_ops else None
+    users = _users(graph_ops)
     for op, device in expected:
         if op in fed:
             continue
+        node_def = graph_ops.get(op)
+        parts = (
+            _lowered_parts(op, placed, graph_ops)
+            if node_def is not None and node_def.op in FUNCTIONAL_CONTROL_FLOW
+            else []
+        )
+        checked += len(parts)
+        problems.extend(
+            f"{part}: expected {device}, got {placed[part]}" for part in parts if not _same_device(placed[part], device)
+        )
         actual = placed.get(op)
         if actual is None:
+            if parts:
+                continue  # lowered into its parts (a fetched one also leaves an IdentityN of its name)
+            if live is not None and op not in live:
+                continue  # dead: the session prunes it
+            if _dropped_by_loops(op, placed, graph_ops, users):
+                continue  # read only by lowered loops, which dropped it (e.g. a loop's unused trip limit)
             problems.append(f"{op}: expected {device}, not run")
             continue
         checked += 1
         if not _same_device(actual, device):
             problems.append(f"{op}: expected {device}, got {actual}")
     return checked, problems
+
+
+def _users(ops: dict[str, Any]) -> dict[str, list[str]]:
+    """Op -> the ops that take its results or wait on it."""
+    users: dict[str, list[str]] = {}
+    for name, node_def in ops.items():
+        for ref in node_def.input:
+            users.setdefault(ref.lstrip("^").split(":")[0], []).append(name)
+    return users
+
+
+def _dropped_by_loops(op: str, placed: dict[str, str], ops: dict[str, Any], users: dict[str, list[str]]) -> bool:
+    """Whether ``op`` (not run) feeds only functional control-flow ops the session lowered.
+
+    Directly or through ops that were not run either: the lowering dropped an input its loop never reads.
+    """
+    pending, seen = [op], set()
+    found_loop = False
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for user in users.get(name, ()):
+            if ops[user].op in FUNCTIONAL_CONTROL_FLOW and _lowered_parts(user, placed, ops):
+                found_loop = True
+            elif user not in placed:
+                pending.append(user)
+            else:
+                return False
+    return found_loop
 
 
 def reference_values(path: Path, names: Sequence[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -59,6 +59,7 @@ import numpy as np
 from graphir.errors import GraphIRError, PassError, describe_exception
 from graphir.importers.tf import load_tensorflow
 from graphir.ir import Module
+from graphir.regions import Region
 from graphir.runguard import Deadline
 from graphir.sampling import constant_array
 
@@ -112,6 +113,7 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
         tf = load_tensorflow("measuring with TensorFlow")
         from tensorflow.core.framework import graph_pb2
 
+        from graphir.backends.tf.tf_graphdef import region_function
         from graphir.importers.tf import AttrWriter, tf_tensor_name
 
     writer = AttrWriter()
@@ -150,6 +152,9 @@ def module_graphdef(module: Module, rng: np.random.Generator) -> graph_pb2.Graph
         node.input.extend(f"^{c.name}" for c in ir_node.control_inputs)
         for key, value in ir_node.params.items():
             if key == "_device":
+                continue
+            if isinstance(value, Region):  # a While/If body: a library function rebuilt from the region
+                node.attr[key].func.name = region_function(graph_def.library, ir_node, key, value, None, tf)
                 continue
             try:
                 node.attr[key].CopyFrom(writer.attr(value, kinds.get(key)))

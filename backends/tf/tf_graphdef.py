@@ -9,9 +9,11 @@ Large ``Const`` ops became graph constants on import; they are re-emitted as ``C
 the same name, on the device of their first user in topological order (the node the profiler
 charges their persistent bytes to). Graph inputs (a module parsed from text may have some) become
 ``Placeholder`` nodes. ``graphir.split`` / ``graphir.concat`` (operation splitting) become
-``SplitV`` / ``ConcatV2`` with their size and axis constants. Opaque functional control flow
-(``While``, ``If``...) works when the module metadata ``tf_library`` holds the function library,
-which the importer records in that case.
+``SplitV`` / ``ConcatV2`` with their size and axis constants. A ``While``/``If`` holding regions
+gets one library function rebuilt from each region (:func:`_region_function`), and its data inputs
+are first copied onto its device (:func:`_local_inputs`). Opaque functional control flow
+(``Case``...) works when the module metadata ``tf_library`` holds the function library, which the
+importer records in that case.
 
 Every node's ``device`` field is the TensorFlow device string of its ``device`` annotation (its
 requested ``_device`` param when it is not placed); ``enforce_order`` adds ``^prev`` control
@@ -45,6 +47,7 @@ import numpy as np
 from graphir.attributes import Opaque, ParamValue, numpy_dtype
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value
+from graphir.regions import Region, has_regions
 from graphir.types import DType, is_static_shape
 
 if TYPE_CHECKING:
@@ -55,6 +58,7 @@ __all__ = [
     "VariablesGraph",
     "build_graphdef",
     "colocate_resource_users",
+    "region_function",
     "variable_nodes",
     "variable_values",
     "variables_graphdef",
@@ -166,16 +170,7 @@ def build_graphdef(
     for value in graph.constants:
         if not value.uses:
             continue
-        try:
-            array = np.asarray(value.const.numpy()) if value.const is not None else None
-        except ValueError:
-            array = None
-        if array is None:
-            raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
-        node_def = graph_def.node.add(name=value.name, op="Const")
-        node_def.attr["dtype"].type = tf.as_dtype(array.dtype).as_datatype_enum
-        node_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(array))
-        node_def.device = const_device.get(value, "")
+        node_def = _emit_constant(graph_def, value, const_device.get(value, ""), tf)
         const_devices[value.name] = node_def.device
     node_ops: dict[str, tuple[str, ...]] = {}
     _check_resource_devices(sequence, devices)
@@ -186,28 +181,126 @@ def build_graphdef(
             continue
         if not node.op.startswith("tf."):
             raise _error(node, "op cannot be emitted into a TensorFlow-imported graph (no TensorFlow lowering)")
-        op_type = node.op[3:]
-        kinds = writer.kinds(node, op_type)
-        node_def = graph_def.node.add(name=node.name, op=op_type)
-        node_def.input.extend(_ref(v) for v in node.inputs)
-        controls = [c.name for c in node.control_inputs]
-        prev = order_prev.get(node)
-        if prev is not None and prev.name not in controls:
-            controls.append(prev.name)
-        node_def.input.extend(f"^{name}" for name in controls)
         requested = node.params.get("_device")
-        node_def.device = device if device is not None else (requested if isinstance(requested, str) else "")
-        for key, value in node.params.items():
-            if key == "_device":
-                continue
-            node_def.attr[key].CopyFrom(writer.attr(node, key, value, kinds.get(key)))
-        node_ops[node.name] = (node.name,)
+        device = device if device is not None else (requested if isinstance(requested, str) else "")
+        copies = _local_inputs(graph_def, node, device, tf) if has_regions(node) and device else ()
+        node_def = _emit_node(graph_def, graph_def.library, node, writer, device, order_prev.get(node), tf)
+        for k, copy in enumerate(copies):
+            node_def.input[k] = copy
+        node_ops[node.name] = (*copies, node.name)
+        op_type = node.op[3:]
         if op_type == "Placeholder":
             feeds.append(f"{node.name}:0")
             feed_values.append(node.outputs[0].name)
     fetches = [_tensor_name(_ref(v)) for v in graph.outputs]
     value_tensors = {v.name: _tensor_name(_ref(v)) for node in sequence for v in node.outputs}
     return TfGraph(graph_def, feeds, feed_values, fetches, node_ops, const_devices, value_tensors)
+
+
+def _emit_node(
+    graph_def: Any, library: Any, node: Node, writer: _AttrWriter, device: str, prev: Node | None, tf: Any
+) -> Any:
+    """Add the NodeDef of ``tf.*`` node ``node`` (its regions as functions added to ``library``)."""
+    op_type = node.op[3:]
+    kinds = writer.kinds(node, op_type)
+    node_def = graph_def.node.add(name=node.name, op=op_type)
+    node_def.input.extend(_ref(v) for v in node.inputs)
+    controls = [c.name for c in node.control_inputs]
+    if prev is not None and prev.name not in controls:
+        controls.append(prev.name)
+    node_def.input.extend(f"^{name}" for name in controls)
+    node_def.device = device
+    for key, value in node.params.items():
+        if key == "_device":
+            continue
+        if isinstance(value, Region):
+            node_def.attr[key].func.name = region_function(library, node, key, value, writer, tf)
+            continue
+        node_def.attr[key].CopyFrom(writer.attr(node, key, value, kinds.get(key)))
+    return node_def
+
+
+def _local_inputs(graph_def: Any, node: Node, device: str, tf: Any) -> tuple[str, ...]:
+    """``Identity`` copies of a region holder's data inputs on its device (``<node>/graphir_input_<k>``).
+
+    TensorFlow's session lowers a ``While``/``If`` into ``Enter``/``Switch``/``Merge`` ops placed with
+    the *producer* of each input, so an input made on another device would keep the loop's machinery
+    there, crossing devices on every trip; the copies move each input once, before the loop.
+    """
+    names = []
+    for k, value in enumerate(node.inputs):
+        copy = graph_def.node.add(name=f"{node.name}/graphir_input_{k}", op="Identity", device=device)
+        copy.input.append(_ref(value))
+        copy.attr["T"].type = _value_dtype(tf, value)
+        names.append(copy.name)
+    return tuple(names)
+
+
+def region_function(library: Any, holder: Node, key: str, region: Region, writer: Any, tf: Any) -> str:
+    """Add the library function of region ``key`` of ``holder`` (a TF ``While``/``If`` body); its name.
+
+    The region's graph is emitted as a GraphDef (a ``Placeholder`` per input, its constants as
+    ``Const``, its nodes as :func:`build_graphdef` emits them, without devices: a function body runs
+    on its caller's device), imported into a ``tf.Graph`` and turned into a ``FunctionDef`` by
+    TensorFlow's ``graph_to_function_def`` (which writes the body's ``node:output_arg:k`` references).
+    Nested regions add their own functions first. ``writer``: a :class:`_AttrWriter` (``None``: a new one).
+    """
+    from tensorflow.core.framework import graph_pb2
+    from tensorflow.python.framework import graph_to_function_def, versions
+
+    writer = writer or _AttrWriter(tf)
+    graph = region.graph
+    body = graph_pb2.GraphDef()
+    body.versions.producer = versions.GRAPH_DEF_VERSION
+    for value in graph.inputs:
+        placeholder = body.node.add(name=value.name, op="Placeholder")
+        placeholder.attr["dtype"].type = _value_dtype(tf, value)
+        placeholder.attr["shape"].shape.CopyFrom(writer.shape(_shape_param(value)))
+    for value in graph.constants:
+        if value.uses:
+            _emit_constant(body, value, "", tf)
+    for node in graph.index().nodes:
+        if not node.op.startswith("tf."):
+            raise _error(node, "op cannot be emitted into a TensorFlow function body (no TensorFlow lowering)")
+        _emit_node(body, library, node, writer, "", None, tf)
+    body.library.CopyFrom(library)  # the nested regions' functions, for the import below
+    imported = tf.Graph()
+    with imported.as_default():
+        tf.graph_util.import_graph_def(body, name="")
+    inputs = [imported.get_tensor_by_name(f"{value.name}:0") for value in graph.inputs]
+    outputs = [imported.get_tensor_by_name(_tensor_name(_ref(value))) for value in graph.outputs]
+    argument_ops = {t.op for t in inputs}
+    operations = [op for op in imported.get_operations() if op not in argument_ops]
+    function = graph_to_function_def.graph_to_function_def(imported, operations, inputs, outputs)
+    name = _function_name(library, f"graphir_{holder.name}_{key}")
+    function.signature.name = name
+    library.function.add().CopyFrom(function)
+    return name
+
+
+def _function_name(library: Any, base: str) -> str:
+    """A library function name from ``base`` (letters, digits and ``_``), unique in ``library``."""
+    stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base)
+    taken = {f.signature.name for f in library.function}
+    name, k = stem, 1
+    while name in taken:
+        name, k = f"{stem}_{k}", k + 1
+    return name
+
+
+def _emit_constant(graph_def: Any, value: Value, device: str, tf: Any) -> Any:
+    """A ``Const`` NodeDef holding graph constant ``value``."""
+    try:
+        array = np.asarray(value.const.numpy()) if value.const is not None else None
+    except ValueError:
+        array = None
+    if array is None:
+        raise BackendError(f"constant '%{value.name}' has no data (it was printed as 'external')")
+    node_def = graph_def.node.add(name=value.name, op="Const")
+    node_def.attr["dtype"].type = tf.as_dtype(array.dtype).as_datatype_enum
+    node_def.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(array))
+    node_def.device = device
+    return node_def
 
 
 def _value_dtype(tf: Any, value: Value) -> DataTypeEnum:

@@ -25,9 +25,13 @@ Mapping:
   ``<call node>/<body node>``; it inherits the call's device when it has none. The call's control
   inputs go to every body node that has no producer inside the body (except ``Const``), and a
   control dependency on the call (``^call``) becomes one on each of the body's control outputs and
-  output producers. Functional control flow (``While``, ``If``, ``Case``...) is kept as an opaque
-  node (its ``NameAttrList`` params are ``Opaque``; a warning names it) and the module metadata
-  ``tf_library`` then holds the serialized ``FunctionDefLibrary`` so a backend can re-emit it.
+  output producers. Functional ``While``/``StatelessWhile`` and ``If``/``StatelessIf`` keep
+  their functions as **regions** (:mod:`graphir.importers.tf_regions`: ``cond``/``body``,
+  ``then_branch``/``else_branch``, each imported like a graph, nested control flow included), so
+  profiling charges their bodies and the lowering rebuilds the functions from them. Other
+  functional ops (``Case``...), and a ``While``/``If`` whose function cannot be imported, are kept
+  as an opaque node (its ``NameAttrList`` params are ``Opaque``; a warning names it) and the module
+  metadata ``tf_library`` then holds the serialized ``FunctionDefLibrary`` so a backend can re-emit it.
 * **Names**: output 0 of node ``n`` is the value ``%n``; output ``k > 0`` is ``%n#k``. TensorFlow's
   tensor name ``n:k`` is therefore ``n`` for ``k = 0`` and ``n#k`` otherwise (see
   :func:`tf_tensor_name`). TF node names never contain ``#``, so this never collides, and names

@@ -26,6 +26,7 @@ from graphir.importers.tf_attrs import (
     _tensor_loader,
     _tensor_param,
 )
+from graphir.importers.tf_regions import REGION_ATTRS, function_region
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.types import DType, TensorType
 from graphir.unionfind import DisjointSets
@@ -96,6 +97,13 @@ def colocate_resource_users(graph: Graph) -> int:
 OutputInfo = tuple[int, tuple[int | None, ...] | None]
 """What shape inference says of one op output: its dtype enum and its dims (``None`` for an unknown
 rank; ``-1`` or ``None`` for an unknown size)."""
+
+
+def _shape_param_dims(shape: Any) -> tuple[int | None, ...] | None:
+    """A ``TensorShapeProto`` as IR dims (``None``: an unknown rank or size)."""
+    if shape.unknown_rank:
+        return None
+    return tuple(d.size if d.size >= 0 else None for d in shape.dim)
 
 
 def _inferred_outputs(graph_def: Any) -> dict[str, list[OutputInfo]]:
@@ -198,6 +206,7 @@ class _TfImporter:
         self.source = source
         self._types: dict[OutputInfo, TensorType] = {}  # keyed by what inference said
         self._untyped: list[str] = []
+        self._opaque_ops: dict[str, list[str]] = {}
 
     def error(self, message: str, node: str | None = None) -> ImportError_:
         return ImportError_(message, Location(file=self.source, node=node))
@@ -207,16 +216,39 @@ class _TfImporter:
         sys.stderr.write(f"{where}: warning: {message}\n")
 
     def run(self, name: str, outputs: Sequence[str] | None) -> Module:
+        graph = self.convert("main", outputs)
+        opaque_ops = self._opaque_ops
+        for op_type, names in sorted(opaque_ops.items()):
+            shown = ", ".join(f"'{n}'" for n in names[:_MAX_NAMES_IN_WARNING])
+            more = "" if len(names) <= _MAX_NAMES_IN_WARNING else ", ..."
+            self.warn(f"{len(names)} '{op_type}' op(s) call functions kept opaque (not inlined): {shown}{more}")
+        metadata: dict[str, ParamValue] = {"producer": f"tensorflow graphdef {self.flat.versions.producer}"}
+        if opaque_ops:
+            metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
+        return Module(name, graph, None, metadata)
+
+    def convert(self, graph_name: str, outputs: Sequence[str] | None, arguments: Sequence[str] = ()) -> Graph:
+        """The graph of the flat GraphDef; the ``Placeholder`` ops named in ``arguments`` become its inputs.
+
+        ``While``/``If`` ops whose functions are in the library get them as regions
+        (:mod:`graphir.importers.tf_regions`); other function-calling ops stay opaque (recorded for
+        :meth:`run`'s warning and library metadata).
+        """
         inferred = self.shape_inference()
-        graph = Graph("main")
+        graph = Graph(graph_name)
         # Every value under the name the flat GraphDef refers to it by: "n" for output 0, else "n:k"
         # (the flattening writes every data input and every graph output so: tf_inline._ref_text).
         values: dict[str, Value] = {}
         nodes: dict[str, Node] = {}
-        opaque_ops: dict[str, list[str]] = {}
+        opaque_ops = self._opaque_ops
+        regional: list[node_def_pb2.NodeDef] = []
         source = self.source
+        for argument in arguments:
+            values[argument] = graph.add_input(argument, self.output_types(argument, inferred[argument])[0])
         for node_def in self.flat.node:
             node_name = node_def.name
+            if node_name in values:  # an argument
+                continue
             out_types = self.output_types(node_name, inferred[node_name])
             if node_def.op == "Const" and _num_elements(node_def.attr["value"].tensor) > INLINE_ELEMENTS:
                 const_type = out_types[0]
@@ -225,7 +257,9 @@ class _TfImporter:
                 )
                 continue
             params = self.params(node_def)
-            if any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
+            if node_def.op in REGION_ATTRS:
+                regional.append(node_def)
+            elif any(isinstance(p, Opaque) and p.kind == "tf.NameAttrList" for p in _flat_params(params)):
                 opaque_ops.setdefault(node_def.op, []).append(node_name)
             # The names add_node would give: the node's own and its results' "name", "name#1", ...
             # They are free: the flattening refused a name defined twice, and shape inference a
@@ -256,14 +290,12 @@ class _TfImporter:
                 node.add_input(value)
             if controls:
                 node.add_control_inputs(controls)  # one call: a sink may wait on thousands of nodes
+        for node_def in regional:
+            self.attach_regions(node_def, nodes[node_def.name])
         graph.touch_all(())  # the nodes added unchecked (no annotations yet)
         self.set_outputs(graph, outputs, values)
         self.colocate(nodes)
         colocate_resource_users(graph)
-        for op_type, names in sorted(opaque_ops.items()):
-            shown = ", ".join(f"'{n}'" for n in names[:_MAX_NAMES_IN_WARNING])
-            more = "" if len(names) <= _MAX_NAMES_IN_WARNING else ", ..."
-            self.warn(f"{len(names)} '{op_type}' op(s) call functions kept opaque (not inlined): {shown}{more}")
         if self._untyped:
             shown = ", ".join(f"'{n}'" for n in self._untyped[:_MAX_NAMES_IN_WARNING])
             more = "" if len(self._untyped) <= _MAX_NAMES_IN_WARNING else ", ..."
@@ -272,10 +304,40 @@ class _TfImporter:
         # appends its use in step (as the `.gir` parser does): the verifier's use-list check is
         # redundant at this version.
         graph._uses_exact_version = graph._version  # noqa: SLF001
-        metadata: dict[str, ParamValue] = {"producer": f"tensorflow graphdef {self.flat.versions.producer}"}
-        if opaque_ops:
-            metadata["tf_library"] = Opaque("tf.FunctionDefLibrary", self.flat.library.SerializeToString())
-        return Module(name, graph, None, metadata)
+        self._untyped = []
+        return graph
+
+    def attach_regions(self, node_def: node_def_pb2.NodeDef, node: Node) -> None:
+        """Replace the function attrs of a ``While``/``If`` node by regions (see :mod:`graphir.importers.tf_regions`).
+
+        A ``While``'s regions take the loop variables with their shape invariants (``output_shapes``,
+        when given: a loop variable may change shape between trips); an ``If``'s branches take the
+        operands after the condition. A function the importer cannot turn into a region leaves the
+        node opaque, with a warning naming the reason.
+        """
+        from graphir.regions import Region
+
+        operand_types = [value.type for value in node.inputs]
+        is_while = "While" in node_def.op
+        if is_while:
+            invariants = node_def.attr["output_shapes"].list.shape if "output_shapes" in node_def.attr else ()
+            if len(invariants) == len(operand_types):
+                operand_types = [
+                    TensorType(t.dtype, _shape_param_dims(shape))
+                    for t, shape in zip(operand_types, invariants, strict=True)
+                ]
+        arg_types = operand_types if is_while else operand_types[1:]
+        regions: dict[str, Region] = {}
+        for key in REGION_ATTRS[node_def.op]:
+            function = node_def.attr[key].func.name if key in node_def.attr else ""
+            try:
+                graph = function_region(self.flat.library, function, key, arg_types, self.source, node.name)
+            except ImportError_ as exc:
+                self.warn(f"'{node_def.op}' kept opaque: {exc.one_line()}", node.name)
+                self._opaque_ops.setdefault(node_def.op, []).append(node.name)
+                return
+            regions[key] = Region(graph)
+        node.params = {key: regions.get(key, value) for key, value in node.params.items()}
 
     def shape_inference(self) -> dict[str, list[OutputInfo]]:
         """Each node's inferred output types, by node name (TensorFlow's shape inference)."""

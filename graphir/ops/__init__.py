@@ -67,6 +67,7 @@ from graphir.ops.work import estimate_node, fallback_count, is_variable, owns_va
 from graphir.ops import attention as attention
 from graphir.ops import control_flow as control_flow
 from graphir.ops import conv_pool as conv_pool
+from graphir.ops import decode_state as decode_state
 from graphir.ops import detection as detection
 from graphir.ops import elementwise as elementwise
 from graphir.ops import graphir_dialect as graphir_dialect

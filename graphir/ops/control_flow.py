@@ -9,7 +9,8 @@ estimates (nested regions included), and the node's work is
 * ``Loop``: ``trips · body``, ``trips`` the constant trip count ``M`` when it is one (bounded by
   nothing else: a loop that ends early on its condition is over-charged), else
   :data:`DEFAULT_TRIPS` (a documented guess for a data-dependent count);
-* ``Scan``: ``length · body``, the length of the first scan input along its scan axis (static),
+* ``Scan``: ``length · body``, the length of the first scan input along its scan axis (Scan-8: batch ·
+  steps, an upper bound when ``sequence_lens`` is given) when static,
   else :data:`DEFAULT_TRIPS`;
 * TF ``While``: :data:`DEFAULT_TRIPS` · (cond + body) (TF's functional loops carry no count).
 
@@ -23,7 +24,8 @@ inside the holder's device scope): ``If`` -> ``tf.cond``; ``Loop`` -> ``tf.while
 ``(i, condition, carried..., one TensorArray per scan output)``, stopping at ``M`` trips or a false
 condition, carried values free to change shape between trips; ``Scan`` (opset 9+) ->
 ``tf.while_loop`` over the scan axis (input axes and directions applied before, output axes and
-directions after), slices read per trip. Scan-8 (batched, ``sequence_lens``) is not supported.
+directions after), slices read per trip; Scan-8 (batched, ``sequence_lens``) -> ``tf.map_fn`` over
+the batch of such loops, each row running its own length.
 """
 
 from __future__ import annotations
@@ -95,9 +97,27 @@ def trip_count(node: Node) -> tuple[int, bool]:
             axis = axes[0]
             if first.shape is not None and first.shape:
                 length = first.shape[axis]
-                if isinstance(length, int):
+                if _is_scan8(node, first) and len(first.shape) >= 2:  # batch x steps trips of the body
+                    rows, steps = first.shape[0], first.shape[1]
+                    if isinstance(rows, int) and isinstance(steps, int):  # an upper bound under sequence_lens
+                        return rows * steps, 0 in set(int_params(node, "_absent_inputs"))
+                elif isinstance(length, int):
                     return length, True
     return DEFAULT_TRIPS, False
+
+
+def _is_scan8(node: Node, first_scan: Any) -> bool:
+    """Whether a ``Scan`` node is opset 8's (its body's scan slices drop two axes: batch and steps)."""
+    regions = dict(node_regions(node))
+    body = regions.get("body")
+    scan_count = node.params.get("num_scan_inputs")
+    if body is None or not isinstance(scan_count, int) or first_scan.shape is None:
+        return False
+    formals = body.graph.inputs[: len(body.graph.inputs) - captured_count(node)]
+    if len(formals) < scan_count:
+        return False
+    slice_type = formals[len(formals) - scan_count].type
+    return slice_type.shape is not None and len(slice_type.shape) == len(first_scan.shape) - 2
 
 
 def _looped_cost(node: Node, ins, outs, ib, ob) -> Estimate | None:
@@ -158,8 +178,17 @@ def _regions(cx: OpContext) -> dict[str, Graph]:
 
 
 def _split_captures(cx: OpContext, operands: list[Any]) -> tuple[list[Any], list[Any]]:
+    """``(own operands, captured operands)``, each first copied onto the node's device.
+
+    TensorFlow's session lowers a functional ``While``/``If`` into ``Enter``/``Switch``/``Merge``
+    ops placed with the *producer* of each input: an operand from another device would keep the
+    loop's machinery there and cross devices on every trip. The copies (``tf.identity`` in the
+    node's device scope) move each input once, before the loop or branch.
+    """
+    tf = cx.tf
+    local = [None if x is None else tf.identity(x) for x in operands]
     count = captured_count(cx.node)
-    return operands[: len(operands) - count], operands[len(operands) - count :]
+    return local[: len(local) - count], local[len(local) - count :]
 
 
 def _scalar_bool(tf: Any, value: Any) -> Any:
@@ -303,7 +332,7 @@ def _lower_scan(cx: OpContext, operands: list[Any]) -> list[Any]:
     """Scan (opset 9+): ``tf.while_loop`` over the scan axis, slices read per trip, outputs in TensorArrays."""
     tf = cx.tf
     if cx.opset < 9:
-        raise cx.unsupported("Scan-8 (the batched Scan of opset 8, with sequence_lens) is not supported; Scan-9+ is")
+        return _lower_scan8(cx, operands)
     body = _regions(cx)["body"]
     own, captured = _split_captures(cx, operands)
     scan_count = int(cx.param("num_scan_inputs"))
@@ -333,3 +362,49 @@ def _lower_scan(cx: OpContext, operands: list[Any]) -> list[Any]:
     scanned = [tf.reverse(y, [0]) if d else y for y, d in zip(scanned, out_dirs, strict=True)]
     scanned = [_move_axis(tf, y, 0, axis) for y, axis in zip(scanned, out_axes, strict=True)]
     return _with_ir_shapes(tf, cx.node, [*final[1 : 1 + count], *scanned])
+
+
+def _lower_scan8(cx: OpContext, operands: list[Any]) -> list[Any]:
+    """Scan-8: ``tf.map_fn`` over the batch axis 0; per row a ``tf.while_loop`` over its ``sequence_lens[b]`` steps.
+
+    Operands ``(sequence_lens?, states [B, ...]..., scans [B, T, ...]...)``; the body sees one row's
+    states and one step of its scans. ``directions`` reverses a scan input within the row's
+    length. Scan outputs ``[B, T, ...]`` hold zeros past a row's length (onnxruntime's padding).
+    """
+    tf = cx.tf
+    body = _regions(cx)["body"]
+    own, captured = _split_captures(cx, operands)
+    lengths, values = own[0], own[1:]
+    scan_count = int(cx.param("num_scan_inputs"))
+    states, sequences = values[: len(values) - scan_count], values[len(values) - scan_count :]
+    directions = [int(d) for d in cx.param("directions", ()) or ()] or [0] * scan_count
+    batch, steps = tf.shape(sequences[0])[0], tf.shape(sequences[0])[1]
+    lengths = tf.fill([batch], steps) if lengths is None else tf.cast(tf.reshape(lengths, [-1]), tf.int32)
+    count = len(states)
+
+    def row(b: Any) -> tuple[Any, ...]:
+        length = lengths[b]
+        slices = [x[b][:length] for x in sequences]
+        slices = [tf.reverse(x, [0]) if d else x for x, d in zip(slices, directions, strict=True)]
+        arrays = _stacked_outputs(tf, body, count)
+        slice_shapes: list[Any] = []
+
+        def step(t: Any, *rest: Any) -> tuple[Any, ...]:
+            carried, outs = rest[:count], rest[count:]
+            results = lower_region(cx, body, [*carried, *(x[t] for x in slices), *captured])
+            slice_shapes[:] = [r.shape for r in results[count:]]
+            written = [ta.write(t, r) for ta, r in zip(outs, results[count:], strict=True)]
+            return (t + 1, *results[:count], *written)
+
+        start = (tf.constant(0), *(s[b] for s in states), *arrays)
+        final = _while(tf, lambda t, *_: t < length, step, start, 1)
+        scanned = _stack(tf, final[1 + count :], slice_shapes, None)
+        padded = []
+        for y in scanned:
+            pad = tf.concat([[[0, steps - length]], tf.zeros([tf.rank(y) - 1, 2], tf.int32)], 0)
+            padded.append(tf.pad(y, pad))
+        return (*final[1 : 1 + count], *padded)
+
+    signature = tuple(tf.TensorSpec(None, tf_dtype(tf, v.type)) for v in cx.node.outputs)
+    results = tf.map_fn(row, tf.range(batch), fn_output_signature=signature)
+    return _with_ir_shapes(tf, cx.node, list(results))

@@ -349,23 +349,30 @@ class _Direction:
 def _run_direction(
     tf: Any, direction: _Direction, x: Any, h0: Any, c0: Any, mask: Any, lengths: Any, reverse: bool
 ) -> tuple[Any, Any, Any]:
-    """``(Y[seq, batch, H], H_last, C_last)`` of one direction, through ``tf.scan`` (a ``tf.while_loop``)."""
+    """``(Y[seq, batch, H], H_last, C_last)`` of one direction, through ``tf.scan`` (a ``tf.while_loop``).
+
+    Only the LSTM carries a cell state ``C`` through the loop (``c0`` and ``C_last`` are ``None``
+    for GRU and RNN): a carried value no result reads would still be stacked on every step.
+    """
     source = _reverse(tf, x, lengths) if reverse else x
     projected = direction.projection(source)
+    lstm = direction.op_type == "LSTM"
 
-    def body(carry: tuple[Any, Any], elems: Any) -> tuple[Any, Any]:
-        h, c = carry
-        if mask is None:
-            return direction.step(h, c, elems)
-        xg, valid = elems
+    def body(carry: tuple[Any, ...], elems: Any) -> tuple[Any, ...]:
+        h, c = carry if lstm else (carry[0], None)
+        xg, valid = (elems, None) if mask is None else elems
         h_new, c_new = direction.step(h, c, xg)
-        return tf.where(valid, h_new, h), tf.where(valid, c_new, c)
+        if valid is not None:
+            h_new = tf.where(valid, h_new, h)
+            c_new = None if c is None else tf.where(valid, c_new, c)
+        return (h_new, c_new) if lstm else (h_new,)
 
-    hs, cs = tf.scan(body, projected if mask is None else (projected, mask), initializer=(h0, c0))
+    carried = tf.scan(body, projected if mask is None else (projected, mask), initializer=(h0, c0) if lstm else (h0,))
+    hs = carried[0]
     y = hs if mask is None else tf.where(mask, hs, tf.zeros_like(hs))
     if reverse:
         y = _reverse(tf, y, lengths)
-    return y, hs[-1], cs[-1]
+    return y, hs[-1], carried[1][-1] if lstm else None
 
 
 def _lower_recurrent(cx: OpContext, operands: list[Any]) -> list[Any]:
@@ -386,7 +393,10 @@ def _lower_recurrent(cx: OpContext, operands: list[Any]) -> list[Any]:
         c0 = None if c0 is None else tf.transpose(c0, [1, 0, 2])
     dtype = x.dtype
     hidden, batch = _dim(tf, operands[2], 2), _dim(tf, x, 1)
-    zeros = tf.zeros(tf.stack([batch, hidden]) if _dynamic(batch) or _dynamic(hidden) else [batch, hidden], dtype)
+
+    def zeros() -> Any:  # made only when an initial state is absent (an unused op would never run)
+        return tf.zeros(tf.stack([batch, hidden]) if _dynamic(batch) or _dynamic(hidden) else [batch, hidden], dtype)
+
     lengths = _arg(operands, 4)
     mask = None
     if lengths is not None:
@@ -399,19 +409,18 @@ def _lower_recurrent(cx: OpContext, operands: list[Any]) -> list[Any]:
         acts = [_activation(tf, *spec) for spec in specs[d * per_direction : (d + 1) * per_direction]]
         direction = _Direction(cx, operands, d, acts)
         reverse = direction_name == "reverse" or d == 1
-        h_init = zeros if h0 is None else h0[d]
-        c_init = zeros if c0 is None else c0[d]
+        h_init = zeros() if h0 is None else h0[d]
+        c_init = None if op_type != "LSTM" else zeros() if c0 is None else c0[d]
         y, h_last, c_last = _run_direction(tf, direction, x, h_init, c_init, mask, lengths, reverse)
         ys.append(y)
         hs.append(h_last)
         cs.append(c_last)
     y = tf.stack(ys, axis=1)  # [seq, dirs, batch, H]
-    y_h, y_c = tf.stack(hs), tf.stack(cs)  # [dirs, batch, H]
+    states = [tf.stack(hs), *([tf.stack(cs)] if op_type == "LSTM" else [])]  # Y_h (, Y_c): [dirs, batch, H]
     if layout:
         y = tf.transpose(y, [2, 0, 1, 3])
-        y_h, y_c = tf.transpose(y_h, [1, 0, 2]), tf.transpose(y_c, [1, 0, 2])
-    results = [y, y_h, y_c] if op_type == "LSTM" else [y, y_h]
-    return cx.present(results)
+        states = [tf.transpose(s, [1, 0, 2]) for s in states]
+    return cx.present([y, *states])
 
 
 lowering("LSTM", "GRU", "RNN")(_lower_recurrent)

@@ -97,7 +97,40 @@ def _scan_model(path) -> dict[str, np.ndarray]:
     return {"s0": rng.standard_normal([4]).astype(np.float32), "x": rng.standard_normal([4, 5]).astype(np.float32)}
 
 
-@pytest.mark.parametrize("build", [_loop_model, _scan_model])
+def _scan8_model(path) -> dict[str, np.ndarray]:
+    """Scan-8 (opset 8): batch of 2 rows of lengths 3 and 5, the scan input read in reverse within each length."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+            helper.make_node("Mul", ["x_t", "s_out"], ["y_t"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("x_t", F, [4])],
+        [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("y_t", F, [4])],
+    )
+    node = helper.make_node(
+        "Scan", ["lens", "s0", "x"], ["s_final", "ys"], body=body, num_scan_inputs=1, directions=[1]
+    )
+    graph = helper.make_graph(
+        [node],
+        "scan8",
+        [
+            helper.make_tensor_value_info("lens", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("s0", F, [2, 4]),
+            helper.make_tensor_value_info("x", F, [2, 5, 4]),
+        ],
+        [helper.make_tensor_value_info("s_final", F, [2, 4]), helper.make_tensor_value_info("ys", F, [2, 5, 4])],
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)]), str(path))
+    rng = np.random.default_rng(2)
+    return {
+        "lens": np.array([3, 5], np.int64),
+        "s0": rng.standard_normal([2, 4]).astype(np.float32),
+        "x": rng.standard_normal([2, 5, 4]).astype(np.float32),
+    }
+
+
+@pytest.mark.parametrize("build", [_loop_model, _scan_model, _scan8_model])
 def test_lowering_matches_onnxruntime(tmp_path, build):
     from graphir.backends.tf import lower
 

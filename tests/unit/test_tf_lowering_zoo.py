@@ -24,6 +24,16 @@ inputs' batch dimension and the batch in tf2onnx's constant ``Reshape`` targets 
 weights are a copy of the same external-data file). Every op, weight and layer of the full model
 is exercised, on the device the full model's placement chose for it.
 
+**Sequence models** (:data:`SEQUENCE`, issue #41): ``lstm_seq_infer`` (tf2onnx: four ONNX ``LSTM``
+ops), ``gru_lm_infer`` (the same Keras GRU weights as four ONNX ``GRU`` ops) and ``gru_seq_infer``
+(tf2onnx: each Keras 3 GRU layer a ``Loop`` whose body is a region) are proven at their zoo batch
+(32 x 32 tokens, 512 units: every value fits easily), so nothing is re-batched. They are a chain of
+layers, so ``adjusting`` rightly keeps them on one device; they are placed by the papers' *Expert*
+baseline instead (:data:`SEQUENCE_PIPELINE`: consecutive layers on consecutive devices, as Pesto
+describes the experts' NMT placements), which uses all four. The recurrences lower to
+``tf.while_loop``: the check finds each loop's parts (its machinery and its body's ops) in the
+partition graphs on the loop's device.
+
 TensorFlow's logical devices are configured per process, so each check runs in a subprocess.
 Results of every model: ``benchmarks/results/tf_lowering_zoo.md``.
 """
@@ -61,6 +71,9 @@ SLOW = [
     "bert_large_infer",
     "gpt_infer",
 ]
+SEQUENCE = ["lstm_seq_infer", "gru_lm_infer", "gru_seq_infer"]
+"""Recurrent models proven at their zoo batch with :data:`SEQUENCE_PIPELINE` (see the module docstring)."""
+SEQUENCE_PIPELINE = "profile,place{algo=expert}"
 
 
 def rebatched(name: str, batch: int, directory: Path) -> Path:
@@ -215,15 +228,15 @@ def _run(command: list[str], tmp_path: Path) -> str:
     return result.stdout
 
 
-def _check(name: str, tmp_path: Path) -> dict:
-    """Re-batch, compute onnxruntime's values in one process, place, lower and compare in another (peak memory)."""
+def _check(name: str, tmp_path: Path, batch: int | None = BATCH, pipeline: str = PIPELINE) -> dict:
+    """Re-batch (unless ``batch`` is None), run onnxruntime in one process; place, lower, compare in another."""
     begin = time.perf_counter()
-    path = rebatched(name, BATCH, tmp_path)
+    original = zoo_dir() / f"{name}.onnx"
+    path = original if batch is None else rebatched(name, batch, tmp_path)
     inputs, reference = tmp_path / "inputs.npz", tmp_path / "reference.npz"
     _inputs(path, inputs)
     _run([sys.executable, "-c", _REFERENCE_SCRIPT, str(path), str(inputs), str(reference)], tmp_path)
-    original = zoo_dir() / f"{name}.onnx"
-    command = [sys.executable, "-c", _SCRIPT, str(original), str(path), PIPELINE, str(inputs), str(reference)]
+    command = [sys.executable, "-c", _SCRIPT, str(original), str(path), pipeline, str(inputs), str(reference)]
     stdout = _run(command, tmp_path)
     (report,) = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
     report["wall_s"] = round(time.perf_counter() - begin, 1)
@@ -259,3 +272,12 @@ def test_zoo_inference_model_lowers_and_matches(name, tmp_path):
 def test_big_zoo_inference_model_lowers_and_matches(name, tmp_path):
     _require(name)
     _assert_proven(_check(name, tmp_path))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SEQUENCE)
+def test_sequence_model_lowers_and_matches(name, tmp_path):
+    _require(name)
+    result = _check(name, tmp_path, batch=None, pipeline=SEQUENCE_PIPELINE)
+    _assert_proven(result)
+    assert result["ops_checked"] > 10 * result["nodes"], result  # the loops' parts were found and checked
