@@ -331,7 +331,9 @@ class _TfImporter:
         for key in REGION_ATTRS[node_def.op]:
             function = node_def.attr[key].func.name if key in node_def.attr else ""
             try:
-                graph = function_region(self.flat.library, function, key, arg_types, self.source, node.name)
+                graph = function_region(
+                    self.flat.library, function, key, arg_types, self.source, node.name, _convert_region
+                )
             except ImportError_ as exc:
                 self.warn(f"'{node_def.op}' kept opaque: {exc.one_line()}", node.name)
                 self._opaque_ops.setdefault(node_def.op, []).append(node.name)
@@ -468,3 +470,8 @@ class _TfImporter:
                 return tuple(Opaque("tf.NameAttrList", f.SerializeToString()) for f in items.func)
             return ()
         return Opaque("tf.AttrValue", attr.SerializeToString())  # placeholder attrs (function bodies)
+
+
+def _convert_region(flat: Any, source: str, name: str, outputs: Sequence[str], arguments: Sequence[str]) -> Graph:
+    """A region's one-call graph converted by the importer itself (see :func:`.tf_regions.function_region`)."""
+    return _TfImporter(flat, source).convert(name, outputs, arguments)

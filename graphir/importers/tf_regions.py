@@ -25,8 +25,8 @@ after import.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from graphir.errors import ImportError_, Location
 from graphir.types import TensorType
@@ -59,6 +59,10 @@ def _shape_proto(tensor_type: TensorType) -> Any:
     return shape
 
 
+RegionConverter: TypeAlias = "Callable[[Any, str, str, Sequence[str], Sequence[str]], Graph]"
+"""``(flattened graph, source, region name, outputs, argument names) -> region graph`` (the importer's)."""
+
+
 def function_region(
     library: function_pb2.FunctionDefLibrary,
     function: str,
@@ -66,8 +70,13 @@ def function_region(
     arg_types: Sequence[TensorType],
     source: str,
     node: str,
+    convert: RegionConverter,
 ) -> Graph:
     """The region graph of library function ``function`` called with arguments of ``arg_types``.
+
+    ``convert(flat, source, region_name, outputs, arguments)`` turns the flattened one-call graph
+    into a region graph: the importer passes its own conversion (so nested ``While``/``If`` become
+    regions in turn), which keeps this module below it (no import cycle).
 
     Raises:
         ImportError_: the function is missing, takes another number of arguments, or its body
@@ -76,7 +85,6 @@ def function_region(
     from tensorflow.core.framework import graph_pb2
     from tensorflow.python.framework import versions
 
-    from graphir.importers.tf_convert import _TfImporter
     from graphir.importers.tf_inline import _Flattener
 
     fdef = next((f for f in library.function if f.signature.name == function), None)
@@ -106,4 +114,4 @@ def function_region(
     flattener = _Flattener(graph_def, source)
     flat = flattener.run()
     outputs = [flattener.flat_output(f"{region_name}:{k}") for k in range(len(fdef.signature.output_arg))]
-    return _TfImporter(flat, source).convert(region_name, outputs, names)
+    return convert(flat, source, region_name, outputs, names)

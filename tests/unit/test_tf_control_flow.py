@@ -120,6 +120,7 @@ _SCRIPT = textwrap.dedent(
     import json, sys
     import numpy as np
     from graphir.backends.tf.check import configure_logical_cpus, placement_mismatches, session_run
+    import graphir.driver  # resolves host clusters such as 4xcpu
     tf = configure_logical_cpus(4)
     scope = {}
     exec(sys.argv[1], scope)
@@ -164,6 +165,7 @@ def test_placed_on_four_cpus_runs_where_placed(tmp_path):
 def test_region_import_errors_name_the_function():
     from graphir.errors import ImportError_
     from graphir.importers.tf import concrete_function_graphdef
+    from graphir.importers.tf_convert import _convert_region
     from graphir.importers.tf_regions import function_region
     from graphir.types import DType, TensorType
 
@@ -171,6 +173,8 @@ def test_region_import_errors_name_the_function():
     loop = next(node for node in graph_def.node if node.op == "StatelessWhile")
     scalar = TensorType(DType.I32, ())
     with pytest.raises(ImportError_, match="'body' names function 'missing', which is not in the library"):
-        function_region(graph_def.library, "missing", "body", [scalar], "m.pb", "while")
+        function_region(graph_def.library, "missing", "body", [scalar], "m.pb", "while", _convert_region)
     with pytest.raises(ImportError_, match="takes 6 arguments, the op passes 1"):
-        function_region(graph_def.library, loop.attr["body"].func.name, "body", [scalar], "m.pb", "while")
+        function_region(
+            graph_def.library, loop.attr["body"].func.name, "body", [scalar], "m.pb", "while", _convert_region
+        )
