@@ -51,28 +51,37 @@ PACKAGE_FOLDERS = {
 }
 """Package -> source folder, as ``pyproject.toml``'s package-dir maps them."""
 
-_MAPPED = ("passes", "backends", "driver", "tools")
+MAPPED = ("passes", "backends", "driver", "tools")
 """Folders of ``graphir/`` that would shadow a mapped package (skipped when walking ``graphir/``)."""
 
 _DYNAMIC_IMPORTS = ("import_module", "__import__")
 """Call names whose literal first argument is a module name (``importlib.import_module``, ``__import__``)."""
 
 
+def package_modules(package: str, folder: Path) -> dict[str, Path]:
+    """The modules of ``package`` whose source is ``folder``, by dotted name (a package by its own name).
+
+    The core (``graphir``) skips the folders of the mapped packages above it (:data:`MAPPED`).
+    """
+    modules: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*.py")):
+        relative = path.relative_to(folder)
+        if "__pycache__" in relative.parts:
+            continue
+        if package == "graphir" and relative.parts[0] in MAPPED:
+            continue
+        parts = list(relative.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules[".".join([package, *parts])] = path
+    return modules
+
+
 def module_files(repo: Path = REPO) -> dict[str, Path]:
     """Every module of the package by dotted name (a package by its own name, file ``__init__.py``)."""
     modules: dict[str, Path] = {}
     for package, folder in PACKAGE_FOLDERS.items():
-        root = repo / folder
-        for path in sorted(root.rglob("*.py")):
-            relative = path.relative_to(root)
-            if "__pycache__" in relative.parts:
-                continue
-            if package == "graphir" and relative.parts[0] in _MAPPED:
-                continue
-            parts = list(relative.with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            modules[".".join([package, *parts])] = path
+        modules.update(package_modules(package, repo / folder))
     return modules
 
 

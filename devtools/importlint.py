@@ -31,16 +31,12 @@ from pathlib import Path
 
 from importlinter import Contract, ContractCheck, fields, output
 
+from devtools.importcycles import MAPPED, PACKAGE_FOLDERS
+
 REPO = Path(__file__).resolve().parents[1]
 """The checkout (``devtools/`` is one level below it)."""
 
-FOLDERS = {
-    "graphir": "graphir",
-    "graphir/passes": "passes",
-    "graphir/backends": "backends",
-    "graphir/driver": "driver",
-    "graphir/tools": "tools",
-}
+FOLDERS = {package.replace(".", "/"): folder for package, folder in PACKAGE_FOLDERS.items()}
 """Staged folder -> source folder, as ``pyproject.toml``'s package-dir maps them."""
 
 
@@ -56,7 +52,7 @@ def stage(destination: Path, repo: Path = REPO) -> Path:
     for staged, source in FOLDERS.items():
         for path in sorted((repo / source).rglob("*.py")):
             relative = path.relative_to(repo / source)
-            if source == "graphir" and relative.parts[0] in ("passes", "backends", "driver", "tools"):
+            if source == "graphir" and relative.parts[0] in MAPPED:
                 continue  # never shadows a mapped package
             if "__pycache__" in relative.parts:
                 continue

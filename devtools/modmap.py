@@ -21,6 +21,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from devtools.importcycles import package_modules
+
 MAP_PATH = Path("docs") / "modules.md"
 WRITE_COMMAND = "python -m devtools.modmap --write"
 
@@ -40,8 +42,6 @@ LAYERS = (
 DEVTOOLS = ("devtools", "devtools", "Developer tools (`devtools/`, not installed): benchmarks, fuzzing, doc generators")
 """The section after the layers: run from the checkout as ``python -m devtools.NAME``, never in the wheel."""
 
-_UPPER = ("passes", "backends", "driver", "tools")
-
 
 def _summary(path: Path) -> str:
     """The first line of the module docstring (``-`` when there is none)."""
@@ -54,19 +54,10 @@ def _summary(path: Path) -> str:
 
 def _modules(package: str, root: Path, folder: Path) -> list[tuple[str, str, str]]:
     """``(module, path, summary)`` for every ``.py`` file below ``folder`` (the core skips the upper layers)."""
-    rows: list[tuple[str, str, str]] = []
-    for path in sorted(folder.rglob("*.py")):
-        relative = path.relative_to(folder)
-        if "__pycache__" in relative.parts:
-            continue
-        if package == "graphir" and relative.parts[0] in _UPPER:
-            continue
-        parts = list(relative.with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        name = ".".join([package, *parts])
-        rows.append((name, path.relative_to(root).as_posix(), _summary(path)))
-    return rows
+    return [
+        (name, path.relative_to(root).as_posix(), _summary(path))
+        for name, path in package_modules(package, folder).items()
+    ]
 
 
 def render(root: Path) -> str:
