@@ -164,12 +164,8 @@ class Plan:
             if emit is None:
                 known = ", ".join(f"{suffix} ({name})" for suffix, name in _SUFFIX_EMITTERS.items())
                 raise GraphIRError(f"'{target}': no output format for this suffix; pass emit=... (suffixes: {known})")
-        emitters = load_builtin_emitters()
-        text = self.emit(emit, target)
-        if emit in emitters and emitters[emit].writes_files and target.is_dir():
-            target = emitters[emit].text_path(target)
-        if not (emitters[emit].writes_files and target.exists() and emit != "report"):
-            write_atomically(emitters[emit].text_path(target), text)
+        text = self.emit(emit, target)  # an emitter that writes files writes them here
+        write_atomically(load_builtin_emitters()[emit].text_path(target), text)  # then the text, as -o does
         return target
 
     def to_tf(self) -> LoweredGraph:

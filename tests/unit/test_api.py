@@ -193,6 +193,11 @@ def test_save_writes_what_the_command_line_writes(tmp_path: Path) -> None:
     assert written.read_text() == (tmp_path / "cli.gir").read_text()
     placement = json.loads(plan.save(tmp_path / "placement.json", emit="placement").read_text())
     assert placement
+    graph_def = plan.save(tmp_path / "g.pb")  # the binary GraphDef; its manifest beside it, as -o g.pb writes
+    from tensorflow.core.framework import graph_pb2
+
+    parsed = graph_pb2.GraphDef.FromString(graph_def.read_bytes())
+    assert len(parsed.node) > 60 and "GraphDef" in (tmp_path / "g.pb.txt").read_text()
 
 
 def test_compare_returns_one_plan_per_placer_as_the_table() -> None:
