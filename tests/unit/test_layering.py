@@ -39,7 +39,7 @@ def test_an_upward_import_from_the_core_breaks_the_layers(staged):
     finally:
         target.write_text(before)
     assert status != 0
-    assert "layers: tools -> passes -> backends -> IR core BROKEN" in report
+    assert "layers: tools -> driver -> passes -> backends -> IR core BROKEN" in report
     assert "graphir.verifier -> graphir.passes.place" in report
 
 
