@@ -242,3 +242,19 @@ def test_public_signatures_are_typed_without_any() -> None:
                 if parameter.kind is not inspect.Parameter.VAR_KEYWORD:
                     assert hints[parameter.name] is not Any, (name, function.__name__, parameter.name)
             assert "return" in hints and hints["return"] is not Any, (name, function.__name__)
+
+
+def test_tf_graph_and_graph_def_load_as_the_same_module() -> None:
+    import tensorflow as tf
+
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, (8, 16), name="x")
+        w = tf.constant(np.ones((16, 4), np.float32), name="w")
+        tf.nn.relu(tf.matmul(x, w), name="out")
+    from_graph = graphir.load(graph, name="tiny")
+    from_def = graphir.load(graph.as_graph_def(), name="tiny")
+    assert [n.op for n in from_graph.graph.nodes] == [n.op for n in from_def.graph.nodes]
+    assert {"tf.MatMul", "tf.Relu"} <= {n.op for n in from_graph.graph.nodes}
+    plan = graphir.place(from_def, cluster="4xV100", passes="place{algo=m-topo}")
+    assert plan.makespan > 0 and set(plan.placement) == {n.name for n in plan.module.graph.nodes}
