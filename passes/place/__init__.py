@@ -4,19 +4,7 @@ Requires ``cost``; provides ``device`` and ``order``. Placers work on the quotie
 ``group`` annotations exist (see :class:`graphir.passes.place.problem.PlacementProblem`) and the result is
 expanded to member nodes.
 
-**One placer API.** A placer is a frozen dataclass derived from :class:`Placer`, registered with
-:func:`register_placer` in :data:`PLACERS`, with a ``name``, typed option fields (the same types as
-pass options) and a docstring (first line: the summary ``--list-passes`` shows; ``Options:``: one
-entry per field). ``place{algo=ilp time-limit=30 workers=2}`` resolves ``algo`` first and then
-accepts only that placer's options, at parse time. Its method ``place(problem, ctx)`` is pure: it
-gets the :class:`~graphir.passes.place.problem.PlacementProblem` and a :class:`PlacementContext`
-(seed, progress log, the simulator for candidate placements) and returns a :class:`Placement`
-(device and, when it schedules, start time per coarse node, plus statistics); it never sees the
-Module, so it can neither rewrite the graph nor write annotations. A placer that needs a per-node
-fact the problem does not hold declares :meth:`Placer.device_hints`, a pre-step on the Module
-whose answer reaches it as ``problem.preferred``. Graph rewrites are passes (``os-dpos``).
-A placer that only assigns devices leaves the order to
-:func:`graphir.passes.place.problem.list_schedule`.
+The placer API (:class:`Placer`, :data:`PLACERS`, :class:`Placement`) is documented in :mod:`.base`.
 
 Algorithms: ``single`` (everything on one device, ``device=NAME`` or the first), ``file`` (read
 ``{node_id: device}`` JSON from ``path``; both in :mod:`.basic`), and the papers' placers, one
