@@ -33,7 +33,7 @@ from graphir.passes.fuse import topo_order
 from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos, pipeline
 from graphir.passes.profile import calibrate_comm
 from graphir.passes.profile import tf as profile_tf
-from graphir.passes.transform import data_parallel, microbatch, split
+from graphir.passes.transform import data_parallel, merge_constants, microbatch, split
 
 __all__ = [
     "baechi",
@@ -49,6 +49,7 @@ __all__ = [
     "heft",
     "ilp",
     "metis",
+    "merge_constants",
     "microbatch",
     "os_dpos",
     "parallelize",

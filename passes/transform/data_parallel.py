@@ -79,6 +79,7 @@ from graphir.passes.place import Placement, PlacementContext, Placer, register_p
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.transform.replicate import (
     AGGREGATION_PREFIX,
+    BUCKET_BYTES,
     REPLICAS_METADATA,
     SYNCS,
     data_parallel,
@@ -116,6 +117,8 @@ class DataParallel(Pass):
         sync: ``ps`` (one shared copy of the variables, one update: TF-slim's graph) or
             ``allreduce`` (each replica holds its own copy of the variables, gradients meet by a ring
             all-reduce: :func:`graphir.passes.transform.replicate.data_parallel`'s step 6).
+        bucket_mib: with ``allreduce``, the gradient bucket size in MiB (PyTorch DDP's
+            ``bucket_cap_mb``, Horovod's fusion threshold; default 25, DDP's; 0: one ring per gradient).
     """
 
     name: ClassVar[str] = "data-parallel"
@@ -124,6 +127,7 @@ class DataParallel(Pass):
     inputs: Literal["free", "after-reads"] = "free"
     microbatches: int = 1
     sync: Literal["ps", "allreduce"] = "ps"
+    bucket_mib: float = BUCKET_BYTES / 2**20
 
     def __post_init__(self) -> None:
         """Reject impossible options when the pipeline is parsed."""
@@ -137,11 +141,20 @@ class DataParallel(Pass):
             raise ValueError(f"inputs must be one of {'|'.join(INPUT_ORDERS)}, got '{self.inputs}'")
         if self.sync not in SYNCS:
             raise ValueError(f"sync must be one of {'|'.join(SYNCS)}, got '{self.sync}'")
+        if self.bucket_mib < 0:
+            raise ValueError(f"bucket-mib must be >= 0 (0: one ring per gradient), got {self.bucket_mib}")
 
     def run(self, module: Module, ctx: PassContext) -> PassResult:
         """Build the data-parallel graph and move it into ``module``."""
         replicas = self.replicas or len(replica_devices(module.cluster))
-        result = data_parallel(module, replicas, batch=self.batch, microbatches=self.microbatches, sync=self.sync)
+        result = data_parallel(
+            module,
+            replicas,
+            batch=self.batch,
+            microbatches=self.microbatches,
+            sync=self.sync,
+            bucket_bytes=round(self.bucket_mib * 2**20),
+        )
         module.graph = result.module.graph
         module.metadata = result.module.metadata
         ordered = issue_inputs_after_reads(module) if self.inputs == "after-reads" else 0

@@ -190,6 +190,19 @@ def test_sync_errors():
         data_parallel(mlp_training_step(8), 2, sync="ring")
     with pytest.raises(ValueError, match="sync must be one of"):
         DataParallel(replicas=2, sync="ring")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="bucket-mib must be >= 0"):
+        DataParallel(replicas=2, sync="allreduce", bucket_mib=-1)
+
+
+@pytest.mark.parametrize(("option", "rings"), [("", {"bucket0"}), (" bucket-mib=0", {"bwd0", "bwd1"})])
+def test_the_bucket_option_of_the_pass(option: str, rings: set[str]):
+    """The MLP's two gradients share the default 25 MiB bucket; ``bucket-mib=0``: one ring per gradient."""
+    module = mlp_training_step(8)
+    module.cluster_spec = "4xV100"
+    pipeline = f"profile,data-parallel{{replicas=2 sync=allreduce{option}}}"
+    PassManager(parse_pipeline(pipeline)).run(module, PassContext())
+    found = {n.name.split("/")[3] for n in module.graph.nodes if n.name.startswith("mirror0/dp/ring/")}
+    assert found == rings
 
 
 def test_ring_order_keeps_every_hop_on_a_double_nvlink_of_the_dgx1():

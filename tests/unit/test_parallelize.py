@@ -62,11 +62,29 @@ def test_parallelize_on_an_inference_graph_falls_back_to_auto_and_says_so() -> N
     assert all(node.device is not None for node in module.graph.nodes)
 
 
+def test_a_winning_ring_is_judged_again_with_each_bucket_size() -> None:
+    # 2 layers of 1024 x 1024 at batch 8192 on 4 GPUs: the 4-replica ring wins. Its two 4 MiB
+    # gradients (and the loss, averaged too) fill one 25 MiB bucket, one ring after the whole backward
+    # pass; with 1 MiB buckets the first bucket closes at d1's gradient and its ring starts while d0's
+    # backward runs, and d0's gradient has a ring of its own.
+    module = profiled(mlp_train(layers=2, batch=8192, width=1024, cluster="4xV100"))
+    stats = Parallelize(finalists=2, buckets=(25, 1)).run(module, PassContext()).stats
+    one, small = str(stats["cand.D4xS1xM1.allreduce"]), str(stats["cand.D4xS1xM1.allreduce.b1"])
+    assert "sim " in one and "sim " in small
+    ms = {label: float(text.split("sim ")[1].split(" ms")[0]) for label, text in (("b25", one), ("b1", small))}
+    assert ms["b1"] < ms["b25"] and stats["chosen"] == "D4xS1xM1.allreduce.b1"
+    assert abs(simulate(module).makespan * 1e3 - ms["b1"]) < 1e-3
+    rings = {n.name.split("/")[3] for n in module.graph.nodes if n.name.startswith("mirror0/dp/ring/")}
+    assert rings == {"bucket0", "gradient_tape"}  # d0's ring is named after its gradient
+
+
 def test_bad_options_are_refused() -> None:
     with pytest.raises(ValueError, match="schedules must be among"):
         Parallelize(schedules=("zigzag",))
     with pytest.raises(ValueError, match="max-microbatches must be >= 1"):
         Parallelize(max_microbatches=0)
+    with pytest.raises(ValueError, match="buckets must be sizes in MiB >= 0, got '25,-1'"):
+        Parallelize(buckets=(25, -1))
     assert PassError  # the pass's own errors are PassErrors (see test_place_pipeline)
 
 

@@ -42,3 +42,15 @@ def test_a_graph_one_device_holds_needs_parallelize_no_slower_than_auto_and_data
     assert check(ours, _table())[1] == []
     # one device cannot hold the graph: the check does not apply
     assert check(_ours(75.0, 70.0), _table(single_oom=True))[1] == []
+
+
+def test_the_work_bound_is_one_device_on_the_merged_graph_when_that_is_smaller():
+    """100 ms on one device over 2 GPUs: 50 ms; with the merged graph's 90 ms: 45 ms, so 60 ms is 1.33x."""
+    ours = [*_ours(60.0, 70.0), _cell("zoo:m", "pesto", "single-merged", 90.0)]
+    (row,), _ = check(ours, _table())
+    assert row.startswith("| m | pesto | 45.0 | 40.0 |") and "| **60.0** | D2xS1xM1.allreduce | 1.33 | ok |" in row
+    (row,), _ = check(_ours(60.0, 70.0), _table())  # without it, the table's single column
+    assert row.startswith("| m | pesto | 50.0 |") and "| 1.20 | ok |" in row
+    # a merged run slower than the table's single never loosens the bound
+    ours = [*_ours(60.0, 70.0), _cell("zoo:m", "pesto", "single-merged", 110.0)]
+    assert check(ours, _table())[0][0].startswith("| m | pesto | 50.0 |")
