@@ -78,9 +78,10 @@ from graphir.passes.place.pipeline import (
     layer_profile,
     partition_layers,
     ring_order,
+    stage_timeline,
     training_layout,
 )
-from graphir.passes.place.pipeline_schedule import SCHEDULES, activation_copies, pipeline_timeline
+from graphir.passes.place.pipeline_schedule import SCHEDULES, activation_copies
 from graphir.passes.transform.merge_constants import merge_constants
 from graphir.simulator import SimResult, simulate
 
@@ -370,15 +371,16 @@ class Parallelize(Pass):
             return
         stage = np.asarray(stage_of_layer)
         used = int(stage.max()) + 1
-        layer_forward, layer_backward = profile.at(scale, overhead)
-        forward = np.bincount(stage, weights=layer_forward, minlength=used)
-        backward = np.bincount(stage, weights=layer_backward, minlength=used)
-        update = np.bincount(stage, weights=profile.update, minlength=used)
-        cuts = [k for k in range(len(stage) - 1) if stage[k] != stage[k + 1]]
-        send = [links.transfer_time(profile.send[c] * scale, pair[0], pair[-1]) for c in cuts]
-        back = [links.transfer_time(profile.send_back[c] * scale, pair[-1], pair[0]) for c in cuts]
-        timeline = pipeline_timeline(
-            schedule, microbatches, forward.tolist(), backward.tolist(), send=send, send_back=back, update=update
+        # every cut is priced on one pair of neighbouring accelerators (the screen places no stage)
+        forward, backward, _, timeline = stage_timeline(
+            profile,
+            stage_of_layer,
+            schedule,
+            microbatches,
+            links,
+            lambda _: (pair[0], pair[-1]),
+            scale=scale,
+            op_overhead=overhead,
         )
         exposed = 0.0
         if candidate.sync == "allreduce":

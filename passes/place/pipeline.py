@@ -53,7 +53,7 @@ layer's backward on its forward's device.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -66,6 +66,7 @@ from graphir.passes.place.pipeline_schedule import (
     BACKWARD,
     FORWARD,
     SCHEDULES,
+    PipelineTimeline,
     activation_copies,
     pipeline_timeline,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "partition_layers",
     "pipeline_plan",
     "ring_order",
+    "stage_timeline",
     "training_layout",
 ]
 
@@ -244,6 +246,8 @@ class LayerProfile:
         roofline's at the new shapes); ``op_overhead`` is the executor's per-op cost the simulator
         adds (:attr:`graphir.cluster_model.Device.op_overhead`), split evenly between the phases.
         """
+        if scale == 1.0 and op_overhead == 0.0:  # the profile itself, bit for bit
+            return self.forward, self.backward
         extra = self.ops * op_overhead / 2
         forward = self.forward_fixed + (self.forward - self.forward_fixed) * scale + extra
         backward = self.backward_fixed + (self.backward - self.backward_fixed) * scale + extra
@@ -464,6 +468,41 @@ def boundary_times(profile: LayerProfile, links: LinkModel, devices: Sequence[in
     )
 
 
+def stage_timeline(
+    profile: LayerProfile,
+    stage_of_layer: Sequence[int],
+    schedule: str,
+    microbatches: int,
+    links: LinkModel,
+    hop: Callable[[int], tuple[int, int]],
+    *,
+    stages: int = 0,
+    scale: float = 1.0,
+    op_overhead: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, PipelineTimeline]:
+    """Per-stage forward, backward and update seconds of a split, and the schedule's event model of it.
+
+    The one account of a stage split that ``place{algo=pipeline}`` (:func:`pipeline_plan`) and
+    ``parallelize``'s screening share. ``hop(s)`` gives the devices ``(from, to)`` of the ``s``-th
+    cut, whose boundary activations (forward) and gradients (backward) cross it; ``scale`` and
+    ``op_overhead`` as :meth:`LayerProfile.at`. ``stages`` (0: the stages the split uses) sizes the
+    per-stage arrays.
+    """
+    stage = np.asarray(stage_of_layer, dtype=np.int64)
+    count = stages or int(stage.max()) + 1
+    layer_forward, layer_backward = profile.at(scale, op_overhead)
+    forward = np.bincount(stage, weights=layer_forward, minlength=count)
+    backward = np.bincount(stage, weights=layer_backward, minlength=count)
+    update = np.bincount(stage, weights=profile.update, minlength=count)
+    cuts = [layer for layer in range(len(stage) - 1) if stage[layer] != stage[layer + 1]]
+    send = [links.transfer_time(profile.send[c] * scale, *hop(s)) for s, c in enumerate(cuts)]
+    back = [links.transfer_time(profile.send_back[c] * scale, *hop(s)[::-1]) for s, c in enumerate(cuts)]
+    timeline = pipeline_timeline(
+        schedule, microbatches, forward.tolist(), backward.tolist(), send=send, send_back=back, update=update
+    )
+    return forward, backward, update, timeline
+
+
 def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> PipelinePlan:
     """Devices and order keys of the pipeline placement of ``module`` (module docstring).
 
@@ -506,13 +545,9 @@ def pipeline_plan(module: Module, stages: int = 0, schedule: str = "1f1b") -> Pi
         )
         assert stage_of_layer is not None
     stage_arr = np.asarray(stage_of_layer, dtype=np.int64)
-    f = np.bincount(stage_arr, weights=profile.forward, minlength=stages)
-    b = np.bincount(stage_arr, weights=profile.backward, minlength=stages)
-    u = np.bincount(stage_arr, weights=profile.update, minlength=stages)
-    cuts = [layer for layer in range(profile.num_layers - 1) if stage_of_layer[layer] != stage_of_layer[layer + 1]]
-    send = [links.transfer_time(profile.send[c], targets[s], targets[s + 1]) for s, c in enumerate(cuts)]
-    back = [links.transfer_time(profile.send_back[c], targets[s + 1], targets[s]) for s, c in enumerate(cuts)]
-    timeline = pipeline_timeline(schedule, microbatches, f.tolist(), b.tolist(), send=send, send_back=back, update=u)
+    f, b, u, timeline = stage_timeline(
+        profile, stage_of_layer, schedule, microbatches, links, lambda s: (targets[s], targets[s + 1]), stages=stages
+    )
 
     n = len(layout.nodes)
     node_stage = stage_arr[layout.layer]
