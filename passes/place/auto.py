@@ -365,18 +365,11 @@ class Auto(Placer):
         spent = 0.0
         for name, placer, target in self._training_runs(problem):
             spent += model.member("stages" if name.startswith("stages") else "metis", False)
-            try:
-                answer = placer.place(target, ctx)
-            except (GraphIRError, ImportError) as exc:
-                stats[f"auto.{name}-ms"] = "failed"
-                ctx.log(f"auto: {name} failed: {exc}")
-                continue
-            device = np.asarray(answer.device, dtype=np.int64)
-            member = judge(name, device, list_schedule(problem, device)[0])
-            stats[f"auto.{name}-ms"] = round(member.makespan * 1e3, 3)
-            if not member.fits:
-                stats[f"auto.{name}-overflow-B"] = member.overflow
-            candidates.append(member)
+            member = _run_member(
+                name, name, placer, target, ctx, stats, lambda d, n=name: judge(n, d, list_schedule(problem, d)[0])
+            )
+            if member is not None:
+                candidates.append(member)
         return spent
 
     def _fine_members(
@@ -402,21 +395,17 @@ class Auto(Placer):
         spent = model.simulation  # building the fine problem
         runs = [*self._training_runs(fine), ("metis", PLACERS["metis"](), fine)]
         best: Candidate | None = None
+
+        def judge(label: str, device: np.ndarray) -> Candidate:
+            start = list_schedule(fine, device)[0]
+            return candidate(fine, label, device, start, simulate(fine, device, start, self.congestion))
+
         for name, placer, target in runs:
             spent += 2 * model.simulation + model.member("metis", False)  # plan, list-schedule, simulate
-            try:
-                answer = placer.place(target, ctx)
-            except (GraphIRError, ImportError) as exc:
-                stats[f"auto.fine.{name}-ms"] = "failed"
-                ctx.log(f"auto: fine {name} failed: {exc}")
-                continue
-            device = np.asarray(answer.device, dtype=np.int64)
-            start = list_schedule(fine, device)[0]
-            member = candidate(fine, f"fine.{name}", device, start, simulate(fine, device, start, self.congestion))
-            stats[f"auto.fine.{name}-ms"] = round(member.makespan * 1e3, 3)
-            if not member.fits:
-                stats[f"auto.fine.{name}-overflow-B"] = member.overflow
-            if best is None or member.key() < best.key():
+            member = _run_member(
+                f"fine.{name}", f"fine {name}", placer, target, ctx, stats, lambda d, n=f"fine.{name}": judge(n, d)
+            )
+            if member is not None and (best is None or member.key() < best.key()):
                 best = member
         return (None if best is None else (best, fine)), spent
 
@@ -596,3 +585,29 @@ class Auto(Placer):
                 fine_finish[0].stats["auto.coarse-route-ms"] = round(refined.makespan * 1e3, 3)
                 return fine_finish[0]
         return answer
+
+
+def _run_member(
+    label: str,
+    title: str,
+    placer: Placer,
+    target: PlacementProblem,
+    ctx: PlacementContext,
+    stats: dict[str, Stat],
+    judge: Callable[[np.ndarray], Candidate],
+) -> Candidate | None:
+    """Place ``target`` with one member and judge its devices; ``None`` (stat ``failed``) when the placer fails.
+
+    Records ``auto.<label>-ms`` (and ``-overflow-B`` when it does not fit); ``title`` names it in the log.
+    """
+    try:
+        answer = placer.place(target, ctx)
+    except (GraphIRError, ImportError) as exc:
+        stats[f"auto.{label}-ms"] = "failed"
+        ctx.log(f"auto: {title} failed: {exc}")
+        return None
+    member = judge(np.asarray(answer.device, dtype=np.int64))
+    stats[f"auto.{label}-ms"] = round(member.makespan * 1e3, 3)
+    if not member.fits:
+        stats[f"auto.{label}-overflow-B"] = member.overflow
+    return member
