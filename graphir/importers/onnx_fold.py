@@ -98,37 +98,22 @@ def _local_definitions(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def _rename_in_nodes(nodes: Iterable[onnx.NodeProto], mapping: dict[str, str]) -> None:
-    """Apply ``mapping`` to the node inputs and outputs, and to the outer references of their subgraphs."""
+def _rename_in_nodes(nodes: Iterable[onnx.NodeProto], mapping: dict[str, str], *, outputs: bool = True) -> None:
+    """Apply ``mapping`` to the nodes' inputs (and outputs), and to the outer references of their subgraphs."""
     for node in nodes:
         for k, name in enumerate(node.input):
             if name in mapping:
                 node.input[k] = mapping[name]
-        for k, name in enumerate(node.output):
+        for k, name in enumerate(node.output if outputs else ()):
             if name in mapping:
                 node.output[k] = mapping[name]
         for sub in _subgraphs(node):
-            shadowed = _local_definitions(sub)
-            inner = {old: new for old, new in mapping.items() if old not in shadowed}
-            if not inner:
-                continue
-            _rename_uses(sub, inner)
-
-
-def _rename_uses(graph: onnx.GraphProto, mapping: dict[str, str]) -> None:
-    """Rename the outer values a subgraph reads (node inputs, results returned as they are)."""
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in mapping:
-                node.input[k] = mapping[name]
-        for sub in _subgraphs(node):
-            shadowed = _local_definitions(sub)
+            shadowed = _local_definitions(sub)  # a name a subgraph defines again is its own inside it
             inner = {old: new for old, new in mapping.items() if old not in shadowed}
             if inner:
-                _rename_uses(sub, inner)
-    for value in graph.output:
-        if value.name in mapping:
-            value.name = mapping[value.name]
+                _rename_in_nodes(sub.node, inner, outputs=False)
+                for value in sub.output:  # a subgraph may return an outer value as it is
+                    value.name = inner.get(value.name, value.name)
 
 
 def _static_dims(type_proto: onnx.TypeProto | None) -> tuple[int, ...] | None:

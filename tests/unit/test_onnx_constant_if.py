@@ -230,3 +230,42 @@ def test_split_with_a_non_negative_axis_needs_no_rank(tmp_path):
     _, actual, expected = _run_both(path, {"x": x})
     np.testing.assert_array_equal(actual[0], x[:, 0, 0:1])
     np.testing.assert_array_equal(actual[1], expected[1])
+
+
+def test_a_renamed_value_is_renamed_inside_the_regions_that_read_it(tmp_path):
+    """then: ``k = x + x`` (``k`` is defined outside too), read by an If on a graph input.
+
+    That If stays a region, its branches reading the renamed ``k__1``.
+    """
+    mul_then = helper.make_graph([helper.make_node("Relu", ["k"], ["p"])], "it", [], [_vi("p", None)])
+    mul_else = helper.make_graph([helper.make_node("Identity", ["k"], ["q"])], "ie", [], [_vi("q", None)])
+    then_graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["x", "x"], ["k"]),
+            helper.make_node("If", ["flag"], ["z"], name="inner", then_branch=mul_then, else_branch=mul_else),
+        ],
+        "then",
+        [],
+        [_vi("z", None)],
+    )
+    else_graph = helper.make_graph([helper.make_node("Abs", ["x"], ["a"])], "else", [], [_vi("a", None)])
+    nodes = [
+        helper.make_node("If", ["yes"], ["r"], name="outer", then_branch=then_graph, else_branch=else_graph),
+        helper.make_node("Neg", ["r"], ["k"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [_vi("x", [2, 3]), _vi("flag", [], TensorProto.BOOL)],
+        [_vi("k", [2, 3])],
+        initializer=[numpy_helper.from_array(np.array(True), "yes")],
+    )
+    path = tmp_path / "capture.onnx"
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    x = np.random.default_rng(6).standard_normal([2, 3]).astype(np.float32)
+    for flag in (True, False):
+        module, actual, expected = _run_both(path, {"x": x, "flag": np.array(flag)})
+        inner = module.graph.node("inner")
+        assert [v.name for v in inner.inputs] == ["flag", "k__1"]  # the If's captured operand, renamed
+        np.testing.assert_array_equal(actual[0], -(np.maximum(2 * x, 0) if flag else 2 * x))
+        np.testing.assert_array_equal(actual[0], expected[0])
