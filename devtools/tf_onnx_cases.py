@@ -395,12 +395,16 @@ def run_node_case(case: Any) -> dict[str, Any]:
         record.update(status="not plain tensors", detail=problem)
         return record
     with tempfile.TemporaryDirectory(prefix="graphir-node-") as tmp:
+
+        def detail(exc: BaseException) -> str:  # errors name the model file: not its temporary folder
+            return _one_line(exc).replace(f"{tmp}/", "")
+
         path = Path(tmp) / f"{case.name}.onnx"
         onnx.save_model(case.model, str(path))
         try:
             module = import_onnx(path)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a table row
-            record.update(status="import error", detail=_one_line(exc))
+            record.update(status="import error", detail=detail(exc))
             return record
     if missing:
         record.update(status=f"unsupported op {missing[0]}", detail=", ".join(missing))
@@ -411,19 +415,19 @@ def run_node_case(case: Any) -> dict[str, Any]:
         PassManager(parse_pipeline(PIPELINE)).run(module, PassContext(seed=0))
         record["devices"] = len({n.device for n in module.graph.nodes if n.device is not None})
     except Exception as exc:  # noqa: BLE001
-        record.update(status="placement error", detail=_one_line(exc))
+        record.update(status="placement error", detail=detail(exc))
         return record
     try:
         lowered = lower(module)
     except Exception as exc:  # noqa: BLE001
         status = "lowering error" if isinstance(exc, BackendError) else "lowering crash"
-        record.update(status=status, detail=_one_line(exc))
+        record.update(status=status, detail=detail(exc))
         return record
     for inputs, expected in _data_sets(case):
         try:
             actual = lowered(*inputs)
         except Exception as exc:  # noqa: BLE001
-            record.update(status="run error", detail=_one_line(exc))
+            record.update(status="run error", detail=detail(exc))
             return record
         mismatch = compare_outputs(actual, expected, case.rtol, case.atol)
         if mismatch is not None:

@@ -39,6 +39,7 @@ Command line::
     python tools/zoo.py resnet50_infer --force
     python tools/zoo.py --list
     python tools/zoo.py --table benchmarks/results/zoo.md   # build, then write the size table
+    python tools/zoo.py gru_lm_infer --table benchmarks/results/zoo.md   # update (or add) that row only
 """
 
 from __future__ import annotations
@@ -147,7 +148,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild entries that exist")
     parser.add_argument("--jobs", type=int, default=2, help="parallel build processes (default 2)")
     parser.add_argument("--list", action="store_true", help="list the entries and exit")
-    parser.add_argument("--table", type=Path, help="after building, import every entry and write the size table")
+    parser.add_argument(
+        "--table",
+        type=Path,
+        help="after building, import the named entries (default: all) and write their rows of the size table "
+        "(the other rows are kept)",
+    )
     parser.add_argument("--build-one", metavar="NAME", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     directory = args.dir or zoo_dir()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,21 +54,43 @@ TABLE_NOTES = (
 
 TIMING_PREFIX = "Build of the whole zoo from scratch:"
 
+_ROW = re.compile(r"^\| `([A-Za-z0-9_]+)` \|")
+"""A row of the table: its entry name."""
+
 
 def write_table(rows: list[dict[str, Any]], path: Path, build_seconds: float | None) -> None:
     """Write the Markdown size table of the zoo.
 
+    The rows of entries not in ``rows`` are kept as the existing file has them (measured by an
+    earlier run), so building some entries (``zoo.py NAME ... --table``) updates or adds their rows
+    and drops no other; rows of names no longer in :data:`ENTRIES` go. Rows are sorted by entry name.
+
     Args:
-        rows: :func:`entry_stats` of each entry, in :data:`ENTRIES` order.
+        rows: :func:`entry_stats` of the entries measured now.
         path: the Markdown file.
         build_seconds: the time of a build of every entry from scratch; ``None`` keeps the timing
-            line of the existing file (a run that built nothing does not measure a build).
+            paragraph of the existing file (a run that built nothing does not measure a build).
     """
     timing: str | None = None
+    old_lines = path.read_text().splitlines() if path.is_file() else []
     if build_seconds is not None:
         timing = f"{TIMING_PREFIX} {build_seconds:.0f} s of `make zoo` on this machine ({os.cpu_count()} cores)."
-    elif path.is_file():
-        timing = next((line for line in path.read_text().splitlines() if line.startswith(TIMING_PREFIX)), None)
+    else:  # the existing timing paragraph, up to its blank line (it may carry notes on later entries)
+        start = next((k for k, line in enumerate(old_lines) if line.startswith(TIMING_PREFIX)), None)
+        if start is not None:
+            end = next((k for k in range(start, len(old_lines)) if not old_lines[k].strip()), len(old_lines))
+            timing = "\n".join(old_lines[start:end])
+    table: dict[str, str] = {}
+    for line in old_lines:
+        match = _ROW.match(line)
+        if match and match.group(1) in ENTRIES:
+            table[match.group(1)] = line
+    for row in rows:
+        entry = ENTRIES[row["name"]]
+        table[row["name"]] = (
+            f"| `{row['name']}` | {entry.batch} | {row['nodes']} | {row['edges']} | {row['control']} "
+            f"| {row['param_mib']:.1f} | {row['file_mib']:.1f} | {entry.note} |"
+        )
     lines = [
         "# Model zoo sizes",
         "",
@@ -83,12 +106,7 @@ def write_table(rows: list[dict[str, Any]], path: Path, build_seconds: float | N
         "| entry | batch | nodes | edges | control | params (MiB) | file (MiB) | configuration |",
         "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for row in rows:
-        entry = ENTRIES[row["name"]]
-        lines.append(
-            f"| `{row['name']}` | {entry.batch} | {row['nodes']} | {row['edges']} | {row['control']} "
-            f"| {row['param_mib']:.1f} | {row['file_mib']:.1f} | {entry.note} |"
-        )
+    lines += [table[name] for name in sorted(table)]
     lines += ["", *TABLE_NOTES]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")

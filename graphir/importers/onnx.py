@@ -20,7 +20,10 @@ Mapping (every ONNX construct lands somewhere; nothing is dropped silently):
   become **regions** (:mod:`graphir.regions`): each GRAPH attribute is a
   :class:`~graphir.regions.Region` param whose graph takes the subgraph's inputs then the captured
   values, holds its initializers and nodes (nested subgraphs imported the same way) and returns
-  its outputs; types come from shape inference, which annotates subgraphs too. Any other node with
+  its outputs; types come from shape inference, which annotates subgraphs too. An ``If`` of the main
+  graph whose condition is a compile-time constant (an initializer, ``Shape``/``Size`` of a static
+  value, constants combined by ordinary ops) is replaced by its taken branch before typing
+  (:mod:`graphir.importers.onnx_fold`), so its results get the branch's own types. Any other node with
   a GRAPH attribute stays opaque (its bodies ``Opaque`` params), with a warning naming it.
 * **Initializers** become constants: up to :data:`graphir.attributes.INLINE_ELEMENTS` elements as
   a :class:`~graphir.attributes.DenseTensor`; larger ones as an :class:`~graphir.ir.ExternalTensor`
@@ -75,6 +78,7 @@ from graphir.gcpause import gc_paused
 from graphir.importers.onnx_attrs import _AttributeConversion
 from graphir.importers.onnx_checks import DATA_PROPAGATION_MAX_ELEMENTS as DATA_PROPAGATION_MAX_ELEMENTS
 from graphir.importers.onnx_checks import _display, _InputChecks, _vectors_are_short
+from graphir.importers.onnx_fold import resolve_constant_ifs
 from graphir.ir import ExternalTensor, Graph, Module, Node, Value
 from graphir.regions import Region
 from graphir.types import Dim, DType, TensorType
@@ -265,6 +269,7 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         self.check_text(model)
         self.check_sizes(model)
         self.check_external_data(model)
+        resolve_constant_ifs(model, lambda: self.infer_types(model, quiet=True))
         types = self.infer_types(model)
         graph = self.build_graph(model, types)
         if self._untyped:
@@ -297,15 +302,19 @@ class _OnnxImporter(_InputChecks, _AttributeConversion):
         return model
 
     # ----------------------------------------------------------------- types
-    def infer_types(self, model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
-        """Types of every named value: shape inference on a data-light copy, else the declared ones."""
+    def infer_types(self, model: onnx.ModelProto, quiet: bool = False) -> dict[str, onnx.TypeProto]:
+        """Types of every named value: shape inference on a data-light copy, else the declared ones.
+
+        ``quiet``: no warning when inference fails (a first, tentative typing; the final one warns).
+        """
         try:
             copy = self.inference_copy(model)
             inferred = onnx.shape_inference.infer_shapes(
                 copy, check_type=False, strict_mode=False, data_prop=_vectors_are_short(copy)
             )
         except Exception as exc:  # inference is best effort: any failure falls back to value_info
-            self.warn(f"shape inference failed, using the declared value_info ({describe_exception(exc)})")
+            if not quiet:
+                self.warn(f"shape inference failed, using the declared value_info ({describe_exception(exc)})")
             inferred = model
         types: dict[str, onnx.TypeProto] = {}
         pending = [inferred.graph]

@@ -80,6 +80,14 @@ class OpContext:
             raise self.error(f"input #{position} has unknown rank; lowering needs it")
         return rank
 
+    def axis(self, axis: int, position: int = 0, added: int = 0) -> int:
+        """``axis`` of ONNX input ``position`` made non-negative (the input's rank plus ``added`` new axes).
+
+        A non-negative axis is returned as it is, so an input of unknown rank (its rank decided by
+        data, as after ``Squeeze`` without axes) can still be lowered; a negative one needs the rank.
+        """
+        return axis if axis >= 0 else axis + self.rank(position) + added
+
     def static_shape(self, position: int = 0) -> tuple[int, ...]:
         """The static shape of ONNX input ``position``; raises when a dimension is not a number."""
         tensor_type = self.in_type(position)

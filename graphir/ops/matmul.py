@@ -6,7 +6,8 @@
   index is contracted, else ``|out|``; bytes in + out.
 * **split**: batch rows (A's leading dim) or output features (B's last dim, ``transB`` respected);
   Gemm's ``C`` follows the result where it carries the split axis.
-* **lowering**: ``tf.linalg.matmul``; 1-D operands are expanded and squeezed back (numpy rules).
+* **lowering**: ``tf.linalg.matmul``; 1-D operands are expanded and squeezed back (numpy rules),
+  decided at run time when an operand's rank is unknown.
 """
 
 # The op families share the package-private helpers of graphir.ops.work, split_plan and lower_context.
@@ -202,7 +203,10 @@ def _lower_gemm(cx: OpContext, operands: list[Any]) -> list[Any]:
 def _lower_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
     a, b = operands
-    rank_a, rank_b = cx.rank(0), cx.rank(1)
+    shape_a, shape_b = cx.maybe_shape(0), cx.maybe_shape(1)
+    if shape_a is None or shape_b is None:
+        return [_matmul_of_unknown_rank(tf, a, b)]
+    rank_a, rank_b = len(shape_a), len(shape_b)
     if rank_a == 1:
         a = tf.expand_dims(a, 0)
     if rank_b == 1:
@@ -213,6 +217,22 @@ def _lower_matmul(cx: OpContext, operands: list[Any]) -> list[Any]:
     if rank_a == 1:
         y = tf.squeeze(y, -1 if rank_b == 1 else -2)
     return [y]
+
+
+def _matmul_of_unknown_rank(tf: Any, a: Any, b: Any) -> Any:
+    """ONNX MatMul when an operand's rank is decided by data: numpy's 1-D rules applied at run time.
+
+    A 1-D ``a`` becomes ``[1, K]`` and a 1-D ``b`` ``[K, 1]``; the product's matching unit axis
+    (-2 for ``a``, -1 for ``b``) is then dropped again by a reshape to the kept dims.
+    """
+    a_vector = tf.equal(tf.rank(a), 1)
+    b_vector = tf.equal(tf.rank(b), 1)
+    a2 = tf.cond(a_vector, lambda: tf.expand_dims(a, 0), lambda: a)
+    b2 = tf.cond(b_vector, lambda: tf.expand_dims(b, -1), lambda: b)
+    product = tf.linalg.matmul(a2, b2)
+    shape = tf.shape(product, out_type=tf.int64)
+    kept = tf.boolean_mask(shape[-2:], tf.stack([tf.logical_not(a_vector), tf.logical_not(b_vector)]))
+    return tf.reshape(product, tf.concat([shape[:-2], kept], axis=0))
 
 
 @lowering("Einsum")

@@ -91,13 +91,13 @@ cost("ResizeBilinear", "ResizeBicubic", "ResizeBilinearGrad", "ResizeBicubicGrad
 
 @lowering("Concat")
 def _concat(cx: OpContext, operands: list[Any]) -> list[Any]:
-    return [cx.tf.concat(operands, axis=_norm_axis(int(cx.param("axis")), cx.rank(0)))]
+    return [cx.tf.concat(operands, axis=cx.axis(int(cx.param("axis"))))]
 
 
 @lowering("Split")
 def _lower_split(cx: OpContext, operands: list[Any]) -> list[Any]:
     tf = cx.tf
-    axis = _norm_axis(int(cx.param("axis", 0)), cx.rank(0))
+    axis = cx.axis(int(cx.param("axis", 0)))
     count = len(cx.node.outputs)
     sizes: Any = cx.param("split") if cx.opset < 13 else _int_vector(cx, operands, 1)
     if sizes is None:
@@ -156,8 +156,7 @@ def _unsqueeze(cx: OpContext, operands: list[Any]) -> list[Any]:
         raise cx.error("has no axes")
     x = operands[0]
     if isinstance(axes, list):
-        out_rank = cx.rank(0) + len(axes)
-        for axis in sorted(_norm_axis(a, out_rank) for a in axes):
+        for axis in sorted(cx.axis(a, 0, len(axes)) for a in axes):
             x = tf.expand_dims(x, axis)
         return [x]
     # Axes computed at run time: the result's rank is static, its shape is built from the mask of new axes.

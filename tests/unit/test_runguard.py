@@ -115,10 +115,13 @@ def _custom_domain_onnx(path: Path, in_subgraph: bool = False) -> Path:
             [helper.make_tensor_value_info("c", f, [4, 4])],
         )
         evil = helper.make_node("If", ["cond"], ["e"], name="branchy", then_branch=branch, else_branch=plain)
+    inputs = [helper.make_tensor_value_info("x", f, [4, 4])]
+    if in_subgraph:  # a graph input (its initializer a default): not a constant, so the If stays a region
+        inputs.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"), evil],
         "g",
-        [helper.make_tensor_value_info("x", f, [4, 4])],
+        inputs,
         [helper.make_tensor_value_info("e", f, [4, 4])],
         [
             numpy_helper.from_array(np.ones((4, 4), np.float32), "w"),

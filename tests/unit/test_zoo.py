@@ -182,3 +182,30 @@ def test_building_an_entry_twice_is_byte_identical(name, tmp_path, capsys):
     for a, b in zip(zoo.ENTRIES[name].files(tmp_path / "a"), zoo.ENTRIES[name].files(tmp_path / "b"), strict=True):
         assert a.read_bytes() == b.read_bytes()
     assert print_module(load_module(first)) == print_module(load_module(second))
+
+
+def test_the_size_table_lists_every_entry():
+    from pathlib import Path
+
+    table = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "zoo.md"
+    rows = [line.split("`")[1] for line in table.read_text().splitlines() if line.startswith("| `")]
+    assert rows == sorted(zoo.ENTRIES), "rebuild the missing entries with tools/zoo.py NAME --table ..."
+
+
+def test_writing_some_rows_keeps_the_others(tmp_path):
+    from graphir.tools.zoo_table import write_table
+
+    path = tmp_path / "zoo.md"
+    row = {"nodes": 10, "edges": 9, "control": 0, "param_mib": 1.25, "file_mib": 1.5}
+    write_table([{"name": "vgg19_infer", **row}, {"name": "gpt_infer", **row}], path, 12.0)
+    text = path.read_text().replace(" cores).", " cores),\nand a note.")
+    path.write_text(text + "| `gone_entry` | 1 | 1 | 1 | 0 | 0.0 | 0.0 | x |\n")
+    write_table(
+        [{"name": "resnet50_infer", **row, "nodes": 125}, {"name": "vgg19_infer", **row, "nodes": 46}], path, None
+    )
+    text = path.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert [r.split("`")[1] for r in rows] == ["gpt_infer", "resnet50_infer", "vgg19_infer"]
+    assert rows[0].startswith("| `gpt_infer` | 32 | 10 | 9 | 0 | 1.2 | 1.5 |")  # kept from the first run
+    assert rows[2].startswith("| `vgg19_infer` | 128 | 46 | 9 |")  # replaced
+    assert "Build of the whole zoo from scratch: 12 s" in text and " cores),\nand a note.\n\n" in text  # kept
