@@ -2,7 +2,7 @@
 # into .venv from pyproject.toml (the `dev` extra) on first use.
 #
 #   make demo     build a GPT training step too big for one GPU, compare the placers on it, write the report pages
-#   make test     lint, typecheck, pytest (tests/unit; installs headless Chromium for the browser test when root) and lit golden tests
+#   make test     lint, pytest (tests/unit; installs headless Chromium for the browser test when root) with typecheck beside it, and lit golden tests
 #   make test-all `make test` plus the slow tests (big zoo models; pytest -m slow)
 #   make zoo      build the model zoo into zoo/ and write benchmarks/results/zoo.md
 #   make lint     ruff check + ruff format --check + the import-linter layering contracts (pyproject.toml)
@@ -89,13 +89,15 @@ lint: $(STAMP)
 # them (one module name per file); its report names them by their source paths again. The pyright wheel of
 # the dev extra carries pyright itself, and its [nodejs] extra a Node.js binary from PyPI.
 TYPECHECK_STAGE := build/typecheck/graphir
+# (One shell command, also run by `make test` beside pytest.)
+TYPECHECK = mkdir -p $(TYPECHECK_STAGE) \
+	&& ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py \
+	&& for package in passes backends driver tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done \
+	&& { PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright > build/typecheck/report.txt; status=$$?; \
+		sed -E 's\#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends|driver)/\#$(CURDIR)/\1/\#' build/typecheck/report.txt; \
+		exit $$status; }
 typecheck: $(STAMP)
-	@mkdir -p $(TYPECHECK_STAGE)
-	@ln -sfn ../../../graphir/__init__.py $(TYPECHECK_STAGE)/__init__.py
-	@for package in passes backends driver tools; do ln -sfn ../../../$$package $(TYPECHECK_STAGE)/$$package; done
-	@PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(BIN)/pyright > build/typecheck/report.txt; status=$$?; \
-		sed -E 's#$(CURDIR)/$(TYPECHECK_STAGE)/(passes|backends|driver)/#$(CURDIR)/\1/#' build/typecheck/report.txt; \
-		exit $$status
+	@$(TYPECHECK)
 
 format: $(STAMP)
 	$(BIN)/ruff format $(LINT_PATHS)
@@ -133,10 +135,19 @@ browser:
 # tests' subprocesses, every graphir-opt of lit) compiled all of graphir again: 0.9 of graphir-opt's
 # 1.5 CPU s. compileall writes the __pycache__ files regardless (gitignored; `make clean` removes them);
 # the venv's own packages are compiled by pip at install.
+# pyright (one process, about a minute) runs beside pytest rather than before it: its output is
+# printed when pytest ends, and either one failing fails the target.
 PYTEST_WORKERS ?= auto
-test: lint typecheck browser
+test: lint browser
 	$(BIN)/python -m compileall -q -j 0 $(LINT_PATHS)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
+	@mkdir -p build/typecheck
+	@echo "typecheck: pyright runs beside pytest (output in build/typecheck/make.log, printed after pytest)"
+	@( $(TYPECHECK) ) > build/typecheck/make.log 2>&1 & typecheck=$$!; \
+		$(BIN)/python -m pytest -q -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15; \
+		pytest_status=$$?; wait $$typecheck; typecheck_status=$$?; \
+		echo "make typecheck:"; cat build/typecheck/make.log; \
+		if [ $$typecheck_status != 0 ]; then echo "make typecheck failed (exit $$typecheck_status)"; fi; \
+		[ $$pytest_status = 0 ] && [ $$typecheck_status = 0 ]
 	@if [ -n "$$(find $(FILECHECK_DIR) -name '*.gir' -not -path '*/Output/*' 2>/dev/null | head -n 1)" ]; then \
 		echo 'PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR)'; \
 		PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/lit -v $(FILECHECK_DIR); \
