@@ -131,9 +131,9 @@ browser:
 # The budget is 8 minutes for all of `make test` on 2 cores (issue 38): the 15 slowest tests are listed
 # at the end to keep it in view; what is slow moves to the slow suite with a fast check of the same property.
 # Bytecode first: where PYTHONDONTWRITEBYTECODE is set (as on the shared 2-core machine) Python never
-# caches the checkout's own modules, and each of the suite's hundreds of processes (xdist workers, the
-# tests' subprocesses, every graphir-opt of lit) compiled all of graphir again: 0.9 of graphir-opt's
-# 1.5 CPU s. compileall writes the __pycache__ files regardless (gitignored; `make clean` removes them);
+# caches the checkout's own modules, and each of pytest's processes (xdist workers, the tests'
+# subprocesses, which inherit the variable; lit's RUN lines do not) compiled all of graphir again:
+# 0.9 of a graphir-opt dce run's 1.5 CPU s. compileall writes the __pycache__ files regardless (gitignored; `make clean` removes them);
 # the venv's own packages are compiled by pip at install.
 # pyright (one process, about a minute) runs beside pytest rather than before it: its output is
 # printed when pytest ends, and either one failing fails the target.
