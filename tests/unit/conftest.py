@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers import SOLVER_PROCESS, f32
+from helpers import SOLVER_PROCESS, f32, heavy_first
 from hypothesis import HealthCheck, settings
 
 from graphir.driver import load_builtin_passes
@@ -26,6 +26,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("graphir-unit")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run :data:`helpers.HEAVY_MODULES` first, heaviest first; the others keep their order (a stable sort)."""
+    heavy_first(items)
 
 
 @pytest.fixture

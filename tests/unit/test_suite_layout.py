@@ -12,6 +12,9 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from types import SimpleNamespace
+
+from helpers import HEAVY_MODULES, heavy_first
 
 HERE = Path(__file__).resolve().parent
 TEST_MODULES = {path.stem for path in HERE.glob("test_*.py")}
@@ -91,3 +94,25 @@ def test_shared_helpers_are_defined_once() -> None:
         if isinstance(node, ast.FunctionDef) and (node.name == "f32" or _body(node) in copies)
     ]
     assert again == [], "\n".join(again)
+
+
+def test_heavy_modules_name_test_modules_once() -> None:
+    """The schedule's list (helpers.HEAVY_MODULES, run first by conftest's hook) names real modules."""
+    assert len(set(HEAVY_MODULES)) == len(HEAVY_MODULES)
+    assert [name for name in HEAVY_MODULES if name.removesuffix(".py") not in TEST_MODULES] == []
+
+
+def test_heavy_first_puts_the_heavy_modules_first_and_keeps_each_module_together() -> None:
+    """conftest's hook: heavy modules first in HEAVY_MODULES' order; the others, and each module's tests, in order."""
+    first, second = HEAVY_MODULES[0], HEAVY_MODULES[1]
+    collected = ["test_a.py::x", f"{second}::s1", "test_b.py::y", f"{first}::f1", f"{second}::s2", f"{first}::f2"]
+    items = [SimpleNamespace(path=Path("tests/unit") / nodeid.split("::")[0], nodeid=nodeid) for nodeid in collected]
+    heavy_first(items)
+    assert [item.nodeid for item in items] == [
+        f"{first}::f1",
+        f"{first}::f2",
+        f"{second}::s1",
+        f"{second}::s2",
+        "test_a.py::x",
+        "test_b.py::y",
+    ]
