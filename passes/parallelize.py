@@ -274,8 +274,9 @@ class Parallelize(Pass):
         if winner.stages == 1 and winner.replicas > 1 and winner.sync == "allreduce":
             for bucket in self.buckets:  # the winning ring with the other bucket sizes
                 if bucket != winner.bucket_mib:
-                    variant = dataclasses.replace(winner, bucket_mib=bucket, note="", makespan=np.inf, module=None)
-                    variant.overflow, variant.peak = np.inf, 0.0
+                    variant = dataclasses.replace(
+                        winner, bucket_mib=bucket, note="", makespan=np.inf, overflow=np.inf, peak=0.0, module=None
+                    )
                     screened.append(variant)
                     judge(variant)
         for replica in replicas.values():

@@ -65,9 +65,9 @@ def _loop_model(path) -> dict[str, np.ndarray]:
     return {"v0": rng.standard_normal([2, 3]).astype(np.float32)}
 
 
-def _scan_model(path) -> dict[str, np.ndarray]:
-    """Scan over axis 1 in reverse: running sum state, scaled slices out along axis 1."""
-    body = helper.make_graph(
+def _running_sum_body() -> onnx.GraphProto:
+    """The Scan body both Scan models share: ``s_out = s_in + x_t``, ``y_t = x_t * s_out`` on f32[4]."""
+    return helper.make_graph(
         [
             helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
             helper.make_node("Mul", ["x_t", "s_out"], ["y_t"]),
@@ -76,6 +76,11 @@ def _scan_model(path) -> dict[str, np.ndarray]:
         [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("x_t", F, [4])],
         [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("y_t", F, [4])],
     )
+
+
+def _scan_model(path) -> dict[str, np.ndarray]:
+    """Scan over axis 1 in reverse: running sum state, scaled slices out along axis 1."""
+    body = _running_sum_body()
     node = helper.make_node(
         "Scan",
         ["s0", "x"],
@@ -99,15 +104,7 @@ def _scan_model(path) -> dict[str, np.ndarray]:
 
 def _scan8_model(path) -> dict[str, np.ndarray]:
     """Scan-8 (opset 8): batch of 2 rows of lengths 3 and 5, the scan input read in reverse within each length."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
-            helper.make_node("Mul", ["x_t", "s_out"], ["y_t"]),
-        ],
-        "body",
-        [helper.make_tensor_value_info("s_in", F, [4]), helper.make_tensor_value_info("x_t", F, [4])],
-        [helper.make_tensor_value_info("s_out", F, [4]), helper.make_tensor_value_info("y_t", F, [4])],
-    )
+    body = _running_sum_body()
     node = helper.make_node(
         "Scan", ["lens", "s0", "x"], ["s_final", "ys"], body=body, num_scan_inputs=1, directions=[1]
     )
