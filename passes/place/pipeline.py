@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 
@@ -71,7 +71,7 @@ from graphir.passes.place.pipeline_schedule import (
     pipeline_timeline,
 )
 from graphir.passes.place.problem import PlacementProblem, keyed_topological_order
-from graphir.passes.place.stages import split_layers
+from graphir.passes.place.stages import layer_crossings, split_layers
 from graphir.types import DType
 from graphir.unionfind import DisjointSets
 
@@ -285,31 +285,18 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
     working = per_layer(first, out_bytes)
     ops = np.bincount(layer[first], minlength=count).astype(np.float64)
 
-    # Values of copy 0: saved activations and boundary crossings (difference arrays over boundaries).
-    saved = np.zeros(count)
-    send = np.zeros(count + 1)
-    send_back = np.zeros(count + 1)
+    # Values of copy 0: saved activations (a forward result a backward node reads) and boundary crossings.
     src, dst, value = index.edge_src, index.edge_dst, index.edge_value
     data = (value >= 0) & first[src] & first[dst]
-    by_value: dict[int, tuple[Any, Any, bool]] = {}  # (lowest, highest layer: numpy ints, read back)
-    for s, d, x in zip(src[data].tolist(), dst[data].tolist(), value[data].tolist(), strict=True):
-        low, high, read_back = by_value.get(x, (layer[s], layer[s], False))
-        ld = int(layer[d])
-        by_value[x] = (min(low, ld), max(high, ld), read_back or layout.phase[d] == BACKWARD)
-    value_bytes = index.value_bytes
-    value_producer = index.value_producer
-    for x, (low, high, read_back) in by_value.items():
-        p = int(value_producer[x])
-        own = int(layer[p])
-        nbytes = float(value_bytes[x])
-        if read_back and layout.phase[p] == FORWARD:
-            saved[own] += nbytes
-        if high > own:
-            send[own] += nbytes
-            send[high] -= nbytes
-        if low < own:
-            send_back[low] += nbytes
-            send_back[own] -= nbytes
+    src, dst, value = src[data], dst[data], value[data]
+    value_bytes = index.value_bytes.astype(np.float64)
+    read_back = np.zeros(len(value_bytes), dtype=bool)
+    read_back[value[layout.phase[dst] == BACKWARD]] = True
+    saved_values = np.unique(value[(layout.phase[src] == FORWARD) & read_back[value]])
+    saved = np.bincount(
+        layer[index.value_producer[saved_values]], weights=value_bytes[saved_values], minlength=count
+    ).astype(np.float64)
+    send, send_back = layer_crossings(src, dst, value, layer, count).sent(value_bytes)
     return LayerProfile(
         forward=forward,
         backward=backward,
@@ -317,8 +304,8 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
         persistent=persistent,
         saved=saved,
         working=working,
-        send=np.cumsum(send)[: count - 1],
-        send_back=np.cumsum(send_back)[: count - 1],
+        send=send,
+        send_back=send_back,
         forward_fixed=forward_fixed,
         backward_fixed=backward_fixed,
         ops=ops,

@@ -48,7 +48,16 @@ from graphir.passes.place.base import Placement, PlacementContext, Placer, regis
 from graphir.passes.place.problem import PlacementProblem
 from graphir.passes.training import BACKWARD, FORWARD, OPTIMIZER
 
-__all__ = ["StagePlan", "Stages", "accelerators", "partition_problem", "split_layers", "stage_partition"]
+__all__ = [
+    "LayerCrossings",
+    "StagePlan",
+    "Stages",
+    "accelerators",
+    "layer_crossings",
+    "partition_problem",
+    "split_layers",
+    "stage_partition",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +89,70 @@ class _Layers:
     saved: np.ndarray  # activation bytes saved for backward, per layer
     working: np.ndarray  # the other result bytes of the layer (forward temporaries or gradients)
     cut: np.ndarray  # bytes crossing the boundary after layer i (num_layers - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerCrossings:
+    """Values read in a layer other than the one that makes them: one entry per (value, reading layer).
+
+    The one account of the bytes crossing a boundary between layers, for PipeDream's ``C`` here
+    (:meth:`cut`) and for the pipeline screen's sends (:meth:`sent`,
+    :func:`graphir.passes.place.pipeline.layer_profile`).
+
+    Attributes:
+        value: the value's index (``GraphIndex`` value numbering).
+        producer: the layer of the node that makes it.
+        reader: a layer that reads it (never ``producer``).
+        num_layers: ``L``.
+    """
+
+    value: np.ndarray
+    producer: np.ndarray
+    reader: np.ndarray
+    num_layers: int
+
+    def cut(self, value_bytes: np.ndarray) -> np.ndarray:
+        """Bytes crossing each boundary ``l | l+1`` (``L - 1`` entries): once per value and reading layer."""
+        low, high = np.minimum(self.producer, self.reader), np.maximum(self.producer, self.reader)
+        return _span_sums(low, high, value_bytes[self.value], self.num_layers)
+
+    def sent(self, value_bytes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes sent forward and back across each boundary, once per value: to its furthest reader each way."""
+        count = len(value_bytes)
+        furthest = np.full(count, -1, dtype=np.int64)
+        np.maximum.at(furthest, self.value, self.reader)
+        nearest = np.full(count, self.num_layers, dtype=np.int64)
+        np.minimum.at(nearest, self.value, self.reader)
+        produced = np.full(count, -1, dtype=np.int64)
+        produced[self.value] = self.producer
+        ahead = np.flatnonzero((produced >= 0) & (furthest > produced))
+        behind = np.flatnonzero((produced >= 0) & (nearest < produced))
+        nbytes = value_bytes.astype(np.float64)
+        forward = _span_sums(produced[ahead], furthest[ahead], nbytes[ahead], self.num_layers)
+        back = _span_sums(nearest[behind], produced[behind], nbytes[behind], self.num_layers)
+        return forward, back
+
+
+def layer_crossings(
+    edge_src: np.ndarray, edge_dst: np.ndarray, edge_value: np.ndarray, layer: np.ndarray, num_layers: int
+) -> LayerCrossings:
+    """The :class:`LayerCrossings` of the data edges ``edge_src -> edge_dst`` carrying ``edge_value``.
+
+    ``layer`` is per node (-1: none; such edges cross nothing).
+    """
+    producer, reader = layer[edge_src], layer[edge_dst]
+    crossing = (producer >= 0) & (reader >= 0) & (producer != reader)
+    width = max(num_layers, 1)
+    key, first = np.unique(edge_value[crossing] * width + reader[crossing], return_index=True)
+    return LayerCrossings(key // width, producer[crossing][first], key % width, num_layers)
+
+
+def _span_sums(low: np.ndarray, high: np.ndarray, weight: np.ndarray, num_layers: int) -> np.ndarray:
+    """Per boundary ``l | l+1``, the sum of the weights of the spans ``low <= l < high`` (a difference array)."""
+    diff = np.zeros(num_layers + 1)
+    np.add.at(diff, low, weight)
+    np.add.at(diff, high, -weight)
+    return np.cumsum(diff)[: max(num_layers - 1, 0)]
 
 
 def _layer_figures(problem: PlacementProblem) -> _Layers:
@@ -127,18 +200,8 @@ def _layer_figures(problem: PlacementProblem) -> _Layers:
     )
     working = np.maximum(forward_rest, gradient)
     # Boundary bytes: a value read in another layer crosses every boundary between the two layers
-    # (once per value and consuming layer).
-    layer = training.layer
-    a, b = layer[src], layer[dst]
-    crossing = (a >= 0) & (b >= 0) & (a != b)
-    key = np.unique(val[crossing] * max(num_layers, 1) + b[crossing])
-    xs, consumer_layer = key // max(num_layers, 1), key % max(num_layers, 1)
-    producer_layer = value_layer[xs]
-    low, high = np.minimum(producer_layer, consumer_layer), np.maximum(producer_layer, consumer_layer)
-    diff = np.zeros(num_layers + 1)
-    np.add.at(diff, low, value_bytes[xs])
-    np.add.at(diff, high, -value_bytes[xs])
-    cut = np.cumsum(diff)[: max(num_layers - 1, 0)]
+    # (once per value and reading layer).
+    cut = layer_crossings(src, dst, val, training.layer, num_layers).cut(value_bytes)
     return _Layers(coarse_layer, time, persistent, saved, working, cut)
 
 

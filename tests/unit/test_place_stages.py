@@ -15,7 +15,7 @@ from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
 from graphir.passes.place.pairing import pair_gradients
 from graphir.passes.place.problem import PlacementProblem
-from graphir.passes.place.stages import stage_partition
+from graphir.passes.place.stages import layer_crossings, stage_partition
 from graphir.passes.training import BACKWARD, OPTIMIZER, training_structure
 from graphir.pipeline import parse_pipeline
 
@@ -165,3 +165,29 @@ def test_split_layers_equals_the_full_dynamic_programme(seed: int) -> None:
         assert got == expected
         outcomes.add(got is None)
     assert outcomes == {True, False}  # both fitting and refused splits were compared
+
+
+def test_layer_crossings_worked_by_hand() -> None:
+    """Bytes over boundaries of 4 layers: PipeDream's cut once per (value, reading layer); sends once per value.
+
+    Nodes 0..4 in layers 0, 1, 3, 2, 0. Value 0 (8 bytes, made by node 0 in layer 0) is read by nodes 1
+    (layer 1), 2 and 2 again (layer 3: one reading layer) and 4 (layer 0: not a crossing); value 1 (2 bytes,
+    made by node 3 in layer 2) is read by node 4 in layer 0. Pairs: (0, 1), (0, 3), (1, 0).
+    cut: 0|1 carries 8 + 8 + 2, 1|2 carries 8 + 2, 2|3 carries 8. Sent forward: value 0 to layer 3, 8 on
+    each boundary; back: value 1 from layer 2 to 0, 2 on 0|1 and 1|2.
+    """
+    layer = np.array([0, 1, 3, 2, 0])
+    src = np.array([0, 0, 0, 0, 3])
+    dst = np.array([1, 2, 2, 4, 4])
+    value = np.array([0, 0, 0, 0, 1])
+    crossings = layer_crossings(src, dst, value, layer, 4)
+    assert list(zip(crossings.value.tolist(), crossings.producer.tolist(), crossings.reader.tolist())) == [
+        (0, 0, 1),
+        (0, 0, 3),
+        (1, 2, 0),
+    ]
+    nbytes = np.array([8.0, 2.0])
+    assert crossings.cut(nbytes).tolist() == [18.0, 10.0, 8.0]
+    forward, back = crossings.sent(nbytes)
+    assert forward.tolist() == [8.0, 8.0, 8.0]
+    assert back.tolist() == [2.0, 2.0, 0.0]
