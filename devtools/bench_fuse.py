@@ -136,9 +136,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     (dce,) = parse_pipeline("dce")
 
     gen_seconds, made = timed(lambda: synthetic(args.nodes))
-    module, generator = made  # type: ignore[misc]
+    module, generator = made
     index_seconds, index = timed(lambda: module.graph.index())
-    edges = index.num_edges  # type: ignore[attr-defined]
+    edges = index.num_edges
     print(f"synthetic {args.nodes} nodes, {edges} edges ({generator}) in {gen_seconds:.2f} s", flush=True)
 
     def fresh(n: int, prune: bool = False) -> Callable[[], Module]:

@@ -154,13 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, cluster, row in rows:
-        dpos, osd = float(row["dpos"]), float(row["os-dpos"])  # type: ignore[arg-type]
+        dpos, osd = float(row["dpos"]), float(row["os-dpos"])
         kept = str(row["split-list"]) or "-"
         if len(kept) > 160:
             kept = kept[:157] + "..."
         lines.append(
             f"| {name} | {row['batch']} | {cluster} | {row['nodes']} | {dpos * 1e3:.2f} | {osd * 1e3:.2f} | "
-            f"{(1 - osd / dpos) * 100:.1f}% | {row['splits']} | {row['trials']} | {float(row['wall']):.2f} "  # type: ignore[arg-type]
+            f"{(1 - osd / dpos) * 100:.1f}% | {row['splits']} | {row['trials']} | {float(row['wall']):.2f} "
             f"| `{kept}` |"
         )
     lines += ["", *NOTES]

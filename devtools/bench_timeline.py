@@ -84,13 +84,13 @@ def _place_once(module, strategy: str, count: bool) -> tuple[float, float, float
             counts["max_blocks"] = max(counts["max_blocks"], blocks)
             return original(self, ready, duration)
 
-        cls.earliest_start = counted  # type: ignore[method-assign]
+        cls.earliest_start = counted
     try:
         began, cpu = time.perf_counter(), time.process_time()
         fastt._placer(strategy).run(copy, PassContext())
         wall, cpu = time.perf_counter() - began, time.process_time() - cpu
     finally:
-        cls.earliest_start = original  # type: ignore[method-assign]
+        cls.earliest_start = original
     makespan = simulate(copy, congestion=fastt.CONGESTION, order=fastt.ORDERS[strategy]).makespan
     digest = hashlib.sha256(print_module(copy).encode()).hexdigest()[:16]
     return wall, cpu, makespan, digest, counts
@@ -111,7 +111,7 @@ def bench_case(spec: str, runs: int, count: bool, baseline: type | None = None) 
     try:
         for k in range(runs):
             for name, cls in kinds:
-                common.DeviceTimeline = cls  # type: ignore[misc]
+                common.DeviceTimeline = cls
                 wall, cpu, makespan, digest, _ = _place_once(module, strategy, False)
                 walls[name].append(wall)
                 cpus[name].append(cpu)
@@ -121,7 +121,7 @@ def bench_case(spec: str, runs: int, count: bool, baseline: type | None = None) 
                     flush=True,
                 )
     finally:
-        common.DeviceTimeline = current  # type: ignore[misc]
+        common.DeviceTimeline = current
     for name, _ in kinds:
         if walls[name]:
             print(

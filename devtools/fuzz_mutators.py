@@ -301,7 +301,7 @@ def mutate_onnx(data: bytes, rng: random.Random, corpus: list[bytes]) -> bytes:
 
 def _break_utf8(data: bytes, model: object, rng: random.Random) -> bytes:
     """Overwrite one name in the serialized model with invalid UTF-8 of the same length."""
-    graph = model.graph  # type: ignore[attr-defined]
+    graph = model.graph
     candidates: list[str] = []
     for node in graph.node:
         candidates.extend([node.name, node.op_type, *node.input, *node.output])

@@ -128,7 +128,7 @@ def _run_job(driver: object, job: Job, workdir: Path) -> dict[str, object]:
     escaped = ""
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         try:
-            status = driver.run(argv)  # type: ignore[attr-defined]
+            status = driver.run(argv)
         except BaseException:  # noqa: BLE001 - exactly what the fuzzer looks for
             escaped = traceback.format_exc()
     written = output.read_bytes() if output.is_file() else b""
@@ -275,7 +275,7 @@ def classify(answer: dict[str, object] | str) -> Outcome:
     status = answer["status"]
     stray = answer.get("stray") or []
     if stray:  # a file written outside the output path: the worst outcome, whatever the status
-        names = ", ".join(Path(str(name)).name for name in stray)  # type: ignore[union-attr]
+        names = ", ".join(Path(str(name)).name for name in stray)
         return Outcome("stray", f"stray:status={status}:{names}"[:160], f"wrote {', '.join(map(str, stray))}", stderr)
     if answer["escaped"]:
         text = str(answer["escaped"])

@@ -698,7 +698,7 @@ def _collect(session: Path, name: str) -> dict[str, object]:
                 )
             else:
                 incompetent += 1
-    survivors.sort(key=lambda s: (s["line"], s["operator"], s["new"]))  # type: ignore[arg-type, return-value]
+    survivors.sort(key=lambda s: (s["line"], s["operator"], s["new"]))
     return {"killed": killed, "timeouts": timeouts, "incompetent": incompetent, "survivors": survivors}
 
 
@@ -778,12 +778,12 @@ def run_module(
     outcome = _collect(session, name)
     equivalent = []
     survivors = []
-    for survivor in outcome.pop("survivors"):  # type: ignore[attr-defined]
+    for survivor in outcome.pop("survivors"):
         reason = _equivalent(name, survivor["old"], survivor["new"], survivor.pop("diff"))
         (equivalent if reason else survivors).append({**survivor, **({"why": reason} if reason else {})})
-    killed = int(outcome["killed"])  # type: ignore[arg-type]
+    killed = int(outcome["killed"])
     denominator = killed + len(survivors)
-    ran = denominator + len(equivalent) + int(outcome["incompetent"])  # type: ignore[arg-type]
+    ran = denominator + len(equivalent) + int(outcome["incompetent"])
     return {
         "module": target.path,
         "what": target.what,
@@ -873,15 +873,15 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
         r = results[name]
         drawn = r.get("drawn", r["run"])
         run = f"{r['run']}" if drawn == r["mutants"] else f"{r['run']} (sample, seed {r['sample_seed']})"
-        if r["run"] < drawn:  # type: ignore[operator]
-            run += f", {drawn - r['run']} of the {drawn} drawn not run: stopped at the deadline"  # type: ignore[operator]
+        if r["run"] < drawn:
+            run += f", {drawn - r['run']} of the {drawn} drawn not run: stopped at the deadline"
         score = "-" if r["score"] is None else f"{r['score']:.1f} %"
-        tests = ", ".join(Path(str(t)).stem for t in r["tests"])  # type: ignore[attr-defined]
+        tests = ", ".join(Path(str(t)).stem for t in r["tests"])
         if r.get("skipped_tests"):
-            tests += " (less " + ", ".join(r["skipped_tests"]) + ")"  # type: ignore[arg-type]
+            tests += " (less " + ", ".join(r["skipped_tests"]) + ")"
         lines.append(
             f"| {name} | {r['what']} | {r['mutants']} | {run} | {r['killed']} ({r['timeouts']}) | {r['survived']} "
-            f"| {len(r['equivalent'])} | {r['incompetent']} | {score} | {r['seconds']} s | {tests} |"  # type: ignore[arg-type]
+            f"| {len(r['equivalent'])} | {r['incompetent']} | {score} | {r['seconds']} s | {tests} |"
         )
     lines += ["", *SCOPE]
     missing = sorted(set(MODULES) - set(results))
@@ -900,7 +900,7 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
             lines += ["", "Command(s), in order (under `nice -n 19`): " + "; ".join(f"`{c}`" for c in commands)]
         if r["survivors"]:
             lines += ["", "Surviving mutants:", ""]
-            for s in r["survivors"]:  # type: ignore[attr-defined]
+            for s in r["survivors"]:
                 note = SURVIVOR_NOTES.get((name, int(s["line"])))
                 lines.append(
                     f"- line {s['line']} ({s['function']}, {s['operator']}): `{s['old']}` -> `{s['new']}`"
@@ -908,7 +908,7 @@ def write_report(results: dict[str, dict[str, object]]) -> str:
                 )
         if r["equivalent"]:
             lines += ["", "Equivalent mutants:", ""]
-            for s in r["equivalent"]:  # type: ignore[attr-defined]
+            for s in r["equivalent"]:
                 lines.append(f"- line {s['line']}: `{s['old']}` -> `{s['new']}`: {s['why']}")
         if not r["survivors"] and not r["equivalent"]:
             lines += ["", "No survivor."]

@@ -52,7 +52,7 @@ def profile_row(spec: str) -> dict[str, Any]:
 
     load_builtin_passes()
     start = time.perf_counter()
-    module = load_module(Path(spec) if not spec.startswith("zoo:") else spec)  # type: ignore[arg-type]
+    module = load_module(Path(spec) if not spec.startswith("zoo:") else spec)
     module.set_cluster(resolve_cluster("celeritas"))
     stats = Profile().run(module, PassContext()).stats
     kind = next(key for key in stats if key.startswith("compute-s."))

@@ -230,8 +230,8 @@ def _table2(large: Sequence[str], runs: dict[str, dict[str, Run]]) -> list[str]:
         if run.error is not None or not get:
             rows.append([short(model), "-", "-", "-", "-", "-", "-"])
             continue
-        before, after = int(get["nodes-before"]), int(get["nodes-after"])  # type: ignore[arg-type]
-        ccr_before, ccr_after = float(get["ccr-before"]), float(get["ccr-after"])  # type: ignore[arg-type]
+        before, after = int(get["nodes-before"]), int(get["nodes-after"])
+        ccr_before, ccr_after = float(get["ccr-before"]), float(get["ccr-after"])
         rows.append(
             [
                 short(model),
@@ -358,9 +358,9 @@ def _claims(large: Sequence[str], runs: dict[str, dict[str, Run]], largest: str 
     ratios = []
     for model in large:
         fuse = runs[model]["Celeritas"].stats.get("fuse", {})
-        if fuse and float(fuse["ccr-after"]) > 0:  # type: ignore[arg-type]
-            nodes = int(fuse["nodes-before"]) / max(int(fuse["nodes-after"]), 1)  # type: ignore[arg-type]
-            ratios.append((nodes, float(fuse["ccr-before"]) / float(fuse["ccr-after"])))  # type: ignore[arg-type]
+        if fuse and float(fuse["ccr-after"]) > 0:
+            nodes = int(fuse["nodes-before"]) / max(int(fuse["nodes-after"]), 1)
+            ratios.append((nodes, float(fuse["ccr-before"]) / float(fuse["ccr-after"])))
     if ratios:
         close = max(n for n, _ in ratios) >= 100 and max(c for _, c in ratios) >= 3
         out.append(

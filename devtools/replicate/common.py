@@ -108,7 +108,7 @@ class Runner:
     def log(self, text: str) -> None:
         """One progress line."""
         if self.progress is not None:
-            print(text, file=self.progress, flush=True)  # type: ignore[arg-type]
+            print(text, file=self.progress, flush=True)
 
     def run(self, model: str, cluster: str, pipeline: str) -> Run:
         """Profile (cached), run ``pipeline`` and simulate; a failure is recorded in ``Run.error``."""
@@ -264,7 +264,7 @@ def run_main(paper: str, body: object, argv: Sequence[str] | None, description: 
     runner = Runner(verify=not args.no_verify, progress=None if args.quiet else sys.stderr)
     started = time.perf_counter()
     try:
-        path = body(args, runner)  # type: ignore[operator]
+        path = body(args, runner)
     except GraphIRError as exc:
         print(f"replicate {paper}: {exc.one_line()}", file=sys.stderr)
         return 1

@@ -149,7 +149,7 @@ def _body(
         ilp = r["Pesto ILP"]
         fits = "-" if r["single"].error else ("no" if r["single"].oom else "yes")
         place = ilp.stats.get("place", {})
-        status = f"{place.get('status', '-')}, gap {float(place.get('gap', 0.0)):.1%}, {place.get('result', '-')}"  # type: ignore[arg-type]
+        status = f"{place.get('status', '-')}, gap {float(place.get('gap', 0.0)):.1%}, {place.get('result', '-')}"
         rows.append(
             [
                 short(model),
@@ -269,7 +269,7 @@ def _cpu_share(r: dict[str, Run]) -> str:
     for label in ("Expert", "m-SCT", "Pesto ILP"):
         place = r[label].stats.get("place", {})
         total = place.get("coarse-nodes")
-        cpu = sum(int(v) for k, v in place.items() if k.startswith("nodes.cpu"))  # type: ignore[arg-type]
+        cpu = sum(int(v) for k, v in place.items() if k.startswith("nodes.cpu"))
         if isinstance(total, int):
             parts.append(f"{label} {cpu}/{total}")
     return ", ".join(parts) or "-"
