@@ -181,7 +181,7 @@ def test_layer_crossings_worked_by_hand() -> None:
     dst = np.array([1, 2, 2, 4, 4])
     value = np.array([0, 0, 0, 0, 1])
     crossings = layer_crossings(src, dst, value, layer, 4)
-    assert list(zip(crossings.value.tolist(), crossings.producer.tolist(), crossings.reader.tolist())) == [
+    assert list(zip(crossings.value.tolist(), crossings.producer.tolist(), crossings.reader.tolist(), strict=True)) == [
         (0, 0, 1),
         (0, 0, 3),
         (1, 2, 0),
