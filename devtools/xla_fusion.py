@@ -22,7 +22,7 @@ Blocks (batch 4, sequence 128, hidden 1024, 16 heads, as BERT-large at 4 samples
 
 Per variant: the first step's wall time (compile included), the median wall time of the timed steps
 (``--min-seconds`` of them, at least ``--steps``), the TF ops of a traced step (``_SOURCE`` left out)
-and the sum of their kernel times, the XLA ops of the step, and the largest relative difference of
+and the sum of their kernel times, the idle time of the chain's worker between kernels, the XLA ops of the step, and the largest relative difference of
 the outputs against the unfused variant (:func:`graphir.backends.tf.check.relative_error`). The
 ``--distributed`` run places the inputs on task 0 and the chain on task 1 of a 2-worker rig.
 
@@ -163,6 +163,8 @@ class Variant:
     devices: dict[str, int]
     outputs: list[np.ndarray] = dataclasses.field(repr=False)
     op_kernels: dict[str, float] = dataclasses.field(repr=False, default_factory=dict)
+    busy_s: float = 0.0
+    idle_s: float = 0.0
 
 
 def _place(module: Any, distributed: bool) -> None:
@@ -238,6 +240,7 @@ def run_variant(
         if name != "_SOURCE":
             devices[stat.device] = devices.get(stat.device, 0) + 1
     medians = {name: statistics.median(values) for name, values in kernels.items()}
+    spans = [_device_span(trace, "task:1" if distributed else "task:0") for trace in traces]
     xla = {name: seconds for name, seconds in medians.items() if "/xla_" in name or name.startswith("cluster_")}
     variant = Variant(
         block=block,
@@ -251,6 +254,8 @@ def run_variant(
         devices=devices,
         outputs=values,
         op_kernels=medians,
+        busy_s=statistics.median(busy for busy, _ in spans),
+        idle_s=statistics.median(idle for _, idle in spans),
     )
     return variant, lowered, chain_ops
 
@@ -267,12 +272,32 @@ def stream_bandwidth(mib: int = 64, repeats: int = 20) -> float:
     return 2 * a.nbytes / statistics.median(times)
 
 
+def _device_span(trace: Any, task: str) -> tuple[float, float]:
+    """(kernel time, idle time between kernels) of one traced step on the device of ``task``.
+
+    The idle time is the executor's gaps between one kernel's end and the next kernel's start on the
+    worker's one thread (its per-op overhead), without the client's RPC before and after the step.
+    """
+    spans = sorted(
+        (stat.start, stat.end) for name, stat in trace.ops.items() if task in stat.device and name != "_SOURCE"
+    )
+    busy = idle = 0.0
+    reached = spans[0][0] if spans else 0.0
+    for start, end in spans:
+        idle += max(start - reached, 0.0)
+        busy += max(end - max(start, reached), 0.0)
+        reached = max(reached, end)
+    return busy, idle
+
+
 def _combine(runs: Sequence[Variant]) -> Variant:
     """The first run with the medians over ``runs`` of its step, kernel-sum and first-step times."""
     return dataclasses.replace(
         runs[0],
         median_s=statistics.median(v.median_s for v in runs),
         kernel_s=statistics.median(v.kernel_s for v in runs),
+        busy_s=statistics.median(v.busy_s for v in runs),
+        idle_s=statistics.median(v.idle_s for v in runs),
         first_s=statistics.median(v.first_s for v in runs),
         steps=sum(v.steps for v in runs),
     )
@@ -282,7 +307,7 @@ def _row(v: Variant) -> str:
     kind = "XLA cluster" if v.fused else "unfused"
     return (
         f"| {v.block} | {kind} | {v.ops} | {v.median_s * 1e3:.3f} | {v.kernel_s * 1e3:.3f} | "
-        f"{(v.median_s - v.kernel_s) * 1e3:.3f} | {v.first_s * 1e3:.1f} | {v.steps} |"
+        f"{(v.median_s - v.kernel_s) * 1e3:.3f} | {v.idle_s * 1e3:.3f} | {v.first_s * 1e3:.1f} | {v.steps} |"
     )
 
 
@@ -309,8 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"TF_XLA_FLAGS of the workers: {args.xla_flags!r}; distributed: {args.distributed}; fed: {args.feed}")
     bandwidth = stream_bandwidth()
     print(f"stream rate of this process (numpy add, 64 MiB, one thread): {bandwidth / 1e9:.2f} GB/s")
-    print("| block | variant | TF ops | median step ms | kernel sum ms | step - kernels ms | first step ms | steps |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|")
+    print(
+        "| block | variant | TF ops | median step ms | kernel sum ms | step - kernels ms "
+        "| idle between kernels ms | first step ms | steps |"
+    )
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|")
     figures = []
     details = []
     for block in args.blocks.split(","):
@@ -355,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "saved_per_removed_op_s": saved / removed if removed else None,
             "compile_s": fused.first_s - fused.median_s,
             "gap_saved_s": gap_saved,
+            "idle_saved_s": plain.idle_s - fused.idle_s,
             "xla_run_s": run_s,
             "stream_bytes_per_s": bandwidth,
             "load_1min": loads,
@@ -375,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             + (f" = {saved / removed * 1e6:.1f} us per removed op" if removed else "")
             + f"; of which gaps (step - kernels) {gap_saved * 1e3:.3f} ms"
             + (f" = {gap_saved / removed * 1e6:.1f} us per removed op" if removed else "")
+            + f"; idle between kernels {plain.idle_s * 1e3:.3f} -> {fused.idle_s * 1e3:.3f} ms"
+            + (f" = {(plain.idle_s - fused.idle_s) / removed * 1e6:.2f} us per removed op" if removed else "")
             + f"; xla_run {run_s * 1e3:.3f} ms against external bytes at the stream rate "
             f"{external / bandwidth * 1e3:.3f} ms and made bytes {made / bandwidth * 1e3:.3f} ms"
             + f"; compile ~{(fused.first_s - fused.median_s) * 1e3:.0f} ms; max relative error {error:.3g}"
