@@ -22,14 +22,17 @@ Blocks (batch 4, sequence 128, hidden 1024, 16 heads, as BERT-large at 4 samples
 
 Per variant: the first step's wall time (compile included), the median wall time of the timed steps
 (``--min-seconds`` of them, at least ``--steps``), the TF ops of a traced step (``_SOURCE`` left out)
-and the sum of their kernel times, the idle time of the chain's worker between kernels, the XLA ops of the step, and the largest relative difference of
-the outputs against the unfused variant (:func:`graphir.backends.tf.check.relative_error`). The
-``--distributed`` run places the inputs on task 0 and the chain on task 1 of a 2-worker rig.
+and the sum of their kernel times, the idle time of the chain's worker between kernels, the XLA ops
+of the step, and the largest relative difference of the outputs against the unfused variant
+(:func:`graphir.backends.tf.check.relative_error`). The ``--distributed`` run places the inputs on
+task 0 and the chain on task 1 of a 2-worker rig. The workers' default ``TF_XLA_FLAGS`` turn lazy
+compilation off (two ops per cluster, no silent fallback) and XLA's TF-graph constant folding off
+(in a ``tf.distribute.Server`` it fails with "Multiple CPU devices" on clusters holding constants).
 
 Usage::
 
     python -m devtools.xla_fusion [--blocks ln_gelu,softmax,ln_gelu_grad] [--min-seconds 3] [--distributed]
-        [--xla-flags="--tf_xla_enable_lazy_compilation=false"] [--json OUT]
+        [--repeat 3] [--feed] [--xla-flags="..."] [--json OUT]
 """
 
 from __future__ import annotations
