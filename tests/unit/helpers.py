@@ -845,7 +845,8 @@ def _annotations() -> st.SearchStrategy:
 
 
 @st.composite
-def random_modules(draw) -> Module:
+def random_modules(draw, max_nodes: int = 25) -> Module:
+    """A random module of every construct, with up to ``max_nodes`` nodes."""
     rng: random.Random = draw(st.randoms(use_true_random=False))
 
     def name(prefix: str) -> str:
@@ -864,7 +865,7 @@ def random_modules(draw) -> Module:
         else:
             data = ExternalTensor(const_type)
         values.append(graph.add_constant(graph.unique_name(name(f"w{k}")), const_type, data))
-    num_nodes = draw(st.integers(0, 25))
+    num_nodes = draw(st.integers(0, max_nodes))
     specs = []
     for _ in range(num_nodes):
         specs.append(
