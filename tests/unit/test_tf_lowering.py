@@ -3,8 +3,8 @@
 TensorFlow's logical devices must be configured before its runtime starts, and other tests of this
 process may have started it: every run that executes TensorFlow happens in a fresh process
 (``python -m graphir.driver.check`` or a small script), which prints JSON. Each such process pays
-TensorFlow's start-up (seconds), so the four small hand-built ONNX models (a large MatMul weight,
-constant, variable and filled convolution weights) are proven by one ``check`` run
+TensorFlow's start-up (seconds), so the five small hand-built ONNX models (a large MatMul weight,
+constant, variable and filled convolution weights, dilated pooling) are proven by one ``check`` run
 (:func:`small_results`) and their lowered graphs inspected by one script (:func:`small_facts`);
 each test asserts its own model's part.
 """
@@ -425,6 +425,34 @@ def test_filled_conv_weights_are_made_in_filter_layout_by_their_producer(small_r
     assert counts["fill_owners"] == ["w_fill", "wt_fill"]
 
 
+def _dilated_pool_model(path: Path) -> None:
+    """MaxPool and AveragePool of kernel 3 x 4, dilations 2 x 3, strides 2 x 2, padded, on a 1x2x16x20 input."""
+    from onnx import TensorProto, helper
+
+    attributes = {"kernel_shape": [3, 4], "dilations": [2, 3], "strides": [2, 2], "pads": [1, 2, 1, 2]}
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["mx"], name="maxpool", **attributes),
+        helper.make_node("AveragePool", ["x"], ["av"], name="avgpool", **attributes),
+    ]
+    # out = (16 + 2 - 5) // 2 + 1 = 7 rows, (20 + 4 - 10) // 2 + 1 = 8 columns
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 2, 7, 8]) for name in ("mx", "av")]
+    graph = helper.make_graph(
+        nodes, "dilated", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 16, 20])], outputs
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), str(path))
+
+
+def test_dilated_pooling_takes_one_slice_per_kernel_row_and_column(small_results, small_facts):
+    """A dilated pooling window is pooled one axis at a time (graphir.ops.conv_pool._dilated_window).
+
+    Worked by hand: a 3 x 4 kernel is 3 strided slices along the rows, then 4 along the columns,
+    7 per pool and 14 for the model's MaxPool and AveragePool (one slice per window offset would be
+    12 per pool, 24; a 60 x 80 kernel 140 slices instead of 4,800). Both still match onnxruntime.
+    """
+    _assert_proven(small_results["dilated.onnx"])
+    assert small_facts["dilated.onnx"] == {"strided_slices": 14}
+
+
 # --------------------------------------------------------------------------- the small models, run once
 
 _SMALL_MODELS = {
@@ -432,12 +460,13 @@ _SMALL_MODELS = {
     "convs.onnx": _conv_model,
     "bigconvs.onnx": _large_conv_model,
     "filled.onnx": _filled_conv_model,
+    "dilated.onnx": _dilated_pool_model,
 }
 
 
 @pytest.fixture(scope="module")
 def small_models(tmp_path_factory) -> dict[str, Path]:
-    """The four hand-built models, written to one folder (model name -> path)."""
+    """The hand-built models, written to one folder (model name -> path)."""
     folder = tmp_path_factory.mktemp("small")
     for name, build in _SMALL_MODELS.items():
         build(folder / name)
@@ -446,7 +475,7 @@ def small_models(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def small_results(small_models, tmp_path_factory) -> dict[str, dict]:
-    """One ``check`` run proving the four models under ``profile,place{algo=m-topo}`` (model name -> report)."""
+    """One ``check`` run proving the models under ``profile,place{algo=m-topo}`` (model name -> report)."""
     env = _env(tmp_path_factory.mktemp("small_check"))
     return _check([], env, "--passes=profile,place{algo=m-topo}", *map(str, small_models.values()))
 
@@ -511,13 +540,19 @@ _FACTS_SCRIPT = textwrap.dedent(
         "of_fills": sum(kind.get(node.input[0].split(":")[0]) == "Fill" for node in transposes),
         "fill_owners": sorted({o for _, o in fills}),
     }}))
+
+    # dilated.onnx: dilated pooling; the strided slices that take the windows apart
+    nodes = all_nodes(lower(load_module(str(folder / "dilated.onnx"))).graph_def())
+    print(json.dumps({"model": "dilated.onnx", "facts": {
+        "strided_slices": sum(node.op == "StridedSlice" for node in nodes),
+    }}))
     """
 )
 
 
 @pytest.fixture(scope="module")
 def small_facts(small_models, tmp_path_factory) -> dict[str, dict]:
-    """One script lowering the convolution models and reporting their graphs' facts (model name -> facts)."""
+    """One script lowering the small models and reporting their graphs' facts (model name -> facts)."""
     env = _env(tmp_path_factory.mktemp("small_facts"))
     folder = small_models["convs.onnx"].parent
     lines = _json_lines([sys.executable, "-c", _FACTS_SCRIPT, str(folder)], env)
