@@ -1014,6 +1014,41 @@ def padded_cnn(batch: int, size: int = 14, classes: int = 5) -> Any:
     return keras.Model(images, x, name="padded_cnn"), [((batch, size, size, 3), "float32")], ((batch,), "int32")
 
 
+def mini_resnet(batch: int, size: int = 32, classes: int = 10) -> Any:
+    """ResNet-50's layers at a toy size: Keras's own ResNet v1 (``keras.src.applications.resnet``).
+
+    The 7x7 stem convolution with batch norm, zero padding and 3x3 max pooling, bottleneck blocks
+    (1x1, 3x3, 1x1 convolutions with batch norm, a projection shortcut, the addition), global
+    average pooling and the softmax classifier, as ``keras.applications.ResNet50`` builds them; two
+    stacks of one block each (16 and 32 filters, 64 and 128 out) instead of 3, 4, 6 and 3 blocks.
+    """
+    import keras
+    from keras.src.applications import resnet
+
+    def stack(x: Any) -> Any:
+        x = resnet.stack_residual_blocks_v1(x, 16, 1, stride1=1, name="conv2")
+        return resnet.stack_residual_blocks_v1(x, 32, 1, name="conv3")
+
+    model = resnet.ResNet(
+        stack, False, True, name="mini_resnet", weights=None, input_shape=(size, size, 3), classes=classes
+    )
+    assert isinstance(model, keras.Model)
+    return model, [((batch, size, size, 3), "float32")], ((batch,), "int32")
+
+
+def build_infer_onnx(model: str, batch: int, path: Path, **config: Any) -> None:
+    """Write the inference ONNX of ``model`` (``mini_resnet``) at ``batch`` to ``path``, as the zoo converts its own.
+
+    :func:`graphir.tools.zoo_convert.build_infer_onnx` (tf2onnx, weights frozen inline); ``config``
+    goes to the builder. Needs TensorFlow.
+    """
+    from graphir.tools import zoo_convert, zoo_models
+
+    builders = {"mini_resnet": mini_resnet}
+    zoo_models.MODELS[model] = builders[model]
+    zoo_convert.build_infer_onnx(model, batch, tuple(config.items()), path)
+
+
 def build_train(model: str, batch: int, dropout: bool = True) -> tuple[Any, Any]:
     """``(graph_def, concrete_function)`` of one training step of ``model`` at ``batch``.
 
