@@ -53,13 +53,8 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# pip compiles every installed module to bytecode one file at a time (TensorFlow, Keras and the rest:
-# about 10,600 files, 45 CPU s); --no-compile and then compileall on every core does the same work in
-# about half the wall time on 2 cores (the bytecode is needed: where PYTHONDONTWRITEBYTECODE is set,
-# nothing would cache it later and every process would compile TensorFlow again).
 $(STAMP): pyproject.toml setup.py graphir/_girtext.c | $(BIN)/python
-	$(BIN)/python -m pip install --no-compile -e '.[dev,all]'
-	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+	$(BIN)/python -m pip install -e '.[dev,all]'
 	touch $@
 
 venv: $(STAMP)
@@ -139,7 +134,7 @@ browser:
 # caches the checkout's own modules, and each of pytest's processes (xdist workers, the tests'
 # subprocesses, which inherit the variable; lit's RUN lines do not) compiled all of graphir again:
 # 0.9 of a graphir-opt dce run's 1.5 CPU s. compileall writes the __pycache__ files regardless (gitignored; `make clean` removes them);
-# the venv's own packages are compiled when the venv is installed (the $(STAMP) rule).
+# the venv's own packages are compiled by pip at install.
 # pyright (one process, about a minute) runs beside pytest rather than before it: its output is
 # printed when pytest ends, and either one failing fails the target.
 PYTEST_WORKERS ?= auto
