@@ -440,18 +440,25 @@ def _lower_pool(cx: OpContext, operands: list[Any]) -> list[Any]:
 def _dilated_window(
     tf: Any, x: Any, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], combine: Any
 ) -> Any:
-    """VALID pooling of channels-last ``x`` with dilations: ``combine`` of one strided slice per window offset."""
-    sizes = [int(n) for n in x.shape[1:-1]]
-    outs = [(n - ((k - 1) * d + 1)) // s + 1 for n, k, d, s in zip(sizes, kernel, dilations, strides, strict=True)]
-    result = None
-    for offset in np.ndindex(*kernel):
-        index = tuple(
-            slice(o * d, o * d + (m - 1) * s + 1, s)
-            for o, d, m, s in zip(offset, dilations, outs, strides, strict=True)
-        )
-        part = x[(slice(None), *index, slice(None))]
-        result = part if result is None else combine(result, part)
-    return result
+    """VALID pooling of channels-last ``x`` with dilations, one spatial axis at a time.
+
+    A pooling window is the product of one (dilated, strided) window per spatial axis, and ``combine``
+    (``maximum`` or ``add``) is associative and commutative, so the window's result is the axes'
+    windows applied in turn: along axis ``i``, ``combine`` of ``kernel[i]`` strided slices. That is
+    ``sum(kernel)`` slices instead of one per window offset (``prod(kernel)``): 140 instead of 4,800
+    TensorFlow ops for a 60 x 80 kernel.
+    """
+    for axis, (k, d, s) in enumerate(zip(kernel, dilations, strides, strict=True), start=1):
+        size = int(x.shape[axis])
+        out = (size - ((k - 1) * d + 1)) // s + 1
+        result = None
+        for offset in range(k):
+            index = [slice(None)] * len(x.shape)
+            index[axis] = slice(offset * d, offset * d + (out - 1) * s + 1, s)
+            part = x[tuple(index)]
+            result = part if result is None else combine(result, part)
+        x = result
+    return x
 
 
 def _pool_counts(

@@ -103,13 +103,27 @@ def test_format_duration_follows_the_rule_on_log_normal_costs():
         _check(float(seconds))
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     st.from_regex(r"-?[0-9]{1,20}(\.[0-9]{0,20})?", fullmatch=True),
     st.sampled_from(sorted(TIME_UNITS)),
 )
 def test_seconds_from_matches_the_decimal_reference(text, unit):
     assert seconds_from(text, unit) == _reference_seconds_from(text, unit)
+
+
+def test_seconds_from_matches_the_decimal_reference_on_seeded_texts():
+    """The property above on 5,000 seeded texts of the same pattern (hypothesis explores its edges in 300
+    examples; a plain generator covers the bulk at a hundredth of hypothesis's cost per example)."""
+    rng = np.random.default_rng(23)
+    units = sorted(TIME_UNITS)
+    for _ in range(5000):
+        digits = "".join(map(str, rng.integers(0, 10, rng.integers(1, 21))))
+        if rng.random() < 0.7:
+            digits += "." + "".join(map(str, rng.integers(0, 10, rng.integers(0, 21))))
+        text = ("-" if rng.random() < 0.3 else "") + digits
+        unit = units[rng.integers(len(units))]
+        assert seconds_from(text, unit) == _reference_seconds_from(text, unit), (text, unit)
 
 
 @pytest.mark.parametrize("text", ["1e5", "1.5E-3", "0." + "1" * 40, "-0", "1."])

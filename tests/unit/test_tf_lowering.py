@@ -2,7 +2,11 @@
 
 TensorFlow's logical devices must be configured before its runtime starts, and other tests of this
 process may have started it: every run that executes TensorFlow happens in a fresh process
-(``python -m graphir.driver.check`` or a small script), which prints JSON.
+(``python -m graphir.driver.check`` or a small script), which prints JSON. Each such process pays
+TensorFlow's start-up (seconds), so the five small hand-built ONNX models (a large MatMul weight,
+constant, variable and filled convolution weights, dilated pooling) are proven by one ``check`` run
+(:func:`small_results`) and their lowered graphs inspected by one script (:func:`small_facts`);
+each test asserts its own model's part.
 """
 
 from __future__ import annotations
@@ -235,7 +239,11 @@ def test_importing_the_backend_does_not_load_tensorflow():
     assert int(result.stdout) >= 40
 
 
-def _large_weight_model(path: Path) -> int:
+LARGE_WEIGHT_BYTES = 768 * 512 * 4
+"""The bytes of :func:`_large_weight_model`'s MatMul weight."""
+
+
+def _large_weight_model(path: Path) -> None:
     """An ONNX model whose MatMul weight (768 x 512 float32, 1.5 MiB) is above the large-weight threshold."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -256,16 +264,14 @@ def _large_weight_model(path: Path) -> int:
         [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")],
     )
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
-    return weight.nbytes
+    assert weight.nbytes == LARGE_WEIGHT_BYTES
 
 
-def test_large_weight_stays_out_of_the_graphdef(tmp_path):
-    model = tmp_path / "big.onnx"
-    weight_bytes = _large_weight_model(model)
-    result = _check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["big.onnx"]
+def test_large_weight_stays_out_of_the_graphdef(small_results):
+    result = small_results["big.onnx"]
     _assert_proven(result)
     assert result["weights"] == 1  # the bias (2 KiB) stays a graph Const
-    assert result["graphdef_bytes"] < weight_bytes // 100
+    assert result["graphdef_bytes"] < LARGE_WEIGHT_BYTES // 100
 
 
 def _conv_model(path: Path) -> None:
@@ -293,7 +299,7 @@ def _conv_model(path: Path) -> None:
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
 
 
-def test_constant_conv_weights_are_transposed_once_at_lowering(tmp_path):
+def test_constant_conv_weights_are_transposed_once_at_lowering(small_results, small_facts):
     """Constant ONNX weights of Conv and ConvTranspose become TF-layout constants, not per-step Transposes.
 
     The runs keep constant folding off, so ``Transpose(Const)`` would run every step on the
@@ -301,33 +307,17 @@ def test_constant_conv_weights_are_transposed_once_at_lowering(tmp_path):
     2 read the constant weights; the 4 that move activations to NHWC and back stay. The numbers
     still match onnxruntime (placed over devices by m-topo).
     """
-    model = tmp_path / "convs.onnx"
-    _conv_model(model)
-    _assert_proven(_check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["convs.onnx"])
-    script = textwrap.dedent(
-        f"""
-        import json
-        from graphir.backends.tf import lower
-        from graphir.importers import load_module
-        graph_def = lower(load_module({str(model)!r})).graph_def()
-        nodes = list(graph_def.node)
-        for function in graph_def.library.function:
-            nodes += list(function.node_def)
-        kind = {{node.name: node.op for node in nodes}}
-        transposes = [node for node in nodes if node.op == "Transpose"]
-        print(json.dumps({{
-            "transposes": len(transposes),
-            "of_consts": sum(kind.get(node.input[0].split(":")[0]) == "Const" for node in transposes),
-        }}))
-        """
-    )
-    (counts,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
-    assert counts == {"transposes": 4, "of_consts": 0}
+    _assert_proven(small_results["convs.onnx"])
+    assert small_facts["convs.onnx"] == {"transposes": 4, "of_consts": 0}
 
 
-def _large_conv_model(path: Path) -> int:
+LARGE_CONV_WEIGHT_BYTES = 256 * 128 * 3 * 3 * 4
+"""The bytes of each of :func:`_large_conv_model`'s two weights."""
+
+
+def _large_conv_model(path: Path) -> None:
     """Conv (256x128x3x3 weights, 1.18 MiB) -> Relu -> ConvTranspose (256x128x3x3, 1.18 MiB), whose
-    weights are also summed into a second output; returns the weight bytes.
+    weights are also summed into a second output.
 
     Both weights are above the large-weight threshold (1 MiB), so both are held as variables.
     """
@@ -354,10 +344,10 @@ def _large_conv_model(path: Path) -> int:
         [numpy_helper.from_array(w, "w"), numpy_helper.from_array(wt, "wt")],
     )
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
-    return w.nbytes
+    assert w.nbytes == wt.nbytes == LARGE_CONV_WEIGHT_BYTES
 
 
-def test_variable_conv_weights_are_held_in_filter_layout(tmp_path):
+def test_variable_conv_weights_are_held_in_filter_layout(small_results, small_facts):
     """A large weight (a variable) that only convolutions read is stored in TF's filter layout.
 
     Worked by hand: the lowering transposes activations to NHWC and back around each convolution
@@ -368,45 +358,13 @@ def test_variable_conv_weights_are_held_in_filter_layout(tmp_path):
     SavedModel-style GraphDef (weights as handles, filled by ``initialize_weights``) and the embedded
     one both still match onnxruntime.
     """
-    model = tmp_path / "bigconvs.onnx"
-    weight_bytes = _large_conv_model(model)
-    assert weight_bytes > 1 << 20
-    result = _check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["bigconvs.onnx"]
+    assert LARGE_CONV_WEIGHT_BYTES > 1 << 20
+    result = small_results["bigconvs.onnx"]
     _assert_proven(result)
     assert result["weights"] == 2
-    script = textwrap.dedent(
-        f"""
-        import json
-        import numpy as np
-        import onnxruntime
-        import tensorflow as tf
-        from graphir.backends.tf import lower
-        from graphir.importers import load_module
-        lowered = lower(load_module({str(model)!r}))
-        shapes = {{w.value: list(w.variable.shape) for w in lowered.weights.values()}}
-        x = np.random.default_rng(3).standard_normal((1, 128, 8, 8)).astype(np.float32)
-        want = onnxruntime.InferenceSession({str(model)!r}).run(None, {{"x": x}})
-        errors = []
-        for embed in (True, False):
-            graph_def = lowered.graph_def(embed_weights=embed)
-            nodes = list(graph_def.node)
-            for function in graph_def.library.function:
-                nodes += list(function.node_def)
-            transposes = sum(node.op == "Transpose" for node in nodes)
-            with tf.Graph().as_default() as graph:
-                tf.compat.v1.import_graph_def(graph_def, name="")
-                with tf.compat.v1.Session(graph=graph) as session:
-                    if not embed:
-                        lowered.initialize_weights(session)
-                    got = session.run(list(lowered.fetches), {{lowered.feeds[0]: x}})
-            errors.append([transposes] + [
-                float(np.max(np.abs(g - w)) / max(1e-6, float(np.max(np.abs(w))))) for g, w in zip(got, want)
-            ])
-        print(json.dumps({{"shapes": shapes, "runs": errors}}))
-        """
-    )
-    (out,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
+    out = small_facts["bigconvs.onnx"]
     assert out["shapes"] == {"w": [3, 3, 128, 256], "wt": [256, 128, 3, 3]}
+    assert len(out["runs"]) == 2  # embedded weights, then weights as variables
     for transposes, *errors in out["runs"]:
         assert transposes == 5
         assert max(errors) <= TOLERANCE
@@ -451,7 +409,7 @@ def _filled_conv_model(path: Path) -> None:
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
 
 
-def test_filled_conv_weights_are_made_in_filter_layout_by_their_producer(tmp_path):
+def test_filled_conv_weights_are_made_in_filter_layout_by_their_producer(small_results, small_facts):
     """``ConstantOfShape`` weights of Conv and ConvTranspose are filled in TF's filter layout, not transposed.
 
     ``Transpose(Fill(dims, v))`` is ``Fill(dims[perm], v)``: of the 6 transposes the old lowering
@@ -460,33 +418,142 @@ def test_filled_conv_weights_are_made_in_filter_layout_by_their_producer(tmp_pat
     their time on the producer, as the IR has it, and the convolutions own no ``Fill``. The numbers
     still match onnxruntime (placed over devices by m-topo).
     """
-    model = tmp_path / "filled.onnx"
-    _filled_conv_model(model)
-    _assert_proven(_check([], _env(tmp_path), "--passes=profile,place{algo=m-topo}", str(model))["filled.onnx"])
-    script = textwrap.dedent(
-        f"""
-        import json
-        from graphir.backends.tf import lower
-        from graphir.importers import load_module
-        lowered = lower(load_module({str(model)!r}))
-        graph_def = lowered.graph_def()
-        nodes = list(graph_def.node)
-        for function in graph_def.library.function:
-            nodes += list(function.node_def)
-        kind = {{node.name: node.op for node in nodes}}
-        transposes = [node for node in nodes if node.op == "Transpose"]
-        owner = {{op: node for node, ops in lowered.node_ops.items() for op in ops}}
-        fills = sorted(
-            (node.name.split("/")[0], owner.get(node.name, "")) for node in nodes if node.op == "Fill"
-        )
-        print(json.dumps({{
-            "transposes": len(transposes),
-            "of_fills": sum(kind.get(node.input[0].split(":")[0]) == "Fill" for node in transposes),
-            "fill_owners": sorted({{o for _, o in fills}}),
-        }}))
-        """
-    )
-    (counts,) = _json_lines([sys.executable, "-c", script], _env(tmp_path))
+    _assert_proven(small_results["filled.onnx"])
+    counts = small_facts["filled.onnx"]
     assert counts["transposes"] == 4
     assert counts["of_fills"] == 0
     assert counts["fill_owners"] == ["w_fill", "wt_fill"]
+
+
+def _dilated_pool_model(path: Path) -> None:
+    """MaxPool and AveragePool of kernel 3 x 4, dilations 2 x 3, strides 2 x 2, padded, on a 1x2x16x20 input."""
+    from onnx import TensorProto, helper
+
+    attributes = {"kernel_shape": [3, 4], "dilations": [2, 3], "strides": [2, 2], "pads": [1, 2, 1, 2]}
+    nodes = [
+        helper.make_node("MaxPool", ["x"], ["mx"], name="maxpool", **attributes),
+        helper.make_node("AveragePool", ["x"], ["av"], name="avgpool", **attributes),
+    ]
+    # out = (16 + 2 - 5) // 2 + 1 = 7 rows, (20 + 4 - 10) // 2 + 1 = 8 columns
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, 2, 7, 8]) for name in ("mx", "av")]
+    graph = helper.make_graph(
+        nodes, "dilated", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 16, 20])], outputs
+    )
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9), str(path))
+
+
+def test_dilated_pooling_takes_one_slice_per_kernel_row_and_column(small_results, small_facts):
+    """A dilated pooling window is pooled one axis at a time (graphir.ops.conv_pool._dilated_window).
+
+    Worked by hand: a 3 x 4 kernel is 3 strided slices along the rows, then 4 along the columns,
+    7 per pool and 14 for the model's MaxPool and AveragePool (one slice per window offset would be
+    12 per pool, 24; a 60 x 80 kernel 140 slices instead of 4,800). Both still match onnxruntime.
+    """
+    _assert_proven(small_results["dilated.onnx"])
+    assert small_facts["dilated.onnx"] == {"strided_slices": 14}
+
+
+# --------------------------------------------------------------------------- the small models, run once
+
+_SMALL_MODELS = {
+    "big.onnx": _large_weight_model,
+    "convs.onnx": _conv_model,
+    "bigconvs.onnx": _large_conv_model,
+    "filled.onnx": _filled_conv_model,
+    "dilated.onnx": _dilated_pool_model,
+}
+
+
+@pytest.fixture(scope="module")
+def small_models(tmp_path_factory) -> dict[str, Path]:
+    """The hand-built models, written to one folder (model name -> path)."""
+    folder = tmp_path_factory.mktemp("small")
+    for name, build in _SMALL_MODELS.items():
+        build(folder / name)
+    return {name: folder / name for name in _SMALL_MODELS}
+
+
+@pytest.fixture(scope="module")
+def small_results(small_models, tmp_path_factory) -> dict[str, dict]:
+    """One ``check`` run proving the models under ``profile,place{algo=m-topo}`` (model name -> report)."""
+    env = _env(tmp_path_factory.mktemp("small_check"))
+    return _check([], env, "--passes=profile,place{algo=m-topo}", *map(str, small_models.values()))
+
+
+_FACTS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import numpy as np
+    import onnxruntime
+    import tensorflow as tf
+    from graphir.backends.tf import lower
+    from graphir.importers import load_module
+
+    def all_nodes(graph_def):
+        nodes = list(graph_def.node)
+        for function in graph_def.library.function:
+            nodes += list(function.node_def)
+        return nodes
+
+    folder = Path(sys.argv[1])
+
+    # convs.onnx: constant weights; which transposes remain and what they read
+    nodes = all_nodes(lower(load_module(str(folder / "convs.onnx"))).graph_def())
+    kind = {node.name: node.op for node in nodes}
+    transposes = [node for node in nodes if node.op == "Transpose"]
+    print(json.dumps({"model": "convs.onnx", "facts": {
+        "transposes": len(transposes),
+        "of_consts": sum(kind.get(node.input[0].split(":")[0]) == "Const" for node in transposes),
+    }}))
+
+    # bigconvs.onnx: variable weights; their stored shapes, and both GraphDef forms run against onnxruntime
+    model = str(folder / "bigconvs.onnx")
+    lowered = lower(load_module(model))
+    shapes = {w.value: list(w.variable.shape) for w in lowered.weights.values()}
+    x = np.random.default_rng(3).standard_normal((1, 128, 8, 8)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model).run(None, {"x": x})
+    errors = []
+    for embed in (True, False):
+        graph_def = lowered.graph_def(embed_weights=embed)
+        transposes = sum(node.op == "Transpose" for node in all_nodes(graph_def))
+        with tf.Graph().as_default() as graph:
+            tf.compat.v1.import_graph_def(graph_def, name="")
+            with tf.compat.v1.Session(graph=graph) as session:
+                if not embed:
+                    lowered.initialize_weights(session)
+                got = session.run(list(lowered.fetches), {lowered.feeds[0]: x})
+        errors.append([transposes] + [
+            float(np.max(np.abs(g - w)) / max(1e-6, float(np.max(np.abs(w))))) for g, w in zip(got, want)
+        ])
+    print(json.dumps({"model": "bigconvs.onnx", "facts": {"shapes": shapes, "runs": errors}}))
+
+    # filled.onnx: ConstantOfShape weights; transposes, and which IR node owns each Fill
+    lowered = lower(load_module(str(folder / "filled.onnx")))
+    nodes = all_nodes(lowered.graph_def())
+    kind = {node.name: node.op for node in nodes}
+    transposes = [node for node in nodes if node.op == "Transpose"]
+    owner = {op: node for node, ops in lowered.node_ops.items() for op in ops}
+    fills = sorted((node.name.split("/")[0], owner.get(node.name, "")) for node in nodes if node.op == "Fill")
+    print(json.dumps({"model": "filled.onnx", "facts": {
+        "transposes": len(transposes),
+        "of_fills": sum(kind.get(node.input[0].split(":")[0]) == "Fill" for node in transposes),
+        "fill_owners": sorted({o for _, o in fills}),
+    }}))
+
+    # dilated.onnx: dilated pooling; the strided slices that take the windows apart
+    nodes = all_nodes(lower(load_module(str(folder / "dilated.onnx"))).graph_def())
+    print(json.dumps({"model": "dilated.onnx", "facts": {
+        "strided_slices": sum(node.op == "StridedSlice" for node in nodes),
+    }}))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def small_facts(small_models, tmp_path_factory) -> dict[str, dict]:
+    """One script lowering the small models and reporting their graphs' facts (model name -> facts)."""
+    env = _env(tmp_path_factory.mktemp("small_facts"))
+    folder = small_models["convs.onnx"].parent
+    lines = _json_lines([sys.executable, "-c", _FACTS_SCRIPT, str(folder)], env)
+    return {line["model"]: line["facts"] for line in lines}

@@ -34,6 +34,14 @@ describes the experts' NMT placements), which uses all four. The recurrences low
 ``tf.while_loop``: the check finds each loop's parts (its machinery and its body's ops) in the
 partition graphs on the loop's device.
 
+**Fast check** (``make test``): the zoo models are built and proven in the slow suite only (ResNet-50
+alone took 49 CPU s of ``make test`` in a fresh clone, its build included). ``make test`` proves
+:func:`helpers.mini_resnet` the same way: Keras's own ResNet v1 code with one bottleneck block per
+stack, converted by the zoo's :func:`~graphir.tools.zoo_convert.build_infer_onnx`, so its ONNX has
+exactly ResNet-50's op kinds (:data:`RESNET50_OP_KINDS`), 25 nodes instead of 125. It is placed at
+224 x 224, batch 512 (at batch 128, adjusting under ``mem-model=paper`` uses two of the four
+devices; at 512 all four: 2/7/4/12 nodes), then re-batched to :data:`BATCH` for the numeric proof.
+
 TensorFlow's logical devices are configured per process, so each check runs in a subprocess.
 Results of every model: ``benchmarks/results/tf_lowering_zoo.md``.
 """
@@ -51,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import build_infer_onnx
 
 from graphir.tools.zoo import build_entry, zoo_dir
 
@@ -61,8 +70,8 @@ BATCH = 2
 DEVICES = ["cpu0", "cpu1", "cpu2", "cpu3"]
 """The ``4xcpu`` devices; the zoo-batch placement of every model uses all of them."""
 
-FAST = ["resnet50_infer"]
 SLOW = [
+    "resnet50_infer",
     "inception_v3_infer",
     "vgg19_infer",
     "nasnet_mobile_infer",
@@ -74,10 +83,23 @@ SLOW = [
 SEQUENCE = ["lstm_seq_infer", "gru_lm_infer", "gru_seq_infer"]
 """Recurrent models proven at their zoo batch with :data:`SEQUENCE_PIPELINE` (see the module docstring)."""
 SEQUENCE_PIPELINE = "profile,place{algo=expert}"
+RESNET50_OP_KINDS = {
+    "Add",
+    "Conv",
+    "GlobalAveragePool",
+    "MatMul",
+    "MaxPool",
+    "Pad",
+    "Relu",
+    "Softmax",
+    "Squeeze",
+    "Transpose",
+}
+"""The ONNX op kinds of the zoo's ``resnet50_infer`` (tf2onnx folds the batch norms into the convolutions)."""
 
 
-def rebatched(name: str, batch: int, directory: Path) -> Path:
-    """Write zoo model ``name`` with batch ``batch`` into ``directory``; its path.
+def rebatched(source: Path, batch: int, directory: Path) -> Path:
+    """Write the model at ``source`` (a zoo model) with batch ``batch`` into ``directory``; its path.
 
     The graph inputs' first dimension becomes ``batch``; a constant ``Reshape`` target whose first
     entry is the old batch ``B`` (or ``B * S``, ``S`` the token models' sequence length) gets
@@ -86,7 +108,6 @@ def rebatched(name: str, batch: int, directory: Path) -> Path:
     import onnx
     from onnx import numpy_helper
 
-    source = zoo_dir() / f"{name}.onnx"
     model = onnx.load_model(str(source), load_external_data=False)
     graph = model.graph
     dims = graph.input[0].type.tensor_type.shape.dim
@@ -228,11 +249,10 @@ def _run(command: list[str], tmp_path: Path) -> str:
     return result.stdout
 
 
-def _check(name: str, tmp_path: Path, batch: int | None = BATCH, pipeline: str = PIPELINE) -> dict:
+def _check(original: Path, tmp_path: Path, batch: int | None = BATCH, pipeline: str = PIPELINE) -> dict:
     """Re-batch (unless ``batch`` is None), run onnxruntime in one process; place, lower, compare in another."""
     begin = time.perf_counter()
-    original = zoo_dir() / f"{name}.onnx"
-    path = original if batch is None else rebatched(name, batch, tmp_path)
+    path = original if batch is None else rebatched(original, batch, tmp_path)
     inputs, reference = tmp_path / "inputs.npz", tmp_path / "reference.npz"
     _inputs(path, inputs)
     _run([sys.executable, "-c", _REFERENCE_SCRIPT, str(path), str(inputs), str(reference)], tmp_path)
@@ -255,29 +275,35 @@ def _assert_proven(result: dict) -> None:
     assert result["devices"] == DEVICES, result  # the real placement spreads every zoo model over all four
 
 
-def _require(name: str) -> None:
-    """Build the zoo entry when it is missing (as `graphir-opt zoo:<name>` would)."""
-    if not (zoo_dir() / f"{name}.onnx").is_file():
+def _require(name: str) -> Path:
+    """The zoo entry's ONNX file, built when it is missing (as `graphir-opt zoo:<name>` would)."""
+    path = zoo_dir() / f"{name}.onnx"
+    if not path.is_file():
         build_entry(name, quiet=True)
+    return path
 
 
-@pytest.mark.parametrize("name", FAST)
-def test_zoo_inference_model_lowers_and_matches(name, tmp_path):
-    _require(name)
-    _assert_proven(_check(name, tmp_path))
+def test_mini_resnet_lowers_and_matches(tmp_path):
+    """The fast check of the zoo proofs below (see the module docstring): a ResNet placed over all four CPUs."""
+    import onnx
+
+    original = tmp_path / "built" / "mini_resnet_infer.onnx"  # re-batched beside it would take its name
+    original.parent.mkdir()
+    build_infer_onnx("mini_resnet", 512, original, size=224)
+    kinds = {node.op_type for node in onnx.load_model(str(original), load_external_data=False).graph.node}
+    assert kinds == RESNET50_OP_KINDS
+    _assert_proven(_check(original, tmp_path))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SLOW)
 def test_big_zoo_inference_model_lowers_and_matches(name, tmp_path):
-    _require(name)
-    _assert_proven(_check(name, tmp_path))
+    _assert_proven(_check(_require(name), tmp_path))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SEQUENCE)
 def test_sequence_model_lowers_and_matches(name, tmp_path):
-    _require(name)
-    result = _check(name, tmp_path, batch=None, pipeline=SEQUENCE_PIPELINE)
+    result = _check(_require(name), tmp_path, batch=None, pipeline=SEQUENCE_PIPELINE)
     _assert_proven(result)
     assert result["ops_checked"] > 10 * result["nodes"], result  # the loops' parts were found and checked
