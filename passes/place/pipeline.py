@@ -293,9 +293,7 @@ def layer_profile(module: Module, layout: TrainingLayout, kind: str) -> LayerPro
     read_back = np.zeros(len(value_bytes), dtype=bool)
     read_back[value[layout.phase[dst] == BACKWARD]] = True
     saved_values = np.unique(value[(layout.phase[src] == FORWARD) & read_back[value]])
-    saved = np.bincount(
-        layer[index.value_producer[saved_values]], weights=value_bytes[saved_values], minlength=count
-    ).astype(np.float64)
+    saved = np.bincount(layer[index.value_producer[saved_values]], weights=value_bytes[saved_values], minlength=count)
     send, send_back = layer_crossings(src, dst, value, layer, count).sent(value_bytes)
     return LayerProfile(
         forward=forward,

@@ -127,7 +127,7 @@ class LayerCrossings:
         produced[self.value] = self.producer
         ahead = np.flatnonzero((produced >= 0) & (furthest > produced))
         behind = np.flatnonzero((produced >= 0) & (nearest < produced))
-        nbytes = value_bytes.astype(np.float64)
+        nbytes = np.asarray(value_bytes, dtype=np.float64)  # no copy when it is already
         forward = _span_sums(produced[ahead], furthest[ahead], nbytes[ahead], self.num_layers)
         back = _span_sums(nearest[behind], produced[behind], nbytes[behind], self.num_layers)
         return forward, back
