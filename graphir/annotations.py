@@ -10,6 +10,8 @@ Built-in keys:
     mem: :class:`Mem`, persistent / activation / temporary bytes.
     group: int, fusion group id; the quotient graph merges nodes of one group.
     colocate: str, colocation class; nodes of one class must share a device.
+    kernel: str, fused-kernel name; the nodes of one name on one device run as one compiled kernel
+        cluster (an XLA cluster in the TF lowering; set by ``fuse-kernels``).
     device: str, name of a device of the module's cluster.
     order: int, position in the device's execution sequence.
     start, finish: float seconds, simulated times.
@@ -240,7 +242,11 @@ for _name, _doc in (("group", "fusion group id"), ("order", "position in its dev
             _name, _doc, _check_int(_name), _identity, lambda v, n=_name: _check_int(n)(_typed_generic(n, int)(v))
         )
     )
-for _name, _doc in (("device", "assigned device name"), ("colocate", "colocation class")):
+for _name, _doc in (
+    ("device", "assigned device name"),
+    ("colocate", "colocation class"),
+    ("kernel", "fused-kernel (compiled cluster) name"),
+):
     register_annotation(
         AnnotationKind(
             _name, _doc, _check_str(_name), _identity, lambda v, n=_name: _check_str(n)(_typed_generic(n, str)(v))

@@ -214,6 +214,7 @@ class Node:
     affinity: _AnnotationAccess[tuple[str, ...]] = _annotation_property("affinity", "allowed device kinds")
     group: _AnnotationAccess[int] = _annotation_property("group", "fusion group id")
     colocate: _AnnotationAccess[str] = _annotation_property("colocate", "colocation class")
+    kernel: _AnnotationAccess[str] = _annotation_property("kernel", "fused-kernel (compiled cluster) name")
     device: _AnnotationAccess[str] = _annotation_property("device", "assigned device name")
     order: _AnnotationAccess[int] = _annotation_property("order", "position in the device sequence")
     start: _AnnotationAccess[float] = _annotation_property("start", "simulated start (s)")

@@ -235,10 +235,11 @@ def test_typed_annotation_accessors(chain):
     a.affinity = ["cpu", "V100"]
     assert a.affinity == ("cpu", "V100")
     a.group, a.colocate, a.device, a.order = 3, "k", "gpu0", 0
+    a.kernel = "k7"
     a.start, a.finish = 1, 2.5
-    assert isinstance(a.start, float) and a.finish == 2.5
+    assert isinstance(a.start, float) and a.finish == 2.5 and a.kernel == "k7"
     assert sorted(a.annotations) == [
-        "affinity", "colocate", "cost", "device", "finish", "group", "mem", "order", "start",
+        "affinity", "colocate", "cost", "device", "finish", "group", "kernel", "mem", "order", "start",
     ]  # fmt: skip
 
 
