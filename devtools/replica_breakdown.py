@@ -34,6 +34,7 @@ from graphir.importers import load_module
 from graphir.ir import Module
 from graphir.pass_infra import PassContext
 from graphir.pass_manager import PassManager
+from graphir.passes.fuse.kernels import fuse_kernels
 from graphir.passes.place.base import Place
 from graphir.passes.place.pipeline import BACKWARD, accelerators, training_layout
 from graphir.passes.transform.batching import module_batch
@@ -54,11 +55,16 @@ def _part(name: str, copy: int, phase: int) -> str:
     return "backward" if phase == BACKWARD else "forward"
 
 
-def single_step(module: Module) -> tuple[float, int]:
-    """One device's merged step (seconds) and its op count: the work bound's ``C`` and ``n1``."""
+def single_step(module: Module, kernels: bool = False) -> tuple[float, int]:
+    """One device's merged step (seconds) and its op count: the work bound's ``C`` and ``n1``.
+
+    With ``kernels``, its fused-kernel sets are marked and costed first (``fuse-kernels{order=dynamic}``).
+    """
     one = clone_module(module)
     Place.of("single").run(one, PassContext(seed=0))
     merge_constants(one.graph)
+    if kernels:
+        fuse_kernels(one, "dynamic")
     return simulate(one).makespan, len(one.graph.index().nodes)
 
 
@@ -105,8 +111,10 @@ class Breakdown:
         return (self.single - self.single_ops * self.launch) / self.replicas + self.ops * self.launch
 
 
-def breakdown(module: Module, replicas: int, bucket_bytes: int) -> Breakdown:
+def breakdown(module: Module, replicas: int, bucket_bytes: int, kernels: bool = False) -> Breakdown:
     """Rewrite, place and simulate ``module`` (profiled, with a cluster) as ``D`` replicas with the ring; split it.
+
+    With ``kernels``, both the step and the one-device step get their fused-kernel sets (``fuse-kernels``).
 
     Raises:
         PassError: ``replicas`` does not divide the batch, or the module is not a training graph.
@@ -124,8 +132,10 @@ def breakdown(module: Module, replicas: int, bucket_bytes: int) -> Breakdown:
     ).module
     Place.of("pipeline", stages=1, schedule="1f1b").run(rewritten, PassContext(seed=0))
     merged = merge_constants(rewritten.graph)
+    if kernels:
+        fuse_kernels(rewritten)
     result = simulate(rewritten)
-    single, single_ops = single_step(module)
+    single, single_ops = single_step(module, kernels)
     first = result.device_names[accelerators(module.cluster)[0]]
     launch = module.cluster.device(first).launch_overhead
     layout = training_layout(rewritten)
@@ -153,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=0, help="D (default: one per accelerator)")
     parser.add_argument("--bucket-mib", type=float, default=25.0, help="gradient bucket size (default 25)")
     parser.add_argument("--top", type=int, default=25, help="op types listed, by count")
+    parser.add_argument("--kernels", action="store_true", help="mark and cost fused-kernel sets (fuse-kernels)")
     args = parser.parse_args(argv)
 
     try:
@@ -160,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module.cluster_spec = args.cluster
         PassManager(parse_pipeline("profile")).run(module, PassContext(seed=0))
         replicas = args.replicas or len(accelerators(module.cluster))
-        found = breakdown(module, replicas, int(args.bucket_mib * 2**20))
+        found = breakdown(module, replicas, int(args.bucket_mib * 2**20), args.kernels)
     except GraphIRError as exc:
         print(f"replica_breakdown: {exc}", file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from graphir.passes import (
     strip_annotations,
     verify_acyclic,
 )
+from graphir.passes.fuse import kernels as fuse_kernels
 from graphir.passes.fuse import topo_order
 from graphir.passes.place import baechi, celeritas, expert, fastt, heft, ilp, metis, os_dpos, pipeline
 from graphir.passes.profile import calibrate_comm
@@ -46,6 +47,7 @@ __all__ = [
     "expert",
     "fastt",
     "fuse",
+    "fuse_kernels",
     "heft",
     "ilp",
     "metis",
