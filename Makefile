@@ -13,7 +13,9 @@
 #                 mem-model=liveness and =paper (graphir-bench), checked in benchmarks/results/placement-check.md
 #   make bench-parallelize  issue 37: the card's fuse,place and parallelize on the zoo's training graphs x 3
 #                 presets against the placement table and the work bound (benchmarks/results/parallelize-check.md),
-#                 and parallelize on a 100k-node GPT training step (parallelize-scale.md; devtools/bench_parallelize.py)
+#                 parallelize{kernels=xla} on the three transformer graphs (matrix-kernels.toml, the check page's
+#                 fused section), and parallelize on a 100k-node GPT training step (parallelize-scale.md;
+#                 devtools/bench_parallelize.py)
 #   make bench-scale  10k/100k/1M synthetic nodes through parse, fuse, place, simulate, print, and the ONNX and
 #                 TF importers at 10k/100k: times, peak RSS and a log-log plot in benchmarks/results/scale.md
 #                 (+ scale.png; devtools/bench_scale.py)
@@ -193,8 +195,10 @@ bench-place: $(STAMP)
 # The check exits 1 when a cell fails it; the page is written either way and the scale run goes on.
 bench-parallelize: $(STAMP)
 	$(BIN)/graphir-bench --matrix benchmarks/matrix-parallelize.toml
+	$(BIN)/graphir-bench --matrix benchmarks/matrix-kernels.toml
 	-$(BIN)/python -m devtools.parallelize_check benchmarks/results/parallelize.json \
-		--table benchmarks/results/placement-liveness.json --out benchmarks/results/parallelize-check.md
+		--table benchmarks/results/placement-liveness.json --kernels benchmarks/results/parallelize-kernels.json \
+		--out benchmarks/results/parallelize-check.md
 	$(BIN)/python -m devtools.bench_parallelize
 
 # Synthetic inputs are written once to build/scale/ (the 1M-node file takes about a minute).

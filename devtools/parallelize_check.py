@@ -50,6 +50,10 @@ MERGED_SINGLE = "single-merged"
 """The matrix's pipeline of one device after ``merge-constants`` (the graph ``parallelize`` judges has its
 equal constants merged per device, so one device's compute is taken on that graph too)."""
 
+KERNELS_PLAN = "parallelize-xla"
+KERNELS_SINGLE = "single-xla"
+"""The pipelines of benchmarks/matrix-kernels.toml: ``parallelize{kernels=xla}`` and one fused device."""
+
 Cell = dict[str, Any]
 
 
@@ -85,11 +89,7 @@ def check(new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[s
         placers = theirs.get((model, cluster), {})
         default, plan = cells.get("fuse,place"), cells.get("parallelize")
         single = placers.get("single")
-        bound = None
-        computes = [c for c in (single, cells.get(MERGED_SINGLE)) if c is not None and c.get("makespan") is not None]
-        if computes:  # the merged graph's one device, when the run has it, is the smaller (stricter) bound
-            least = min(computes, key=lambda c: c["makespan"])
-            bound = least["makespan"] / _accelerators(least)
+        bound = _bound(cells, placers)  # the merged graph's one device, when the run has it, is the stricter bound
         auto = placers.get("auto", {}).get("auto", {})
         critical = auto.get("auto.bound-ms")
         fitting = [c for c in placers.values() if _fits(c)]
@@ -148,7 +148,68 @@ def check(new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[s
     return rows, failures
 
 
-def render(new_path: Path, table_path: Path) -> tuple[str, list[str]]:
+def _bound(cells: dict[str, Cell], placers: dict[str, Cell]) -> float | None:
+    """The work bound of one (model, cluster): the least one-device compute over its accelerators (see ``check``)."""
+    computes = [c for c in (placers.get("single"), cells.get(MERGED_SINGLE)) if c and c.get("makespan") is not None]
+    if not computes:
+        return None
+    least = min(computes, key=lambda c: c["makespan"])
+    return least["makespan"] / _accelerators(least)
+
+
+def check_kernels(kernels: Sequence[Cell], new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[str]]:
+    """Rows and failed checks of ``parallelize{kernels=xla}`` (benchmarks/matrix-kernels.toml).
+
+    Each cell's ratio is given against the work bound of the main table and against the *fused* work
+    bound: one device's step with its own fused-kernel sets (``single-xla``), over the accelerators.
+    Fusion shortens one device's step too, so the like-for-like ratio (fused against fused) is the
+    one checked against :data:`WORK_BOUND_TARGET`.
+    """
+    mine, ours, theirs = _groups(kernels), _groups(new), _groups(table)
+    rows: list[str] = []
+    failures: list[str] = []
+    for (model, cluster), cells in mine.items():
+        bound = _bound(ours.get((model, cluster), {}), theirs.get((model, cluster), {}))
+        single = cells.get(KERNELS_SINGLE)
+        fused_bound = single["makespan"] / _accelerators(single) if single and single.get("makespan") else None
+        plan = cells.get(KERNELS_PLAN)
+        plain = ours.get((model, cluster), {}).get("parallelize")
+        span = plan.get("makespan") if plan else None
+        ratio = span / bound if span and bound else None
+        fused_ratio = span / fused_bound if span and fused_bound else None
+        notes = []
+        if not _fits(plan):
+            failures.append(f"{model} on {cluster}: parallelize{{kernels=xla}} does not fit")
+            notes.append("OOM")
+        if fused_ratio is None or fused_ratio > WORK_BOUND_TARGET:
+            failures.append(
+                f"{model} on {cluster}: parallelize{{kernels=xla}} at {fused_ratio or float('nan'):.2f}x the fused "
+                "work bound"
+            )
+            notes.append(f"> {WORK_BOUND_TARGET}x fused bound")
+        chosen = (plan or {}).get("auto", {}).get("parallelize.chosen", "?")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    model.removeprefix("zoo:"),
+                    cluster,
+                    f"{bound * 1e3:.1f}" if bound else "-",
+                    f"{fused_bound * 1e3:.1f}" if fused_bound else "-",
+                    _ms(plain),
+                    f"**{_ms(plan)}**",
+                    str(chosen),
+                    f"{ratio:.2f}" if ratio else "-",
+                    f"{fused_ratio:.2f}" if fused_ratio else "-",
+                    "; ".join(notes) or "ok",
+                ]
+            )
+            + " |"
+        )
+    return rows, failures
+
+
+def render(new_path: Path, table_path: Path, kernels_path: Path | None = None) -> tuple[str, list[str]]:
     """The page and the failed checks."""
     new = json.loads(new_path.read_text())
     table = json.loads(table_path.read_text())
@@ -178,6 +239,30 @@ def render(new_path: Path, table_path: Path) -> tuple[str, list[str]]:
         *[f"  - {failure}" for failure in failures],
         "",
     ]
+    if kernels_path is not None:
+        fused = json.loads(kernels_path.read_text())
+        fused_rows, fused_failures = check_kernels(fused["results"], new["results"], table["results"])
+        head += [
+            "## With fused kernels: `parallelize{kernels=xla}`",
+            "",
+            f"From `graphir-bench --matrix benchmarks/matrix-kernels.toml` ({kernels_path.name}, run of "
+            f"{fused.get('date', '?')}, {fused.get('seconds', 0):.0f} s). Every candidate `parallelize` judges gets "
+            "its fused-kernel sets (`fuse-kernels`, passes/fuse/kernels.py: convex per-device sets of "
+            "XLA-compilable ops, each run as one XLA cluster by the TF lowering) before it is simulated. "
+            "`work bound` is the table's above (the graph as given); `fused bound` is one device's step with its "
+            "own fused-kernel sets (`fuse-kernels{order=dynamic}`) over the GPUs: fusion shortens one device's "
+            "step too, so the check compares like with like (`x fused bound` <= 1.5).",
+            "",
+            "| model | cluster | work bound | fused bound | parallelize | parallelize{kernels=xla} | chosen | "
+            "x work bound | x fused bound | check |",
+            "|---|---|--:|--:|--:|--:|---|--:|--:|---|",
+            *fused_rows,
+            "",
+            f"- cells: {len(fused_rows)}; failed checks: {len(fused_failures)}",
+            *[f"  - {failure}" for failure in fused_failures],
+            "",
+        ]
+        failures = failures + fused_failures
     return "\n".join(head), failures
 
 
@@ -187,8 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("results", type=Path, help="graphir-bench JSON of benchmarks/matrix-parallelize.toml")
     parser.add_argument("--table", type=Path, required=True, help="the placement table's JSON (placement-liveness)")
     parser.add_argument("--out", type=Path, help="write the page here (default: stdout)")
+    parser.add_argument(
+        "--kernels", type=Path, help="graphir-bench JSON of benchmarks/matrix-kernels.toml (adds the fused section)"
+    )
     args = parser.parse_args(argv)
-    page, failures = render(args.results, args.table)
+    page, failures = render(args.results, args.table, args.kernels)
     if args.out:
         args.out.write_text(page)
     else:

@@ -54,3 +54,28 @@ def test_the_work_bound_is_one_device_on_the_merged_graph_when_that_is_smaller()
     # a merged run slower than the table's single never loosens the bound
     ours = [*_ours(60.0, 70.0), _cell("zoo:m", "pesto", "single-merged", 110.0)]
     assert check(ours, _table())[0][0].startswith("| m | pesto | 50.0 |")
+
+
+def test_fused_kernels_are_checked_against_the_fused_one_device_bound():
+    """Work bound 50 ms (100 ms over 2 GPUs); one fused device 80 ms: a fused bound of 40 ms.
+
+    parallelize{kernels=xla} at 58 ms is 1.16x the work bound but 1.45x the fused one (passes);
+    at 62 ms it is 1.24x and 1.55x: the like-for-like check fails.
+    """
+    from devtools.parallelize_check import check_kernels
+
+    def fused(ms: float) -> list[dict]:
+        plan = _cell("zoo:m", "pesto", "parallelize-xla", ms, auto={"parallelize.chosen": "D2xS1xM1.allreduce"})
+        return [plan, _cell("zoo:m", "pesto", "single-xla", 80.0)]
+
+    (row,), failures = check_kernels(fused(58.0), _ours(60.0, 70.0), _table())
+    assert failures == []
+    assert row == "| m | pesto | 50.0 | 40.0 | 60.0 | **58.0** | D2xS1xM1.allreduce | 1.16 | 1.45 | ok |"
+    (row,), failures = check_kernels(fused(62.0), _ours(60.0, 70.0), _table())
+    assert failures == ["zoo:m on pesto: parallelize{kernels=xla} at 1.55x the fused work bound"]
+    assert row.endswith("| 1.24 | 1.55 | > 1.5x fused bound |")
+    cells = fused(58.0)
+    cells[0]["oom"] = True
+    assert check_kernels(cells, _ours(60.0, 70.0), _table())[1] == [
+        "zoo:m on pesto: parallelize{kernels=xla} does not fit"
+    ]
