@@ -73,6 +73,11 @@ def _accelerators(cell: Cell) -> int:
     return len(gpus) or len(cell.get("memory_limit", {})) or 1
 
 
+def _row(cells: Sequence[str]) -> str:
+    """One markdown table row."""
+    return "| " + " | ".join(cells) + " |"
+
+
 def _groups(results: Sequence[Cell]) -> dict[tuple[str, str], dict[str, Cell]]:
     groups: dict[tuple[str, str], dict[str, Cell]] = {}
     for cell in results:
@@ -125,8 +130,7 @@ def check(new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[s
         chosen = (plan or {}).get("auto", {}).get("parallelize.chosen", "?")
         default_ratio = default["makespan"] / bound if bound and default and default.get("makespan") else None
         rows.append(
-            "| "
-            + " | ".join(
+            _row(
                 [
                     model.removeprefix("zoo:"),
                     cluster,
@@ -143,7 +147,6 @@ def check(new: Sequence[Cell], table: Sequence[Cell]) -> tuple[list[str], list[s
                     "; ".join(notes) or "ok",
                 ]
             )
-            + " |"
         )
     return rows, failures
 
@@ -189,8 +192,7 @@ def check_kernels(kernels: Sequence[Cell], new: Sequence[Cell], table: Sequence[
             notes.append(f"> {WORK_BOUND_TARGET}x fused bound")
         chosen = (plan or {}).get("auto", {}).get("parallelize.chosen", "?")
         rows.append(
-            "| "
-            + " | ".join(
+            _row(
                 [
                     model.removeprefix("zoo:"),
                     cluster,
@@ -204,7 +206,6 @@ def check_kernels(kernels: Sequence[Cell], new: Sequence[Cell], table: Sequence[
                     "; ".join(notes) or "ok",
                 ]
             )
-            + " |"
         )
     return rows, failures
 

@@ -128,51 +128,29 @@ class KernelSet:
         return len(self.members)
 
 
-def _reachable_from(search: _Search, target: int, set_of: list[int], s: int, floor: int) -> bool:
-    """Whether node ``target`` can be reached from a member of set ``s`` (members have ``set_of == s``).
+def _meets(search: _Search, start: int, set_of: list[int], s: int, limit: int, forward: bool) -> bool:
+    """Whether a search from node ``start`` meets a member of set ``s`` (members have ``set_of == s``).
 
-    A backward search from ``target`` over the producers (and, under the enforced order, the
-    device-order predecessor) of nodes ranked >= ``floor`` (the set's lowest rank): True when it meets
-    a member, or visits more than :data:`MAX_VISITS` nodes.
+    Backward (``forward`` False): over the producers and, under the enforced order, the device-order
+    predecessor, never below rank ``limit`` (the set's lowest rank: whatever the set reaches ranks
+    after it). Forward: over the consumers and the device-order successor, never above ``limit`` (the
+    set's highest rank). True also when the search visits more than :data:`MAX_VISITS` nodes.
     """
     rank = search.rank
-    if rank[target] < floor:
-        return False
-    offsets, pred, before = search.pred_offsets, search.pred, search.before
-    stack = [target]
-    seen = {target}
-    while stack:
-        u = stack.pop()
-        for p in [*pred[offsets[u] : offsets[u + 1]], before[u]]:
-            if p < 0 or rank[p] < floor or p in seen:
-                continue
-            if set_of[p] == s:
-                return True
-            seen.add(p)
-            if len(seen) > MAX_VISITS:
-                return True
-            stack.append(p)
-    return False
-
-
-def _reaches(search: _Search, start: int, set_of: list[int], s: int, ceiling: int) -> bool:
-    """Whether node ``start`` reaches a member of set ``s``: a forward search over ranks <= ``ceiling``.
-
-    ``ceiling`` is the set's highest rank; True also when the search visits more than
-    :data:`MAX_VISITS` nodes.
-    """
-    rank = search.rank
-    if rank[start] > ceiling:
+    if (rank[start] > limit) if forward else (rank[start] < limit):
         return False
     if set_of[start] == s:
         return True
-    offsets, succ, after = search.succ_offsets, search.succ, search.after
+    if forward:
+        offsets, edges, order = search.succ_offsets, search.succ, search.after
+    else:
+        offsets, edges, order = search.pred_offsets, search.pred, search.before
     stack = [start]
     seen = {start}
     while stack:
         u = stack.pop()
-        for w in [*succ[offsets[u] : offsets[u + 1]], after[u]]:
-            if w < 0 or rank[w] > ceiling or w in seen:
+        for w in [*edges[offsets[u] : offsets[u + 1]], order[u]]:
+            if w < 0 or w in seen or ((rank[w] > limit) if forward else (rank[w] < limit)):
                 continue
             if set_of[w] == s:
                 return True
@@ -181,6 +159,16 @@ def _reaches(search: _Search, start: int, set_of: list[int], s: int, ceiling: in
                 return True
             stack.append(w)
     return False
+
+
+def _reachable_from(search: _Search, target: int, set_of: list[int], s: int, floor: int) -> bool:
+    """Whether node ``target`` can be reached from set ``s`` (whose lowest rank is ``floor``)."""
+    return _meets(search, target, set_of, s, floor, forward=False)
+
+
+def _reaches(search: _Search, start: int, set_of: list[int], s: int, ceiling: int) -> bool:
+    """Whether node ``start`` reaches set ``s`` (whose highest rank is ``ceiling``)."""
+    return _meets(search, start, set_of, s, ceiling, forward=True)
 
 
 @dataclasses.dataclass
