@@ -325,9 +325,13 @@ def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | 
     return keep, numbers, role
 
 
-def _pieces(index: GraphIndex, members: Sequence[int], numbers: list[int], s: int, role: list[str | None]) -> list[int]:
-    """Piece label per member (module docstring, "Cost rule"): connected parts of equal piece number."""
-    offsets, pred = index.pred_offsets.tolist(), index.pred.tolist()
+def _pieces(
+    offsets: list[int], pred: list[int], members: Sequence[int], numbers: list[int], s: int, role: list[str | None]
+) -> list[int]:
+    """Piece label per member (module docstring, "Cost rule"): connected parts of equal piece number.
+
+    ``offsets`` and ``pred`` are the graph index's predecessor lists (CSR).
+    """
     local = {v: k for k, v in enumerate(members)}
     number = [0] * len(members)
     join: DisjointSets[int] = DisjointSets()
@@ -394,6 +398,7 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
     sets, numbers, role = kernel_sets(module)
     index = module.graph.index()
     nodes = index.nodes
+    offsets, pred = index.pred_offsets.tolist(), index.pred.tolist()
     cluster = module.cluster
     outputs = output_mask(module.graph, index)
     value_number = {id(value): x for x, value in enumerate(index.values)}
@@ -408,7 +413,7 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
     for s, kernel in enumerate(sets):
         members = kernel.members
         kind = device_kind[kernel.device]
-        label = _pieces(index, members, numbers, s, role)
+        label = _pieces(offsets, pred, members, numbers, s, role)
         groups: dict[int, list[int]] = {}
         for k, lab in enumerate(label):
             groups.setdefault(lab, []).append(k)
@@ -462,7 +467,7 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
         # the cluster starts when all its inputs are ready: its head waits for every producer outside it
         inside_set = set(members)
         producers = sorted(
-            {int(p) for v in members for p in index.pred[index.pred_offsets[v] : index.pred_offsets[v + 1]]}
+            {p for v in members for p in pred[offsets[v] : offsets[v + 1]]}
             - inside_set
         )
         waits[nodes[head]] = [nodes[p] for p in producers]
@@ -476,9 +481,8 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
         node.kernel = kernel_names[node]
     edges = 0
     for head, producers in waits.items():
-        missing = [
-            p for p in producers if p not in head.control_inputs and all(x.producer is not p for x in head.inputs)
-        ]
+        present = {*head.control_inputs, *(x.producer for x in head.inputs)}
+        missing = [p for p in producers if p not in present]
         head.add_control_inputs(missing)
         edges += len(missing)
     if edges and recorded_order(module) == "dynamic":
