@@ -466,10 +466,7 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
             kernel_names[nodes[v]] = name
         # the cluster starts when all its inputs are ready: its head waits for every producer outside it
         inside_set = set(members)
-        producers = sorted(
-            {p for v in members for p in pred[offsets[v] : offsets[v + 1]]}
-            - inside_set
-        )
+        producers = sorted({p for v in members for p in pred[offsets[v] : offsets[v + 1]]} - inside_set)
         waits[nodes[head]] = [nodes[p] for p in producers]
         marked += len(members)
         working = int(has_work.sum())
