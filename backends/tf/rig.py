@@ -26,7 +26,12 @@ instead runs TensorFlow's own distributed runtime on this machine:
   it would reach its task only when task 0's one compute thread ran out of work, which serialised
   the replicas of the data-parallel pair (``benchmarks/results/fidelity-allreduce-notes.md``); the
   simulator, like one input pipeline per worker, has every input on its device at the step's start.
-  Inputs of task 0 are fed, as before.
+  Inputs of task 0 are fed, as before, unless the module has fused kernels (``kernel``
+  annotations, marked as XLA clusters by the lowering): then every input is held, since a fed
+  input enters the master's graph as a ``_Recv`` that XLA's deadness analysis gives its own
+  predicate, which splits the clusters downstream of it (``benchmarks/results/xla-fusion-notes.md``).
+* **XLA.** The workers start with ``TF_XLA_FLAGS`` set (:data:`graphir.backends.tf.session.XLA_FLAGS`):
+  the master clusters the marked ops, and the worker of each cluster's device compiles and runs it.
 * **Step time.** ``warmup`` untraced steps, then ``steps`` untraced timed steps: the wall time of
   ``session.run`` in the client, and the median over the timed steps (:attr:`RigRun.median_s`).
   Tracing is off for these steps, so the statistics collection does not slow them.
@@ -146,11 +151,11 @@ def rig(cluster: Cluster, timeout_s: float = 120.0, pin: bool = True) -> Iterato
     way out, whatever happened.
     """
     from graphir.backends.tf.distributed import cluster_tasks, start_local_servers
+    from graphir.backends.tf.session import with_xla_flags
 
     cores = rig_cores(len(cluster_tasks(cluster))) if pin else None
-    with start_local_servers(
-        cluster, timeout_s=timeout_s, cores=cores, threads=1, environment=WORKER_ENVIRONMENT
-    ) as servers:
+    environment = {**WORKER_ENVIRONMENT, "TF_XLA_FLAGS": with_xla_flags(os.environ.get("TF_XLA_FLAGS"))}
+    with start_local_servers(cluster, timeout_s=timeout_s, cores=cores, threads=1, environment=environment) as servers:
         try:
             yield servers
         except GraphIRError as exc:
@@ -368,7 +373,9 @@ def run_on_rig(
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
     drawn = dict(zip(lowered.feeds, random_inputs(module, lowered.input_names, seed), strict=True))
-    held = {feed: drawn.pop(feed) for feed in remote_feeds(lowered, servers.master_task)}
+    # Fused kernels: every input held, since a fed one splits the XLA clusters downstream of it.
+    holding = list(lowered.feeds) if lowered.kernels else remote_feeds(lowered, servers.master_task)
+    held = {feed: drawn.pop(feed) for feed in holding}
     inputs = list(drawn.values())
     with SessionRunner(
         module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what, held_inputs=held

@@ -1125,3 +1125,54 @@ def assert_fits(module: Module, algo: str) -> None:
     sim = simulate(module)
     assert sim.oom_devices == [], (algo, sim.oom_devices, sim.peak_memory.tolist())
     assert len({node.device for node in module.graph.nodes}) > 1, algo
+
+
+# ---- fused kernels marked by hand (until the fuse-kernels pass sets them)
+
+ELEMENTWISE_TF_OPS = frozenset(
+    f"tf.{op}"
+    for op in (
+        "Add AddV2 Sub Mul RealDiv Neg Square Sqrt Rsqrt Exp Log Maximum Minimum "
+        "Relu Sigmoid Tanh ReluGrad SigmoidGrad TanhGrad"
+    ).split()
+)
+"""TF ops an elementwise chain of :func:`mark_kernel_chains` may hold (all have XLA kernels)."""
+
+
+def mark_kernel_chains(module: Module, ops: frozenset[str] = ELEMENTWISE_TF_OPS, prefix: str = "k") -> int:
+    """Give every maximal chain of elementwise nodes on one device its own ``kernel`` name; the chains marked.
+
+    A node ``u`` joins the chain of its only successor ``v`` (data and control) when both are in
+    ``ops``, on one device, and (when the nodes have orders) ``v`` is next after ``u`` in the device's
+    order. Every chain is convex: all paths out of ``u`` go through ``v``; and, being consecutive
+    in its device's order, it stays convex under the enforced order's control dependencies. Chains
+    of one node are left unmarked. Names are ``<prefix><k>``, numbered in topological order.
+    """
+    nodes = list(module.graph.index().nodes)
+    parent = {node: node for node in nodes}
+
+    def root(node: Node) -> Node:
+        while parent[node] is not node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for node in nodes:
+        successors = {*node.successors, *node.control_users}
+        if node.op not in ops or len(successors) != 1 or node.device is None:
+            continue
+        (after,) = successors
+        if after.op not in ops or after.device != node.device:
+            continue
+        if node.order is not None and after.order != node.order + 1:
+            continue
+        parent[root(node)] = root(after)
+    members: dict[Node, list[Node]] = {}
+    for node in nodes:
+        if node.op in ops and node.device is not None:
+            members.setdefault(root(node), []).append(node)
+    chains = [chain for chain in members.values() if len(chain) > 1]
+    for number, chain in enumerate(chains):
+        for node in chain:
+            node.kernel = f"{prefix}{number}"
+    return len(chains)

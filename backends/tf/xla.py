@@ -1,0 +1,317 @@
+"""Fused kernels as XLA clusters: the ``kernel`` annotation marked on the lowered ``GraphDef``.
+
+A pass (``fuse-kernels``) names sets of nodes that run as one compiled kernel: every node of one
+``kernel`` name on one device. The lowering (:func:`graphir.backends.tf.lowering.lower`) turns each
+set into one XLA cluster by giving every TF op lowered from its nodes (``LoweredGraph.node_ops``) the
+attributes ``tf.xla.experimental.jit_scope`` sets (:data:`KERNEL_ATTRS`): ``_XlaCompile = true``,
+``_XlaScope = "<kernel>@<TF device>"`` (one scope per set: TensorFlow never merges two scopes, and a
+name a pass reuses on another device is another set) and ``_XlaSeparateCompiledGradients = false``.
+TensorFlow's mark-for-compilation pass (a graph optimisation pass of the session, which Grappler's
+switch does not turn off) then compiles each set as one ``_XlaCompile``/``_XlaRun`` pair, and only
+the marked sets: without ``--tf_xla_auto_jit`` nothing else is clustered on the CPU
+(``benchmarks/results/xla-fusion-notes.md`` section 1 measured both).
+
+Rules the marking enforces so that what graphir models is what runs:
+
+* **Placed, one device.** Every node of a set is placed; the set is the nodes of one name on one
+  device (:func:`kernel_sets`).
+* **Convex, jointly.** TensorFlow's clustering contracts each cluster and refuses a merge that
+  would close a cycle, silently leaving the set in pieces. So the graph with every set contracted
+  to one vertex must be acyclic, over the data and control edges of the lowered ``GraphDef``,
+  which include the control dependencies ``enforce_order`` adds along each device's order
+  (:func:`check_convex`; a set is then convex, and no two sets wait on each other). Under the
+  enforced order, a set is convex only if its nodes are consecutive in their device's order: a
+  node ordered between two members is reached from the first and reaches the second.
+* **Constants inside.** A ``Const`` op of the lowered graph that is no node's op (a graph constant
+  of the IR) and that only one set reads joins that set when it is at most
+  :data:`ABSORBED_CONSTANT_BYTES`, so XLA compiles with its value (the spike's ``pow(y, 3)``
+  became ``y*y*y``) rather than taking it as a runtime argument.
+
+The flags XLA needs (:data:`graphir.backends.tf.session.XLA_FLAGS`: lazy compilation off, so a
+cluster is exactly two ops and a failure to compile is an error rather than a silent fallback; the
+TF-graph constant folding of XLA off, which fails with "Multiple CPU devices" inside a
+``tf.distribute.Server``) are set by :func:`graphir.backends.tf.session.configure_logical_cpus` and
+by the rig's workers. In a remote session a fed input reaches the graph as a ``_Recv`` that XLA's
+deadness analysis gives its own predicate, which splits clusters downstream of it; the rig holds
+every input of a marked graph on its device instead (:func:`fed_kernel_inputs` finds the feeds that
+would do it).
+
+What TensorFlow then ran is read back from the partition graphs of a traced step
+(:func:`cluster_report`): one ``_XlaRun`` per set, on the set's device, and no marked op left to
+run as a TensorFlow op of its own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from graphir.errors import BackendError, Location
+from graphir.ir import Module, Node
+
+__all__ = [
+    "ABSORBED_CONSTANT_BYTES",
+    "KERNEL_ATTRS",
+    "KernelSet",
+    "check_convex",
+    "cluster_report",
+    "fed_kernel_inputs",
+    "kernel_sets",
+    "mark_kernels",
+]
+
+KERNEL_ATTRS = ("_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients")
+"""The ``NodeDef`` attributes of a marked op (those ``tf.xla.experimental.jit_scope`` sets)."""
+
+ABSORBED_CONSTANT_BYTES = 1 << 20
+"""A graph ``Const`` read only by one set joins it up to this size (its ``value`` proto's bytes)."""
+
+XLA_RUN_OP = "_XlaRun"
+"""The op that runs a compiled cluster, one per cluster in a step's partition graphs (lazy compilation off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSet:
+    """The TF ops of one fused kernel: the nodes of one ``kernel`` name on one device.
+
+    Attributes:
+        kernel: the ``kernel`` annotation.
+        device: the nodes' ``device`` annotation (a device name of the cluster).
+        tf_device: its TF device string.
+        scope: the ``_XlaScope`` of the set's ops, ``<kernel>@<tf_device>``.
+        nodes: the IR nodes' names, in lowering order.
+        ops: the marked TF op names: the nodes' ops, then the absorbed constants.
+    """
+
+    kernel: str
+    device: str
+    tf_device: str
+    scope: str
+    nodes: tuple[str, ...]
+    ops: tuple[str, ...]
+
+
+def kernel_sets(
+    module: Module, sequence: Sequence[Node], node_ops: Mapping[str, Sequence[str]], devices: Mapping[Node, str]
+) -> list[KernelSet]:
+    """The fused-kernel sets of a lowered module, without absorbed constants (empty when no node has ``kernel``).
+
+    Args:
+        module: the module (for error locations only).
+        sequence: its nodes in lowering order (sets and their nodes are listed in this order).
+        node_ops: IR node name -> its TF ops (``LoweredGraph.node_ops``).
+        devices: placed node -> its TF device string.
+
+    Raises:
+        BackendError: a node with ``kernel`` that is not placed.
+    """
+    del module
+    members: dict[tuple[str, str], list[Node]] = {}
+    for node in sequence:
+        kernel = node.kernel
+        if kernel is None:
+            continue
+        if node.device is None or node not in devices:
+            raise BackendError(
+                f"kernel '{kernel}' has an unplaced node: a fused kernel runs on one device (place the module first)",
+                Location(node=node.name),
+            )
+        members.setdefault((kernel, node.device), []).append(node)
+    sets = []
+    for (kernel, device), nodes in members.items():
+        tf_device = devices[nodes[0]]
+        ops = tuple(op for node in nodes for op in node_ops.get(node.name, ()))
+        sets.append(KernelSet(kernel, device, tf_device, f"{kernel}@{tf_device}", tuple(n.name for n in nodes), ops))
+    return sets
+
+
+def _base(ref: str) -> str:
+    """The op name of a ``GraphDef`` input reference (``^op``, ``op:1``, ``op``)."""
+    return ref.lstrip("^").split(":")[0]
+
+
+def _consumers(graph_def: Any) -> dict[str, list[str]]:
+    users: dict[str, list[str]] = defaultdict(list)
+    for node in graph_def.node:
+        for ref in node.input:
+            users[_base(ref)].append(node.name)
+    return users
+
+
+def absorb_constants(
+    graph_def: Any, sets: Sequence[KernelSet], node_ops: Mapping[str, Sequence[str]]
+) -> list[KernelSet]:
+    """``sets`` with each graph ``Const`` read only by one set added to it (module docstring)."""
+    owner = {op: k for k, kernel in enumerate(sets) for op in kernel.ops}
+    lowered_ops = {op for ops in node_ops.values() for op in ops}
+    users = _consumers(graph_def)
+    extra: dict[int, list[str]] = defaultdict(list)
+    for node in graph_def.node:
+        if node.op != "Const" or node.name in lowered_ops or node.name in owner:
+            continue
+        if any(ref.startswith("^") for ref in node.input):
+            continue  # ordered after another op: keep that edge outside the cluster
+        readers = {owner.get(user, -1) for user in users.get(node.name, ())}
+        if len(readers) != 1 or -1 in readers:
+            continue
+        if node.attr["value"].ByteSize() > ABSORBED_CONSTANT_BYTES:
+            continue
+        extra[readers.pop()].append(node.name)
+    return [
+        dataclasses.replace(kernel, ops=kernel.ops + tuple(extra[k])) if extra[k] else kernel
+        for k, kernel in enumerate(sets)
+    ]
+
+
+def check_convex(
+    graph_def: Any, sets: Sequence[KernelSet], node_ops: Mapping[str, Sequence[str]], enforce_order: bool
+) -> None:
+    """Raise a one-line :class:`BackendError` unless contracting every set leaves ``graph_def`` acyclic.
+
+    Kahn's algorithm on the quotient graph (each set one vertex, every other op its own), O(V+E)
+    over the ``GraphDef``'s data and control edges. On a cycle the error names a set on it, the
+    member op's IR node where the path leaves the set and the first op (IR node, or other set) the
+    path goes through outside it.
+    """
+    if not sets:
+        return
+    names = [node.name for node in graph_def.node]
+    index = {name: k for k, name in enumerate(names)}
+    count = len(names)
+    unit = list(range(count))
+    for k, kernel in enumerate(sets):
+        for op in kernel.ops:
+            position = index.get(op)
+            if position is not None:
+                unit[position] = count + k
+    units = count + len(sets)
+    successors: list[list[int]] = [[] for _ in range(units)]
+    predecessors: list[list[int]] = [[] for _ in range(units)]
+    indegree = [0] * units
+    for k, node in enumerate(graph_def.node):
+        target = unit[k]
+        for ref in node.input:
+            source_op = index.get(_base(ref))
+            if source_op is None:
+                continue
+            source = unit[source_op]
+            if source == target:
+                continue
+            successors[source].append(target)
+            predecessors[target].append(source)
+            indegree[target] += 1
+    used = set(unit)
+    ready = [u for u in used if indegree[u] == 0]
+    heapq.heapify(ready)
+    done = 0
+    while ready:
+        current = heapq.heappop(ready)
+        done += 1
+        for succ in successors[current]:
+            indegree[succ] -= 1
+            if indegree[succ] == 0:
+                heapq.heappush(ready, succ)
+    if done == len(used):
+        return
+    # Every unit left has a predecessor left: walk back from a set until a unit repeats (a cycle).
+    left = {u for u in used if indegree[u] > 0}
+    start = min((u for u in left if u >= count), default=min(left))
+    path, seen = [start], {start: 0}
+    while True:
+        back = min(p for p in predecessors[path[-1]] if p in left)
+        if back in seen:
+            cycle = path[seen[back] :]
+            break
+        seen[back] = len(path)
+        path.append(back)
+    cycle.reverse()  # now in edge direction: cycle[i] -> cycle[i + 1]
+    at = next(i for i, u in enumerate(cycle) if u >= count)
+    kernel_unit, outside = cycle[at], cycle[(at + 1) % len(cycle)]
+    kernel = sets[kernel_unit - count]
+    op_node = {op: node for node, ops in node_ops.items() for op in ops}
+    users = _consumers(graph_def)
+    member = next(
+        (op for op in kernel.ops if any(unit[index[user]] == outside for user in users.get(op, ()))), kernel.ops[0]
+    )
+    if outside >= count:
+        through = f"through kernel '{sets[outside - count].kernel}', which depends on it in turn"
+    else:
+        through = f"through '{op_node.get(names[outside], names[outside])}'"
+    order = " (the device orders' control dependencies included)" if enforce_order else ""
+    raise BackendError(
+        f"kernel '{kernel.kernel}' on '{kernel.device}' is not convex in the lowered graph{order}: a path leaves it "
+        f"{through} and comes back, so TensorFlow would split its XLA cluster",
+        Location(node=op_node.get(member, member)),
+    )
+
+
+def mark_kernels(graph_def: Any, sets: Sequence[KernelSet]) -> Any:
+    """Give every op of every set :data:`KERNEL_ATTRS` (its set's scope) in ``graph_def``; returns it."""
+    scope = {op: kernel.scope.encode() for kernel in sets for op in kernel.ops}
+    if not scope:
+        return graph_def
+    for node in graph_def.node:
+        name = scope.get(node.name)
+        if name is None:
+            continue
+        node.attr["_XlaCompile"].b = True
+        node.attr["_XlaScope"].s = name
+        node.attr["_XlaSeparateCompiledGradients"].b = False
+    return graph_def
+
+
+def fed_kernel_inputs(graph_def: Any, sets: Sequence[KernelSet], feeds: Iterable[str]) -> list[str]:
+    """The ``feeds`` (tensor names) some marked op depends on, directly or through other ops.
+
+    In a remote session each is a ``_Recv`` from the client that XLA's deadness analysis gives its
+    own predicate; ops of one set that depend on different ones are not clustered together.
+    """
+    marked = {op for kernel in sets for op in kernel.ops}
+    inputs = {node.name: [_base(ref) for ref in node.input] for node in graph_def.node}
+    upstream: set[str] = set()
+    pending = list(marked)
+    while pending:
+        name = pending.pop()
+        if name in upstream:
+            continue
+        upstream.add(name)
+        pending.extend(inputs.get(name, ()))
+    return [feed for feed in feeds if feed.rsplit(":", 1)[0] in upstream]
+
+
+def cluster_report(
+    sets: Sequence[KernelSet], partition_graphs: Sequence[Any], same_device: Any
+) -> tuple[int, int, list[str]]:
+    """(sets marked, ``_XlaRun`` ops run, problems) of one traced step's partition graphs.
+
+    A problem line is a device whose count of clusters run differs from its count of sets, or a
+    marked op that ran as a TensorFlow op of its own (outside any cluster). ``same_device(actual,
+    expected)`` compares a full TF device name with a set's (possibly partial) device string.
+    """
+    runs: list[str] = []
+    ran: dict[str, str] = {}
+    for partition in partition_graphs:
+        for node in partition.node:
+            if node.op == XLA_RUN_OP:
+                runs.append(node.device)
+            else:
+                ran[node.name] = node.device
+    problems: list[str] = []
+    by_device: dict[str, list[KernelSet]] = defaultdict(list)
+    for kernel in sets:
+        by_device[kernel.tf_device].append(kernel)
+    matched: set[int] = set()
+    for device, kernels in sorted(by_device.items()):
+        here = [k for k, actual in enumerate(runs) if k not in matched and same_device(actual, device)]
+        matched.update(here)
+        if len(here) != len(kernels):
+            problems.append(f"{device}: {len(kernels)} kernel set(s) marked, {len(here)} XLA cluster(s) ran")
+    problems.extend(f"{runs[k]}: an XLA cluster no kernel set asked for" for k in range(len(runs)) if k not in matched)
+    for kernel in sets:
+        loose = [op for op in kernel.ops if op in ran]
+        if loose:
+            problems.append(f"kernel '{kernel.kernel}' on '{kernel.device}': op '{loose[0]}' ran outside its cluster")
+    return len(sets), len(runs), problems
