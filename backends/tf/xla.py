@@ -22,6 +22,11 @@ Rules the marking enforces so that what graphir models is what runs:
   (:func:`check_convex`; a set is then convex, and no two sets wait on each other). Under the
   enforced order, a set is convex only if its nodes are consecutive in their device's order: a
   node ordered between two members is reached from the first and reaches the second.
+* **No marked input from another device.** TensorFlow does not merge two parts of a cluster when
+  one has a marked predecessor on another device (a heuristic against delaying one device's work
+  for another's): a backward kernel reading a forward kernel's result across devices ran as two
+  clusters (the tiny GPT step placed by m-topo: 18 clusters for 16 sets). Such an edge is routed
+  through an unmarked ``Identity`` on the consumer's device (:func:`bridge_cross_device_inputs`).
 * **Constants inside.** A ``Const`` op of the lowered graph that is no node's op (a graph constant
   of the IR) and that only one set reads joins that set when it is at most
   :data:`ABSORBED_CONSTANT_BYTES`, so XLA compiles with its value (the spike's ``pow(y, 3)``
@@ -54,8 +59,11 @@ from graphir.ir import Module, Node
 
 __all__ = [
     "ABSORBED_CONSTANT_BYTES",
+    "BRIDGE_SUFFIX",
     "KERNEL_ATTRS",
     "KernelSet",
+    "absorb_constants",
+    "bridge_cross_device_inputs",
     "check_convex",
     "cluster_report",
     "fed_kernel_inputs",
@@ -236,20 +244,28 @@ def check_convex(
     member = next(
         (op for op in kernel.ops if any(unit[index[user]] == outside for user in users.get(op, ()))), kernel.ops[0]
     )
-    if outside >= count:
-        through = f"through kernel '{sets[outside - count].kernel}', which depends on it in turn"
-    else:
-        through = f"through '{op_node.get(names[outside], names[outside])}'"
     order = " (the device orders' control dependencies included)" if enforce_order else ""
-    raise BackendError(
-        f"kernel '{kernel.kernel}' on '{kernel.device}' is not convex in the lowered graph{order}: a path leaves it "
-        f"{through} and comes back, so TensorFlow would split its XLA cluster",
-        Location(node=op_node.get(member, member)),
-    )
+    if outside >= count:
+        other = sets[outside - count]
+        message = (
+            f"kernels '{kernel.kernel}' on '{kernel.device}' and '{other.kernel}' on '{other.device}' wait on each "
+            f"other in the lowered graph{order}: a path leaves '{kernel.kernel}' through '{other.kernel}' and comes "
+            "back, so TensorFlow would split one of their XLA clusters"
+        )
+    else:
+        through = op_node.get(names[outside], names[outside])
+        message = (
+            f"kernel '{kernel.kernel}' on '{kernel.device}' is not convex in the lowered graph{order}: a path leaves "
+            f"it through '{through}' and comes back, so TensorFlow would split its XLA cluster"
+        )
+    raise BackendError(message, Location(node=op_node.get(member, member)))
 
 
 def mark_kernels(graph_def: Any, sets: Sequence[KernelSet]) -> Any:
-    """Give every op of every set :data:`KERNEL_ATTRS` (its set's scope) in ``graph_def``; returns it."""
+    """Give every op of every set :data:`KERNEL_ATTRS` (its set's scope) in ``graph_def``; returns it.
+
+    Then bridges each edge from a marked op into a set on another device (:func:`bridge_cross_device_inputs`).
+    """
     scope = {op: kernel.scope.encode() for kernel in sets for op in kernel.ops}
     if not scope:
         return graph_def
@@ -260,7 +276,106 @@ def mark_kernels(graph_def: Any, sets: Sequence[KernelSet]) -> Any:
         node.attr["_XlaCompile"].b = True
         node.attr["_XlaScope"].s = name
         node.attr["_XlaSeparateCompiledGradients"].b = False
+    bridge_cross_device_inputs(graph_def, sets)
     return graph_def
+
+
+BRIDGE_SUFFIX = "graphir_xla_bridge"
+"""Name part of the ops :func:`bridge_cross_device_inputs` adds (``<producer>/graphir_xla_bridge_<k>``)."""
+
+
+def bridge_cross_device_inputs(graph_def: Any, sets: Sequence[KernelSet]) -> int:
+    """Route every edge from a marked op of one device into a set of another through an unmarked op; how many.
+
+    TensorFlow's clustering refuses to merge two parts of a cluster when the receiving part has a
+    predecessor that is itself a compilation candidate (a marked op) on another device ("the new
+    cluster will introduce a cross device dependency", ``ClusteringWillIntroduceInterDeviceDependency``
+    in ``mark_for_compilation_pass.cc``: a heuristic so that work on one device is not delayed by
+    work on another). So a backward kernel reading a forward kernel's result from another device
+    would run as several clusters. graphir models a set as one unit that starts when all its
+    inputs have arrived, so such an input is received by an ``Identity`` (data) or a ``NoOp``
+    (control) on the consumer's device, unmarked: the set's predecessor is then no candidate. One
+    bridge per producer tensor and device; it runs where the ``_Recv`` of the transfer runs anyway.
+    """
+    device_of = {op: kernel.tf_device for kernel in sets for op in kernel.ops}
+    if not device_of:
+        return 0
+    nodes = {node.name: node for node in graph_def.node}
+    bridges: dict[tuple[str, str], str] = {}
+    taken = set(nodes)
+    added = []
+    for node in list(graph_def.node):
+        device = device_of.get(node.name)
+        if device is None:
+            continue
+        for position, ref in enumerate(node.input):
+            producer = _base(ref)
+            source = device_of.get(producer)
+            if source is None or source == device:
+                continue
+            key = (ref if ref.startswith("^") or ":" in ref else ref + ":0", device)
+            bridge = bridges.get(key)
+            if bridge is None:
+                made = _bridge_node(graph_def, nodes[producer], ref, device, taken)
+                if made is None:
+                    continue  # an output type the registry cannot tell: left as is (the cluster report shows a split)
+                bridge = bridges[key] = made
+                added.append(made)
+            node.input[position] = "^" + bridge if ref.startswith("^") else bridge
+    return len(added)
+
+
+def _bridge_node(graph_def: Any, producer: Any, ref: str, device: str, taken: set[str]) -> str | None:
+    """Add the ``Identity`` (or ``NoOp`` for a control ``ref``) on ``device`` reading ``ref``; its name."""
+    k = 0
+    while f"{producer.name}/{BRIDGE_SUFFIX}_{k}" in taken:
+        k += 1
+    name = f"{producer.name}/{BRIDGE_SUFFIX}_{k}"
+    if ref.startswith("^"):
+        taken.add(name)
+        graph_def.node.add(name=name, op="NoOp", input=[ref], device=device)
+        return name
+    index = int(ref.split(":")[1]) if ":" in ref else 0
+    dtype = _output_type(producer, index)
+    if dtype is None:
+        return None
+    taken.add(name)
+    bridge = graph_def.node.add(name=name, op="Identity", input=[ref], device=device)
+    bridge.attr["T"].type = dtype
+    return name
+
+
+def _output_type(node: Any, index: int) -> int | None:
+    """The ``DataType`` of output ``index`` of ``node`` from its op's registered ``OpDef`` (``None``: unknown)."""
+    import importlib
+
+    registry = importlib.import_module("tensorflow.python.framework.op_def_registry")
+    op_def = registry.get(node.op)
+    if op_def is None:
+        return None
+    defaults = {attr.name: attr.default_value for attr in op_def.attr}
+
+    def attr(name: str) -> Any:
+        return node.attr[name] if name in node.attr else defaults.get(name)
+
+    types: list[int] = []
+    for arg in op_def.output_arg:
+        if arg.type_list_attr:
+            value = attr(arg.type_list_attr)
+            types.extend(value.list.type if value is not None else ())
+            continue
+        count = 1
+        if arg.number_attr:
+            value = attr(arg.number_attr)
+            count = int(value.i) if value is not None else 0
+        if arg.type_attr:
+            value = attr(arg.type_attr)
+            if value is None:
+                return None
+            types.extend([value.type] * count)
+        else:
+            types.extend([arg.type] * count)
+    return types[index] if index < len(types) else None
 
 
 def fed_kernel_inputs(graph_def: Any, sets: Sequence[KernelSet], feeds: Iterable[str]) -> list[str]:
