@@ -38,8 +38,9 @@ when the placement recorded the ``enforced`` order, as ``place{algo=pipeline}`` 
 the lowering marks each set as one XLA cluster (:mod:`graphir.backends.tf.xla`) and the line
 also reports ``xla_clusters_marked`` (the sets graphir marked), ``xla_clusters_run`` (the
 ``_XlaRun`` ops in the partition graphs of the checked step: the clusters TensorFlow compiled
-and ran) and ``xla_cluster_problems`` (a device where the two counts differ, or a marked op that
-ran outside its cluster); without annotations they are 0, 0 and ``[]``. Marked ops are not counted
+and ran), ``xla_clusters_matched`` (sets matched one to one to a run on their device by the ops
+around them) and ``xla_cluster_problems`` (a device where the two counts differ, or a marked op that
+ran outside its cluster); without annotations they are 0, 0, 0 and ``[]``. Marked ops are not counted
 as "not run" among the ``placement_mismatches``: they ran inside their cluster.
 
 TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
@@ -242,14 +243,23 @@ def xla_clusters(lowered: Any, partitions: Sequence[Any]) -> dict[str, Any]:
     """The fused kernels graphir marked against the XLA clusters TensorFlow ran, from one step's partition graphs.
 
     ``xla_clusters_marked``: the kernel sets (``LoweredGraph.kernels``); ``xla_clusters_run``: the
-    ``_XlaRun`` ops of the step (one per compiled cluster); ``xla_cluster_problems``: a device whose
-    count of clusters run differs from its count of sets, an unasked-for cluster, or a marked op
-    that ran outside its cluster (:func:`graphir.backends.tf.xla.cluster_report`).
+    ``_XlaRun`` ops of the step (one per compiled cluster); ``xla_clusters_matched``: the sets matched
+    one to one to a run on their device by the ops around them
+    (:func:`graphir.backends.tf.xla.cluster_runs`); ``xla_cluster_problems``: a device whose count of
+    clusters run differs from its count of sets, an unasked-for cluster, or a marked op that ran
+    outside its cluster (:func:`graphir.backends.tf.xla.cluster_report`).
     """
-    from graphir.backends.tf.xla import cluster_report
+    from graphir.backends.tf.xla import cluster_report, cluster_runs
 
-    marked, run, problems = cluster_report(list(getattr(lowered, "kernels", {}).values()), partitions, _same_device)
-    return {"xla_clusters_marked": marked, "xla_clusters_run": run, "xla_cluster_problems": problems[:20]}
+    sets = list(getattr(lowered, "kernels", {}).values())
+    marked, run, problems = cluster_report(sets, partitions, _same_device)
+    matched = len(cluster_runs(lowered.graph_def(embed_weights=False), sets, partitions, _same_device)) if sets else 0
+    return {
+        "xla_clusters_marked": marked,
+        "xla_clusters_run": run,
+        "xla_clusters_matched": matched,
+        "xla_cluster_problems": problems[:20],
+    }
 
 
 def _users(ops: dict[str, Any]) -> dict[str, list[str]]:

@@ -290,6 +290,11 @@ class RigRun:
         node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
             summed over its TF ops (read as ``profile{mode=tf}`` reads them,
             :func:`graphir.backends.tf.measure.node_stats`).
+        kernel_seconds: ``_XlaScope`` of each fused kernel (``LoweredGraph.kernels``) -> the median
+            seconds of its cluster's ``_XlaRun`` plus ``_XlaCompile`` (the per-step cache lookup), the
+            run matched to the set by :func:`graphir.backends.tf.xla.cluster_runs`. A kernel's nodes
+            have no ``node_seconds``: their ops ran inside the cluster.
+        xla_clusters: (kernel sets marked, ``_XlaRun`` ops in the last traced step).
     """
 
     times_s: list[float]
@@ -302,6 +307,8 @@ class RigRun:
     ops: int = 0
     op_seconds: float = 0.0
     node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    kernel_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    xla_clusters: tuple[int, int] = (0, 0)
 
 
 def _median_ops(traces: Sequence[StepTrace]) -> dict[str, tuple[str, float]]:
@@ -434,6 +441,7 @@ def harvest(module: Module, lowered: Any, metadata: Sequence[Any], times: Sequen
             value = node.outputs[min(output, len(node.outputs) - 1)].name
         transfers.append((value, src, dst, nbytes, seconds))
     op_seconds = float(sum(seconds for _, seconds in ops.values()))
+    kernel_seconds, clusters = _kernel_seconds(lowered, metadata, ops)
     return RigRun(
         list(times),
         float(np.median(times)),
@@ -445,7 +453,32 @@ def harvest(module: Module, lowered: Any, metadata: Sequence[Any], times: Sequen
         len(ops),
         op_seconds,
         node_memory,
+        kernel_seconds,
+        clusters,
     )
+
+
+def _kernel_seconds(
+    lowered: Any, metadata: Sequence[Any], ops: Mapping[str, tuple[str, float]]
+) -> tuple[dict[str, float], tuple[int, int]]:
+    """Each fused kernel's cluster seconds (``_XlaRun`` + ``_XlaCompile``) and (sets, runs) of the last step."""
+    from graphir.backends.tf.xla import XLA_RUN_OP, cluster_runs
+
+    sets = list(getattr(lowered, "kernels", {}).values())
+    if not sets or not metadata:
+        return {}, (len(sets), 0)
+    partitions = list(metadata[-1].partition_graphs)
+    runs = sum(1 for part in partitions for node in part.node if node.op == XLA_RUN_OP)
+
+    def same_device(actual: str, expected: str) -> bool:
+        return normalise_device(actual).endswith(normalise_device(expected))
+
+    matched = cluster_runs(lowered.graph_def(embed_weights=False), sets, partitions, same_device)
+    seconds = {}
+    for scope, run in matched.items():
+        pair = (run, run.rsplit("/", 1)[0] + "/xla_compile")
+        seconds[scope] = float(sum(ops[name][1] for name in pair if name in ops))
+    return seconds, (len(sets), runs)
 
 
 # --------------------------------------------------------------------------- calibration runs

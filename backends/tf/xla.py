@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -66,6 +67,7 @@ __all__ = [
     "bridge_cross_device_inputs",
     "check_convex",
     "cluster_report",
+    "cluster_runs",
     "fed_kernel_inputs",
     "kernel_sets",
     "mark_kernels",
@@ -430,3 +432,67 @@ def cluster_report(
         if loose:
             problems.append(f"kernel '{kernel.kernel}' on '{kernel.device}': op '{loose[0]}' ran outside its cluster")
     return len(sets), len(runs), problems
+
+
+_TRANSFER_SUFFIX = re.compile(r"(/_\d+)+$")
+
+
+def _origin(name: str) -> str:
+    """The op a partition graph's ``_Send``/``_Recv`` (``<op>/_<k>``) or its reference stands for."""
+    return _TRANSFER_SUFFIX.sub("", _base(name))
+
+
+def cluster_runs(
+    graph_def: Any, sets: Sequence[KernelSet], partition_graphs: Sequence[Any], same_device: Any
+) -> dict[str, str]:
+    """Each set's ``_XlaRun`` op in a traced step: ``{scope: run op name}`` (sets not found are left out).
+
+    TensorFlow names clusters ``cluster_<n>`` without a trace of the scope, and the partition graphs
+    hold no cluster bodies, so a run is matched to a set by its neighbours: the ops feeding its
+    ``_XlaRun``/``_XlaCompile`` pair and the ops reading its results (through ``_Send``/``_Recv``
+    pairs, named after the op they carry) against the set's producers and consumers outside it in
+    the marked ``graph_def``. On each device, the pairs sharing the most neighbours are matched first.
+    """
+    runs: dict[str, tuple[str, set[str]]] = {}
+    inputs_of: dict[str, list[str]] = {}
+    for partition in partition_graphs:
+        for node in partition.node:
+            inputs_of[node.name] = list(node.input)
+            if node.op == XLA_RUN_OP:
+                runs[node.name] = (node.device, set())
+    if not runs:
+        return {}
+    for name, (_, neighbours) in runs.items():
+        compile_op = name.rsplit("/", 1)[0] + "/xla_compile"
+        for ref in inputs_of.get(name, []) + inputs_of.get(compile_op, []):
+            neighbours.add(_origin(ref))
+    for name, refs in inputs_of.items():
+        for ref in refs:
+            run = _origin(ref)
+            if run in runs and _origin(name) != run:
+                runs[run][1].add(_origin(name))
+    members = {op: k for k, kernel in enumerate(sets) for op in kernel.ops}
+    outside: list[set[str]] = [set() for _ in sets]
+    for node in graph_def.node:
+        reader = members.get(node.name)
+        for ref in node.input:
+            producer = members.get(_base(ref))
+            if reader is not None and producer != reader:
+                outside[reader].add(_base(ref))
+            if producer is not None and reader != producer:
+                outside[producer].add(node.name)
+    scored = sorted(
+        (
+            (-len(neighbours & outside[k]), kernel.scope, run)
+            for k, kernel in enumerate(sets)
+            for run, (device, neighbours) in runs.items()
+            if same_device(device, kernel.tf_device) and neighbours & outside[k]
+        ),
+    )
+    matched: dict[str, str] = {}
+    used: set[str] = set()
+    for _, scope, run in scored:
+        if scope not in matched and run not in used:
+            matched[scope] = run
+            used.add(run)
+    return matched

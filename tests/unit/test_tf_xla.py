@@ -224,7 +224,7 @@ def test_marked_training_step_runs_one_cluster_per_kernel_and_equals_the_origina
     report = _check(lstm_step, "profile,place{algo=m-topo},test-kernel-chains", tmp_path)
     assert report["enforce_order"] is True and len(report["devices"]) == 4, report
     assert report["xla_clusters_marked"] >= 4, report  # the LSTM cells' gate chains, forward and backward
-    assert report["xla_clusters_run"] == report["xla_clusters_marked"], report
+    assert report["xla_clusters_run"] == report["xla_clusters_matched"] == report["xla_clusters_marked"], report
     assert report["xla_cluster_problems"] == [], report
     assert report["max_rel_error"] <= TOLERANCE and report["loss_rel_error"] <= TOLERANCE, report
     assert report["changed"] == report["variables"] >= 20, report  # the step really trained every variable
@@ -325,7 +325,9 @@ _RIG = textwrap.dedent(
         "sets_by_task": sorted(tasks_used({k.scope: k.tf_device for k in lowered.kernels.values()})),
         "marked_per_task": {t: sum(1 for k in lowered.kernels.values() if k.tf_device.startswith(t)) for t in TASKS},
         "run_per_task": {t: sum(1 for d in runs if d.startswith(t)) for t in TASKS},
-        "rig_run_s": measured.median_s,
+        "rig_xla_clusters": list(measured.xla_clusters),
+        "rig_kernel_seconds": len(measured.kernel_seconds),
+        "rig_kernel_nodes_timed": sum(n in measured.node_seconds for k in lowered.kernels.values() for n in k.nodes),
     })
     print(json.dumps(report))
     """
@@ -347,3 +349,6 @@ def test_marked_module_runs_on_the_two_worker_rig(lstm_step, tmp_path):
     assert min(report["marked_per_task"].values()) >= 1, report  # clusters on both tasks
     assert report["loss_error"] <= TOLERANCE and report["var_error"] <= TOLERANCE, report
     assert "splits XLA clusters: hold it" in report["fed"], report
+    # run_on_rig (every input held): each kernel's cluster time, matched to its set; none per node
+    assert report["rig_xla_clusters"] == [report["chains"]] * 2, report
+    assert report["rig_kernel_seconds"] == report["chains"] and report["rig_kernel_nodes_timed"] == 0, report
