@@ -51,6 +51,12 @@ that they forbid the runtime from running a later-ordered node early when an ear
 waiting for a transfer, which priorities would allow. Orders written by ``place``/``schedule``
 follow a schedule that respects the data dependencies, so they never form a cycle; an order that
 does is reported as a BackendError naming a node on the cycle.
+
+**Fused kernels** (``kernel`` annotations, set by ``fuse-kernels``): the TF ops of the nodes of one
+kernel name on one device are marked as one XLA cluster in :meth:`LoweredGraph.graph_def`, after a
+check that every set is placed and that the graph with each set contracted stays acyclic (the
+order's control dependencies included); see :mod:`graphir.backends.tf.xla`. Without annotations
+nothing of this runs and the lowering is unchanged.
 """
 
 from __future__ import annotations
@@ -103,7 +109,9 @@ class LoweredGraph:
             -> the :class:`Weight` holding it (variable, device, ``ReadVariableOp`` name).
         kernels: ``_XlaScope`` -> the :class:`~graphir.backends.tf.xla.KernelSet` of each fused kernel
             (nodes of one ``kernel`` name on one device), whose ops :meth:`graph_def` marks as one XLA
-            cluster; empty when no node has ``kernel`` (the GraphDef is then unchanged).
+            cluster; empty when no node has ``kernel`` (the GraphDef is then unchanged). The marks
+            are on the GraphDef only (what sessions, ``--run-tf``, the rig and the checks run):
+            :attr:`function`, and a SavedModel made from it, run the sets unfused.
     """
 
     function: Callable[..., Any]

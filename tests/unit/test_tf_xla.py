@@ -156,7 +156,7 @@ def test_xla_flags_keep_the_callers_and_add_ours_once():
 
 _REGISTER = textwrap.dedent(
     """
-    import dataclasses, json, sys
+    import dataclasses, json, os, sys
     from typing import ClassVar
     sys.path.insert(0, sys.argv[1])
     from graphir.backends.tf.check import configure_logical_cpus
@@ -173,7 +173,8 @@ _REGISTER = textwrap.dedent(
         name: ClassVar[str] = "test-kernel-chains"
 
         def run(self, module, ctx):
-            chains = mark_kernel_chains(module)
+            ops = os.environ.get("GRAPHIR_TEST_KERNEL_OPS")  # e.g. ONNX ops; default: TF elementwise ops
+            chains = mark_kernel_chains(module, frozenset(ops.split(","))) if ops else mark_kernel_chains(module)
             return PassResult(changed=chains > 0, stats={"chains": chains})
     """
 )
@@ -251,6 +252,23 @@ def test_kernels_reading_kernels_of_other_devices_stay_one_cluster_each(gpt_step
     assert len(report["devices"]) == 4 and report["xla_clusters_marked"] >= 12, report
     assert report["xla_clusters_run"] == report["xla_clusters_marked"] and report["xla_cluster_problems"] == [], report
     assert report["max_rel_error"] <= TOLERANCE and report["loss_rel_error"] <= TOLERANCE, report
+
+
+@pytest.mark.slow
+def test_onnx_lowering_marks_conv_relu_chains_and_matches_onnxruntime(tmp_path):
+    """The ONNX path (ops traced into a tf.function, one name scope per node): Conv+Relu chains, every value checked."""
+    import onnx
+
+    model = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
+    passes = "--passes=profile,place{algo=m-topo},test-kernel-chains"
+    command = [sys.executable, "-c", _CHECK, str(HERE), str(model), "--cluster=4xcpu", passes, "--enforce-order"]
+    env = dict(_env(tmp_path), GRAPHIR_TEST_KERNEL_OPS="onnx.Conv,onnx.Relu,onnx.Add")
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-3000:])
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["xla_clusters_marked"] >= 10 and report["xla_cluster_problems"] == [], report  # 18 at seed 0
+    assert report["xla_clusters_run"] == report["xla_clusters_matched"] == report["xla_clusters_marked"], report
+    assert report["max_rel_error"] <= 1e-4 and report["placement_mismatches"] == [], report  # against onnxruntime
 
 
 # --------------------------------------------------------------------------- the 2-worker rig
