@@ -36,7 +36,8 @@ when the placement recorded the ``enforced`` order, as ``place{algo=pipeline}`` 
 
 **Fused kernels** (both modes): when the placed module has ``kernel`` annotations (``fuse-kernels``),
 the lowering marks each set as one XLA cluster (:mod:`graphir.backends.tf.xla`) and the line
-also reports ``xla_clusters_marked`` (the sets graphir marked), ``xla_clusters_run`` (the
+also reports ``xla_clusters_marked`` (the sets graphir marked that the step needs;
+``xla_kernels_pruned`` counts the others), ``xla_clusters_run`` (the
 ``_XlaRun`` ops in the partition graphs of the checked step: the clusters TensorFlow compiled
 and ran), ``xla_clusters_matched`` (sets matched one to one to a run on their device by the ops
 around them) and ``xla_cluster_problems`` (a device where the two counts differ, or a marked op that
@@ -239,23 +240,29 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
     return checked, problems
 
 
-def xla_clusters(lowered: Any, partitions: Sequence[Any]) -> dict[str, Any]:
+def xla_clusters(lowered: Any, partitions: Sequence[Any], fetched: Sequence[str] | None = None) -> dict[str, Any]:
     """The fused kernels graphir marked against the XLA clusters TensorFlow ran, from one step's partition graphs.
 
-    ``xla_clusters_marked``: the kernel sets (``LoweredGraph.kernels``); ``xla_clusters_run``: the
-    ``_XlaRun`` ops of the step (one per compiled cluster); ``xla_clusters_matched``: the sets matched
-    one to one to a run on their device by the ops around them
-    (:func:`graphir.backends.tf.xla.cluster_runs`); ``xla_cluster_problems``: a device whose count of
-    clusters run differs from its count of sets, an unasked-for cluster, or a marked op that ran
-    outside its cluster (:func:`graphir.backends.tf.xla.cluster_report`).
+    * ``xla_clusters_marked``: the kernel sets (``LoweredGraph.kernels``) that something ``fetched``
+      (default: the graph outputs) depends on;
+    * ``xla_kernels_pruned``: the other sets (the session prunes them);
+    * ``xla_clusters_run``: the ``_XlaRun`` ops of the step (one per compiled cluster);
+    * ``xla_clusters_matched``: the sets matched one to one to a run on their device by the ops
+      around them (:func:`graphir.backends.tf.xla.cluster_runs`);
+    * ``xla_cluster_problems``: a device whose count of clusters run differs from its count of sets,
+      an unasked-for cluster, or a marked op that ran outside its cluster
+      (:func:`graphir.backends.tf.xla.cluster_report`).
     """
-    from graphir.backends.tf.xla import cluster_report, cluster_runs
+    from graphir.backends.tf.xla import cluster_report, cluster_runs, live_sets
 
-    sets = list(getattr(lowered, "kernels", {}).values())
+    graph_def = lowered.graph_def(embed_weights=False)
+    marked_sets = list(getattr(lowered, "kernels", {}).values())
+    sets = live_sets(graph_def, marked_sets, fetched or lowered.fetches)
     marked, run, problems = cluster_report(sets, partitions, _same_device)
-    matched = len(cluster_runs(lowered.graph_def(embed_weights=False), sets, partitions, _same_device)) if sets else 0
+    matched = len(cluster_runs(graph_def, sets, partitions, _same_device)) if sets else 0
     return {
         "xla_clusters_marked": marked,
+        "xla_kernels_pruned": len(marked_sets) - len(sets),
         "xla_clusters_run": run,
         "xla_clusters_matched": matched,
         "xla_cluster_problems": problems[:20],
@@ -367,7 +374,7 @@ def check_onnx_model(
         "enforce_order": enforce_order,
         "weights": len(lowered.weights),
         "graphdef_bytes": lowered.graph_def(embed_weights=False).ByteSize(),
-        **xla_clusters(lowered, partitions),
+        **xla_clusters(lowered, partitions, [lowered.value_tensors[n] for n in compared]),
     }
 
 

@@ -71,7 +71,14 @@ from typing import Any
 
 import numpy as np
 
-from graphir.backends.tf.xla import KernelSet, absorb_constants, check_convex, kernel_sets, mark_kernels
+from graphir.backends.tf.xla import (
+    KernelSet,
+    absorb_constants,
+    check_convex,
+    kernel_sets,
+    mark_kernels,
+    release_shared_constants,
+)
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
 from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype, weight_layout_of
@@ -420,7 +427,7 @@ def _mark_kernels(
         return lowered
     build = lowered._graph_def
     unmarked = build()
-    sets = absorb_constants(unmarked, sets, lowered.node_ops)
+    sets = absorb_constants(unmarked, release_shared_constants(unmarked, sets), lowered.node_ops)
     check_convex(unmarked, sets, lowered.node_ops, lowered.enforce_order)
     lowered.kernels = {kernel.scope: kernel for kernel in sets}
     lowered._graph_def = lambda: mark_kernels(build(), sets)

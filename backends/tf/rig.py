@@ -294,7 +294,8 @@ class RigRun:
             seconds of its cluster's ``_XlaRun`` plus ``_XlaCompile`` (the per-step cache lookup), the
             run matched to the set by :func:`graphir.backends.tf.xla.cluster_runs`. A kernel's nodes
             have no ``node_seconds``: their ops ran inside the cluster.
-        xla_clusters: (kernel sets marked, ``_XlaRun`` ops in the last traced step).
+        xla_clusters: (kernel sets marked that the outputs depend on, ``_XlaRun`` ops in the last
+            traced step).
     """
 
     times_s: list[float]
@@ -462,18 +463,20 @@ def _kernel_seconds(
     lowered: Any, metadata: Sequence[Any], ops: Mapping[str, tuple[str, float]]
 ) -> tuple[dict[str, float], tuple[int, int]]:
     """Each fused kernel's cluster seconds (``_XlaRun`` + ``_XlaCompile``) and (sets, runs) of the last step."""
-    from graphir.backends.tf.xla import XLA_RUN_OP, cluster_runs
+    from graphir.backends.tf.xla import XLA_RUN_OP, cluster_runs, live_sets
 
     sets = list(getattr(lowered, "kernels", {}).values())
     if not sets or not metadata:
         return {}, (len(sets), 0)
+    graph_def = lowered.graph_def(embed_weights=False)
+    sets = live_sets(graph_def, sets, lowered.fetches)
     partitions = list(metadata[-1].partition_graphs)
     runs = sum(1 for part in partitions for node in part.node if node.op == XLA_RUN_OP)
 
     def same_device(actual: str, expected: str) -> bool:
         return normalise_device(actual).endswith(normalise_device(expected))
 
-    matched = cluster_runs(lowered.graph_def(embed_weights=False), sets, partitions, same_device)
+    matched = cluster_runs(graph_def, sets, partitions, same_device)
     seconds = {}
     for scope, run in matched.items():
         pair = (run, run.rsplit("/", 1)[0] + "/xla_compile")

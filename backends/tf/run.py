@@ -82,8 +82,9 @@ class RunReport:
         simulated_s: the simulated makespan (``None`` when the module has no schedule to simulate).
         devices: TF devices of the placed nodes.
         tasks: ``/job:J/task:K`` of a multi-host run (empty locally).
-        xla_clusters: for a module with fused kernels (``kernel`` annotations), (kernel sets marked,
-            XLA clusters TensorFlow ran in one traced step after the timed ones); ``None`` without.
+        xla_clusters: for a module with fused kernels (``kernel`` annotations), (kernel sets marked
+            that the outputs depend on, XLA clusters TensorFlow ran in one traced step after the timed
+            ones); ``None`` without.
     """
 
     steps: int
@@ -209,8 +210,13 @@ def run_module(
         with SessionRunner(module, lowered, "", cpus, values, deadline.remaining(), what) as runner:
             times = time_steps(runner, inputs, steps, warmup)
             if lowered.kernels:  # one more step, traced: did TensorFlow compile what graphir marked?
+                from graphir.backends.tf.xla import live_sets
+
                 _, partitions = runner.run_partitioned(inputs)
                 runs = sum(1 for part in partitions for node in part.node if node.op == "_XlaRun")
-                clusters = (len(lowered.kernels), runs)
+                sets = live_sets(
+                    lowered.graph_def(embed_weights=False), list(lowered.kernels.values()), lowered.fetches
+                )
+                clusters = (len(sets), runs)
         tasks = []
     return RunReport(steps, warmup, statistics.median(times), times, simulated, devices, tasks, clusters)

@@ -27,10 +27,12 @@ Rules the marking enforces so that what graphir models is what runs:
   for another's): a backward kernel reading a forward kernel's result across devices ran as two
   clusters (the tiny GPT step placed by m-topo: 18 clusters for 16 sets). Such an edge is routed
   through an unmarked ``Identity`` on the consumer's device (:func:`bridge_cross_device_inputs`).
-* **Constants inside.** A ``Const`` op of the lowered graph that is no node's op (a graph constant
-  of the IR) and that only one set reads joins that set when it is at most
-  :data:`ABSORBED_CONSTANT_BYTES`, so XLA compiles with its value (the spike's ``pow(y, 3)``
-  became ``y*y*y``) rather than taking it as a runtime argument.
+* **Constants inside, when only the set reads them.** A ``Const`` op of the lowered graph that is
+  no node's op (a graph constant of the IR) and that only one set reads joins that set when it is
+  at most :data:`ABSORBED_CONSTANT_BYTES`, so XLA compiles with its value (the spike's
+  ``pow(y, 3)`` became ``y*y*y``) rather than taking it as a runtime argument. A ``Const`` of a set
+  that ops outside the set read too stays unmarked (:func:`release_shared_constants`): TensorFlow
+  would replicate it, marks included, to each other device that reads it, as a one-op cluster.
 
 The flags XLA needs (:data:`graphir.backends.tf.session.XLA_FLAGS`: lazy compilation off, so a
 cluster is exactly two ops and a failure to compile is an error rather than a silent fallback; the
@@ -70,7 +72,9 @@ __all__ = [
     "cluster_runs",
     "fed_kernel_inputs",
     "kernel_sets",
+    "live_sets",
     "mark_kernels",
+    "release_shared_constants",
 ]
 
 KERNEL_ATTRS = ("_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients")
@@ -149,6 +153,42 @@ def _consumers(graph_def: Any) -> dict[str, list[str]]:
         for ref in node.input:
             users[_base(ref)].append(node.name)
     return users
+
+
+def release_shared_constants(graph_def: Any, sets: Sequence[KernelSet]) -> list[KernelSet]:
+    """``sets`` without their ``Const`` ops that an op outside the set reads too (module docstring).
+
+    TensorFlow's constant replication copies a small constant to every other device that reads it,
+    attributes included: a marked one would run as a one-op cluster there (an 8-layer GPT step with
+    large sets holding such constants ran 499 clusters for 419 sets). Left unmarked, the constant is
+    an input of the cluster, as XLA takes any constant from outside.
+    """
+    owner = {op: k for k, kernel in enumerate(sets) for op in kernel.ops}
+    users = _consumers(graph_def)
+    shared = {
+        node.name
+        for node in graph_def.node
+        if node.op == "Const"
+        and node.name in owner
+        and any(owner.get(user, -1) != owner[node.name] for user in users.get(node.name, ()))
+    }
+    if not shared:
+        return list(sets)
+    return [dataclasses.replace(kernel, ops=tuple(op for op in kernel.ops if op not in shared)) for kernel in sets]
+
+
+def live_sets(graph_def: Any, sets: Sequence[KernelSet], roots: Iterable[str]) -> list[KernelSet]:
+    """The sets with an op that some tensor or op of ``roots`` depends on (the others are pruned by the session)."""
+    inputs = {node.name: [_base(ref) for ref in node.input] for node in graph_def.node}
+    live: set[str] = set()
+    pending = [_base(root) for root in roots]
+    while pending:
+        name = pending.pop()
+        if name in live or name not in inputs:
+            continue
+        live.add(name)
+        pending.extend(inputs[name])
+    return [kernel for kernel in sets if any(op in live for op in kernel.ops)]
 
 
 def absorb_constants(

@@ -100,6 +100,22 @@ def test_constants_join_the_one_set_that_reads_them():
     assert kernel.ops == ("a", "b")
 
 
+def test_constants_read_outside_their_set_stay_unmarked_and_dead_sets_are_not_expected():
+    from graphir.backends.tf.xla import live_sets, release_shared_constants
+
+    graph = _graph(
+        ("c", "Const", []),
+        ("a", "Mul", ["c", "c"]),
+        ("b", "Neg", ["a"]),
+        ("elsewhere", "Neg", ["c"]),  # another device's reader: TF would replicate c, marks and all
+        ("dead", "Neg", ["b"]),  # nothing fetched reads it
+        ("out", "Identity", ["b", "elsewhere"]),
+    )
+    kept, pruned = _set("k", "c", "a", "b"), _set("d", "dead")
+    assert [k.ops for k in release_shared_constants(graph, [kept, pruned])] == [("a", "b"), ("dead",)]
+    assert live_sets(graph, [kept, pruned], ["out:0"]) == [kept]
+
+
 def test_cluster_report_counts_runs_per_device():
     def partition(*nodes: tuple[str, str, str]) -> SimpleNamespace:
         return SimpleNamespace(node=[SimpleNamespace(name=n, op=op, device=d) for n, op, d in nodes])
