@@ -77,7 +77,6 @@ from graphir.backends.tf.xla import (
     check_convex,
     kernel_sets,
     mark_kernels,
-    release_shared_constants,
 )
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
@@ -427,7 +426,7 @@ def _mark_kernels(
         return lowered
     build = lowered._graph_def
     unmarked = build()
-    sets = absorb_constants(unmarked, release_shared_constants(unmarked, sets), lowered.node_ops)
+    sets = absorb_constants(unmarked, sets, lowered.node_ops)
     check_convex(unmarked, sets, lowered.node_ops, lowered.enforce_order)
     lowered.kernels = {kernel.scope: kernel for kernel in sets}
     lowered._graph_def = lambda: mark_kernels(build(), sets)

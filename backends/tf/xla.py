@@ -30,9 +30,10 @@ Rules the marking enforces so that what graphir models is what runs:
 * **Constants inside, when only the set reads them.** A ``Const`` op of the lowered graph that is
   no node's op (a graph constant of the IR) and that only one set reads joins that set when it is
   at most :data:`ABSORBED_CONSTANT_BYTES`, so XLA compiles with its value (the spike's
-  ``pow(y, 3)`` became ``y*y*y``) rather than taking it as a runtime argument. A ``Const`` of a set
-  that ops outside the set read too stays unmarked (:func:`release_shared_constants`): TensorFlow
-  would replicate it, marks included, to each other device that reads it, as a one-op cluster.
+  ``pow(y, 3)`` became ``y*y*y``) rather than taking it as a runtime argument. A marked ``Const``
+  that an op of another device reads too reaches it through an unmarked ``Identity`` on the
+  constant's device (:func:`hold_marked_constants`): TensorFlow would otherwise replicate the
+  constant, marks included, to that device, where it runs as a one-op cluster.
 
 The flags XLA needs (:data:`graphir.backends.tf.session.XLA_FLAGS`: lazy compilation off, so a
 cluster is exactly two ops and a failure to compile is an error rather than a silent fallback; the
@@ -63,6 +64,7 @@ from graphir.ir import Module, Node
 __all__ = [
     "ABSORBED_CONSTANT_BYTES",
     "BRIDGE_SUFFIX",
+    "HOLD_SUFFIX",
     "KERNEL_ATTRS",
     "KernelSet",
     "absorb_constants",
@@ -71,10 +73,10 @@ __all__ = [
     "cluster_report",
     "cluster_runs",
     "fed_kernel_inputs",
+    "hold_marked_constants",
     "kernel_sets",
     "live_sets",
     "mark_kernels",
-    "release_shared_constants",
 ]
 
 KERNEL_ATTRS = ("_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients")
@@ -153,28 +155,6 @@ def _consumers(graph_def: Any) -> dict[str, list[str]]:
         for ref in node.input:
             users[_base(ref)].append(node.name)
     return users
-
-
-def release_shared_constants(graph_def: Any, sets: Sequence[KernelSet]) -> list[KernelSet]:
-    """``sets`` without their ``Const`` ops that an op outside the set reads too (module docstring).
-
-    TensorFlow's constant replication copies a small constant to every other device that reads it,
-    attributes included: a marked one would run as a one-op cluster there (an 8-layer GPT step with
-    large sets holding such constants ran 499 clusters for 419 sets). Left unmarked, the constant is
-    an input of the cluster, as XLA takes any constant from outside.
-    """
-    owner = {op: k for k, kernel in enumerate(sets) for op in kernel.ops}
-    users = _consumers(graph_def)
-    shared = {
-        node.name
-        for node in graph_def.node
-        if node.op == "Const"
-        and node.name in owner
-        and any(owner.get(user, -1) != owner[node.name] for user in users.get(node.name, ()))
-    }
-    if not shared:
-        return list(sets)
-    return [dataclasses.replace(kernel, ops=tuple(op for op in kernel.ops if op not in shared)) for kernel in sets]
 
 
 def live_sets(graph_def: Any, sets: Sequence[KernelSet], roots: Iterable[str]) -> list[KernelSet]:
@@ -318,8 +298,49 @@ def mark_kernels(graph_def: Any, sets: Sequence[KernelSet]) -> Any:
         node.attr["_XlaCompile"].b = True
         node.attr["_XlaScope"].s = name
         node.attr["_XlaSeparateCompiledGradients"].b = False
+    hold_marked_constants(graph_def, sets)
     bridge_cross_device_inputs(graph_def, sets)
     return graph_def
+
+
+HOLD_SUFFIX = "graphir_xla_hold"
+"""Name part of the ops :func:`hold_marked_constants` adds (``<const>/graphir_xla_hold_<k>``)."""
+
+
+def hold_marked_constants(graph_def: Any, sets: Sequence[KernelSet]) -> int:
+    """Route every read of a marked ``Const`` from another device through an ``Identity`` on the constant's; how many.
+
+    TensorFlow's constant replication (a graph pass of the session) gives each other device that
+    reads a small constant its own copy, ``<const>/replicate/_k``, with the constant's attributes:
+    a marked constant then runs as a one-op XLA cluster on each of those devices (an 8-layer GPT step
+    with regions of up to 24 ops marked ran 499 clusters for 419 sets). Read through an unmarked
+    ``Identity`` on its own device, the constant has readers on one device only and stays in its
+    set, and the value crosses devices as any other tensor does.
+    """
+    marked = {op: kernel.tf_device for kernel in sets for op in kernel.ops}
+    consts = {node.name: node for node in graph_def.node if node.op == "Const" and node.name in marked}
+    if not consts:
+        return 0
+    holds: dict[str, str] = {}
+    taken = {node.name for node in graph_def.node}
+    for node in list(graph_def.node):
+        for position, ref in enumerate(node.input):
+            if ref.startswith("^") or _base(ref) not in consts:
+                continue
+            const = consts[_base(ref)]
+            if node.device == const.device or node.name in holds.values():
+                continue
+            hold = holds.get(const.name)
+            if hold is None:
+                k = 0
+                while f"{const.name}/{HOLD_SUFFIX}_{k}" in taken:
+                    k += 1
+                hold = holds[const.name] = f"{const.name}/{HOLD_SUFFIX}_{k}"
+                taken.add(hold)
+                identity = graph_def.node.add(name=hold, op="Identity", input=[const.name], device=const.device)
+                identity.attr["T"].type = const.attr["dtype"].type
+            node.input[position] = hold
+    return len(holds)
 
 
 BRIDGE_SUFFIX = "graphir_xla_bridge"

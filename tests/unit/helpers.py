@@ -1176,3 +1176,82 @@ def mark_kernel_chains(module: Module, ops: frozenset[str] = ELEMENTWISE_TF_OPS,
         for node in chain:
             node.kernel = f"{prefix}{number}"
     return len(chains)
+
+
+KERNEL_REGION_TF_OPS = ELEMENTWISE_TF_OPS | frozenset(
+    f"tf.{op}"
+    for op in (
+        "Sum Mean Max Reshape Transpose Cast SelectV2 Select Softmax BiasAdd BiasAddGrad SquaredDifference Pow "
+        "Erf ExpandDims Squeeze Tile BroadcastTo Identity ConcatV2 StridedSlice Const"
+    ).split()
+)
+"""TF ops a region of :func:`mark_kernel_regions` may hold (reductions, reshapes, selects... all with XLA kernels)."""
+
+
+def mark_kernel_regions(module: Module, ops: frozenset[str] = KERNEL_REGION_TF_OPS, limit: int = 24) -> list[int]:
+    """Grow convex regions of ``ops`` on one device greedily and name each a kernel; the regions' sizes.
+
+    In topological order, the region of each edge's ends (data or control; both in ``ops``, on one
+    device, at most ``limit`` nodes together) merge unless a path leaves one and enters the other,
+    the device orders counted as edges (each node to the next of its device), so the regions stay
+    jointly convex under the enforced order too. Regions of one node stay unmarked; names are
+    ``r<k>``. A quadratic search, for test graphs of a few thousand nodes.
+    """
+    from graphir.backends.tf.lowering import lowering_sequence
+
+    placed = [node for node in module.graph.nodes if node.device is not None]
+    ordered = bool(placed) and all(node.order is not None for node in placed)
+    nodes, order_prev = lowering_sequence(module, ordered)  # a topological order of data, control and order edges
+    position = {node: k for k, node in enumerate(nodes)}
+    following = {before: after for after, before in order_prev.items()}
+
+    def successors(node: Node) -> list[Node]:
+        after = following.get(node)
+        return [*node.successors, *node.control_users, *([after] if after is not None else [])]
+
+    region = {node: node for node in nodes}
+    members = {node: [node] for node in nodes}
+
+    def find(node: Node) -> Node:
+        while region[node] is not node:
+            region[node] = region[region[node]]
+            node = region[node]
+        return node
+
+    def path_between(first: Node, second: Node) -> bool:
+        """Whether a path leaves region ``first`` and enters region ``second`` through other regions."""
+        inside = {*members[first], *members[second]}
+        last = max(position[m] for m in members[second])
+        pending = [s for m in members[first] for s in successors(m) if s not in inside]
+        seen: set[Node] = set()
+        while pending:
+            node = pending.pop()
+            if node in seen or position[node] > last:
+                continue
+            seen.add(node)
+            for succ in successors(node):
+                if succ in inside:
+                    if find(succ) is second:
+                        return True
+                else:
+                    pending.append(succ)
+        return False
+
+    for node in nodes:
+        if node.op not in ops or node.device is None:
+            continue
+        for succ in successors(node):
+            if succ.op not in ops or succ.device != node.device:
+                continue
+            first, second = find(node), find(succ)
+            if first is second or len(members[first]) + len(members[second]) > limit:
+                continue
+            if path_between(first, second) or path_between(second, first):
+                continue
+            region[second] = first
+            members[first] += members.pop(second)
+    regions = [group for root, group in members.items() if len(group) > 1 and find(root) is root]
+    for number, group in enumerate(regions):
+        for node in group:
+            node.kernel = f"r{number}"
+    return [len(group) for group in regions]
