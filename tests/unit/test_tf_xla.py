@@ -222,6 +222,43 @@ _CHECK = _REGISTER + textwrap.dedent(
     """
 )
 
+_SAME_BYTES = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import graphir.driver.clusters  # the resolver of host clusters such as 2xcpu
+    from graphir.backends.tf.lowering import lower
+    from graphir.parser import parse_module
+
+    text = Path(sys.argv[1]).read_text()
+    marked, plain = parse_module(text), parse_module(text)
+    for node in plain.graph.nodes:
+        del node.kernel
+    marked_def, plain_def = lower(marked).graph_def(), lower(plain).graph_def()
+    stripped = 0
+    for node in marked_def.node:
+        for key in ("_XlaCompile", "_XlaScope", "_XlaSeparateCompiledGradients"):
+            if key in node.attr:
+                del node.attr[key]
+                stripped += 1
+    print(json.dumps({
+        "same": marked_def.SerializeToString(deterministic=True) == plain_def.SerializeToString(deterministic=True),
+        "stripped": stripped,
+        "kernels": len(lower(plain).kernels),
+    }))
+    """
+)
+
+
+def test_the_marks_are_the_only_difference_and_an_unmarked_module_gets_none(tmp_path):
+    """The lit golden's module, with and without its ``kernel`` annotations: same GraphDef but for the marks."""
+    gir = HERE.parent / "filecheck" / "tf" / "kernels.gir"
+    command = [sys.executable, "-c", _SAME_BYTES, str(gir)]
+    result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {"same": True, "stripped": 15, "kernels": 0}
+
+
 _WRITE_GRAPH = textwrap.dedent(
     """
     import sys
