@@ -83,6 +83,13 @@ def manifest(module: Module, lowered: LoweredGraph, what: str) -> str:
     if weights:
         size = sum(w.variable.shape.num_elements() * w.variable.dtype.size for w in weights.values())
         lines.append(f"large weights: {len(weights)} ({size} bytes), held as variables by the lowering")
+    kernels = getattr(lowered, "kernels", {})
+    if kernels:
+        ops = sum(len(kernel.ops) for kernel in kernels.values())
+        where = (
+            "the GraphDef only: the SavedModel's function runs them unfused" if "SavedModel" in what else "the GraphDef"
+        )
+        lines.append(f"fused kernels: {len(kernels)} ({ops} ops), marked as XLA clusters in {where}")
     return "\n".join(lines) + "\n"
 
 

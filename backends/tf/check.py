@@ -34,6 +34,16 @@ and ``order_dependencies`` (the control dependencies added along the devices' or
 when the placement recorded the ``enforced`` order, as ``place{algo=pipeline}`` does; forced on by
 ``--enforce-order``), so a pipelined step is proven under the schedule's order, without deadlock.
 
+**Fused kernels** (both modes): when the placed module has ``kernel`` annotations (``fuse-kernels``),
+the lowering marks each set as one XLA cluster (:mod:`graphir.backends.tf.xla`) and the line
+also reports ``xla_clusters_marked`` (the sets graphir marked that the step needs;
+``xla_kernels_pruned`` counts the others), ``xla_clusters_run`` (the
+``_XlaRun`` ops in the partition graphs of the checked step: the clusters TensorFlow compiled
+and ran), ``xla_clusters_matched`` (sets matched one to one to a run on their device by the ops
+around them) and ``xla_cluster_problems`` (a device where the two counts differ, or a marked op that
+ran outside its cluster); without annotations they are 0, 0, 0 and ``[]``. Marked ops are not counted
+as "not run" among the ``placement_mismatches``: they ran inside their cluster.
+
 TensorFlow's logical devices must be configured before its runtime starts, so this runs in a
 fresh process (:func:`configure_logical_cpus` first, which also turns oneDNN's graph rewrites
 off: they fuse ops under new names, e.g. a ``Pad`` into its ``Conv2D``). The tests call it through ``subprocess``.
@@ -64,6 +74,7 @@ __all__ = [
     "reference_values",
     "relative_error",
     "session_run",
+    "xla_clusters",
 ]
 
 
@@ -97,11 +108,16 @@ def _same_device(actual: str, expected: str) -> bool:
 
 
 def session_run(
-    lowered: Any, inputs: Sequence[np.ndarray], devices: int, fetches: Sequence[str] | None = None
+    lowered: Any,
+    inputs: Sequence[np.ndarray],
+    devices: int,
+    fetches: Sequence[str] | None = None,
+    partitions: list[Any] | None = None,
 ) -> tuple[list[np.ndarray], dict[str, str]]:
     """Run the lowered GraphDef in a session; the fetched values and each op's device from ``RunMetadata``.
 
-    ``fetches`` are TF tensor names (default: the graph outputs).
+    ``fetches`` are TF tensor names (default: the graph outputs); the step's partition graphs are
+    appended to ``partitions`` when given (:func:`xla_clusters` reads them).
     """
     import tensorflow as tf
 
@@ -119,6 +135,8 @@ def session_run(
         lowered.initialize_weights(session)
         feed = dict(zip(lowered.feeds, inputs, strict=True))
         outputs = session.run(list(fetches or lowered.fetches), feed, options=options, run_metadata=metadata)
+    if partitions is not None:
+        partitions.extend(metadata.partition_graphs)
     placed = {
         node.name: node.device
         for partition in metadata.partition_graphs
@@ -190,6 +208,7 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
     roots = [*lowered.fetches, *getattr(lowered, "value_tensors", {}).values()]
     live = _live_ops(graph_ops, roots) if graph_ops else None
     users = _users(graph_ops)
+    clustered = {op for kernel in getattr(lowered, "kernels", {}).values() for op in kernel.ops}
     for op, device in expected:
         if op in fed:
             continue
@@ -205,6 +224,8 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
         )
         actual = placed.get(op)
         if actual is None:
+            if op in clustered:
+                continue  # compiled into its kernel's XLA cluster
             if parts:
                 continue  # lowered into its parts (a fetched one also leaves an IdentityN of its name)
             if live is not None and op not in live:
@@ -217,6 +238,35 @@ def placement_mismatches(lowered: Any, placed: dict[str, str]) -> tuple[int, lis
         if not _same_device(actual, device):
             problems.append(f"{op}: expected {device}, got {actual}")
     return checked, problems
+
+
+def xla_clusters(lowered: Any, partitions: Sequence[Any], fetched: Sequence[str] | None = None) -> dict[str, Any]:
+    """The fused kernels graphir marked against the XLA clusters TensorFlow ran, from one step's partition graphs.
+
+    * ``xla_clusters_marked``: the kernel sets (``LoweredGraph.kernels``) that something ``fetched``
+      (default: the graph outputs) depends on;
+    * ``xla_kernels_pruned``: the other sets (the session prunes them);
+    * ``xla_clusters_run``: the ``_XlaRun`` ops of the step (one per compiled cluster);
+    * ``xla_clusters_matched``: the sets matched one to one to a run on their device by the ops
+      around them (:func:`graphir.backends.tf.xla.cluster_runs`);
+    * ``xla_cluster_problems``: a device whose count of clusters run differs from its count of sets,
+      an unasked-for cluster, or a marked op that ran outside its cluster
+      (:func:`graphir.backends.tf.xla.cluster_report`).
+    """
+    from graphir.backends.tf.xla import cluster_report, cluster_runs, live_sets
+
+    graph_def = lowered.graph_def(embed_weights=False)
+    marked_sets = list(getattr(lowered, "kernels", {}).values())
+    sets = live_sets(graph_def, marked_sets, fetched or lowered.fetches)
+    marked, run, problems = cluster_report(sets, partitions, _same_device)
+    matched = len(cluster_runs(graph_def, sets, partitions, _same_device)) if sets else 0
+    return {
+        "xla_clusters_marked": marked,
+        "xla_kernels_pruned": len(marked_sets) - len(sets),
+        "xla_clusters_run": run,
+        "xla_clusters_matched": matched,
+        "xla_cluster_problems": problems[:20],
+    }
 
 
 def _users(ops: dict[str, Any]) -> dict[str, list[str]]:
@@ -303,7 +353,8 @@ def check_onnx_model(
     expected = reference_values(path, [*names, *lowered.output_names], feeds)
     compared = [n for n in names if n in expected]
     actual = lowered(*inputs)
-    fetched, placed = session_run(lowered, inputs, devices, [lowered.value_tensors[n] for n in compared])
+    partitions: list[Any] = []
+    fetched, placed = session_run(lowered, inputs, devices, [lowered.value_tensors[n] for n in compared], partitions)
     errors = {n: relative_error([got], [expected[n]]) for n, got in zip(compared, fetched, strict=True)}
     worst = max(errors, key=errors.__getitem__) if errors else ""
     checked, problems = placement_mismatches(lowered, placed)
@@ -323,6 +374,7 @@ def check_onnx_model(
         "enforce_order": enforce_order,
         "weights": len(lowered.weights),
         "graphdef_bytes": lowered.graph_def(embed_weights=False).ByteSize(),
+        **xla_clusters(lowered, partitions, [lowered.value_tensors[n] for n in compared]),
     }
 
 
@@ -421,7 +473,7 @@ def check_training_step(
     }
     start = {name: variables[origin] for name, origin in mirrors.items()}
     with SessionRunner(rewritten, lowered_new, "", devices, variables=start, timeout_s=600) as runner:
-        (new_loss,) = runner.run(feeds)
+        (new_loss,), partitions = runner.run_partitioned(feeds)
         got = runner.read_variables()
     roles = variable_roles(original)
     scale: dict[str, float] = {}
@@ -461,4 +513,5 @@ def check_training_step(
         "update_rel_error": updates.get(worst_update, 0.0),
         "worst_update": worst_update,
         "loss_rel_error": relative_error([new_loss], [loss]),
+        **xla_clusters(lowered_new, partitions),
     }

@@ -51,6 +51,12 @@ that they forbid the runtime from running a later-ordered node early when an ear
 waiting for a transfer, which priorities would allow. Orders written by ``place``/``schedule``
 follow a schedule that respects the data dependencies, so they never form a cycle; an order that
 does is reported as a BackendError naming a node on the cycle.
+
+**Fused kernels** (``kernel`` annotations, set by ``fuse-kernels``): the TF ops of the nodes of one
+kernel name on one device are marked as one XLA cluster in :meth:`LoweredGraph.graph_def`, after a
+check that every set is placed and that the graph with each set contracted stays acyclic (the
+order's control dependencies included); see :mod:`graphir.backends.tf.xla`. Without annotations
+nothing of this runs and the lowering is unchanged.
 """
 
 from __future__ import annotations
@@ -65,6 +71,13 @@ from typing import Any
 
 import numpy as np
 
+from graphir.backends.tf.xla import (
+    KernelSet,
+    absorb_constants,
+    check_convex,
+    kernel_sets,
+    mark_kernels,
+)
 from graphir.errors import BackendError, Location
 from graphir.ir import Module, Node, Value, ValueKind
 from graphir.ops import OpContext, lowering_of, onnx_inputs, tf_dtype, weight_layout_of
@@ -100,6 +113,11 @@ class LoweredGraph:
         enforce_order: whether control dependencies follow each device's order.
         weights: TF op name of each large weight's captured handle (in ``graph_def(embed_weights=False)``)
             -> the :class:`Weight` holding it (variable, device, ``ReadVariableOp`` name).
+        kernels: ``_XlaScope`` -> the :class:`~graphir.backends.tf.xla.KernelSet` of each fused kernel
+            (nodes of one ``kernel`` name on one device), whose ops :meth:`graph_def` marks as one XLA
+            cluster; empty when no node has ``kernel`` (the GraphDef is then unchanged). The marks
+            are on the GraphDef only (what sessions, ``--run-tf``, the rig and the checks run):
+            :attr:`function`, and a SavedModel made from it, run the sets unfused.
     """
 
     function: Callable[..., Any]
@@ -114,6 +132,7 @@ class LoweredGraph:
     enforce_order: bool
     _graph_def: Callable[[], Any] = dataclasses.field(repr=False)
     weights: dict[str, Weight] = dataclasses.field(default_factory=dict)
+    kernels: dict[str, KernelSet] = dataclasses.field(default_factory=dict)
 
     def graph_def(self, embed_weights: bool = True) -> Any:
         """A fresh ``tf.compat.v1.GraphDef`` of the lowered graph (devices set on every node).
@@ -365,12 +384,19 @@ def lower(
         large_weight_bytes: ONNX constants larger than this become resource variables outside the
             graph (``None``: every constant is a graph ``Const``). TF-imported modules keep theirs.
 
+    Nodes with a ``kernel`` annotation are marked: every TF op lowered from the nodes of one kernel
+    name on one device carries ``_XlaCompile``/``_XlaScope``/``_XlaSeparateCompiledGradients`` in
+    :meth:`LoweredGraph.graph_def`, so TensorFlow compiles each such set as one XLA cluster
+    (:mod:`graphir.backends.tf.xla`; :attr:`LoweredGraph.kernels` lists them). Automatic: no flag.
+    A module without ``kernel`` annotations lowers exactly as before.
+
     Returns:
         The :class:`LoweredGraph` (callable, GraphDef builder, node -> op and device maps).
 
     Raises:
         BackendError: an op outside the op table (naming the op type and node), a device the
-            cluster lacks, missing orders, or a node TensorFlow cannot build.
+            cluster lacks, missing orders, a node TensorFlow cannot build, or a fused kernel that is
+            unplaced or not convex in the lowered graph (naming the kernel and a node on the path).
     """
     check_supported(module)
     if enforce_order is None:
@@ -381,8 +407,30 @@ def lower(
 
     tf = load_tensorflow("lowering to TensorFlow")
     if _is_tf_module(module):
-        return _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
-    return _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order, large_weight_bytes)
+        lowered = _lower_tf(module, tf, sequence, order_prev, devices, enforce_order)
+    else:
+        lowered = _lower_onnx(module, tf, sequence, order_prev, devices, enforce_order, large_weight_bytes)
+    return _mark_kernels(module, lowered, sequence, devices)
+
+
+def _mark_kernels(
+    module: Module, lowered: LoweredGraph, sequence: Sequence[Node], devices: Mapping[Node, str]
+) -> LoweredGraph:
+    """``lowered`` with its fused kernels marked as XLA clusters (:mod:`graphir.backends.tf.xla`); as is without.
+
+    Each set's convexity is checked on the unmarked GraphDef (the order's control edges included)
+    before anything is marked.
+    """
+    sets = kernel_sets(module, sequence, lowered.node_ops, devices)
+    if not sets:
+        return lowered
+    build = lowered._graph_def
+    unmarked = build()
+    sets = absorb_constants(unmarked, sets, lowered.node_ops)
+    check_convex(unmarked, sets, lowered.node_ops, lowered.enforce_order)
+    lowered.kernels = {kernel.scope: kernel for kernel in sets}
+    lowered._graph_def = lambda: mark_kernels(build(), sets)
+    return lowered
 
 
 def _scope_name(name: str) -> str:

@@ -26,7 +26,12 @@ instead runs TensorFlow's own distributed runtime on this machine:
   it would reach its task only when task 0's one compute thread ran out of work, which serialised
   the replicas of the data-parallel pair (``benchmarks/results/fidelity-allreduce-notes.md``); the
   simulator, like one input pipeline per worker, has every input on its device at the step's start.
-  Inputs of task 0 are fed, as before.
+  Inputs of task 0 are fed, as before, unless the module has fused kernels (``kernel``
+  annotations, marked as XLA clusters by the lowering): then every input is held, since a fed
+  input enters the master's graph as a ``_Recv`` that XLA's deadness analysis gives its own
+  predicate, which splits the clusters downstream of it (``benchmarks/results/xla-fusion-notes.md``).
+* **XLA.** The workers start with ``TF_XLA_FLAGS`` set (:data:`graphir.backends.tf.session.XLA_FLAGS`):
+  the master clusters the marked ops, and the worker of each cluster's device compiles and runs it.
 * **Step time.** ``warmup`` untraced steps, then ``steps`` untraced timed steps: the wall time of
   ``session.run`` in the client, and the median over the timed steps (:attr:`RigRun.median_s`).
   Tracing is off for these steps, so the statistics collection does not slow them.
@@ -146,11 +151,11 @@ def rig(cluster: Cluster, timeout_s: float = 120.0, pin: bool = True) -> Iterato
     way out, whatever happened.
     """
     from graphir.backends.tf.distributed import cluster_tasks, start_local_servers
+    from graphir.backends.tf.session import with_xla_flags
 
     cores = rig_cores(len(cluster_tasks(cluster))) if pin else None
-    with start_local_servers(
-        cluster, timeout_s=timeout_s, cores=cores, threads=1, environment=WORKER_ENVIRONMENT
-    ) as servers:
+    environment = {**WORKER_ENVIRONMENT, "TF_XLA_FLAGS": with_xla_flags(os.environ.get("TF_XLA_FLAGS"))}
+    with start_local_servers(cluster, timeout_s=timeout_s, cores=cores, threads=1, environment=environment) as servers:
         try:
             yield servers
         except GraphIRError as exc:
@@ -285,6 +290,12 @@ class RigRun:
         node_memory: IR node name -> (output bytes, temporary bytes), medians over the traced steps
             summed over its TF ops (read as ``profile{mode=tf}`` reads them,
             :func:`graphir.backends.tf.measure.node_stats`).
+        kernel_seconds: ``_XlaScope`` of each fused kernel (``LoweredGraph.kernels``) -> the median
+            seconds of its cluster's ``_XlaRun`` plus ``_XlaCompile`` (the per-step cache lookup), the
+            run matched to the set by :func:`graphir.backends.tf.xla.cluster_runs`. A kernel's nodes
+            have no ``node_seconds``: their ops ran inside the cluster.
+        xla_clusters: (kernel sets marked that the outputs depend on, ``_XlaRun`` ops in the last
+            traced step).
     """
 
     times_s: list[float]
@@ -297,6 +308,8 @@ class RigRun:
     ops: int = 0
     op_seconds: float = 0.0
     node_memory: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+    kernel_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
+    xla_clusters: tuple[int, int] = (0, 0)
 
 
 def _median_ops(traces: Sequence[StepTrace]) -> dict[str, tuple[str, float]]:
@@ -368,7 +381,9 @@ def run_on_rig(
     given = {node.name: array for node, array in variable_values(module, variables or {}).items()}
     values = {**random_variables(module, seed, skip=set(given)), **given}
     drawn = dict(zip(lowered.feeds, random_inputs(module, lowered.input_names, seed), strict=True))
-    held = {feed: drawn.pop(feed) for feed in remote_feeds(lowered, servers.master_task)}
+    # Fused kernels: every input held, since a fed one splits the XLA clusters downstream of it.
+    holding = list(lowered.feeds) if lowered.kernels else remote_feeds(lowered, servers.master_task)
+    held = {feed: drawn.pop(feed) for feed in holding}
     inputs = list(drawn.values())
     with SessionRunner(
         module, lowered, servers.target, variables=values, timeout_s=timeout_s, what=what, held_inputs=held
@@ -427,6 +442,7 @@ def harvest(module: Module, lowered: Any, metadata: Sequence[Any], times: Sequen
             value = node.outputs[min(output, len(node.outputs) - 1)].name
         transfers.append((value, src, dst, nbytes, seconds))
     op_seconds = float(sum(seconds for _, seconds in ops.values()))
+    kernel_seconds, clusters = _kernel_seconds(lowered, metadata, ops)
     return RigRun(
         list(times),
         float(np.median(times)),
@@ -438,7 +454,34 @@ def harvest(module: Module, lowered: Any, metadata: Sequence[Any], times: Sequen
         len(ops),
         op_seconds,
         node_memory,
+        kernel_seconds,
+        clusters,
     )
+
+
+def _kernel_seconds(
+    lowered: Any, metadata: Sequence[Any], ops: Mapping[str, tuple[str, float]]
+) -> tuple[dict[str, float], tuple[int, int]]:
+    """Each fused kernel's cluster seconds (``_XlaRun`` + ``_XlaCompile``) and (sets, runs) of the last step."""
+    from graphir.backends.tf.xla import XLA_RUN_OP, cluster_runs, live_sets
+
+    sets = list(getattr(lowered, "kernels", {}).values())
+    if not sets or not metadata:
+        return {}, (len(sets), 0)
+    graph_def = lowered.graph_def(embed_weights=False)
+    sets = live_sets(graph_def, sets, lowered.fetches)
+    partitions = list(metadata[-1].partition_graphs)
+    runs = sum(1 for part in partitions for node in part.node if node.op == XLA_RUN_OP)
+
+    def same_device(actual: str, expected: str) -> bool:
+        return normalise_device(actual).endswith(normalise_device(expected))
+
+    matched = cluster_runs(graph_def, sets, partitions, same_device)
+    seconds = {}
+    for scope, run in matched.items():
+        pair = (run, run.rsplit("/", 1)[0] + "/xla_compile")
+        seconds[scope] = float(sum(ops[name][1] for name in pair if name in ops))
+    return seconds, (len(sets), runs)
 
 
 # --------------------------------------------------------------------------- calibration runs

@@ -82,6 +82,9 @@ class RunReport:
         simulated_s: the simulated makespan (``None`` when the module has no schedule to simulate).
         devices: TF devices of the placed nodes.
         tasks: ``/job:J/task:K`` of a multi-host run (empty locally).
+        xla_clusters: for a module with fused kernels (``kernel`` annotations), (kernel sets marked
+            that the outputs depend on, XLA clusters TensorFlow ran in one traced step after the timed
+            ones); ``None`` without.
     """
 
     steps: int
@@ -91,6 +94,7 @@ class RunReport:
     simulated_s: float | None
     devices: list[str]
     tasks: list[str]
+    xla_clusters: tuple[int, int] | None = None
 
     def line(self) -> str:
         """One line for standard error, ``run-tf: measured median X s, simulated Y s (details)``.
@@ -100,6 +104,9 @@ class RunReport:
         """
         simulated = "n/a" if self.simulated_s is None else f"{self.simulated_s:.6g} s"
         where = f"{len(self.devices)} device(s)" + (f" on {len(self.tasks)} task(s)" if self.tasks else "")
+        if self.xla_clusters is not None:
+            marked, run = self.xla_clusters
+            where += f", {run} XLA cluster(s) run for {marked} fused kernel(s)"
         return (
             f"run-tf: measured median {self.median_s:.6g} s, simulated {simulated} "
             f"({self.steps} step(s) after {self.warmup} warm-up, {where})"
@@ -188,6 +195,7 @@ def run_module(
             )
         times = measured.times_s
         tasks = sorted(tasks_used({name: device for name, device in measured.node_devices.items()}))
+        clusters = measured.xla_clusters if measured.xla_clusters[0] else None
     else:
         configure_cpus(local_cpu_count(module))
         lowered = lower(module, enforce_order=enforce_order)
@@ -198,7 +206,17 @@ def run_module(
         inputs = random_inputs(module, lowered.input_names, seed)
         devices = sorted({d for d in lowered.node_devices.values() if d})
         cpus = local_cpu_count(module)
+        clusters = None
         with SessionRunner(module, lowered, "", cpus, values, deadline.remaining(), what) as runner:
             times = time_steps(runner, inputs, steps, warmup)
+            if lowered.kernels:  # one more step, traced: did TensorFlow compile what graphir marked?
+                from graphir.backends.tf.xla import live_sets
+
+                _, partitions = runner.run_partitioned(inputs)
+                runs = sum(1 for part in partitions for node in part.node if node.op == "_XlaRun")
+                sets = live_sets(
+                    lowered.graph_def(embed_weights=False), list(lowered.kernels.values()), lowered.fetches
+                )
+                clusters = (len(sets), runs)
         tasks = []
-    return RunReport(steps, warmup, statistics.median(times), times, simulated, devices, tasks)
+    return RunReport(steps, warmup, statistics.median(times), times, simulated, devices, tasks, clusters)

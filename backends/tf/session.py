@@ -62,6 +62,7 @@ from graphir.types import is_static_shape
 
 __all__ = [
     "INIT_BATCH_BYTES",
+    "XLA_FLAGS",
     "SessionRunner",
     "configure_cpus",
     "configure_logical_cpus",
@@ -71,15 +72,47 @@ __all__ = [
     "tf_run_error",
     "time_steps",
     "timed_calls",
+    "set_xla_flags",
+    "with_xla_flags",
 ]
+
+XLA_FLAGS = "--tf_xla_enable_lazy_compilation=false --tf_xla_disable_constant_folding=true"
+"""``TF_XLA_FLAGS`` of every graphir run, for fused kernels (``kernel`` annotations) marked as XLA clusters.
+
+Lazy compilation off: a cluster is exactly an ``_XlaCompile``/``_XlaRun`` pair and a cluster XLA
+cannot compile is an error, not a silent fallback to the TF ops. XLA's constant folding of the
+cluster's TF graph off: inside a ``tf.distribute.Server`` it fails with "Multiple CPU devices" on
+clusters holding float constants (XLA's own HLO folding stays on). TensorFlow reads the variable
+once, when the process creates its first session, so it is set before that: by
+:func:`configure_logical_cpus` (every local run and check starts there), by :class:`SessionRunner`
+(before its session) and in the environment of the rig's workers. It changes nothing for graphs
+without marks: auto-jit stays off, so nothing is clustered (``tests/unit/test_tf_xla.py`` checks
+that an unmarked step runs the same ops with the same results under the flags)."""
+
+
+def with_xla_flags(current: str | None) -> str:
+    """``TF_XLA_FLAGS`` with :data:`XLA_FLAGS` added to ``current`` (flags already set there are kept)."""
+    flags = (current or "").split()
+    names = {flag.split("=", 1)[0] for flag in flags}
+    flags += [flag for flag in XLA_FLAGS.split() if flag.split("=", 1)[0] not in names]
+    return " ".join(flags)
+
+
+def set_xla_flags() -> None:
+    """Add :data:`XLA_FLAGS` to this process's ``TF_XLA_FLAGS`` (effective before its first TF session)."""
+    os.environ["TF_XLA_FLAGS"] = with_xla_flags(os.environ.get("TF_XLA_FLAGS"))
 
 
 def configure_logical_cpus(count: int) -> Any:
-    """Split the host CPU into ``count`` logical devices (before TensorFlow initialises them)."""
+    """Split the host CPU into ``count`` logical devices (before TensorFlow initialises them).
+
+    Also sets ``TF_XLA_FLAGS`` (:data:`XLA_FLAGS`), which TensorFlow reads at its first session.
+    """
     from graphir.importers.tf import load_tensorflow
 
     # oneDNN's graph rewrite fuses ops (Pad into Conv2D) under new names, hiding their placement.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    set_xla_flags()
     tf = load_tensorflow("running on TensorFlow")
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
@@ -302,6 +335,7 @@ class SessionRunner:
         from graphir.importers.tf import load_tensorflow
 
         check_runnable(module, what)
+        set_xla_flags()  # in case this is the process's first session
         tf = load_tensorflow("running on TensorFlow")
         self.tf = tf
         self.lowered = lowered
@@ -313,11 +347,21 @@ class SessionRunner:
             raise BackendError(f"{what}: cannot hold '{unknown[0]}': it is not one of the graph's feeds")
         self.feeds: tuple[str, ...] = tuple(feed for feed in lowered.feeds if feed not in held)
         """The tensors :meth:`run` feeds, one input each, in order (the lowering's feeds minus the held ones)."""
+        step = lowered.graph_def()
+        kernels = list(getattr(lowered, "kernels", {}).values())
+        if target and kernels:
+            from graphir.backends.tf.xla import fed_kernel_inputs
+
+            fed = fed_kernel_inputs(step, kernels, self.feeds)
+            if fed:
+                raise BackendError(
+                    f"{what}: fused kernels depend on input '{fed[0]}', fed to a remote session, where a fed input "
+                    "splits XLA clusters: hold it (held_inputs)"
+                )
         devices = node_devices(module)
         self.graph = tf.Graph()
         reader = variables_graphdef(module, devices, tf)
         init = variables_graphdef(module, devices, tf, variable_values(module, variables or {}))
-        step = lowered.graph_def()
         holder = _held_inputs_graphdef(step, held, tf)
         with self.graph.as_default():
             tf.graph_util.import_graph_def(holder.graph_def, name="")
@@ -361,11 +405,18 @@ class SessionRunner:
         self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None
     ) -> tuple[list[np.ndarray], dict[str, str]]:
         """:meth:`run`, also returning each op's device from ``RunMetadata``'s partition graphs."""
+        outputs, partitions = self.run_partitioned(inputs, fetches)
+        placed = {node.name: node.device for part in partitions for node in part.node}
+        return outputs, placed
+
+    def run_partitioned(
+        self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None
+    ) -> tuple[list[np.ndarray], list[Any]]:
+        """:meth:`run`, also returning the step's partition graphs (one ``GraphDef`` per device, as TF ran them)."""
         feed = dict(zip(self.feeds, inputs, strict=True))
         metadata = self.tf.compat.v1.RunMetadata()
         outputs = self._call(list(fetches or self.lowered.fetches), feed, self._options(trace=True), metadata)
-        placed = {node.name: node.device for part in metadata.partition_graphs for node in part.node}
-        return [np.asarray(o) for o in outputs], placed
+        return [np.asarray(o) for o in outputs], list(metadata.partition_graphs)
 
     def run_metadata(self, inputs: Sequence[np.ndarray], fetches: Sequence[str] | None = None) -> Any:
         """One step traced in full (``FULL_TRACE``, partition graphs): its ``RunMetadata``."""

@@ -1125,3 +1125,133 @@ def assert_fits(module: Module, algo: str) -> None:
     sim = simulate(module)
     assert sim.oom_devices == [], (algo, sim.oom_devices, sim.peak_memory.tolist())
     assert len({node.device for node in module.graph.nodes}) > 1, algo
+
+
+# ---- fused kernels marked by hand (until the fuse-kernels pass sets them)
+
+ELEMENTWISE_TF_OPS = frozenset(
+    f"tf.{op}"
+    for op in (
+        "Add AddV2 Sub Mul RealDiv Neg Square Sqrt Rsqrt Exp Log Maximum Minimum "
+        "Relu Sigmoid Tanh ReluGrad SigmoidGrad TanhGrad"
+    ).split()
+)
+"""TF ops an elementwise chain of :func:`mark_kernel_chains` may hold (all have XLA kernels)."""
+
+
+def mark_kernel_chains(module: Module, ops: frozenset[str] = ELEMENTWISE_TF_OPS, prefix: str = "k") -> int:
+    """Give every maximal chain of elementwise nodes on one device its own ``kernel`` name; the chains marked.
+
+    A node ``u`` joins the chain of its only successor ``v`` (data and control) when both are in
+    ``ops``, on one device, and (when the nodes have orders) ``v`` is next after ``u`` in the device's
+    order. Every chain is convex: all paths out of ``u`` go through ``v``; and, being consecutive
+    in its device's order, it stays convex under the enforced order's control dependencies. Chains
+    of one node are left unmarked. Names are ``<prefix><k>``, numbered in topological order.
+    """
+    nodes = list(module.graph.index().nodes)
+    parent = {node: node for node in nodes}
+
+    def root(node: Node) -> Node:
+        while parent[node] is not node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for node in nodes:
+        successors = {*node.successors, *node.control_users}
+        if node.op not in ops or len(successors) != 1 or node.device is None:
+            continue
+        (after,) = successors
+        if after.op not in ops or after.device != node.device:
+            continue
+        if node.order is not None and after.order != node.order + 1:
+            continue
+        parent[root(node)] = root(after)
+    members: dict[Node, list[Node]] = {}
+    for node in nodes:
+        if node.op in ops and node.device is not None:
+            members.setdefault(root(node), []).append(node)
+    chains = [chain for chain in members.values() if len(chain) > 1]
+    for number, chain in enumerate(chains):
+        for node in chain:
+            node.kernel = f"{prefix}{number}"
+    return len(chains)
+
+
+KERNEL_REGION_TF_OPS = ELEMENTWISE_TF_OPS | frozenset(
+    f"tf.{op}"
+    for op in (
+        "Sum Mean Max Reshape Transpose Cast SelectV2 Select Softmax BiasAdd BiasAddGrad SquaredDifference Pow "
+        "Erf ExpandDims Squeeze Tile BroadcastTo Identity ConcatV2 StridedSlice Const"
+    ).split()
+)
+"""TF ops a region of :func:`mark_kernel_regions` may hold (reductions, reshapes, selects... all with XLA kernels)."""
+
+
+def mark_kernel_regions(module: Module, ops: frozenset[str] = KERNEL_REGION_TF_OPS, limit: int = 24) -> list[int]:
+    """Grow convex regions of ``ops`` on one device greedily and name each a kernel; the regions' sizes.
+
+    In topological order, the region of each edge's ends (data or control; both in ``ops``, on one
+    device, at most ``limit`` nodes together) merge unless a path leaves one and enters the other,
+    the device orders counted as edges (each node to the next of its device), so the regions stay
+    jointly convex under the enforced order too. Regions of one node stay unmarked; names are
+    ``r<k>``. A quadratic search, for test graphs of a few thousand nodes.
+    """
+    from graphir.backends.tf.lowering import lowering_sequence
+
+    placed = [node for node in module.graph.nodes if node.device is not None]
+    ordered = bool(placed) and all(node.order is not None for node in placed)
+    nodes, order_prev = lowering_sequence(module, ordered)  # a topological order of data, control and order edges
+    position = {node: k for k, node in enumerate(nodes)}
+    following = {before: after for after, before in order_prev.items()}
+
+    def successors(node: Node) -> list[Node]:
+        after = following.get(node)
+        return [*node.successors, *node.control_users, *([after] if after is not None else [])]
+
+    region = {node: node for node in nodes}
+    members = {node: [node] for node in nodes}
+
+    def find(node: Node) -> Node:
+        while region[node] is not node:
+            region[node] = region[region[node]]
+            node = region[node]
+        return node
+
+    def path_between(first: Node, second: Node) -> bool:
+        """Whether a path leaves region ``first`` and enters region ``second`` through other regions."""
+        inside = {*members[first], *members[second]}
+        last = max(position[m] for m in members[second])
+        pending = [s for m in members[first] for s in successors(m) if s not in inside]
+        seen: set[Node] = set()
+        while pending:
+            node = pending.pop()
+            if node in seen or position[node] > last:
+                continue
+            seen.add(node)
+            for succ in successors(node):
+                if succ in inside:
+                    if find(succ) is second:
+                        return True
+                else:
+                    pending.append(succ)
+        return False
+
+    for node in nodes:
+        if node.op not in ops or node.device is None:
+            continue
+        for succ in successors(node):
+            if succ.op not in ops or succ.device != node.device:
+                continue
+            first, second = find(node), find(succ)
+            if first is second or len(members[first]) + len(members[second]) > limit:
+                continue
+            if path_between(first, second) or path_between(second, first):
+                continue
+            region[second] = first
+            members[first] += members.pop(second)
+    regions = [group for root, group in members.items() if len(group) > 1 and find(root) is root]
+    for number, group in enumerate(regions):
+        for node in group:
+            node.kernel = f"r{number}"
+    return [len(group) for group in regions]
