@@ -268,3 +268,36 @@ def test_padded_cnn_data_parallel_steps_equal_the_original(tmp_path):
         _assert_same_step(report)
         assert report["max_rel_error_per_variable"] <= TOLERANCE, report
     assert mirrored["variables_after"] == 4 * mirrored["variables"], mirrored
+
+
+def _assert_fused(report: dict) -> None:
+    """TensorFlow ran one XLA cluster per fused-kernel set the step needs (fuse-kernels' sets, the real pass)."""
+    assert report["xla_clusters_marked"] > 0, report
+    assert report["xla_clusters_run"] == report["xla_clusters_marked"], report
+    assert not report["xla_cluster_problems"], report
+
+
+def test_cnn_allreduce_step_with_fused_kernels_equals_the_original(tmp_path):
+    """fuse-kernels' sets on the two-replica ring step, each compiled as one XLA cluster: the same step."""
+    pipeline = "data-parallel{replicas=2 sync=allreduce},place{algo=data-parallel},merge-constants,fuse-kernels"
+    (report,) = _check("cnn_plain", 8, [pipeline], tmp_path)["reports"]
+    assert report["max_rel_error"] <= TOLERANCE, report
+    assert report["loss_rel_error"] <= TOLERANCE, report
+    assert report["changed"] >= report["variables"] - 2 > 4, report
+    _assert_fused(report)
+
+
+@pytest.mark.slow
+def test_gpt_fused_pipelined_and_parallelized_steps_equal_the_original(tmp_path):
+    """A 1F1B pipeline with fuse-kernels (enforced order: sets contiguous per device), and parallelize{kernels=xla}.
+
+    parallelize's choice runs under the order it recorded (its ring all-reduce under TensorFlow's
+    executor order: sets need not be contiguous there, so the order is not forced on).
+    """
+    (pipelined,) = _check("gpt", 8, [PIPELINES["1f1b"] + ",fuse-kernels"], tmp_path, enforce=True)["reports"]
+    _assert_pipelined(pipelined, 2)
+    _assert_fused(pipelined)
+    (tmp_path / "p").mkdir()
+    (chosen,) = _check("gpt", 8, ["parallelize{kernels=xla}"], tmp_path / "p")["reports"]
+    _assert_same_step(chosen)
+    _assert_fused(chosen)
