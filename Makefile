@@ -44,8 +44,9 @@ STAMP := $(VENV)/.installed-stamp
 # resolution as `pip install -e '.[dev,all]'` (every version equal, compared with `pip freeze`), but
 # wheels are fetched and unpacked in parallel and linked from uv's cache (~/.cache/uv), and
 # --compile-bytecode compiles site-packages on every core (10.6k files: most of an install's time; pip
-# compiles them one by one). Measured on the 2-core machine at load ~3.5: pip 111 s; uv 70 s with an empty
-# cache, 40 s with a warm one. --reinstall-package graphir rebuilds the editable package (and the C
+# compiles them one by one). Measured on the 2-core machine in fresh venvs, back to back at load 5-6 (nice 19):
+# pip 512 s wall, 111 CPU s; uv (its own pip install included, warm cache) 71 s, 53 CPU s; with an empty
+# cache uv took 118 s at load ~6. --reinstall-package graphir rebuilds the editable package (and the C
 # module) every time, as pip does. uv reads its own settings (UV_INDEX_URL, uv.toml), not pip.conf; when
 # uv cannot be installed, pip installs as before.
 UV_VERSION := 0.13.9
