@@ -20,7 +20,9 @@ weight among them. Measured on this 2-core machine under other sessions' load (2
 two loops in the caller's group 1.6 each (one loop's share, split), two loops in groups of their
 own 2.7 each. With the rig's workers in one group, a data-parallel step on two workers could not
 beat one worker whenever other sessions kept the cores busy.
-The servers run with oneDNN's graph rewrites off (``TF_ENABLE_ONEDNN_OPTS=0`` unless set), as
+A server does not import Keras (``import tensorflow`` otherwise loads it, with pandas and matplotlib:
+about a quarter of a server's start-up, 1.6 of 6.4 CPU s measured). The servers run with oneDNN's graph
+rewrites off (``TF_ENABLE_ONEDNN_OPTS=0`` unless set), as
 :mod:`graphir.backends.tf.check` does, so every op runs under its own name on its own device.
 """
 
@@ -54,6 +56,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 spec, job, task, cpus, lifetime, core, threads = json.loads(sys.argv[1])
 if core is not None:  # taskset -c CORE: this process and every thread TensorFlow starts run on one core
     os.sched_setaffinity(0, {core})
+# A server runs graphs it is sent and no Python model code: Keras, which `import tensorflow` loads eagerly
+# (inside a try that skips it when it cannot be imported), with pandas and matplotlib, stays out.
+sys.modules["keras"] = None
 import tensorflow as tf
 config = tf.compat.v1.ConfigProto(device_count={"CPU": cpus})
 if threads:  # the worker's kernel (intra-op) and executor (inter-op) pools

@@ -3,7 +3,7 @@
 The API and ``graphir-opt`` share one path (:func:`graphir.driver.api.run_pipeline`), so each test
 runs the command line on the same model and checks that both give the same placement, makespan and
 report (the command line's two runs, ``--emit=placement`` and ``--emit=report``, in one subprocess:
-:data:`_RUN_ALL`).
+:data:`_RUN_ALL`; the tf.function's and the Keras model's four runs share one: :func:`tf_models`).
 """
 
 from __future__ import annotations
@@ -49,19 +49,31 @@ print(json.dumps(results))
 """
 
 
-def cli_placement(path: Path, cluster: str, passes: str, tmp_path: Path) -> tuple[dict[str, str], str]:
-    """The command line's placement (``--emit=placement``) and report text for the same run."""
-    out = tmp_path / "placement.json"
-    common = [str(path), f"--cluster={cluster}", f"--passes={passes}"]
-    argvs = [[*common, "--emit=placement", "-o", str(out)], [*common, "--emit=report"]]
+def cli_placements(runs: list[tuple[Path, str, str]], tmp_path: Path) -> list[tuple[dict[str, str], str]]:
+    """The command line's placement (``--emit=placement``) and report text for each ``(path, cluster, passes)``,
+    all in one process."""
+    argvs = []
+    for k, (path, cluster, passes) in enumerate(runs):
+        common = [str(path), f"--cluster={cluster}", f"--passes={passes}"]
+        argvs += [[*common, "--emit=placement", "-o", str(tmp_path / f"placement{k}.json")], [*common, "--emit=report"]]
     done = subprocess.run(
         [sys.executable, "-c", _RUN_ALL, json.dumps(argvs)], capture_output=True, text=True, timeout=600, cwd=REPO
     )
     assert done.returncode == 0, done.stderr
-    (placed_code, _, placed_err), (report_code, report, report_err) = json.loads(done.stdout)
-    assert placed_code == 0, placed_err
-    assert report_code == 0, report_err
-    return json.loads(out.read_text()), report
+    results = json.loads(done.stdout)
+    answers = []
+    for k in range(len(runs)):
+        (placed_code, _, placed_err), (report_code, report, report_err) = results[2 * k : 2 * k + 2]
+        assert placed_code == 0, placed_err
+        assert report_code == 0, report_err
+        answers.append((json.loads((tmp_path / f"placement{k}.json").read_text()), report))
+    return answers
+
+
+def cli_placement(path: Path, cluster: str, passes: str, tmp_path: Path) -> tuple[dict[str, str], str]:
+    """The command line's placement (``--emit=placement``) and report text for the same run."""
+    (answer,) = cli_placements([(path, cluster, passes)], tmp_path)
+    return answer
 
 
 def by_name(plan: graphir.Plan) -> dict[str, str]:
@@ -116,14 +128,33 @@ def _mlp_function() -> Any:
     return mlp
 
 
-def test_tf_function_gives_the_command_lines_plan(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def tf_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, dict[str, str], str]]:
+    """The tf.function and the Keras model of the two tests below, each with the command line's placement and
+    report for its GraphDef (both command lines in one process: one TensorFlow import)."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
     from graphir.importers.tf import concrete_function_graphdef
 
+    tmp_path = tmp_path_factory.mktemp("api_tf")
     mlp = _mlp_function()
-    path = tmp_path / "mlp.pb"
-    path.write_bytes(concrete_function_graphdef(mlp.get_concrete_function()).SerializeToString())
+    mlp_path = tmp_path / "mlp.pb"
+    mlp_path.write_bytes(concrete_function_graphdef(mlp.get_concrete_function()).SerializeToString())
+    model = _keras_model()
+    spec = tf.TensorSpec((8, 16), tf.float32, name="input_0")
+    concrete = tf.function(lambda x: model(x, training=False), autograph=False).get_concrete_function(spec)
+    concrete = convert_variables_to_constants_v2(concrete)  # load() freezes a Keras forward pass
+    keras_path = tmp_path / "two_branch.pb"
+    keras_path.write_bytes(concrete_function_graphdef(concrete).SerializeToString())
+    runs = [(mlp_path, "4xV100", "place{algo=m-etf}"), (keras_path, "4xV100", "place{algo=heft}")]
+    (mlp_placement, mlp_report), (keras_placement, keras_report) = cli_placements(runs, tmp_path)
+    return {"mlp": (mlp, mlp_placement, mlp_report), "keras": (model, keras_placement, keras_report)}
+
+
+def test_tf_function_gives_the_command_lines_plan(tf_models) -> None:
+    mlp, placement, report = tf_models["mlp"]
     plan = graphir.place(mlp, cluster="4xV100", passes="place{algo=m-etf}")
-    placement, report = cli_placement(path, "4xV100", "place{algo=m-etf}", tmp_path)
     assert by_name(plan) == cli_by_name(placement, plan.module)
     assert f"makespan:   {plan.makespan * 1e6:.3f} us" in report
     assert len(set(plan.placement.values())) > 1
@@ -139,20 +170,9 @@ def _keras_model() -> Any:
     return keras.Model(inputs, keras.layers.Dense(4, name="head")(joined), name="two_branch")
 
 
-def test_keras_model_gives_the_command_lines_plan(tmp_path: Path) -> None:
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-    from graphir.importers.tf import concrete_function_graphdef
-
-    model = _keras_model()
-    spec = tf.TensorSpec((8, 16), tf.float32, name="input_0")
-    concrete = tf.function(lambda x: model(x, training=False), autograph=False).get_concrete_function(spec)
-    concrete = convert_variables_to_constants_v2(concrete)  # load() freezes a Keras forward pass
-    path = tmp_path / "two_branch.pb"
-    path.write_bytes(concrete_function_graphdef(concrete).SerializeToString())
+def test_keras_model_gives_the_command_lines_plan(tf_models) -> None:
+    model, placement, report = tf_models["keras"]
     plan = graphir.place(model, cluster="4xV100", passes="place{algo=heft}")
-    placement, report = cli_placement(path, "4xV100", "place{algo=heft}", tmp_path)
     assert plan.module.name == "two_branch"
     assert by_name(plan) == cli_by_name(placement, plan.module)
     assert f"makespan:   {plan.makespan * 1e6:.3f} us" in report

@@ -1,7 +1,8 @@
 """``--run-tf=STEPS`` / ``tools/run_tf.py``: timed steps of the lowered graph next to the simulated makespan.
 
-Runs that execute TensorFlow happen in fresh processes (logical devices are configured before
-TensorFlow initialises); the helpers that do not need TensorFlow are tested in process.
+Runs that execute TensorFlow happen in a fresh process (logical devices are configured before
+TensorFlow initialises): the command line's and the tool's run share one (:func:`tf_runs`); the helpers
+that do not need TensorFlow are tested in process.
 """
 
 from __future__ import annotations
@@ -42,32 +43,55 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
 
 
-def test_driver_run_tf_reports_measured_and_simulated_times(tmp_path):
-    command = [
-        sys.executable,
-        "-c",
-        "import sys; from graphir.driver import run; sys.exit(run(sys.argv[1:]))",
-        str(MODEL),
-        "--cluster=4xcpu",
-        f"--passes={PIPELINE}",
-        "--run-tf=3",
-        "--emit=summary",
+# Both runs in one process (one TensorFlow start-up): graphir-opt's entry (graphir.driver.run) on 4xcpu first,
+# then tools/run_tf's main on 2xcpu, which finds TensorFlow initialised with 4 logical CPUs (at least the 2 it
+# needs); each one's exit status, stdout and stderr captured.
+_RUNS = """
+import contextlib, io, json, sys
+from graphir.driver import run
+from graphir.tools.run_tf import main as run_tf
+results = []
+for tool, argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = {"graphir-opt": run, "run_tf": run_tf}[tool](argv)
+    results.append([code, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def tf_runs(tmp_path_factory) -> dict[str, tuple[int, str, str]]:
+    """``tool -> (status, stdout, stderr)`` of the two runs of :data:`_RUNS`."""
+    runs = [
+        ("graphir-opt", [str(MODEL), "--cluster=4xcpu", f"--passes={PIPELINE}", "--run-tf=3", "--emit=summary"]),
+        (
+            "run_tf",
+            [str(MODEL), "--steps=2", "--warmup=1", "--json", "--cluster=2xcpu", "--passes=profile,place{algo=single}"],
+        ),
     ]
-    result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
+    env = _env(tmp_path_factory.mktemp("run_tf"))
+    command = [sys.executable, "-c", _RUNS, json.dumps(runs)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
-    (line,) = [line for line in result.stderr.splitlines() if line.startswith("run-tf:")]
+    outcomes = json.loads(result.stdout.splitlines()[-1])
+    return {tool: tuple(outcome) for (tool, _), outcome in zip(runs, outcomes, strict=True)}
+
+
+def test_driver_run_tf_reports_measured_and_simulated_times(tf_runs):
+    status, stdout, stderr = tf_runs["graphir-opt"]
+    assert status == 0, stderr[-2000:]
+    (line,) = [line for line in stderr.splitlines() if line.startswith("run-tf:")]
     match = RUN_TF_LINE.match(line)
     assert match is not None and float(match["measured"]) > 0 and float(match["simulated"]) > 0, line
     assert line.endswith("(3 step(s) after 2 warm-up, 3 device(s))"), line
-    assert result.stdout  # the emitter still runs after the measurement
+    assert stdout  # the emitter still runs after the measurement
 
 
-def test_run_tf_tool_json(tmp_path):
-    command = [sys.executable, "-m", "graphir.tools.run_tf", str(MODEL), "--steps=2", "--warmup=1", "--json"]
-    command += ["--cluster=2xcpu", "--passes=profile,place{algo=single}"]
-    result = subprocess.run(command, capture_output=True, text=True, env=_env(tmp_path), timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    report = json.loads(result.stdout.splitlines()[-1])
+def test_run_tf_tool_json(tf_runs):
+    status, stdout, stderr = tf_runs["run_tf"]
+    assert status == 0, stderr[-2000:]
+    report = json.loads(stdout.splitlines()[-1])
     assert len(report["times_s"]) == 2 and report["median_s"] > 0
     assert report["simulated_s"] > 0  # no simulate in the pipeline: the placed, ordered module is simulated
     assert report["devices"] == ["/device:CPU:0"] and report["tasks"] == []

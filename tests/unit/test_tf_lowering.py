@@ -3,10 +3,14 @@
 TensorFlow's logical devices must be configured before its runtime starts, and other tests of this
 process may have started it: every run that executes TensorFlow happens in a fresh process
 (``python -m graphir.driver.check`` or a small script), which prints JSON. Each such process pays
-TensorFlow's start-up (seconds), so the five small hand-built ONNX models (a large MatMul weight,
-constant, variable and filled convolution weights, dilated pooling) are proven by one ``check`` run
-(:func:`small_results`) and their lowered graphs inspected by one script (:func:`small_facts`);
-each test asserts its own model's part.
+TensorFlow's start-up (5-7 CPU s), so the light models are proven by one ``check`` run
+(:func:`fast_results`), and everything else runs in one process (:func:`one_process`): the five small
+hand-built ONNX models (a large MatMul weight, constant, variable and filled convolution weights, dilated
+pooling) proven as ``check`` proves them (:func:`small_results`) and their lowered graphs inspected
+(:func:`small_facts`), squeezenet spread with its order enforced, a TF-imported CNN with split/concat,
+and the GraphDef and SavedModel emitters. The process configures its 4 logical CPUs once and runs each
+part in turn (its own numpy generator and TF graphs, as in a process of its own); a part that raises
+reports its traceback and fails its own tests alone. Each test asserts its own part.
 """
 
 from __future__ import annotations
@@ -76,11 +80,11 @@ def test_light_model_lowers_and_matches(model, tmp_path):
     _assert_proven(_check([model], _env(tmp_path), f"--passes={PIPELINE}")[model])
 
 
-def test_spread_placement_with_enforced_order(tmp_path):
+def test_spread_placement_with_enforced_order(one_process):
     # The adjusting placer keeps the light models on one CPU (transfers cost more than they
     # save); m-topo without fusion spreads squeezenet over three devices.
-    result = _check(["light_squeezenet.onnx"], _env(tmp_path), "--passes=profile,place{algo=m-topo}", "--enforce-order")
-    result = result["light_squeezenet.onnx"]
+    (result,) = _part(one_process, "spread")
+    assert result["model"] == "light_squeezenet.onnx"
     _assert_proven(result)
     assert len(result["devices"]) >= 3 and result["enforce_order"]
 
@@ -89,8 +93,8 @@ _TF_SCRIPT = textwrap.dedent(
     """
     import json
     import numpy as np
-    from graphir.backends.tf.check import configure_logical_cpus, placement_mismatches, relative_error, session_run
-    tf = configure_logical_cpus(4)
+    import tensorflow as tf
+    from graphir.backends.tf.check import placement_mismatches, relative_error, session_run
     from graphir.backends.tf import lower
     from graphir.importers.tf import from_concrete_function
     from graphir.ir import Graph, Module
@@ -157,8 +161,8 @@ _TF_SCRIPT = textwrap.dedent(
 )
 
 
-def test_tf_imported_graph_and_split_concat(tmp_path):
-    (report,) = _json_lines([sys.executable, "-c", _TF_SCRIPT], _env(tmp_path))
+def test_tf_imported_graph_and_split_concat(one_process):
+    (report,) = _part(one_process, "tf")
     assert report["tf_error"] <= TOLERANCE and report["tf_session_error"] <= TOLERANCE
     assert len(report["tf_devices"]) >= 2  # m-topo spreads the small CNN
     assert report["tf_problems"] == [] and report["tf_checked"] >= report["tf_nodes"]
@@ -171,8 +175,8 @@ _EMIT_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import numpy as np
-    from graphir.backends.tf.check import configure_logical_cpus, reference_values, relative_error
-    tf = configure_logical_cpus(4)
+    import tensorflow as tf
+    from graphir.backends.tf.check import reference_values, relative_error
     from graphir.driver import run
     model, out = sys.argv[1], sys.argv[2]
     common = [model, "--cluster=4xcpu", "--passes=profile,place{algo=m-topo}"]
@@ -195,9 +199,9 @@ _EMIT_SCRIPT = textwrap.dedent(
 )
 
 
-def test_emitters_write_graphdef_and_savedmodel(tmp_path):
-    command = [sys.executable, "-c", _EMIT_SCRIPT, str(LIGHT / "light_squeezenet.onnx"), str(tmp_path)]
-    (report,) = _json_lines(command, _env(tmp_path))
+def test_emitters_write_graphdef_and_savedmodel(one_process):
+    (report,) = _part(one_process, "emit")
+    tmp_path = Path(one_process["emit"]["argv"][1])
     assert report["codes"] == [0, 0]
     assert report["devices"] == ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
     assert report["order_edges"] > 0  # a placed, ordered module is emitted with its orders enforced
@@ -474,10 +478,9 @@ def small_models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def small_results(small_models, tmp_path_factory) -> dict[str, dict]:
-    """One ``check`` run proving the models under ``profile,place{algo=m-topo}`` (model name -> report)."""
-    env = _env(tmp_path_factory.mktemp("small_check"))
-    return _check([], env, "--passes=profile,place{algo=m-topo}", *map(str, small_models.values()))
+def small_results(one_process) -> dict[str, dict]:
+    """The small models proven as ``check`` proves them, under ``profile,place{algo=m-topo}`` (name -> report)."""
+    return {r["model"]: r for r in _part(one_process, "small")}
 
 
 _FACTS_SCRIPT = textwrap.dedent(
@@ -551,9 +554,85 @@ _FACTS_SCRIPT = textwrap.dedent(
 
 
 @pytest.fixture(scope="module")
-def small_facts(small_models, tmp_path_factory) -> dict[str, dict]:
-    """One script lowering the small models and reporting their graphs' facts (model name -> facts)."""
-    env = _env(tmp_path_factory.mktemp("small_facts"))
-    folder = small_models["convs.onnx"].parent
-    lines = _json_lines([sys.executable, "-c", _FACTS_SCRIPT, str(folder)], env)
-    return {line["model"]: line["facts"] for line in lines}
+def small_facts(one_process) -> dict[str, dict]:
+    """The small models lowered, their graphs' facts (model name -> facts)."""
+    return {line["model"]: line["facts"] for line in _part(one_process, "facts")}
+
+
+# `python -m graphir.driver.check`'s loop (the command line itself is run by fast_results): every model
+# proven by check_onnx_model, a GraphIRError reported as the model's error.
+_CHECK_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from graphir.backends.tf import check
+    from graphir.errors import GraphIRError
+    from graphir.driver import load_builtin_passes
+
+    load_builtin_passes()
+    passes, enforce = sys.argv[1], sys.argv[2] == "--enforce-order"
+    for model in map(Path, sys.argv[3:]):
+        try:
+            result = check.check_onnx_model(model, "4xcpu", passes, enforce, 4, 0)
+        except GraphIRError as exc:
+            result = {"model": model.name, "error": exc.one_line()}
+        print(json.dumps(result), flush=True)
+    """
+)
+
+# Runs each part (name, script, argv) in this one process: 4 logical CPUs configured first, then each
+# script with its own sys.argv, its printed JSON lines collected; a part that raises keeps its traceback.
+_RUNNER = textwrap.dedent(
+    """
+    import contextlib, io, json, sys, traceback
+    from graphir.backends.tf.check import configure_logical_cpus
+
+    configure_logical_cpus(4)
+    parts = json.loads(sys.stdin.read())
+    reports = {}
+    for name, script, argv in parts:
+        sys.argv = ["-c", *argv]
+        printed = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(printed):
+                exec(compile(script, f"<part {name}>", "exec"), {"__name__": "__main__"})
+            lines = [json.loads(line) for line in printed.getvalue().splitlines() if line.startswith("{")]
+            reports[name] = {"argv": argv, "lines": lines}
+        except BaseException:
+            reports[name] = {"argv": argv, "error": traceback.format_exc()}
+    print(json.dumps(reports))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def one_process(small_models, tmp_path_factory) -> dict[str, dict]:
+    """Every part but the light models' ``check`` run, in one process (see the module docstring)."""
+    tmp = tmp_path_factory.mktemp("tf_parts")
+    (tmp / "emit").mkdir()
+    squeezenet = str(LIGHT / "light_squeezenet.onnx")
+    m_topo = "profile,place{algo=m-topo}"
+    parts = [
+        ("small", _CHECK_SCRIPT, [m_topo, "", *map(str, small_models.values())]),
+        ("spread", _CHECK_SCRIPT, [m_topo, "--enforce-order", squeezenet]),
+        ("tf", _TF_SCRIPT, []),
+        ("emit", _EMIT_SCRIPT, [squeezenet, str(tmp / "emit")]),
+        ("facts", _FACTS_SCRIPT, [str(small_models["convs.onnx"].parent)]),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", _RUNNER],
+        input=json.dumps(parts),
+        capture_output=True,
+        text=True,
+        env=_env(tmp),
+        timeout=900,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def _part(reports: dict[str, dict], name: str) -> list[dict]:
+    """The JSON lines part ``name`` printed (its traceback fails the test)."""
+    assert "error" not in reports[name], reports[name]["error"]
+    return reports[name]["lines"]

@@ -1,8 +1,9 @@
 """graphir-tune: the cost store, FastT's exploration rule, the loop's decisions, and one real rig run.
 
 The store, exploration and decision tests are hand-worked on a three-node graph (no TensorFlow: the
-loop takes a runner, here one that returns chosen measurements). The last test trains a tiny LSTM
-language model on the real 2-worker rig in a subprocess, with one round made slow by injection.
+loop takes a runner, here one that returns chosen measurements). Two tests train a tiny LSTM language
+model on the real 2-worker rig, both in one subprocess: one with a round made slow by injection (the loop
+rolls back), one starting data-parallel and switching to DPOS.
 """
 
 from __future__ import annotations
@@ -229,53 +230,107 @@ def test_cli_rejects_bad_input_in_one_line(args, message, tmp_path, capsys):
     assert message in err and len(err.splitlines()) == 1
 
 
+# The two rig runs of this module share one subprocess (one TensorFlow start-up, one pair of workers, the
+# tiny LSTM built once at batches 4 and 2): the :func:`rig_runs` fixture runs it once and each test asserts on
+# its own scenario's report. The scenarios are those of a process each (the rollback scenario first, on the
+# batch-2 graph; the data-parallel one on batch 4 with the batch-2 graph as its replica); every run on the rig
+# starts its own session from the strategy's variables, so the workers keep nothing from one run to the next
+# (as within the rollback scenario, whose reference run follows the tuned ones on the same workers). A scenario
+# that raises reports its traceback and fails its own test alone.
 _RIG_SCRIPT = textwrap.dedent(
     """
-    import json, math, sys
+    import json, traceback
     import numpy as np
     from graphir.backends.tf.rig import rig
     from graphir.backends.tf.strategy_run import initial_variables, run_strategy
     from graphir.driver.clusters import resolve_cluster
+    from graphir.importers.tf import import_graphdef
     from graphir.passes.profile.cost_store import CostStore
     from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune
-
-    from graphir.importers.tf import import_graphdef
     from graphir.tools.zoo import build_train_graphdef
 
-    graph_def, _ = build_train_graphdef("lstm", 2, [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)])
-    module = import_graphdef(graph_def, name="lstm_tiny", source="<tiny lstm>")
+    config = [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)]
+    # at batch 1 the builder traces another graph; each build clears the Keras session
+    graph_defs = {batch: build_train_graphdef("lstm", batch, config)[0] for batch in (4, 2)}
     cluster = resolve_cluster("2xcpu-workers")
-    module.set_cluster(cluster)
-    # start on one device: the graph now re-batches in the IR, so FastT's rule would start from the
-    # data-parallel graph, whose first plan round 1 keeps (no trial to roll back)
-    options = TuneOptions(rounds=3, min_rounds=3, steps=3, warmup=1, trace_steps=1, delays={1: 0.25}, start="single")
-    with rig(cluster, timeout_s=90) as servers:
+
+    def lstm_tiny(batch):
+        module = import_graphdef(graph_defs[batch], name="lstm_tiny", source=f"<tiny lstm, batch {batch}>")
+        module.set_cluster(cluster)
+        return module
+
+    def rollback(servers):
+        module = lstm_tiny(2)
+        # start on one device: the graph now re-batches in the IR, so FastT's rule would start from the
+        # data-parallel graph, whose first plan round 1 keeps (no trial to roll back)
+        options = TuneOptions(
+            rounds=3, min_rounds=3, steps=3, warmup=1, trace_steps=1, delays={1: 0.25}, start="single"
+        )
         result = tune(module, CostStore(module.name), rig_runner(servers, options), options)
         total = sum(r.steps for r in result.rounds)
         apply_strategy(module, result.active)  # the bootstrap strategy (asserted by the test), for every step
         reference = run_strategy(module, servers, steps=total, warmup=0, trace_steps=0, seed=0)
-    tuned, ref = result.variables, reference.variables
-    initial = initial_variables(module, 0)
-    print(json.dumps({
-        "rounds": [r.as_json() for r in result.rounds],
-        "total": total,
-        "losses": result.losses, "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
-        "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
-        "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
-        "changed": sum(1 for k in ref if not np.array_equal(ref[k], initial[k])),
-    }))
+        tuned, ref = result.variables, reference.variables
+        initial = initial_variables(module, 0)
+        return {
+            "rounds": [r.as_json() for r in result.rounds],
+            "total": total,
+            "losses": result.losses, "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
+            "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
+            "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
+            "changed": sum(1 for k in ref if not np.array_equal(ref[k], initial[k])),
+        }
+
+    def data_parallel(servers):
+        module, replica = lstm_tiny(4), lstm_tiny(2)
+        # margin -1: every new candidate runs (the tiny model's DPOS strategies are estimated a little slower
+        # than data parallelism, so FastT's rule alone would keep data parallelism and never switch)
+        options = TuneOptions(rounds=3, min_rounds=3, steps=2, warmup=1, trace_steps=1, margin=-1.0)
+        result = tune(module, CostStore(module.name), rig_runner(servers, options), options, replica=replica)
+        total = sum(r.steps for r in result.rounds)
+        apply_strategy(module, result.first)  # data parallelism alone, for every step
+        reference = run_strategy(module, servers, steps=total, warmup=0, trace_steps=0, seed=0)
+        tuned, ref = result.variables, reference.variables
+        return {
+            "start": result.start.as_json(), "rounds": [r.as_json() for r in result.rounds],
+            "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
+            "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
+            "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
+        }
+
+    reports = {}
+    with rig(cluster, timeout_s=90) as servers:
+        for name, scenario in (("rollback", rollback), ("data_parallel", data_parallel)):
+            try:
+                reports[name] = scenario(servers)
+            except Exception:
+                reports[name] = {"error": traceback.format_exc()}
+    print(json.dumps(reports))
     """
 )
 
 
-def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(tmp_path):
-    """Round 1's trial is slowed by 0.25 s per step; the loop rolls back and training is unaffected."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
+@pytest.fixture(scope="module")
+def rig_runs(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Both rig scenarios' reports (see :data:`_RIG_SCRIPT`), from one subprocess run."""
+    cache = tmp_path_factory.mktemp("tune-rig") / "c"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(cache))
     result = subprocess.run(
-        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=300, check=False
+        [sys.executable, "-c", _RIG_SCRIPT], capture_output=True, text=True, env=env, timeout=600, check=False
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.splitlines()[-1])
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def rig_report(rig_runs: dict, scenario: str) -> dict:
+    report = rig_runs[scenario]
+    assert "error" not in report, report.get("error")
+    return report
+
+
+def test_rollback_on_the_rig_restores_the_strategy_and_training_continues(rig_runs):
+    """Round 1's trial is slowed by 0.25 s per step; the loop rolls back and training is unaffected."""
+    report = rig_report(rig_runs, "rollback")
     r0, r1, r2 = report["rounds"]
     assert (r0["ran"], r1["ran"], r2["ran"]) == ("bootstrap", "trial", "active"), report["rounds"]
     assert r1["decision"] == "rollback" and r1["measured_s"] >= 0.25
@@ -440,74 +495,13 @@ def test_os_dpos_in_the_loop_splits_a_copy_and_runs_the_split_graph():
     assert dpos_only.rounds[0].estimated_s == pytest.approx(10 * MS, rel=0.05)
 
 
-# Both batches in one process (one TensorFlow start-up): each build clears the Keras session, and the
-# GraphDefs are byte-identical to those of one process per batch (checked when this was changed).
-_BUILD_TINY = textwrap.dedent(
-    """
-    import sys
-    from graphir.tools.zoo import build_train_graphdef
-    config = [("layers", 1), ("units", 8), ("vocab", 16), ("seq", 3)]
-    for batch, path in zip(sys.argv[1::2], sys.argv[2::2]):
-        graph_def, _ = build_train_graphdef("lstm", int(batch), config)
-        open(path, "wb").write(graph_def.SerializeToString(deterministic=True))
-    """
-)
-
-_DP_SCRIPT = textwrap.dedent(
-    """
-    import json, sys
-    import numpy as np
-    from tensorflow.core.framework import graph_pb2
-    from graphir.backends.tf.rig import rig
-    from graphir.backends.tf.strategy_run import run_strategy
-    from graphir.driver.clusters import resolve_cluster
-    from graphir.importers.tf import import_graphdef
-    from graphir.passes.profile.cost_store import CostStore
-    from graphir.tools.tune_loop import TuneOptions, apply_strategy, rig_runner, tune
-
-    def load(path, name):
-        graph_def = graph_pb2.GraphDef()
-        graph_def.ParseFromString(open(path, "rb").read())
-        return import_graphdef(graph_def, name=name, source=path)
-
-    module, replica = load(sys.argv[1], "lstm_tiny"), load(sys.argv[2], "lstm_tiny")
-    cluster = resolve_cluster("2xcpu-workers")
-    module.set_cluster(cluster)
-    # margin -1: every new candidate runs (the tiny model's DPOS strategies are estimated a little slower
-    # than data parallelism, so FastT's rule alone would keep data parallelism and never switch)
-    options = TuneOptions(rounds=3, min_rounds=3, steps=2, warmup=1, trace_steps=1, margin=-1.0)
-    with rig(cluster, timeout_s=90) as servers:
-        result = tune(module, CostStore(module.name), rig_runner(servers, options), options, replica=replica)
-        total = sum(r.steps for r in result.rounds)
-        apply_strategy(module, result.first)  # data parallelism alone, for every step
-        reference = run_strategy(module, servers, steps=total, warmup=0, trace_steps=0, seed=0)
-    tuned, ref = result.variables, reference.variables
-    print(json.dumps({
-        "start": result.start.as_json(), "rounds": [r.as_json() for r in result.rounds],
-        "tuned_loss": result.losses[-1], "reference_loss": reference.losses[-1],
-        "max_var_diff": max(float(np.max(np.abs(tuned[k] - ref[k]))) for k in ref),
-        "variables": len(ref), "same_keys": sorted(tuned) == sorted(ref),
-    }))
-    """
-)
-
-
-def test_data_parallel_start_on_the_rig_then_dpos_strategies_train_the_same_variables(tmp_path):
+def test_data_parallel_start_on_the_rig_then_dpos_strategies_train_the_same_variables(rig_runs):
     """A tiny LSTM at batch 4 on 2 workers: data parallelism (2 replicas of batch 2) first, then DPOS.
 
     Training goes on across the DP -> DPOS switch: the loss and every variable after all rounds equal
     those of the data-parallel strategy alone run for as many steps (within 1e-6).
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
-    paths = [tmp_path / "b4.pb", tmp_path / "b2.pb"]  # at batch 1 the builder traces another graph
-    arguments = ["4", str(paths[0]), "2", str(paths[1])]
-    built = subprocess.run([sys.executable, "-c", _BUILD_TINY, *arguments], env=env, capture_output=True, timeout=300)
-    assert built.returncode == 0, built.stderr[-2000:]
-    result = subprocess.run(
-        [sys.executable, "-c", _DP_SCRIPT, *map(str, paths)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.splitlines()[-1])
+    report = rig_report(rig_runs, "data_parallel")
     assert report["start"]["strategy"] == "data-parallel" and report["start"]["replicas"] == 2, report["start"]
     rounds = report["rounds"]
     assert rounds[0]["source"] == "data-parallel" and set(rounds[0]["devices"]) == {"worker0", "worker1"}
