@@ -242,16 +242,20 @@ def test_cnn_allreduce_step_equals_the_original(tmp_path):
     """Two replicas with mirrored variables on 4 logical CPUs: every mirror ends at the one step's value (~10 s).
 
     The placed graph's equal constants are merged per device first (``merge-constants``, as
-    ``parallelize`` does): each replica's users share one node per value.
+    ``parallelize`` does): each replica's users share one node per value. The same step with
+    fuse-kernels' sets, each compiled as one XLA cluster, is checked in the same process
+    (:func:`_assert_cnn_allreduce_fused`).
     """
     pipeline = "data-parallel{replicas=2 sync=allreduce},place{algo=data-parallel},merge-constants"
-    (report,) = _check("cnn_plain", 8, [pipeline], tmp_path)["reports"]
+    report, fused = _check("cnn_plain", 8, [pipeline, pipeline + ",fuse-kernels"], tmp_path)["reports"]
     assert report["max_rel_error"] <= TOLERANCE, report
     assert report["max_rel_error_per_variable"] <= TOLERANCE, report
     assert report["loss_rel_error"] <= TOLERANCE, report
     assert report["variables_after"] == 2 * report["variables"], report  # one copy of each per replica
     assert report["changed"] >= report["variables"] - 2 > 4, report
     assert report["update_rel_error"] < float("inf"), report
+    assert report["xla_clusters_marked"] == 0, report
+    _assert_cnn_allreduce_fused(fused)
 
 
 @pytest.mark.slow
@@ -277,10 +281,8 @@ def _assert_fused(report: dict) -> None:
     assert not report["xla_cluster_problems"], report
 
 
-def test_cnn_allreduce_step_with_fused_kernels_equals_the_original(tmp_path):
+def _assert_cnn_allreduce_fused(report: dict) -> None:
     """fuse-kernels' sets on the two-replica ring step, each compiled as one XLA cluster: the same step."""
-    pipeline = "data-parallel{replicas=2 sync=allreduce},place{algo=data-parallel},merge-constants,fuse-kernels"
-    (report,) = _check("cnn_plain", 8, [pipeline], tmp_path)["reports"]
     assert report["max_rel_error"] <= TOLERANCE, report
     assert report["loss_rel_error"] <= TOLERANCE, report
     assert report["changed"] >= report["variables"] - 2 > 4, report
