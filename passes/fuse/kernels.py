@@ -76,7 +76,6 @@ fused cost was not lower), ``control-edges`` (added for the heads).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -93,9 +92,10 @@ from graphir.pass_infra import Pass, PassContext, PassResult, Stat, register_pas
 from graphir.passes.place.pipeline import training_layout
 from graphir.passes.profile.roofline import roofline
 from graphir.simulator import record_order, recorded_order
+from graphir.topo import stable_topological_order
 from graphir.unionfind import DisjointSets
 
-__all__ = ["KERNEL_ORDERS", "MAX_VISITS", "FuseKernels", "KernelSet", "fuse_kernels"]
+__all__ = ["KERNEL_ORDERS", "MAX_VISITS", "CandidateSet", "FuseKernels", "candidate_sets", "fuse_kernels"]
 
 KERNEL_ORDERS = ("recorded", "dynamic")
 """``order=``: the placement's recorded execution order, or TensorFlow's executor order (recorded first)."""
@@ -109,12 +109,12 @@ _JOIN_READERS = ("constant", "read")
 
 
 @dataclasses.dataclass
-class KernelSet:
-    """One fused-kernel set: its members (graph index numbers), device, and lowest and highest search rank."""
+class CandidateSet:
+    """A set being grown: its members (graph index numbers), device, training part, lowest and highest search rank."""
 
     device: int
+    unit: tuple[int, int, int]
     members: list[int]
-    first: int
     floor: int
     ceiling: int
 
@@ -161,16 +161,6 @@ def _meets(search: _Search, start: int, set_of: list[int], s: int, limit: int, f
     return False
 
 
-def _reachable_from(search: _Search, target: int, set_of: list[int], s: int, floor: int) -> bool:
-    """Whether node ``target`` can be reached from set ``s`` (whose lowest rank is ``floor``)."""
-    return _meets(search, target, set_of, s, floor, forward=False)
-
-
-def _reaches(search: _Search, start: int, set_of: list[int], s: int, ceiling: int) -> bool:
-    """Whether node ``start`` reaches set ``s`` (whose highest rank is ``ceiling``)."""
-    return _meets(search, start, set_of, s, ceiling, forward=True)
-
-
 @dataclasses.dataclass
 class _Search:
     """The graph the convexity searches walk: data and control edges, plus the device orders when enforced.
@@ -197,26 +187,16 @@ class _Search:
         for v, u in enumerate(before):
             if u >= 0:
                 after[u] = v
-        if all(u < 0 for u in before):
-            rank = list(range(n))  # the index numbering is topological already
-        else:  # Kahn's algorithm over data, control and order edges, smallest index first
-            waiting = [pred_offsets[v + 1] - pred_offsets[v] + (before[v] >= 0) for v in range(n)]
-            ready = [v for v in range(n) if waiting[v] == 0]
-            heapq.heapify(ready)
-            rank = [-1] * n
-            count = 0
-            while ready:
-                u = heapq.heappop(ready)
-                rank[u] = count
-                count += 1
-                for w in [*succ[succ_offsets[u] : succ_offsets[u + 1]], after[u]]:
-                    if w >= 0:
-                        waiting[w] -= 1
-                        if waiting[w] == 0:
-                            heapq.heappush(ready, w)
-            if count < n:
-                raise PassError("fuse-kernels: the device orders deadlock against the data dependencies")
-        return cls(pred_offsets, pred, succ_offsets, succ, before, after, rank)
+        # topological ranks over data, control and order edges (graphir.topo: smallest number first)
+        ordered = np.flatnonzero(np.asarray(before) >= 0)
+        src = np.concatenate([index.edge_src, np.asarray(before, dtype=np.int64)[ordered]])
+        dst = np.concatenate([index.edge_dst, ordered])
+        sequence = stable_topological_order(n, src, dst)
+        if sequence is None:
+            raise PassError("fuse-kernels: the device orders deadlock against the data dependencies")
+        rank = np.empty(n, dtype=np.int64)
+        rank[sequence] = np.arange(n)
+        return cls(pred_offsets, pred, succ_offsets, succ, before, after, rank.tolist())
 
 
 def _units(module: Module, n: int) -> list[tuple[int, int, int]]:
@@ -232,7 +212,7 @@ def _units(module: Module, n: int) -> list[tuple[int, int, int]]:
     return [(c, 0, p) for c, p in zip(layout.copy.tolist(), layout.phase.tolist(), strict=True)]
 
 
-def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | None]]:
+def candidate_sets(module: Module) -> tuple[list[CandidateSet], list[int], list[str | None]]:
     """The candidate sets of a placed module (module docstring, "Sets"), before costing.
 
     Returns:
@@ -253,7 +233,7 @@ def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | 
     role = [xla_role(node.op) for node in nodes]
     unit = _units(module, n)
     set_of = [-1] * n
-    sets: list[KernelSet] = []
+    sets: list[CandidateSet] = []
     offsets, pred = index.pred_offsets.tolist(), index.pred.tolist()
     # under the enforced order: the node that comes right before each node in its device's sequence
     before: list[int] = [-1] * n
@@ -274,25 +254,25 @@ def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | 
             if (
                 p >= 0
                 and set_of[p] >= 0
-                and unit[sets[set_of[p]].first] == unit[v]
+                and sets[set_of[p]].unit == unit[v]
                 and any(set_of[q] == set_of[p] for q in preds)
             ):
                 choices.append(set_of[p])
         else:
             for p in preds:
                 s = set_of[p]
-                if s >= 0 and sets[s].device == device[v] and unit[sets[s].first] == unit[v] and s not in choices:
+                if s >= 0 and sets[s].device == device[v] and sets[s].unit == unit[v] and s not in choices:
                     choices.append(s)
             choices.sort(key=lambda s: (-len(sets[s]), s))  # the largest set first
         joined = -1
         for s in choices:
             floor = sets[s].floor
-            if all(set_of[p] == s or not _reachable_from(search, p, set_of, s, floor) for p in preds):
+            if all(set_of[p] == s or not _meets(search, p, set_of, s, floor, forward=False) for p in preds):
                 joined = s
                 break
         if joined < 0:
             joined = len(sets)
-            sets.append(KernelSet(device[v], [], v, rank[v], rank[v]))
+            sets.append(CandidateSet(device[v], unit[v], [], rank[v], rank[v]))
         set_of[v] = joined
         sets[joined].add(v, rank[v])
     if not enforced:  # constants and variable reads that one set alone reads join it
@@ -310,9 +290,11 @@ def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | 
                 continue
             # a control successor (an update that waits for the read) must not lead back into the set,
             # nor may the set reach the node's own producers
-            if any(control[k] and _reaches(search, succ[k], set_of, s, sets[s].ceiling) for k in span):
+            if any(control[k] and _meets(search, succ[k], set_of, s, sets[s].ceiling, forward=True) for k in span):
                 continue
-            if any(_reachable_from(search, p, set_of, s, sets[s].floor) for p in pred[offsets[v] : offsets[v + 1]]):
+            if any(
+                _meets(search, p, set_of, s, sets[s].floor, forward=False) for p in pred[offsets[v] : offsets[v + 1]]
+            ):
                 continue
             set_of[v] = s
             sets[s].add(v, rank[v])
@@ -321,7 +303,6 @@ def kernel_sets(module: Module) -> tuple[list[KernelSet], list[int], list[str | 
     numbers = [renumber.get(id(sets[s]), -1) if s >= 0 else -1 for s in set_of]
     for s in keep:
         s.members.sort()
-        s.first = s.members[0]
     return keep, numbers, role
 
 
@@ -357,28 +338,24 @@ def _renumber_orders(module: Module) -> None:
     """Give every device's ``order`` a sequence the new control edges agree with (dynamic order only).
 
     Under TensorFlow's executor order the ``order`` annotations only rank ready nodes; they must still
-    be a topological order per device (the verifier checks it). Kahn's algorithm over the graph, the
-    old position first, then the index numbering.
+    be a topological order per device (the verifier checks it): the graph's topological order that
+    keeps the old positions (then the numbering) wherever the edges allow.
     """
     index = module.graph.index()
     n = index.num_nodes
     old = [p if p is not None else -1 for p in index.annotation_list("order")]
     devices = index.annotation_list("device")
-    pred_offsets = index.pred_offsets.tolist()
-    succ_offsets, succ = index.succ_offsets.tolist(), index.succ.tolist()
-    waiting = [pred_offsets[v + 1] - pred_offsets[v] for v in range(n)]
-    ready = [(old[v], v) for v in range(n) if waiting[v] == 0]
-    heapq.heapify(ready)
+    # graphir.topo's smallest-first order, on nodes renumbered by (old position, number)
+    by_old = np.asarray(sorted(range(n), key=lambda v: (old[v], v)), dtype=np.int64)
+    renamed = np.empty(n, dtype=np.int64)
+    renamed[by_old] = np.arange(n)
+    sequence = stable_topological_order(n, renamed[index.edge_src], renamed[index.edge_dst])
+    assert sequence is not None, "the graph is acyclic (it has an index)"
     next_position: dict[object, int] = {}
     positions = [0] * n
-    while ready:
-        _, u = heapq.heappop(ready)
+    for u in by_old[sequence].tolist():
         positions[u] = next_position.get(devices[u], 0)
         next_position[devices[u]] = positions[u] + 1
-        for w in succ[succ_offsets[u] : succ_offsets[u + 1]]:
-            waiting[w] -= 1
-            if waiting[w] == 0:
-                heapq.heappush(ready, (old[w], w))
     module.graph.annotate("order", index.nodes, positions)
 
 
@@ -395,7 +372,7 @@ def fuse_kernels(module: Module, order: str = "recorded") -> dict[str, Stat]:
         raise PassError("fuse-kernels: the module already has 'kernel' sets (run it once, after the placement)")
     if order == "dynamic":
         record_order(module, "dynamic")
-    sets, numbers, role = kernel_sets(module)
+    sets, numbers, role = candidate_sets(module)
     index = module.graph.index()
     nodes = index.nodes
     offsets, pred = index.pred_offsets.tolist(), index.pred.tolist()

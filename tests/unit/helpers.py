@@ -1255,3 +1255,17 @@ def mark_kernel_regions(module: Module, ops: frozenset[str] = KERNEL_REGION_TF_O
         for node in group:
             node.kernel = f"r{number}"
     return [len(group) for group in regions]
+
+
+TWO_TASKS = """
+[[device]]
+name = "w0"
+kind = "cpu"
+tf_device = "/job:worker/task:0/device:CPU:0"
+
+[[device]]
+name = "w1"
+kind = "cpu"
+tf_device = "/job:worker/task:1/device:CPU:0"
+"""
+"""A cluster file of two CPU devices on two TF worker tasks (the multi-host and rig tests)."""

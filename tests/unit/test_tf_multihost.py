@@ -18,6 +18,7 @@ from pathlib import Path
 
 import onnx
 import pytest
+from helpers import TWO_TASKS
 
 from graphir.backends.tf.distributed import cluster_tasks, free_ports
 from graphir.cluster import load_cluster_toml
@@ -25,18 +26,6 @@ from graphir.errors import BackendError
 
 MODEL = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_squeezenet.onnx"
 TOLERANCE = 1e-4
-
-TWO_TASKS = """
-[[device]]
-name = "w0"
-kind = "cpu"
-tf_device = "/job:worker/task:0/device:CPU:0"
-
-[[device]]
-name = "w1"
-kind = "cpu"
-tf_device = "/job:worker/task:1/device:CPU:0"
-"""
 
 _SCRIPT = textwrap.dedent(
     """

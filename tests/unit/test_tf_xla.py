@@ -20,6 +20,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers import TWO_TASKS
 
 from graphir.backends.tf.session import XLA_FLAGS, with_xla_flags
 from graphir.backends.tf.xla import KernelSet, absorb_constants, check_convex, cluster_report
@@ -275,14 +276,19 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", GRAPHIR_MEASURE_CPU="0", GRAPHIR_CACHE_DIR=str(tmp_path / "c"))
 
 
+def _write_step(tmp_path_factory: pytest.TempPathFactory, model: str, batch: int) -> Path:
+    """A tiny zoo training step (helpers' config for ``model``, no dropout) written as a GraphDef file."""
+    path = tmp_path_factory.mktemp("xla") / f"{model}_train.pb"
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    command = [sys.executable, "-c", _WRITE_GRAPH, str(HERE), model, str(batch), str(path)]
+    subprocess.run(command, env=env, timeout=300, check=True, capture_output=True)
+    return path
+
+
 @pytest.fixture(scope="module")
 def lstm_step(tmp_path_factory) -> Path:
     """The tiny zoo LSTM training step (helpers.LSTM_CONFIG, batch 2) as a GraphDef file."""
-    path = tmp_path_factory.mktemp("xla") / "lstm_train.pb"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, "-c", _WRITE_GRAPH, str(HERE), "lstm", "2", str(path)]
-    subprocess.run(command, env=env, timeout=300, check=True, capture_output=True)
-    return path
+    return _write_step(tmp_path_factory, "lstm", 2)
 
 
 def _check(graph: Path, passes: str, tmp_path: Path, *extra: str) -> dict:
@@ -308,11 +314,7 @@ def test_marked_training_step_runs_one_cluster_per_kernel_and_equals_the_origina
 @pytest.fixture(scope="module")
 def gpt_step(tmp_path_factory) -> Path:
     """The tiny zoo GPT training step (helpers.GPT_CONFIG, batch 4, no dropout) as a GraphDef file."""
-    path = tmp_path_factory.mktemp("xla") / "gpt_train.pb"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, "-c", _WRITE_GRAPH, str(HERE), "gpt", "4", str(path)]
-    subprocess.run(command, env=env, timeout=300, check=True, capture_output=True)
-    return path
+    return _write_step(tmp_path_factory, "gpt", 4)
 
 
 def test_large_kernels_under_the_enforced_order_run_one_cluster_each_and_equal_the_original(gpt_step, tmp_path):
@@ -362,18 +364,6 @@ def test_onnx_lowering_marks_conv_relu_chains_and_matches_onnxruntime(tmp_path):
 
 
 # --------------------------------------------------------------------------- the 2-worker rig
-
-TWO_TASKS = """
-[[device]]
-name = "w0"
-kind = "cpu"
-tf_device = "/job:worker/task:0/device:CPU:0"
-
-[[device]]
-name = "w1"
-kind = "cpu"
-tf_device = "/job:worker/task:1/device:CPU:0"
-"""
 
 _RIG = textwrap.dedent(
     """
